@@ -1,0 +1,51 @@
+//! [`BudgetSnapshot`]: what a budget has seen, as plain data.
+
+use std::time::Duration;
+
+/// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
+///
+/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts` or `cancelled`
+/// (or is still `waiting`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct BudgetSnapshot {
+    /// The budget's name.
+    pub name: String,
+    /// The configured limit.
+    pub max_concurrent: usize,
+    /// Permits held now.
+    pub in_flight: usize,
+    /// The most permits held at once since the budget was created.
+    pub peak_in_flight: usize,
+    /// Callers waiting for a permit now.
+    pub waiting: usize,
+    /// The most callers waiting at once.
+    pub peak_waiting: usize,
+    /// Callers granted a permit.
+    pub admitted: u64,
+    /// Callers turned away because the queue was full.
+    pub rejected: u64,
+    /// Callers that waited their whole `permit_timeout`.
+    pub permit_timeouts: u64,
+    /// Callers that stopped waiting (their future was dropped) before an outcome.
+    pub cancelled: u64,
+    /// Calls through [`Budget::call`](super::Budget::call) that ran past `call_timeout`.
+    pub call_timeouts: u64,
+    /// Time admitted callers waited for their permit (zero when one was free).
+    pub wait: LatencySummary,
+    /// Time calls through [`Budget::call`](super::Budget::call) held their permit, timeouts included.
+    pub call: LatencySummary,
+}
+
+/// Count, mean, median, 99th percentile and maximum of a set of durations.
+///
+/// Percentiles come from a log-linear histogram and are within 12.5% of the exact value; `count`,
+/// `mean` and `max` are exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}

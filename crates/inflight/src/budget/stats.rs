@@ -1,0 +1,155 @@
+//! Lock-free counters and latency histograms behind [`BudgetSnapshot`](super::BudgetSnapshot).
+//!
+//! Recording must stay cheap on the uncontended path (one relaxed `fetch_add`), so the
+//! histogram is a fixed array of atomic buckets: exact below 8 ns, then 8 linear sub-buckets per
+//! power of two (relative error under 12.5%), which is plenty for p50/p99 of waits and calls.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use super::LatencySummary;
+
+const SUB_BITS: u32 = 3;
+const SUB: usize = 1 << SUB_BITS;
+const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
+
+pub(crate) struct Histogram {
+    buckets: Box<[AtomicU64]>,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+impl Histogram {
+    pub(crate) fn new() -> Self {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a zero, the common case of a permit granted without waiting.
+    #[inline]
+    pub(crate) fn record_zero(&self) {
+        self.buckets[0].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn record(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.buckets[index(ns)].fetch_add(1, Relaxed);
+        if ns > 0 {
+            self.sum_ns.fetch_add(ns, Relaxed);
+            self.max_ns.fetch_max(ns, Relaxed);
+        }
+    }
+
+    pub(crate) fn summary(&self) -> LatencySummary {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let count: u64 = counts.iter().sum();
+        if count == 0 {
+            return LatencySummary::default();
+        }
+        let max = self.max_ns.load(Relaxed);
+        let quantile = |q: f64| -> Duration {
+            let rank = ((q * count as f64).ceil() as u64).clamp(1, count);
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return Duration::from_nanos(representative(i).min(max));
+                }
+            }
+            Duration::from_nanos(max)
+        };
+        LatencySummary {
+            count,
+            mean: Duration::from_nanos(self.sum_ns.load(Relaxed) / count),
+            p50: quantile(0.50),
+            p99: quantile(0.99),
+            max: Duration::from_nanos(max),
+        }
+    }
+}
+
+#[inline]
+fn index(ns: u64) -> usize {
+    if ns < SUB as u64 {
+        return ns as usize;
+    }
+    let power = 63 - ns.leading_zeros();
+    let sub = ((ns >> (power - SUB_BITS)) as usize) & (SUB - 1);
+    SUB + (power - SUB_BITS) as usize * SUB + sub
+}
+
+/// The middle of bucket `i`'s range.
+fn representative(i: usize) -> u64 {
+    if i < SUB {
+        return i as u64;
+    }
+    let power = ((i - SUB) / SUB) as u32 + SUB_BITS;
+    let sub = ((i - SUB) % SUB) as u64;
+    let width = 1u64 << (power - SUB_BITS);
+    let low = (SUB as u64 + sub) << (power - SUB_BITS);
+    low.saturating_add(width / 2)
+}
+
+/// Raises `peak` to `now` if `now` is higher; a plain load first keeps the common case free of
+/// read-modify-write traffic.
+#[inline]
+pub(crate) fn raise_peak(peak: &AtomicUsize, now: usize) {
+    if now > peak.load(Relaxed) {
+        peak.fetch_max(now, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_is_monotonic_and_in_range() {
+        let mut last = 0;
+        for shift in 0..64 {
+            for v in [1u64 << shift, (1u64 << shift) + 1, (1u64 << shift).wrapping_mul(3) / 2] {
+                let i = index(v);
+                assert!(i < BUCKETS);
+                assert!(i >= last || v < (1 << shift), "index fell at {v}");
+                last = last.max(i);
+            }
+        }
+        assert_eq!(index(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn representative_is_within_its_bucket() {
+        for v in [0u64, 1, 7, 8, 9, 15, 16, 100, 1_000, 123_456_789, u64::MAX / 3] {
+            let r = representative(index(v));
+            assert_eq!(index(r), index(v), "value {v} representative {r}");
+        }
+    }
+
+    #[test]
+    fn summary_quantiles_are_close() {
+        let h = Histogram::new();
+        for ms in 1..=100u64 {
+            h.record(Duration::from_millis(ms));
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.max, Duration::from_millis(100));
+        assert_eq!(s.mean, Duration::from_micros(50_500));
+        let p50 = s.p50.as_secs_f64() * 1e3;
+        let p99 = s.p99.as_secs_f64() * 1e3;
+        assert!((p50 - 50.0).abs() / 50.0 < 0.125, "p50 {p50}");
+        assert!((p99 - 99.0).abs() / 99.0 < 0.125, "p99 {p99}");
+    }
+
+    #[test]
+    fn empty_summary_is_zero() {
+        assert_eq!(Histogram::new().summary(), LatencySummary::default());
+        let h = Histogram::new();
+        h.record_zero();
+        assert_eq!(h.summary().p99, Duration::ZERO);
+        assert_eq!(h.summary().count, 1);
+    }
+}

@@ -1,0 +1,164 @@
+//! [`Budgets`]: a set of named budgets loaded from a TOML file, and [`ConfigError`].
+//!
+//! The file has one table per dependency:
+//!
+//! ```toml
+//! [budgets.records]
+//! max_concurrent = 6        # required, at least 1
+//! max_queued = 6            # optional, default unbounded; 0 fails fast
+//! permit_timeout = "500ms"  # optional deadline for the wait for a permit
+//! call_timeout = "2s"       # optional deadline for the call, started once the permit is held
+//! service_time = "150ms"    # optional: typical time per call, for sizing
+//! target_rate = "40/s"      # optional: the throughput you want through this budget
+//! ```
+//!
+//! Everything is checked when the file is loaded; a file that loads is safe to run with.
+
+mod parse;
+
+use std::path::{Path, PathBuf};
+
+use crate::budget::Budget;
+
+/// Why a budget or a budgets file was refused.
+///
+/// Messages name the field they are about, as `budgets.<name>.<field>: <what is wrong>`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A field is missing, of the wrong type, out of range, or unknown.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The dotted path of the field, e.g. `budgets.records.max_concurrent`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The text is not valid TOML.
+    #[error("invalid TOML: {0}")]
+    Toml(String),
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The dotted path of the field this error is about, if it is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// Named budgets, one per dependency, in the order the file lists them.
+///
+/// # Examples
+///
+/// ```
+/// use inflight::Budgets;
+///
+/// let budgets = Budgets::from_toml_str(r#"
+///     [budgets.enrichment]
+///     max_concurrent = 24
+///
+///     [budgets.records]
+///     max_concurrent = 6
+///     max_queued = 6
+///     permit_timeout = "500ms"
+///     call_timeout = "2s"
+/// "#).unwrap();
+///
+/// let records = budgets.get("records").expect("defined above");
+/// assert_eq!(records.config().max_concurrent(), 6);
+/// let names: Vec<&str> = budgets.iter().map(|b| b.name()).collect();
+/// assert_eq!(names, ["enrichment", "records"]);
+///
+/// let err = Budgets::from_toml_str("[budgets.records]\nmax_concurrent = 0").unwrap_err();
+/// assert_eq!(err.to_string(), "budgets.records.max_concurrent: must be at least 1, got 0");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    budgets: Vec<Budget>,
+}
+
+impl Budgets {
+    /// Parses and validates a budgets file's text.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Toml`] for malformed TOML; [`ConfigError::Invalid`] for unknown keys, a
+    /// missing or zero `max_concurrent`, negative numbers, unparsable durations or rates, zero
+    /// timeouts, or a file with no budgets.
+    pub fn from_toml_str(text: &str) -> Result<Budgets, ConfigError> {
+        let budgets = parse::budget_configs(text)?
+            .into_iter()
+            .map(|(name, config)| Budget::new(&name, config))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Budgets { budgets })
+    }
+
+    /// Reads, parses and validates a budgets file.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] when the file cannot be read, otherwise as [`Budgets::from_toml_str`].
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Budgets, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Budgets::from_toml_str(&text)
+    }
+
+    /// The budget named `name`.
+    pub fn get(&self, name: &str) -> Option<&Budget> {
+        self.budgets.iter().find(|b| b.name() == name)
+    }
+
+    /// The budgets, in file order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Budget> {
+        self.budgets.iter()
+    }
+
+    /// How many budgets there are.
+    pub fn len(&self) -> usize {
+        self.budgets.len()
+    }
+
+    /// Whether there are none (a loaded file always has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.budgets.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a Budgets {
+    type Item = &'a Budget;
+    type IntoIter = std::slice::Iter<'a, Budget>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl IntoIterator for Budgets {
+    type Item = Budget;
+    type IntoIter = std::vec::IntoIter<Budget>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.budgets.into_iter()
+    }
+}

@@ -1,0 +1,341 @@
+//! Behaviour of `Budget` on paused tokio time: ordering, bounds, deadlines, cancellation, panics,
+//! counters.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use inflight::{AcquireError, Budget, BudgetConfig, CallError};
+use support::{budget, ms, settle};
+use tokio::time::{sleep, Instant};
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_arrival_order() {
+    let b = budget(BudgetConfig::new(1));
+    let first = b.acquire_owned().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (b, order) = (b.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let _p = b.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            sleep(ms(10)).await;
+        }));
+        // Make sure task i is queued before task i+1 starts.
+        settle().await;
+    }
+    assert_eq!(b.snapshot().waiting, 8);
+    // A newcomer that arrives now must not overtake the queue either.
+    let late = {
+        let (b, order) = (b.clone(), order.clone());
+        tokio::spawn(async move {
+            let _p = b.acquire().await.unwrap();
+            order.lock().unwrap().push(99);
+        })
+    };
+    settle().await;
+    drop(first);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    late.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5, 6, 7, 99]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_rejects_at_once() {
+    let b = budget(BudgetConfig::new(2).max_queued(3));
+    let _held = (b.acquire().await.unwrap(), b.acquire().await.unwrap());
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let b = b.clone();
+        waiters.push(tokio::spawn(async move { b.acquire().await.map(|_| ()) }));
+    }
+    settle().await;
+    let start = Instant::now();
+    let err = b.acquire().await.unwrap_err();
+    assert_eq!(start.elapsed(), ms(0), "rejection must not wait");
+    match err {
+        AcquireError::QueueFull(r) => {
+            assert_eq!(r.waiting, 3);
+            assert_eq!(&*r.budget, "test");
+        }
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    let s = b.snapshot();
+    assert_eq!((s.in_flight, s.waiting, s.rejected), (2, 3, 1));
+    assert_eq!(s.peak_waiting, 3);
+    for w in waiters {
+        w.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_queued_zero_fails_fast_only_when_all_permits_are_held() {
+    let b = budget(BudgetConfig::new(2).max_queued(0));
+    let p1 = b.acquire().await.unwrap();
+    let _p2 = b.acquire().await.unwrap();
+    assert!(b.acquire().await.unwrap_err().is_queue_full());
+    drop(p1);
+    assert!(b.acquire().await.is_ok());
+    assert_eq!(b.snapshot().rejected, 1);
+    assert_eq!(b.snapshot().admitted, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_permit_deadline_ends_the_wait() {
+    let b = budget(BudgetConfig::new(1).permit_timeout(ms(500)));
+    let held = b.acquire_owned().await.unwrap();
+    let start = Instant::now();
+    let err = b.acquire().await.unwrap_err();
+    assert_eq!(start.elapsed(), ms(500));
+    assert!(err.is_permit_timeout(), "{err:?}");
+    let s = b.snapshot();
+    assert_eq!((s.permit_timeouts, s.waiting, s.in_flight), (1, 0, 1));
+
+    // A permit freed before the deadline is granted, and the wait is recorded.
+    tokio::spawn(async move {
+        sleep(ms(300)).await;
+        drop(held);
+    });
+    let start = Instant::now();
+    let _p = b.acquire().await.unwrap();
+    assert_eq!(start.elapsed(), ms(300));
+    let s = b.snapshot();
+    assert_eq!(s.admitted, 2);
+    assert_eq!(s.wait.max, ms(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_call_timeout_starts_once_the_permit_is_held() {
+    let b = budget(
+        BudgetConfig::new(1)
+            .permit_timeout(ms(1_000))
+            .call_timeout(ms(500)),
+    );
+    let held = b.acquire_owned().await.unwrap();
+    tokio::spawn(async move {
+        sleep(ms(400)).await;
+        drop(held);
+    });
+    let start = Instant::now();
+    // Waits 400 ms for the permit, then runs 450 ms: 850 ms in all, past the 500 ms call timeout
+    // if the wait were counted against it.
+    let out = b
+        .call(|| async {
+            sleep(ms(450)).await;
+            Ok::<_, ()>("written")
+        })
+        .await;
+    assert_eq!(out, Ok("written"));
+    assert_eq!(start.elapsed(), ms(850));
+    let s = b.snapshot();
+    assert_eq!(s.call_timeouts, 0);
+    assert_eq!(s.call.max, ms(450));
+    assert_eq!(s.wait.max, ms(400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_past_its_timeout_is_dropped_and_counted() {
+    let b = budget(BudgetConfig::new(1).call_timeout(ms(2_000)));
+    let dropped = Arc::new(Mutex::new(false));
+    struct SetOnDrop(Arc<Mutex<bool>>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = true;
+        }
+    }
+    let guard = SetOnDrop(dropped.clone());
+    let start = Instant::now();
+    let out = b
+        .call(|| async move {
+            let _guard = guard;
+            sleep(ms(8_000)).await;
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert_eq!(out, Err(CallError::Timeout(ms(2_000))));
+    assert_eq!(start.elapsed(), ms(2_000));
+    assert!(*dropped.lock().unwrap(), "the timed-out call's future must be dropped");
+    let s = b.snapshot();
+    assert_eq!((s.call_timeouts, s.in_flight), (1, 0));
+    assert_eq!(b.available_permits(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn inner_errors_pass_through_and_rejected_calls_never_start() {
+    let b = budget(BudgetConfig::new(1).max_queued(0));
+    let out: Result<(), _> = b.call(|| async { Err("boom") }).await;
+    assert_eq!(out, Err(CallError::Inner("boom")));
+
+    let _held = b.acquire().await.unwrap();
+    let started = Arc::new(Mutex::new(false));
+    let s2 = started.clone();
+    let out = b
+        .call(|| async move {
+            *s2.lock().unwrap() = true;
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert!(matches!(out, Err(CallError::Rejected(AcquireError::QueueFull(_)))));
+    assert!(!*started.lock().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_waiter_frees_its_queue_place() {
+    let b = budget(BudgetConfig::new(1).max_queued(1));
+    let held = b.acquire_owned().await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire().await.map(|_| ()) })
+    };
+    settle().await;
+    assert_eq!(b.snapshot().waiting, 1);
+    assert!(b.acquire().await.unwrap_err().is_queue_full());
+
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let s = b.snapshot();
+    assert_eq!((s.waiting, s.cancelled), (0, 1));
+
+    // The freed place can be taken again, and the held permit still goes to it.
+    let next = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire().await.map(|_| ()) })
+    };
+    settle().await;
+    assert_eq!(b.snapshot().waiting, 1);
+    drop(held);
+    next.await.unwrap().unwrap();
+    assert_eq!(b.available_permits(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_holder_frees_its_permit() {
+    let b = budget(BudgetConfig::new(1));
+    let holder = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.call(|| async {
+                sleep(ms(60_000)).await;
+                Ok::<_, ()>(())
+            })
+            .await
+        })
+    };
+    settle().await;
+    assert_eq!(b.snapshot().in_flight, 1);
+    holder.abort();
+    let _ = holder.await;
+    assert_eq!(b.snapshot().in_flight, 0);
+    assert_eq!(b.available_permits(), 1);
+    let start = Instant::now();
+    let _p = b.acquire().await.unwrap();
+    assert_eq!(start.elapsed(), ms(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_inside_a_call_frees_its_permit() {
+    let b = budget(BudgetConfig::new(1));
+    let task = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.call(|| async {
+                sleep(ms(5)).await;
+                if true {
+                    panic!("the call panicked");
+                }
+                Ok::<_, ()>(())
+            })
+            .await
+        })
+    };
+    assert!(task.await.unwrap_err().is_panic());
+    assert_eq!(b.available_permits(), 1);
+    assert_eq!(b.snapshot().in_flight, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn counters_and_peaks_add_up() {
+    let b = budget(BudgetConfig::new(3).max_queued(4).permit_timeout(ms(100)));
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let b = b.clone();
+        tasks.push(tokio::spawn(async move {
+            b.call(|| async move {
+                sleep(ms(60 + i)).await;
+                Ok::<_, ()>(())
+            })
+            .await
+        }));
+    }
+    let mut ok = 0;
+    let mut full = 0;
+    let mut timed_out = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => ok += 1,
+            Err(CallError::Rejected(AcquireError::QueueFull(_))) => full += 1,
+            Err(CallError::Rejected(AcquireError::PermitTimeout(_))) => timed_out += 1,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    // 3 run at once, 4 queue (the first 3 of them get permits at ~60 ms, the 4th times out at
+    // 100 ms), 3 are turned away.
+    assert_eq!((ok, full, timed_out), (6, 3, 1));
+    let s = b.snapshot();
+    assert_eq!(s.admitted, 6);
+    assert_eq!(s.rejected, 3);
+    assert_eq!(s.permit_timeouts, 1);
+    assert_eq!(s.cancelled, 0);
+    assert_eq!(s.peak_in_flight, 3);
+    assert_eq!(s.peak_waiting, 4);
+    assert_eq!((s.in_flight, s.waiting), (0, 0));
+    assert_eq!(s.call.count, 6);
+    assert_eq!(s.wait.count, 6);
+    assert_eq!(s.call.max, ms(65));
+    assert_eq!(s.max_concurrent, 3);
+    assert_eq!(s.name, "test");
+}
+
+#[tokio::test(start_paused = true)]
+async fn clones_share_one_set_of_permits() {
+    let a = budget(BudgetConfig::new(2));
+    let c = a.clone();
+    let _p1 = a.acquire().await.unwrap();
+    let _p2 = c.acquire().await.unwrap();
+    assert_eq!(a.available_permits(), 0);
+    assert_eq!(c.snapshot().in_flight, 2);
+}
+
+#[test]
+fn budget_and_permits_are_send_sync_static() {
+    fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+    fn assert_send<T: Send>() {}
+    assert_send_sync_static::<Budget>();
+    assert_send_sync_static::<inflight::OwnedPermit>();
+    assert_send_sync_static::<inflight::Budgets>();
+    assert_send::<inflight::Permit<'static>>();
+    assert_send_sync_static::<AcquireError>();
+    assert_send_sync_static::<inflight::ConfigError>();
+    fn assert_send_future<F: std::future::Future + Send>(_: F) {}
+    let b = budget(BudgetConfig::new(1));
+    assert_send_future(b.acquire());
+    assert_send_future(b.call(|| async { Ok::<_, ()>(()) }));
+    drop(b);
+}
+
+#[test]
+fn invalid_configs_are_refused_with_the_field_named() {
+    let err = Budget::new("records", BudgetConfig::new(0)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "budgets.records.max_concurrent: must be at least 1, got 0"
+    );
+    let err = Budget::new("records", BudgetConfig::new(1).permit_timeout(ms(0))).unwrap_err();
+    assert_eq!(err.field(), Some("budgets.records.permit_timeout"));
+    let err = Budget::new("records", BudgetConfig::new(1).call_timeout(ms(0))).unwrap_err();
+    assert_eq!(err.field(), Some("budgets.records.call_timeout"));
+    assert!(Budget::new("", BudgetConfig::new(1)).is_err());
+}

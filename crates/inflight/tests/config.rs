@@ -1,0 +1,160 @@
+//! Loading and checking budgets files: each refusal names the budget and the field.
+
+use std::time::Duration;
+
+use inflight::{Budgets, ConfigError, Rate};
+
+fn refused(text: &str) -> ConfigError {
+    Budgets::from_toml_str(text).expect_err("the file must be refused")
+}
+
+#[test]
+fn a_full_file_loads_in_order() {
+    let budgets = Budgets::from_toml_str(
+        r#"
+        [budgets.records]
+        max_concurrent = 6
+        max_queued = 6
+        permit_timeout = "500ms"
+        call_timeout = "2s"
+        service_time = "150ms"
+        target_rate = "40/s"
+
+        [budgets.enrichment]
+        max_concurrent = 24
+        "#,
+    )
+    .unwrap();
+    assert_eq!(budgets.len(), 2);
+    let names: Vec<_> = budgets.iter().map(|b| b.name().to_string()).collect();
+    assert_eq!(names, ["records", "enrichment"]);
+    let c = budgets.get("records").unwrap().config();
+    assert_eq!(c.max_concurrent(), 6);
+    assert_eq!(c.max_queued_limit(), Some(6));
+    assert_eq!(c.permit_timeout_limit(), Some(Duration::from_millis(500)));
+    assert_eq!(c.call_timeout_limit(), Some(Duration::from_secs(2)));
+    assert_eq!(c.service_time_hint(), Some(Duration::from_millis(150)));
+    assert_eq!(c.target_rate_hint(), Some(Rate::per_second(40.0)));
+    assert_eq!(c.max_rate(), Some(Rate::per_second(40.0)));
+    assert_eq!(c.needed_concurrency(), Some(6.0));
+    let e = budgets.get("enrichment").unwrap().config();
+    assert_eq!(e.max_queued_limit(), None);
+    assert_eq!(e.call_timeout_limit(), None);
+    assert!(budgets.get("missing").is_none());
+}
+
+#[test]
+fn zero_max_concurrent_is_refused() {
+    let err = refused("[budgets.records]\nmax_concurrent = 0\n");
+    assert_eq!(
+        err.to_string(),
+        "budgets.records.max_concurrent: must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn missing_max_concurrent_is_refused() {
+    let err = refused("[budgets.records]\nmax_queued = 6\n");
+    assert_eq!(err.field(), Some("budgets.records.max_concurrent"));
+    assert!(err.to_string().contains("missing"), "{err}");
+}
+
+#[test]
+fn negative_numbers_are_refused() {
+    let err = refused("[budgets.records]\nmax_concurrent = -3\n");
+    assert_eq!(
+        err.to_string(),
+        "budgets.records.max_concurrent: must be at least 1, got -3"
+    );
+    let err = refused("[budgets.records]\nmax_concurrent = 2\nmax_queued = -1\n");
+    assert_eq!(
+        err.to_string(),
+        "budgets.records.max_queued: must not be negative, got -1"
+    );
+    let err = refused("[budgets.records]\nmax_concurrent = 2\ncall_timeout = \"-2s\"\n");
+    assert_eq!(err.field(), Some("budgets.records.call_timeout"));
+    assert!(err.to_string().contains("negative"), "{err}");
+    let err = refused("[budgets.records]\nmax_concurrent = 2\ntarget_rate = \"-4/s\"\n");
+    assert_eq!(err.field(), Some("budgets.records.target_rate"));
+}
+
+#[test]
+fn wrong_types_are_refused() {
+    let err = refused("[budgets.records]\nmax_concurrent = \"6\"\n");
+    assert_eq!(err.field(), Some("budgets.records.max_concurrent"));
+    assert!(err.to_string().contains("whole number"), "{err}");
+    let err = refused("[budgets.records]\nmax_concurrent = 2.5\n");
+    assert_eq!(err.field(), Some("budgets.records.max_concurrent"));
+    let err = refused("[budgets.records]\nmax_concurrent = 2\npermit_timeout = 500\n");
+    assert_eq!(err.field(), Some("budgets.records.permit_timeout"));
+    assert!(err.to_string().contains("duration string"), "{err}");
+    let err = refused("[budgets]\nrecords = 6\n");
+    assert_eq!(err.field(), Some("budgets.records"));
+}
+
+#[test]
+fn unparsable_durations_and_rates_are_refused() {
+    let err = refused("[budgets.records]\nmax_concurrent = 2\npermit_timeout = \"soon\"\n");
+    assert_eq!(err.field(), Some("budgets.records.permit_timeout"));
+    assert!(err.to_string().contains("\"soon\""), "{err}");
+    let err = refused("[budgets.records]\nmax_concurrent = 2\nservice_time = \"150\"\n");
+    assert_eq!(err.field(), Some("budgets.records.service_time"));
+    let err = refused("[budgets.records]\nmax_concurrent = 2\ntarget_rate = \"forty\"\n");
+    assert_eq!(err.field(), Some("budgets.records.target_rate"));
+    assert!(err.to_string().contains("40/s"), "{err}");
+}
+
+#[test]
+fn zero_timeouts_are_refused() {
+    for field in ["permit_timeout", "call_timeout", "service_time"] {
+        let err = refused(&format!(
+            "[budgets.records]\nmax_concurrent = 2\n{field} = \"0ms\"\n"
+        ));
+        assert_eq!(err.field(), Some(format!("budgets.records.{field}").as_str()));
+        assert!(err.to_string().contains("greater than zero"), "{err}");
+    }
+    let err = refused("[budgets.records]\nmax_concurrent = 2\ntarget_rate = \"0/s\"\n");
+    assert_eq!(err.field(), Some("budgets.records.target_rate"));
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let err = refused("[budgets.records]\nmax_concurrent = 2\nmax_inflight = 3\n");
+    assert_eq!(err.field(), Some("budgets.records.max_inflight"));
+    assert!(err.to_string().contains("unknown key"), "{err}");
+    assert!(err.to_string().contains("max_concurrent"), "lists the known keys: {err}");
+    let err = refused("[limits.records]\nmax_concurrent = 2\n");
+    assert_eq!(err.field(), Some("limits"));
+}
+
+#[test]
+fn malformed_toml_and_empty_files_are_refused() {
+    let err = refused("[budgets.records\nmax_concurrent = 2\n");
+    assert!(matches!(err, ConfigError::Toml(_)), "{err:?}");
+    assert!(err.to_string().starts_with("invalid TOML"), "{err}");
+    assert!(err.to_string().contains("line 1"), "{err}");
+    let err = refused("");
+    assert_eq!(err.field(), Some("budgets"));
+    let err = refused("[budgets]\n");
+    assert_eq!(err.field(), Some("budgets"));
+}
+
+#[test]
+fn from_path_reads_files_and_names_missing_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(&path, "[budgets.api]\nmax_concurrent = 3\n").unwrap();
+    let budgets = Budgets::from_path(&path).unwrap();
+    assert_eq!(budgets.get("api").unwrap().config().max_concurrent(), 3);
+    let err = Budgets::from_path(dir.path().join("nope.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }));
+    assert!(err.to_string().contains("nope.toml"), "{err}");
+}
+
+#[test]
+fn the_shipped_example_loads() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/budgets.toml");
+    let budgets = Budgets::from_path(path).unwrap();
+    assert_eq!(budgets.get("enrichment").unwrap().config().max_concurrent(), 24);
+    assert_eq!(budgets.get("records").unwrap().config().max_concurrent(), 6);
+}
