@@ -157,7 +157,10 @@ async fn a_call_past_its_timeout_is_dropped_and_counted() {
         .await;
     assert_eq!(out, Err(CallError::Timeout(ms(2_000))));
     assert_eq!(start.elapsed(), ms(2_000));
-    assert!(*dropped.lock().unwrap(), "the timed-out call's future must be dropped");
+    assert!(
+        *dropped.lock().unwrap(),
+        "the timed-out call's future must be dropped"
+    );
     let s = b.snapshot();
     assert_eq!((s.call_timeouts, s.in_flight), (1, 0));
     assert_eq!(b.available_permits(), 1);
@@ -178,7 +181,10 @@ async fn inner_errors_pass_through_and_rejected_calls_never_start() {
             Ok::<_, ()>(())
         })
         .await;
-    assert!(matches!(out, Err(CallError::Rejected(AcquireError::QueueFull(_)))));
+    assert!(matches!(
+        out,
+        Err(CallError::Rejected(AcquireError::QueueFull(_)))
+    ));
     assert!(!*started.lock().unwrap());
 }
 

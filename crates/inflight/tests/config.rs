@@ -110,7 +110,10 @@ fn zero_timeouts_are_refused() {
         let err = refused(&format!(
             "[budgets.records]\nmax_concurrent = 2\n{field} = \"0ms\"\n"
         ));
-        assert_eq!(err.field(), Some(format!("budgets.records.{field}").as_str()));
+        assert_eq!(
+            err.field(),
+            Some(format!("budgets.records.{field}").as_str())
+        );
         assert!(err.to_string().contains("greater than zero"), "{err}");
     }
     let err = refused("[budgets.records]\nmax_concurrent = 2\ntarget_rate = \"0/s\"\n");
@@ -122,7 +125,10 @@ fn unknown_keys_are_refused() {
     let err = refused("[budgets.records]\nmax_concurrent = 2\nmax_inflight = 3\n");
     assert_eq!(err.field(), Some("budgets.records.max_inflight"));
     assert!(err.to_string().contains("unknown key"), "{err}");
-    assert!(err.to_string().contains("max_concurrent"), "lists the known keys: {err}");
+    assert!(
+        err.to_string().contains("max_concurrent"),
+        "lists the known keys: {err}"
+    );
     let err = refused("[limits.records]\nmax_concurrent = 2\n");
     assert_eq!(err.field(), Some("limits"));
 }
@@ -155,6 +161,9 @@ fn from_path_reads_files_and_names_missing_ones() {
 fn the_shipped_example_loads() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/budgets.toml");
     let budgets = Budgets::from_path(path).unwrap();
-    assert_eq!(budgets.get("enrichment").unwrap().config().max_concurrent(), 24);
+    assert_eq!(
+        budgets.get("enrichment").unwrap().config().max_concurrent(),
+        24
+    );
     assert_eq!(budgets.get("records").unwrap().config().max_concurrent(), 6);
 }

@@ -121,7 +121,9 @@ impl BudgetConfig {
     /// The calls in flight the target rate needs (`target_rate x service_time`), if both are given.
     pub fn needed_concurrency(&self) -> Option<f64> {
         match (self.target_rate, self.service_time) {
-            (Some(rate), Some(t)) => Some(crate::sizing::in_flight_for(rate.events_per_second(), t)),
+            (Some(rate), Some(t)) => {
+                Some(crate::sizing::in_flight_for(rate.events_per_second(), t))
+            }
             _ => None,
         }
     }
@@ -130,7 +132,10 @@ impl BudgetConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
         let field = |f: &str| format!("budgets.{name}.{f}");
         if name.is_empty() {
-            return Err(ConfigError::invalid("budgets", "a budget name must not be empty"));
+            return Err(ConfigError::invalid(
+                "budgets",
+                "a budget name must not be empty",
+            ));
         }
         if self.max_concurrent == 0 {
             return Err(ConfigError::invalid(
@@ -154,7 +159,10 @@ impl BudgetConfig {
             ("service_time", self.service_time),
         ] {
             if value == Some(Duration::ZERO) {
-                return Err(ConfigError::invalid(field(f), "must be greater than zero, got 0s"));
+                return Err(ConfigError::invalid(
+                    field(f),
+                    "must be greater than zero, got 0s",
+                ));
             }
         }
         if let Some(rate) = self.target_rate {

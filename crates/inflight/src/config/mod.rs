@@ -38,7 +38,7 @@ pub enum ConfigError {
     #[error("invalid TOML: {0}")]
     Toml(String),
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
         #[source]

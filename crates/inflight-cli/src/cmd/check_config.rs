@@ -1,0 +1,210 @@
+//! `inflight check-config`: load and check a budgets file, and print what each budget implies.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use inflight::sizing::{assess, Warning};
+use inflight::{BudgetConfig, Budgets};
+use serde_json::{json, Value};
+
+/// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
+///
+/// Exit status: 0 when the file is valid (warnings included), 2 when it is not (the message on
+/// stderr names the budget and the field).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Little's law: calls in flight = throughput x time per call.
+  With service_time, a budget passes at most max_concurrent / service_time.
+  With target_rate too, the target needs target_rate x service_time calls in flight;
+  more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
+
+Example:
+  inflight check-config examples/budgets.toml
+  inflight check-config budgets.toml --json | jq '.budgets[] | {name, max_rate_per_s}'")]
+pub struct Args {
+    /// The budgets file (TOML, one [budgets.<name>] table per dependency).
+    pub file: PathBuf,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let budgets = match Budgets::from_path(&args.file) {
+        Ok(b) => b,
+        Err(err) => {
+            if args.json {
+                let doc = json!({
+                    "file": args.file.display().to_string(),
+                    "valid": false,
+                    "error": err.to_string(),
+                    "field": err.field(),
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            }
+            let message = format!("{}: {err}", args.file.display());
+            return Err(match std::error::Error::source(&err) {
+                Some(cause) => anyhow::anyhow!("{message}: {cause}"),
+                None => anyhow::anyhow!(message),
+            });
+        }
+    };
+    let reports: Vec<BudgetReport<'_>> = budgets
+        .iter()
+        .map(|b| BudgetReport::new(b.name(), b.config()))
+        .collect();
+    if args.json {
+        let doc = json!({
+            "file": args.file.display().to_string(),
+            "valid": true,
+            "warnings": reports.iter().map(|r| r.warnings.len()).sum::<usize>(),
+            "budgets": reports.iter().map(BudgetReport::to_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", render(&args.file.display().to_string(), &reports));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+struct BudgetReport<'a> {
+    name: &'a str,
+    config: &'a BudgetConfig,
+    warnings: Vec<Warning>,
+    max_rate: Option<f64>,
+    needed: Option<f64>,
+}
+
+impl<'a> BudgetReport<'a> {
+    fn new(name: &'a str, config: &'a BudgetConfig) -> Self {
+        let a = assess(config);
+        BudgetReport {
+            name,
+            config,
+            warnings: a.warnings,
+            max_rate: a.max_rate.map(|r| r.events_per_second()),
+            needed: a.needed_concurrency,
+        }
+    }
+
+    fn target_exceeds_budget(&self) -> Option<bool> {
+        self.needed
+            .map(|n| n > self.config.max_concurrent() as f64 + 1e-9)
+    }
+
+    fn to_json(&self) -> Value {
+        let c = self.config;
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        json!({
+            "name": self.name,
+            "max_concurrent": c.max_concurrent(),
+            "max_queued": c.max_queued_limit(),
+            "permit_timeout_ms": ms(c.permit_timeout_limit()),
+            "call_timeout_ms": ms(c.call_timeout_limit()),
+            "service_time_ms": ms(c.service_time_hint()),
+            "target_rate_per_s": c.target_rate_hint().map(|r| r.events_per_second()),
+            "max_rate_per_s": self.max_rate,
+            "needed_concurrency": self.needed,
+            "target_exceeds_budget": self.target_exceeds_budget(),
+            "warnings": self.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn duration(d: Option<Duration>, none: &str) -> String {
+    d.map(|d| humantime::format_duration(d).to_string())
+        .unwrap_or_else(|| none.to_string())
+}
+
+fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let warnings: usize = reports.iter().map(|r| r.warnings.len()).sum();
+    let _ = writeln!(
+        out,
+        "{file}: valid, {} budget{}, {warnings} warning{}",
+        reports.len(),
+        if reports.len() == 1 { "" } else { "s" },
+        if warnings == 1 { "" } else { "s" }
+    );
+    for r in reports {
+        let c = r.config;
+        let _ = writeln!(out, "\n[{}]", r.name);
+        let _ = writeln!(out, "  max_concurrent  {}", c.max_concurrent());
+        let queued = match c.max_queued_limit() {
+            None => "unbounded".to_string(),
+            Some(0) => "0 (fail fast when all permits are held)".to_string(),
+            Some(n) => n.to_string(),
+        };
+        let _ = writeln!(out, "  max_queued      {queued}");
+        let _ = writeln!(
+            out,
+            "  permit_timeout  {}",
+            duration(c.permit_timeout_limit(), "none (wait as long as it takes)")
+        );
+        let _ = writeln!(
+            out,
+            "  call_timeout    {}",
+            duration(
+                c.call_timeout_limit(),
+                "none (set one: calls that hang hold their permit forever)"
+            )
+        );
+        match (c.service_time_hint(), r.max_rate) {
+            (Some(t), Some(rate)) => {
+                let _ = writeln!(
+                    out,
+                    "  service_time    {}  -> at most {} through this budget ({} / {})",
+                    humantime::format_duration(t),
+                    per_s(rate),
+                    c.max_concurrent(),
+                    humantime::format_duration(t)
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "  service_time    not given (add it to see the most this budget lets through)"
+                );
+            }
+        }
+        if let Some(target) = c.target_rate_hint() {
+            match r.needed {
+                Some(needed) => {
+                    let verdict = if r.target_exceeds_budget() == Some(true) {
+                        format!("EXCEEDS max_concurrent {}", c.max_concurrent())
+                    } else {
+                        format!("fits within {}", c.max_concurrent())
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  target_rate     {}  -> needs {needed:.1} in flight ({} x {}): {verdict}",
+                        per_s(target.events_per_second()),
+                        per_s(target.events_per_second()),
+                        duration(c.service_time_hint(), "?")
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  target_rate     {}  (add service_time to size it)",
+                        per_s(target.events_per_second())
+                    );
+                }
+            }
+        }
+        for w in &r.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+    }
+    out
+}
+
+fn per_s(rate: f64) -> String {
+    if (rate - rate.round()).abs() < 0.005 {
+        format!("{:.0}/s", rate)
+    } else {
+        format!("{rate:.2}/s")
+    }
+}

@@ -1,0 +1,53 @@
+//! The `inflight` command: glue between the command line and the `inflight` and `inflight-lab`
+//! libraries. Each subcommand lives in `cmd/<name>.rs` with its `Args` and a `run` function.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod output;
+
+/// Decide, and enforce, how many calls your I/O-bound work sends to each service it depends on.
+#[derive(Debug, Parser)]
+#[command(name = "inflight", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a budgets file and print each budget's limits and Little's-law figures.
+    CheckConfig(cmd::check_config::Args),
+    /// Show the CPU budget of this process: cores, affinity, cgroup quotas, what runtimes would pick.
+    Probe(cmd::probe::Args),
+    /// Run a CPU-bound task on thread pools of several sizes, optionally under a real cgroup quota.
+    PoolBench(cmd::pool_bench::Args),
+    /// Compare fan-out strategies (unbounded, bounded) against a stand-in downstream.
+    Fanout(cmd::fanout::Args),
+    /// Serve the lab's simulated dependencies (enrichment API, system of record) on 127.0.0.1.
+    Sim(cmd::sim::Args),
+    /// Run the lab: strategies x scenarios x repeats under a real CPU quota, with a report.
+    Lab(cmd::lab::Args),
+}
+
+fn main() -> ExitCode {
+    output::reset_sigpipe();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::Probe(args) => cmd::probe::run(args),
+        Command::PoolBench(args) => cmd::pool_bench::run(args),
+        Command::Fanout(args) => cmd::fanout::run(args),
+        Command::Sim(args) => cmd::sim::run(args),
+        Command::Lab(args) => cmd::lab::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            output::print_error(&err);
+            ExitCode::from(2)
+        }
+    }
+}

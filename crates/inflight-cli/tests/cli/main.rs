@@ -1,0 +1,9 @@
+//! Command-line tests: one integration binary, a module per subcommand, helpers in `support`.
+
+mod check_config;
+mod fanout;
+mod lab;
+mod pool_bench;
+mod probe;
+mod sim;
+mod support;

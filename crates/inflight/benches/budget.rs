@@ -1,0 +1,180 @@
+//! Cost of one acquire + release: `Budget` against a bare `tokio::sync::Semaphore` and tower's
+//! `ConcurrencyLimit` around a no-op service, uncontended and with 64 tasks contending.
+//!
+//! Run with `cargo bench -p inflight --bench budget`; times are per acquire + release.
+
+use std::future::{ready, Ready};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use inflight::{Budget, BudgetConfig};
+use tokio::runtime::Runtime;
+use tokio::sync::Semaphore;
+use tower::limit::ConcurrencyLimit;
+use tower::{service_fn, Service, ServiceExt};
+
+const LIMIT: usize = 8;
+const TASKS: u64 = 64;
+
+type Noop = tower::util::ServiceFn<fn(()) -> Ready<Result<(), ()>>>;
+
+fn noop_service() -> ConcurrencyLimit<Noop> {
+    let f: fn(()) -> Ready<Result<(), ()>> = |_| ready(Ok(()));
+    ConcurrencyLimit::new(service_fn(f), LIMIT)
+}
+
+fn budget() -> Budget {
+    Budget::new("bench", BudgetConfig::new(LIMIT)).unwrap()
+}
+
+fn current_thread() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn uncontended(c: &mut Criterion) {
+    let rt = current_thread();
+    let mut group = c.benchmark_group("uncontended");
+    group.bench_function("semaphore", |b| {
+        let sem = Semaphore::new(LIMIT);
+        b.to_async(&rt).iter_custom(|iters| {
+            let sem = &sem;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(sem.acquire().await.unwrap());
+                }
+                start.elapsed()
+            }
+        })
+    });
+    group.bench_function("budget", |b| {
+        let budget = budget();
+        b.to_async(&rt).iter_custom(|iters| {
+            let budget = &budget;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(budget.acquire().await.unwrap());
+                }
+                start.elapsed()
+            }
+        })
+    });
+    group.bench_function("tower_concurrency_limit", |b| {
+        b.to_async(&rt).iter_custom(|iters| async move {
+            let mut svc = noop_service();
+            let start = Instant::now();
+            for _ in 0..iters {
+                svc.ready().await.unwrap();
+                svc.call(()).await.unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+}
+
+/// Runs `TASKS` tasks that together do `iters` acquire + release, each holding its permit across
+/// one yield so that tasks really wait for each other.
+fn contended(c: &mut Criterion) {
+    let rt = multi_thread();
+    let mut group = c.benchmark_group("contended_64_tasks");
+    let per_task = |iters: u64| iters.div_ceil(TASKS);
+    group.bench_function(BenchmarkId::from_parameter("semaphore"), |b| {
+        b.to_async(&rt).iter_custom(|iters| async move {
+            let sem = Arc::new(Semaphore::new(LIMIT));
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    let sem = sem.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..per_task(iters) {
+                            let p = sem.acquire().await.unwrap();
+                            tokio::task::yield_now().await;
+                            drop(p);
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            scale(start.elapsed(), iters, per_task(iters) * TASKS)
+        })
+    });
+    group.bench_function(BenchmarkId::from_parameter("budget"), |b| {
+        b.to_async(&rt).iter_custom(|iters| async move {
+            let budget = budget();
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    let budget = budget.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..per_task(iters) {
+                            let p = budget.acquire().await.unwrap();
+                            tokio::task::yield_now().await;
+                            drop(p);
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            scale(start.elapsed(), iters, per_task(iters) * TASKS)
+        })
+    });
+    group.bench_function(
+        BenchmarkId::from_parameter("tower_concurrency_limit"),
+        |b| {
+            b.to_async(&rt).iter_custom(|iters| async move {
+                let svc = noop_service();
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..TASKS)
+                    .map(|_| {
+                        let mut svc = svc.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..per_task(iters) {
+                                svc.ready().await.unwrap();
+                                let response = svc.call(());
+                                tokio::task::yield_now().await;
+                                response.await.unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                scale(start.elapsed(), iters, per_task(iters) * TASKS)
+            })
+        },
+    );
+    group.finish();
+}
+
+/// Rounding `iters` up to a multiple of `TASKS` did `done` operations; report the time for `iters`.
+fn scale(elapsed: Duration, iters: u64, done: u64) -> Duration {
+    elapsed.mul_f64(iters as f64 / done as f64)
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = uncontended, contended
+}
+criterion_main!(benches);

@@ -1,0 +1,133 @@
+//! Random interleavings of acquire, cancel and release on a multi-thread runtime: the limit holds,
+//! no permit is lost, and every acquire is counted exactly once.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::{Budget, BudgetConfig};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Op {
+    /// Microseconds to wait before asking for a permit.
+    start_us: u64,
+    /// Microseconds to hold the permit.
+    hold_us: u64,
+    /// Abort the task this many microseconds after spawning it.
+    abort_after_us: Option<u64>,
+    /// Use `call` rather than `acquire_owned`.
+    via_call: bool,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    (
+        0..300u64,
+        0..400u64,
+        prop::option::weighted(0.3, 0..600u64),
+        any::<bool>(),
+    )
+        .prop_map(|(start_us, hold_us, abort_after_us, via_call)| Op {
+            start_us,
+            hold_us,
+            abort_after_us,
+            via_call,
+        })
+}
+
+fn config() -> impl Strategy<Value = BudgetConfig> {
+    (
+        1..5usize,
+        prop::option::of(0..6usize),
+        prop::option::of(50..500u64),
+    )
+        .prop_map(|(max, queued, timeout_us)| {
+            let mut c = BudgetConfig::new(max);
+            if let Some(q) = queued {
+                c = c.max_queued(q);
+            }
+            if let Some(t) = timeout_us {
+                c = c.permit_timeout(Duration::from_micros(t));
+            }
+            c
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn limit_holds_and_nothing_is_lost(config in config(), ops in prop::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let max = config.max_concurrent();
+        let budget = Budget::new("prop", config).unwrap();
+        let holders = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let attempts = Arc::new(AtomicUsize::new(0));
+
+        rt.block_on(async {
+            let mut handles = Vec::new();
+            for op in ops {
+                let (budget, holders, most, attempts) =
+                    (budget.clone(), holders.clone(), most.clone(), attempts.clone());
+                let task = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_micros(op.start_us)).await;
+                    attempts.fetch_add(1, SeqCst);
+                    let hold = || {
+                        let (holders, most) = (holders.clone(), most.clone());
+                        async move {
+                            let now = holders.fetch_add(1, SeqCst) + 1;
+                            most.fetch_max(now, SeqCst);
+                            struct Leave(Arc<AtomicUsize>);
+                            impl Drop for Leave {
+                                fn drop(&mut self) {
+                                    self.0.fetch_sub(1, SeqCst);
+                                }
+                            }
+                            let _leave = Leave(holders);
+                            tokio::time::sleep(Duration::from_micros(op.hold_us)).await;
+                            Ok::<_, ()>(())
+                        }
+                    };
+                    if op.via_call {
+                        let _ = budget.call(hold).await;
+                    } else if let Ok(permit) = budget.acquire_owned().await {
+                        let _ = hold().await;
+                        drop(permit);
+                    }
+                });
+                handles.push((task, op.abort_after_us));
+            }
+            let mut joins = Vec::new();
+            for (task, abort_after) in handles {
+                joins.push(tokio::spawn(async move {
+                    if let Some(us) = abort_after {
+                        tokio::time::sleep(Duration::from_micros(us)).await;
+                        task.abort();
+                    }
+                    let _ = task.await;
+                }));
+            }
+            for j in joins {
+                j.await.unwrap();
+            }
+        });
+
+        let s = budget.snapshot();
+        prop_assert!(most.load(SeqCst) <= max, "{} holders at once, limit {}", most.load(SeqCst), max);
+        prop_assert!(s.peak_in_flight <= max);
+        prop_assert_eq!(holders.load(SeqCst), 0);
+        prop_assert_eq!(s.in_flight, 0);
+        prop_assert_eq!(s.waiting, 0);
+        prop_assert_eq!(budget.available_permits(), max, "a permit was lost");
+        prop_assert_eq!(
+            s.admitted + s.rejected + s.permit_timeouts + s.cancelled,
+            attempts.load(SeqCst) as u64,
+            "every acquire ends in exactly one outcome: {:?}", s
+        );
+    }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Everything CI runs, in order: set-up checks, formatting, lints, tests, benchmark builds.
+#
+#   scripts/test.sh
+#
+# Runs as root in CI: the CPU tests create real cgroups with a CPU quota (and remove them). As a
+# normal user those tests say they were skipped and the rest still runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain"
+if ! command -v cargo >/dev/null; then
+    echo "error: cargo not found; install Rust (https://rustup.rs) and retry" >&2
+    exit 1
+fi
+for component in rustfmt clippy; do
+    if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+        rustup component add "$component"
+    fi
+done
+cargo --version
+rustc --version
+
+step "cgroups (the CPU-quota tests need a writable cpu controller)"
+if [ "$(id -u)" = 0 ]; then
+    grep -E ' - cgroup2? ' /proc/self/mountinfo | awk '{print "  " $5 " (" $9 ")"}' || true
+else
+    echo "  not root: tests that create cgroups will be skipped"
+fi
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "cargo check --benches"
+cargo check --workspace --benches --locked
+
+step "done"
