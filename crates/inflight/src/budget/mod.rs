@@ -70,7 +70,7 @@ use stats::{raise_peak, Histogram};
 ///         Ok::<_, std::io::Error>(42)
 ///     })
 ///     .await;
-/// assert_eq!(written, Ok(42));
+/// assert_eq!(written.unwrap(), 42);
 ///
 /// let snapshot = records.snapshot();
 /// assert_eq!(snapshot.admitted, 1);
@@ -312,7 +312,7 @@ impl Budget {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let budget = Budget::new("api", BudgetConfig::new(1).call_timeout(Duration::from_millis(250))).unwrap();
-    /// let held = budget.acquire().await.unwrap();
+    /// let held = budget.acquire_owned().await.unwrap();
     /// tokio::spawn(async move {
     ///     sleep(Duration::from_millis(400)).await;
     ///     drop(held);
