@@ -1,0 +1,120 @@
+//! `inflight fanout`: unbounded and bounded fan-out strategies against a stand-in downstream that
+//! counts its callers: peak concurrency, wall time against the ideal bounded time, and what each
+//! strategy builds up front.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use inflight_lab::fanout::{self, Delay, FanoutConfig, PreciseTimer, Strategy};
+
+/// The longest a whole run may be planned to take.
+const MAX_PLANNED: Duration = Duration::from_secs(600);
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How many calls to send to the downstream (1 to 1,000,000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    jobs: u64,
+
+    /// How long one downstream call takes (e.g. 20ms; at most 10s).
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_delay)]
+    delay: Duration,
+
+    /// The bound of the bounded strategies: calls in flight at once (1 to 100,000).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    limit: u64,
+
+    /// Measured rounds per strategy, after one warm-up round (1 to 100).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    rounds: u64,
+
+    /// The timer the downstream sleeps on: `precise` (a parked thread, tens of microseconds of
+    /// slack) or `tokio` (1 ms ticks, deadlines rounded up).
+    #[arg(long, default_value = "precise", value_parser = ["precise", "tokio"])]
+    timer: String,
+
+    /// Strategies to run, comma-separated: unbounded, buffer_unordered, semaphore, joinset, budget.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "unbounded,buffer_unordered,semaphore,joinset,budget",
+        value_parser = parse_strategy
+    )]
+    strategies: Vec<Strategy>,
+
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_delay(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 20ms, 1s): {e}"))?;
+    if d.is_zero() {
+        return Err("the delay must be greater than 0".to_string());
+    }
+    if d > Duration::from_secs(10) {
+        return Err(format!("{s} is longer than the 10s limit"));
+    }
+    Ok(d)
+}
+
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    Strategy::parse(s.trim()).ok_or_else(|| {
+        format!(
+            "unknown strategy {s:?}; expected one of: {}",
+            Strategy::ALL.map(|k| k.name()).join(", ")
+        )
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = FanoutConfig {
+        jobs: args.jobs as usize,
+        delay: args.delay,
+        limit: args.limit as usize,
+        rounds: args.rounds as usize,
+        strategies: args.strategies.clone(),
+    };
+    // Bound the whole run before starting it: every strategy runs rounds + 1 times.
+    let ideal = Duration::from_secs_f64(
+        fanout::ideal_bounded_ms(config.jobs, config.limit, config.delay) / 1e3,
+    );
+    let per_round: Duration = config
+        .strategies
+        .iter()
+        .map(|s| if s.is_bounded() { ideal } else { config.delay })
+        .sum();
+    let planned = per_round * (config.rounds as u32 + 1);
+    anyhow::ensure!(
+        planned <= MAX_PLANNED,
+        "this run would take at least {} (ceil(jobs / limit) x delay per bounded round); the limit is {}: lower --jobs, --rounds or --delay, or raise --limit",
+        humantime::format_duration(Duration::from_millis(planned.as_millis() as u64)),
+        humantime::format_duration(MAX_PLANNED)
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    let timer = match args.timer.as_str() {
+        "tokio" => Delay::Tokio,
+        _ => Delay::Precise(PreciseTimer::new()),
+    };
+    eprintln!(
+        "planned: at least {} in all",
+        humantime::format_duration(Duration::from_millis(planned.as_millis() as u64))
+    );
+    let report = runtime
+        .block_on(fanout::run(&config, timer, |stage| {
+            eprintln!("running {stage}");
+        }))
+        .context("the fan-out benchmark failed")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", fanout::render(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}

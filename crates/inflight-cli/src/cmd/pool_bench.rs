@@ -1,0 +1,194 @@
+//! `inflight pool-bench`: a fixed CPU-bound task on thread pools of several sizes, each in a child
+//! process inside a cgroup with a real CPU quota (`--cpus`), with latency percentiles and throttling.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::Context;
+use inflight::cpu::{CpuBudget, QuotaGroup};
+use inflight_lab::pool_bench::{self, BenchReport, PoolResult};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// CPU quota to enforce, in CPUs (fractional allowed, e.g. 1 or 0.5): the tool creates a
+    /// cgroup with this quota, runs each pool size in a child process inside it, then removes it.
+    /// Without it the pools run under whatever limits this process already has.
+    #[arg(long, value_name = "N", value_parser = parse_cpus, allow_hyphen_values = true)]
+    cpus: Option<f64>,
+
+    /// Pool sizes to run, comma-separated, each 1 to 1024.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,4,8",
+        value_parser = clap::value_parser!(u32).range(1..=1024)
+    )]
+    pools: Vec<u32>,
+
+    /// How long each pool size runs (e.g. 5s, 500ms; at most 10m).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+
+    /// Target length of one task on an idle CPU, in microseconds; calibrated once, then the same
+    /// task runs for every pool size.
+    #[arg(long, value_name = "US", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    task_us: u64,
+
+    /// If the quota cannot be enforced, run anyway without one (enforcement "none").
+    #[arg(long)]
+    no_limit: bool,
+
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Internal: run one pool size in this process and print its result as JSON.
+    #[arg(long, hide = true, value_name = "POOL")]
+    child_pool: Option<usize>,
+
+    /// Internal: the calibrated task size for --child-pool.
+    #[arg(long, hide = true, value_name = "ITERS")]
+    child_iters: Option<u64>,
+}
+
+fn parse_cpus(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of CPUs (e.g. 1, 0.5, 2)"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{s} CPUs: the quota must be greater than 0"));
+    }
+    if v > 4096.0 {
+        return Err(format!("{s} CPUs: more than 4096 is not a useful quota"));
+    }
+    Ok(v)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 5s, 500ms): {e}"))?;
+    if d.is_zero() {
+        return Err("the duration must be greater than 0".to_string());
+    }
+    if d > Duration::from_secs(600) {
+        return Err(format!("{s} is longer than the 10m limit"));
+    }
+    Ok(d)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(pool) = args.child_pool {
+        let iters = args
+            .child_iters
+            .context("--child-pool needs --child-iters")?;
+        let run = pool_bench::run_pool(pool, args.duration, iters);
+        println!("{}", serde_json::to_string(&run)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let group = match args.cpus {
+        Some(cpus) => match QuotaGroup::create(cpus) {
+            Ok(g) => Some(g),
+            Err(e) if args.no_limit => {
+                eprintln!("warning: cannot enforce --cpus {cpus}: {e}");
+                eprintln!("warning: running without a quota (--no-limit): enforcement is \"none\"");
+                None
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "cannot enforce --cpus {cpus}, so the benchmark would not measure what it claims; pass --no-limit to run without a quota"
+                )))
+            }
+        },
+        None => None,
+    };
+    // Without our own group, throttling is read from the cgroup this process already runs in.
+    let stats_dir: Option<PathBuf> = match &group {
+        Some(g) => Some(g.path().to_path_buf()),
+        None => CpuBudget::detect()
+            .ok()
+            .and_then(|b| b.levels.first().map(|l| l.dir.clone())),
+    };
+    let enforcement = pool_bench::enforcement_of(group.as_ref());
+
+    let (iters, task_time) = pool_bench::calibrate(Duration::from_micros(args.task_us));
+    eprintln!(
+        "task: {iters} rounds of arithmetic, {:.1} us on an idle CPU (median); enforcement: {}{}",
+        task_time.as_secs_f64() * 1e6,
+        enforcement.as_str(),
+        group
+            .as_ref()
+            .map(|g| format!(" ({} CPUs in {})", g.cpus(), g.path().display()))
+            .unwrap_or_default()
+    );
+
+    let exe = std::env::current_exe().context("cannot find this program to run the pools")?;
+    let duration_arg = format!("{}ms", args.duration.as_millis().max(1));
+    let mut results = Vec::new();
+    for &pool in &args.pools {
+        let pool = pool as usize;
+        eprintln!(
+            "pool {pool}: running for {}",
+            humantime::format_duration(args.duration)
+        );
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "pool-bench",
+            "--child-pool",
+            &pool.to_string(),
+            "--child-iters",
+            &iters.to_string(),
+            "--duration",
+            &duration_arg,
+        ]);
+        let (run, throttle) = pool_bench::run_child(
+            cmd,
+            pool,
+            args.duration,
+            group.as_ref(),
+            stats_dir.as_deref(),
+        )
+        .with_context(|| format!("pool {pool} failed"))?;
+        results.push(PoolResult::new(&run, throttle));
+    }
+
+    let report = BenchReport {
+        cpus: args.cpus,
+        enforcement: enforcement.as_str().to_string(),
+        cgroup: group.as_ref().map(|g| g.path().display().to_string()),
+        duration_s: args.duration.as_secs_f64(),
+        task_iters: iters,
+        task_us: task_time.as_secs_f64() * 1e6,
+        results,
+    };
+    if let Some(g) = group {
+        let path = g.path().to_path_buf();
+        if let Err(e) = g.remove() {
+            eprintln!("warning: could not remove cgroup {}: {e}", path.display());
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        match (report.cpus, report.enforcement.as_str()) {
+            (Some(c), "none") => {
+                println!("pool-bench: asked for {c} CPUs, NOT enforced (--no-limit)")
+            }
+            (Some(c), e) => println!("pool-bench under a {c} CPU quota ({e})"),
+            (None, _) => println!("pool-bench without a quota of its own (enforcement: none)"),
+        }
+        println!(
+            "task: {:.1} us of arithmetic on an idle CPU; each pool runs {}",
+            report.task_us,
+            humantime::format_duration(args.duration)
+        );
+        println!();
+        print!("{}", pool_bench::render_table(&report));
+        println!();
+        println!("{}", pool_bench::interpret(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,190 @@
+//! Tests of `inflight pool-bench`: flag validation, a short real run under a cgroup quota (root
+//! only), the refusal when the quota cannot be enforced, and `--no-limit`.
+
+use std::os::unix::process::CommandExt;
+
+use predicates::prelude::*;
+use serde_json::Value;
+
+use crate::support::{inflight, is_root};
+
+fn bad_flag(args: &[&str], needle: &str) {
+    inflight()
+        .arg("pool-bench")
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(needle));
+}
+
+#[test]
+fn rejects_a_zero_pool() {
+    bad_flag(&["--pools", "0"], "--pools");
+    bad_flag(&["--pools", "1,0,4"], "0 is not in 1..=1024");
+    bad_flag(&["--pools", "two"], "--pools");
+}
+
+#[test]
+fn rejects_bad_cpu_counts() {
+    bad_flag(&["--cpus", "-1"], "the quota must be greater than 0");
+    bad_flag(&["--cpus", "0"], "the quota must be greater than 0");
+    bad_flag(&["--cpus", "lots"], "is not a number of CPUs");
+    bad_flag(&["--cpus", "inf"], "the quota must be greater than 0");
+}
+
+#[test]
+fn rejects_bad_durations() {
+    bad_flag(&["--duration", "soon"], "is not a duration");
+    bad_flag(&["--duration", "0s"], "greater than 0");
+    bad_flag(&["--duration", "1h"], "10m limit");
+}
+
+#[test]
+fn runs_without_a_quota_of_its_own() {
+    let out = inflight()
+        .args([
+            "pool-bench",
+            "--pools",
+            "1,2",
+            "--duration",
+            "200ms",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["cpus"].is_null());
+    assert_eq!(doc["enforcement"], "none");
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for (r, pool) in results.iter().zip([1, 2]) {
+        assert_eq!(r["pool"], pool);
+        assert!(r["tasks_per_s"].as_f64().unwrap() > 0.0);
+        let (p50, p99, max) = (
+            r["p50_ms"].as_f64().unwrap(),
+            r["p99_ms"].as_f64().unwrap(),
+            r["max_ms"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{r}");
+    }
+}
+
+/// A real quota of 0.2 CPUs: two busy threads must be throttled, the child sees the quota, and
+/// the cgroup is gone afterwards.
+#[test]
+fn runs_each_pool_inside_a_real_quota() {
+    if !is_root() {
+        eprintln!("skipping: needs root to create cgroups");
+        return;
+    }
+    if let Err(e) = inflight::cpu::QuotaGroup::create(0.2) {
+        eprintln!("skipping: this machine cannot create a cgroup: {e}");
+        return;
+    }
+    let out = inflight()
+        .args([
+            "pool-bench",
+            "--cpus",
+            "0.2",
+            "--pools",
+            "1,2",
+            "--duration",
+            "600ms",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["cpus"], 0.2);
+    let enforcement = doc["enforcement"].as_str().unwrap();
+    assert!(
+        enforcement == "cgroup-v1" || enforcement == "cgroup-v2",
+        "{enforcement}"
+    );
+    let cgroup = doc["cgroup"].as_str().unwrap();
+    assert!(
+        !std::path::Path::new(cgroup).exists(),
+        "{cgroup} was not removed"
+    );
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        // Rust's std inside the child reads the 0.2 quota (floored to at least 1).
+        assert_eq!(r["available_parallelism"], 1, "{r}");
+        assert!(r["nr_throttled"].as_u64().is_some(), "{r}");
+    }
+    assert!(
+        results[1]["nr_throttled"].as_u64().unwrap() > 0,
+        "{}",
+        results[1]
+    );
+    assert!(results[1]["throttled_ms"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn human_output_has_the_table_and_a_reading() {
+    inflight()
+        .args(["pool-bench", "--pools", "1,2", "--duration", "150ms"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("tasks/s"))
+        .stdout(predicate::str::contains("p99 ms"))
+        .stdout(predicate::str::contains("nr_throttled"))
+        .stdout(predicate::str::contains("throughput"));
+}
+
+/// As an unprivileged user the quota cannot be created: the tool says why and refuses, and
+/// `--no-limit` runs with enforcement "none".
+#[test]
+fn refuses_an_unenforceable_quota_unless_no_limit() {
+    if !is_root() {
+        eprintln!("skipping: needs root to switch to an unprivileged user");
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let run = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args([
+            "pool-bench",
+            "--cpus",
+            "1",
+            "--pools",
+            "1",
+            "--duration",
+            "100ms",
+            "--json",
+        ])
+        .args(extra)
+        .uid(65534)
+        .gid(65534);
+        cmd.output().unwrap()
+    };
+    let out = run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot enforce --cpus 1"), "{stderr}");
+    assert!(stderr.contains("not root"), "{stderr}");
+    assert!(stderr.contains("--no-limit"), "{stderr}");
+    assert!(out.stdout.is_empty());
+
+    let out = run(&["--no-limit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: cannot enforce --cpus 1"),
+        "{stderr}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["enforcement"], "none");
+    assert_eq!(doc["cpus"], 1.0);
+}

@@ -1,0 +1,213 @@
+//! Tests of `inflight probe`: fixture trees through `--root`, bad input, and a real cgroup with a
+//! quota on a parent of the process's cgroup (root only).
+
+use std::path::PathBuf;
+
+use predicates::prelude::*;
+use serde_json::Value;
+
+use crate::support::{inflight, is_root};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../inflight/tests/fixtures/cpu")
+        .join(name)
+}
+
+fn probe_json(args: &[&str]) -> Value {
+    let out = inflight()
+        .arg("probe")
+        .arg("--json")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("exactly one JSON document")
+}
+
+fn runtime_value(doc: &Value, runtime: &str) -> u64 {
+    doc["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runtime"] == runtime)
+        .unwrap()["value"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn json_for_a_nested_v2_fixture() {
+    let root = fixture("v2-nested");
+    let doc = probe_json(&["--root", root.to_str().unwrap()]);
+    assert_eq!(doc["host_cpus"], 8);
+    assert_eq!(doc["affinity_cpus"], 8);
+    assert_eq!(doc["cgroup_version"], "v2");
+    assert_eq!(doc["quota_cpus"], 1.5);
+    assert_eq!(doc["effective_cpus"], 1.5);
+    assert_eq!(doc["recommended_pool"], 1);
+    assert_eq!(doc["quota_cgroup"], "/kubepods.slice/pod1");
+    assert_eq!(doc["levels"].as_array().unwrap().len(), 4);
+    assert_eq!(doc["levels"][0]["limit"], "unlimited");
+    assert_eq!(doc["levels"][1]["quota_us"], 150000);
+    assert!(doc["std_available_parallelism"].as_u64().unwrap() >= 1);
+    assert_eq!(runtime_value(&doc, "rust"), 1);
+    assert_eq!(runtime_value(&doc, "go"), 8);
+    assert_eq!(runtime_value(&doc, "dotnet"), 8);
+    assert_eq!(runtime_value(&doc, "jvm"), 2);
+}
+
+#[test]
+fn json_for_unlimited_and_v1_fixtures() {
+    let doc = probe_json(&["--root", fixture("v2-unlimited").to_str().unwrap()]);
+    assert!(doc["quota_cpus"].is_null());
+    assert_eq!(doc["quota_status"], "unlimited");
+    assert_eq!(doc["effective_cpus"], 4.0);
+    assert_eq!(doc["recommended_pool"], 4);
+
+    let doc = probe_json(&["--root", fixture("v1-nested").to_str().unwrap()]);
+    assert_eq!(doc["cgroup_version"], "v1");
+    assert_eq!(doc["quota_cpus"], 1.0);
+    assert_eq!(doc["levels"][0]["cgroup"], "/batch/job7");
+
+    let doc = probe_json(&["--root", fixture("hybrid").to_str().unwrap()]);
+    assert_eq!(doc["cgroup_version"], "hybrid");
+    assert_eq!(doc["cpu_controller"], "v1");
+    assert_eq!(doc["quota_cpus"], 0.5);
+    assert_eq!(doc["recommended_pool"], 1);
+}
+
+#[test]
+fn human_report_names_the_parent_quota_and_little_law() {
+    let root = fixture("v2-nested");
+    inflight()
+        .args(["probe", "--root", root.to_str().unwrap()])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "1.50 CPUs (set on /kubepods.slice/pod1)",
+        ))
+        .stdout(predicate::str::contains("misses the quota"))
+        .stdout(predicate::str::contains(
+            "Recommended pool for CPU-bound work: 1",
+        ))
+        .stdout(predicate::str::contains("Little's law"))
+        .stdout(predicate::str::contains("check-config"));
+}
+
+#[test]
+fn a_broken_limit_file_reads_as_unknown() {
+    let doc = probe_json(&["--root", fixture("broken-only").to_str().unwrap()]);
+    assert_eq!(doc["quota_status"], "unknown");
+    assert!(doc["quota_cpus"].is_null());
+    assert_eq!(doc["levels"][0]["limit"], "unknown");
+    assert!(doc["levels"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("12abc"));
+}
+
+#[test]
+fn broken_proc_files_are_a_clear_error() {
+    inflight()
+        .args([
+            "probe",
+            "--root",
+            fixture("broken-mountinfo").to_str().unwrap(),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "error: cannot read the CPU budget",
+        ))
+        .stderr(predicate::str::contains("mountinfo line 1"));
+}
+
+#[test]
+fn a_missing_root_is_rejected() {
+    inflight()
+        .args(["probe", "--root", "/no/such/dir"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--root /no/such/dir: not a directory",
+        ));
+}
+
+#[test]
+fn unknown_flag_is_rejected() {
+    inflight()
+        .args(["probe", "--bogus"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--bogus"));
+}
+
+#[test]
+fn this_machine_reads_consistently() {
+    let doc = probe_json(&[]);
+    let host = doc["host_cpus"].as_u64().unwrap();
+    let affinity = doc["affinity_cpus"].as_u64().unwrap();
+    assert!(affinity >= 1 && affinity <= host);
+    assert!(doc["recommended_pool"].as_u64().unwrap() >= 1);
+    // The rule this probe models for Rust must agree with what Rust's std measured.
+    assert_eq!(
+        runtime_value(&doc, "rust"),
+        doc["std_available_parallelism"].as_u64().unwrap()
+    );
+}
+
+/// A real cgroup with a 0.5-CPU quota, and the probe run in an unlimited child cgroup of it:
+/// the probe must find the parent's quota, and Rust's std agrees.
+#[test]
+fn real_cgroup_quota_on_the_parent_is_found() {
+    if !is_root() {
+        eprintln!("skipping: needs root to create cgroups");
+        return;
+    }
+    let group = match inflight::cpu::QuotaGroup::create(0.5) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipping: cannot create a cgroup here: {e}");
+            return;
+        }
+    };
+    let inner = group.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let script = format!(
+        "echo $$ > '{}/cgroup.procs' && exec '{}' probe --json",
+        inner.display(),
+        bin.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let group_name = group.path().file_name().unwrap().to_str().unwrap();
+    let path = doc["cgroup_path"].as_str().unwrap();
+    assert!(path.ends_with(&format!("/{group_name}/inner")), "{path}");
+    assert_ne!(doc["levels"][0]["limit"], "quota", "{doc}");
+    assert_eq!(doc["levels"][1]["quota_us"], 50000, "{doc}");
+    assert_eq!(doc["levels"][1]["period_us"], 100000);
+    assert_eq!(doc["quota_cpus"], 0.5);
+    assert_eq!(doc["effective_cpus"], 0.5);
+    assert_eq!(doc["recommended_pool"], 1);
+    assert_eq!(doc["std_available_parallelism"], 1);
+    assert_eq!(
+        runtime_value(&doc, "go"),
+        2.min(doc["affinity_cpus"].as_u64().unwrap())
+    );
+    drop(group);
+    assert!(!inner.exists());
+}
