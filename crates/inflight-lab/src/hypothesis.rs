@@ -1,0 +1,658 @@
+//! Preregistered hypotheses (`lab/hypotheses.toml`) and their evaluation against a run's summary.
+//!
+//! A hypothesis names a metric, a scenario, a statistic over the repeats (median, min or max), the
+//! (strategy, cpus) cells it is about, and a test: a comparison with a threshold (a number or the
+//! cell's CPU count) or an inclusive range, applied to the value itself or to its ratio to another
+//! cell. Every cell must pass. Missing cells make the hypothesis `skipped`, never `fail`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::results::{HypothesisResult, ResultsDoc, Spread, SummaryRow};
+
+/// The hypotheses file the lab uses by default (relative to the working directory).
+pub const DEFAULT_HYPOTHESES_PATH: &str = "lab/hypotheses.toml";
+
+/// The hypotheses file shipped with the lab, compiled in for runs outside the repository.
+pub const BUILTIN_HYPOTHESES: &str = include_str!("../../../lab/hypotheses.toml");
+
+/// Equality tolerance: the metrics are counts and seconds, so this only absorbs float noise.
+const EPSILON: f64 = 1e-9;
+
+/// The summary metrics a hypothesis may name.
+pub const METRICS: &[&str] = &[
+    "completion_s",
+    "accepted_per_s",
+    "complete",
+    "incomplete",
+    "rejected",
+    "failed",
+    "write_503s",
+    "peak_writes_offered",
+    "peak_enrichment_in_flight",
+    "incomplete_fraction",
+];
+
+/// Why a hypotheses file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HypothesisError {
+    #[error("cannot read hypotheses file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid hypotheses file {origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("invalid hypotheses file {origin}: hypothesis `{id}`: {message}")]
+    Invalid {
+        origin: String,
+        id: String,
+        message: String,
+    },
+}
+
+/// Which statistic over the repeats a hypothesis reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stat {
+    #[default]
+    Median,
+    Min,
+    Max,
+}
+
+impl Stat {
+    fn of(self, spread: Spread) -> f64 {
+        match self {
+            Stat::Median => spread.median,
+            Stat::Min => spread.min,
+            Stat::Max => spread.max,
+        }
+    }
+}
+
+impl fmt::Display for Stat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stat::Median => "median",
+            Stat::Min => "min",
+            Stat::Max => "max",
+        })
+    }
+}
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Compare {
+    #[serde(rename = "<")]
+    Lt,
+    #[serde(rename = "<=")]
+    Le,
+    #[serde(rename = "==")]
+    Eq,
+    #[serde(rename = ">=")]
+    Ge,
+    #[serde(rename = ">")]
+    Gt,
+}
+
+impl Compare {
+    fn holds(self, value: f64, threshold: f64) -> bool {
+        match self {
+            Compare::Lt => value < threshold - EPSILON,
+            Compare::Le => value <= threshold + EPSILON,
+            Compare::Eq => (value - threshold).abs() <= EPSILON,
+            Compare::Ge => value >= threshold - EPSILON,
+            Compare::Gt => value > threshold + EPSILON,
+        }
+    }
+}
+
+impl fmt::Display for Compare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Compare::Lt => "<",
+            Compare::Le => "<=",
+            Compare::Eq => "==",
+            Compare::Ge => ">=",
+            Compare::Gt => ">",
+        })
+    }
+}
+
+/// What a value is compared with: a number, or the cell's own CPU count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    Value(f64),
+    Cpus,
+}
+
+/// The test each cell must pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Test {
+    Compare(Compare, Threshold),
+    /// Inclusive range.
+    Between(f64, f64),
+}
+
+/// A (strategy, cpus) cell of the summary.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cell {
+    pub strategy: String,
+    pub cpus: f64,
+}
+
+/// One preregistered hypothesis, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hypothesis {
+    pub id: String,
+    pub claim: String,
+    pub metric: String,
+    pub scenario: String,
+    pub stat: Stat,
+    pub strategies: Vec<String>,
+    pub cpus: Vec<f64>,
+    /// If set, each cell's value is divided by this cell's value before the test.
+    pub ratio_to: Option<Cell>,
+    pub test: Test,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    hypothesis: Vec<RawHypothesis>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHypothesis {
+    id: String,
+    claim: String,
+    metric: String,
+    scenario: String,
+    #[serde(default)]
+    stat: Stat,
+    strategies: Vec<String>,
+    #[serde(default = "default_cpus")]
+    cpus: Vec<f64>,
+    ratio_to: Option<Cell>,
+    compare: Option<Compare>,
+    threshold: Option<toml::Value>,
+    between: Option<Vec<f64>>,
+}
+
+fn default_cpus() -> Vec<f64> {
+    vec![1.0]
+}
+
+impl RawHypothesis {
+    fn validate(self) -> Result<Hypothesis, String> {
+        if self.id.trim().is_empty() {
+            return Err("id must not be empty".into());
+        }
+        if !METRICS.contains(&self.metric.as_str()) {
+            return Err(format!(
+                "unknown metric `{}`; known metrics: {}",
+                self.metric,
+                METRICS.join(", ")
+            ));
+        }
+        if self.strategies.is_empty() {
+            return Err("strategies must name at least one strategy".into());
+        }
+        if self.cpus.is_empty() || self.cpus.iter().any(|c| !c.is_finite() || *c <= 0.0) {
+            return Err(format!(
+                "cpus must be a list of CPU counts above 0, got {:?}",
+                self.cpus
+            ));
+        }
+        if let Some(cell) = &self.ratio_to {
+            if !cell.cpus.is_finite() || cell.cpus <= 0.0 {
+                return Err(format!("ratio_to.cpus must be above 0, got {}", cell.cpus));
+            }
+        }
+        let test = match (self.compare, self.threshold, self.between) {
+            (Some(op), Some(threshold), None) => {
+                let threshold = match threshold {
+                    toml::Value::Integer(i) => Threshold::Value(i as f64),
+                    toml::Value::Float(f) if f.is_finite() => Threshold::Value(f),
+                    toml::Value::String(s) if s == "cpus" => Threshold::Cpus,
+                    other => {
+                        return Err(format!(
+                            "threshold must be a number or \"cpus\", got {other}"
+                        ))
+                    }
+                };
+                Test::Compare(op, threshold)
+            }
+            (None, None, Some(range)) => match range.as_slice() {
+                [lo, hi] if lo.is_finite() && hi.is_finite() && lo <= hi => Test::Between(*lo, *hi),
+                _ => {
+                    return Err(format!(
+                        "between must be [lo, hi] with lo <= hi, got {range:?}"
+                    ))
+                }
+            },
+            (Some(_), None, None) => return Err("compare needs a threshold".into()),
+            (None, Some(_), None) => return Err("threshold needs a compare".into()),
+            _ => return Err(
+                "give either compare + threshold, or between = [lo, hi] (not both, not neither)"
+                    .into(),
+            ),
+        };
+        Ok(Hypothesis {
+            id: self.id,
+            claim: self.claim,
+            metric: self.metric,
+            scenario: self.scenario,
+            stat: self.stat,
+            strategies: self.strategies,
+            cpus: self.cpus,
+            ratio_to: self.ratio_to,
+            test,
+        })
+    }
+}
+
+/// Parses and validates a hypotheses file's text; `origin` names it in error messages.
+pub fn parse(text: &str, origin: &str) -> Result<Vec<Hypothesis>, HypothesisError> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| HypothesisError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string().trim().to_string(),
+    })?;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(raw.hypothesis.len());
+    for h in raw.hypothesis {
+        let id = h.id.clone();
+        if !seen.insert(id.clone()) {
+            return Err(HypothesisError::Invalid {
+                origin: origin.to_string(),
+                id,
+                message: "the id is used twice".into(),
+            });
+        }
+        out.push(h.validate().map_err(|message| HypothesisError::Invalid {
+            origin: origin.to_string(),
+            id,
+            message,
+        })?);
+    }
+    Ok(out)
+}
+
+/// Reads and validates a hypotheses file.
+pub fn load(path: &Path) -> Result<Vec<Hypothesis>, HypothesisError> {
+    let text = std::fs::read_to_string(path).map_err(|source| HypothesisError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// The hypotheses compiled into the binary (a copy of `lab/hypotheses.toml`).
+pub fn builtin() -> Vec<Hypothesis> {
+    parse(BUILTIN_HYPOTHESES, "built-in").expect("the built-in hypotheses file is valid")
+}
+
+/// The value of `metric` in `row` (`None` for an unknown metric name).
+pub fn metric(row: &SummaryRow, metric: &str) -> Option<Spread> {
+    Some(match metric {
+        "completion_s" => row.completion_s,
+        "accepted_per_s" => row.accepted_per_s,
+        "complete" => row.complete,
+        "incomplete" => row.incomplete,
+        "rejected" => row.rejected,
+        "failed" => row.failed,
+        "write_503s" => row.write_503s,
+        "peak_writes_offered" => row.peak_writes_offered,
+        "peak_enrichment_in_flight" => row.peak_enrichment_in_flight,
+        "incomplete_fraction" => row.incomplete_fraction,
+        _ => return None,
+    })
+}
+
+fn find<'a>(
+    doc: &'a ResultsDoc,
+    scenario: &str,
+    strategy: &str,
+    cpus: f64,
+) -> Option<&'a SummaryRow> {
+    doc.summary.iter().find(|row| {
+        row.scenario == scenario
+            && row.strategy.eq_ignore_ascii_case(strategy)
+            && (row.cpus - cpus).abs() < 1e-6
+    })
+}
+
+/// `c4 @1 CPU`, `c1 @2 CPUs`.
+fn cell_name(strategy: &str, cpus: f64) -> String {
+    let unit = if (cpus - 1.0).abs() < 1e-9 {
+        "CPU"
+    } else {
+        "CPUs"
+    };
+    format!("{} @{} {unit}", strategy.to_uppercase(), fmt_num(cpus))
+}
+
+/// Numbers as people read them: integers bare, others to about three significant places,
+/// without trailing zeros.
+pub fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    if (v - v.round()).abs() < 1e-9 && v.abs() < 1e15 {
+        return format!("{}", v.round() as i64);
+    }
+    let a = v.abs();
+    let text = if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    };
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
+}
+
+fn describe_test(test: Test, cpus: f64) -> String {
+    // Thresholds print as written in the file (1.8, not 1.80).
+    match test {
+        Test::Compare(op, Threshold::Value(t)) => format!("{op} {t}"),
+        Test::Compare(op, Threshold::Cpus) => format!("{op} {} (its CPUs)", fmt_num(cpus)),
+        Test::Between(lo, hi) => format!("in [{lo}, {hi}]"),
+    }
+}
+
+fn passes(test: Test, value: f64, cpus: f64) -> bool {
+    match test {
+        Test::Compare(op, Threshold::Value(t)) => op.holds(value, t),
+        Test::Compare(op, Threshold::Cpus) => op.holds(value, cpus),
+        Test::Between(lo, hi) => value >= lo - EPSILON && value <= hi + EPSILON,
+    }
+}
+
+/// Evaluates one hypothesis against `doc.summary`.
+pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
+    let mut missing = Vec::new();
+    let mut parts = Vec::new();
+    let mut all_pass = true;
+    let denominator = match &h.ratio_to {
+        Some(cell) => match find(doc, &h.scenario, &cell.strategy, cell.cpus) {
+            Some(row) => Some((cell, row)),
+            None => {
+                missing.push(cell_name(&cell.strategy, cell.cpus));
+                None
+            }
+        },
+        None => None,
+    };
+    for strategy in &h.strategies {
+        for &cpus in &h.cpus {
+            let Some(row) = find(doc, &h.scenario, strategy, cpus) else {
+                missing.push(cell_name(strategy, cpus));
+                continue;
+            };
+            let Some(spread) = metric(row, &h.metric) else {
+                missing.push(format!("metric {}", h.metric));
+                continue;
+            };
+            let value = h.stat.of(spread);
+            let test_text = describe_test(h.test, cpus);
+            let name = cell_name(strategy, cpus);
+            match (&h.ratio_to, denominator) {
+                (Some(_), Some((cell, den_row))) => {
+                    let den = h.stat.of(metric(den_row, &h.metric).unwrap_or_default());
+                    let den_name = cell_name(&cell.strategy, cell.cpus);
+                    if den == 0.0 || !den.is_finite() {
+                        all_pass = false;
+                        parts.push(format!(
+                            "{name} {} / {den_name} {}: ratio undefined (fail)",
+                            fmt_num(value),
+                            fmt_num(den)
+                        ));
+                        continue;
+                    }
+                    let ratio = value / den;
+                    let ok = passes(h.test, ratio, cpus);
+                    all_pass &= ok;
+                    parts.push(format!(
+                        "{name} {} / {den_name} {} = {}x ({test_text}: {})",
+                        fmt_num(value),
+                        fmt_num(den),
+                        fmt_num_ratio(ratio),
+                        if ok { "ok" } else { "no" }
+                    ));
+                }
+                (Some(_), None) => {} // the missing denominator is already listed
+                (None, _) => {
+                    let ok = passes(h.test, value, cpus);
+                    all_pass &= ok;
+                    parts.push(format!(
+                        "{name} {} ({test_text}: {})",
+                        fmt_num(value),
+                        if ok { "ok" } else { "no" }
+                    ));
+                }
+            }
+        }
+    }
+    let what = format!("{} {} in {}", h.stat, h.metric, h.scenario);
+    let (outcome, observed) = if !missing.is_empty() {
+        (
+            "skipped",
+            format!("{what}: not in this run: {}", missing.join(", ")),
+        )
+    } else {
+        (
+            if all_pass { "pass" } else { "fail" },
+            format!("{what}: {}", parts.join("; ")),
+        )
+    };
+    HypothesisResult {
+        id: h.id.clone(),
+        claim: h.claim.clone(),
+        outcome: outcome.to_string(),
+        observed,
+    }
+}
+
+fn fmt_num_ratio(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3}")
+    } else {
+        v.to_string()
+    }
+}
+
+/// Evaluates every hypothesis against `doc.summary`, in file order.
+pub fn evaluate(hypotheses: &[Hypothesis], doc: &ResultsDoc) -> Vec<HypothesisResult> {
+    hypotheses.iter().map(|h| evaluate_one(h, doc)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(v: f64) -> Spread {
+        Spread {
+            median: v,
+            min: v,
+            max: v,
+        }
+    }
+
+    fn row(strategy: &str, scenario: &str, cpus: f64) -> SummaryRow {
+        SummaryRow {
+            strategy: strategy.into(),
+            scenario: scenario.into(),
+            cpus,
+            repeats: 5,
+            ..Default::default()
+        }
+    }
+
+    fn one(text: &str) -> Hypothesis {
+        let mut hs = parse(text, "t.toml").unwrap();
+        assert_eq!(hs.len(), 1);
+        hs.remove(0)
+    }
+
+    #[test]
+    fn builtin_file_is_valid_and_covers_the_seed_claims() {
+        let hs = builtin();
+        let ids: Vec<_> = hs.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, ["H1", "H2", "H3", "H4", "H5", "H6", "H7", "H8", "H9"]);
+    }
+
+    #[test]
+    fn ratio_threshold_passes_and_fails() {
+        let h = one(r#"[[hypothesis]]
+id = "r"
+claim = "c"
+metric = "completion_s"
+scenario = "healthy"
+strategies = ["c1"]
+cpus = [1]
+ratio_to = { strategy = "c1", cpus = 2 }
+compare = ">="
+threshold = 1.8
+"#);
+        let mut a = row("c1", "healthy", 1.0);
+        a.completion_s = spread(80.0);
+        let mut b = row("c1", "healthy", 2.0);
+        b.completion_s = spread(40.0);
+        let mut doc = ResultsDoc {
+            summary: vec![a, b],
+            ..Default::default()
+        };
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "pass", "{r:?}");
+        assert!(r.observed.contains("= 2.000x"), "{}", r.observed);
+        doc.summary[1].completion_s = spread(50.0);
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail");
+        doc.summary.remove(1);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "skipped");
+        assert!(r.observed.contains("C1 @2 CPUs"), "{}", r.observed);
+    }
+
+    #[test]
+    fn equals_cpus_uses_each_cells_cpu_count_and_the_chosen_stat() {
+        let h = one(r#"[[hypothesis]]
+id = "e"
+claim = "c"
+metric = "peak_enrichment_in_flight"
+scenario = "healthy"
+stat = "max"
+strategies = ["c1"]
+cpus = [1, 2]
+compare = "=="
+threshold = "cpus"
+"#);
+        let mut a = row("c1", "healthy", 1.0);
+        a.peak_enrichment_in_flight = Spread {
+            median: 1.0,
+            min: 1.0,
+            max: 1.0,
+        };
+        let mut b = row("c1", "healthy", 2.0);
+        b.peak_enrichment_in_flight = Spread {
+            median: 2.0,
+            min: 2.0,
+            max: 3.0,
+        };
+        let mut doc = ResultsDoc {
+            summary: vec![a, b],
+            ..Default::default()
+        };
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail", "max 3 at 2 CPUs");
+        doc.summary[1].peak_enrichment_in_flight.max = 2.0;
+        assert_eq!(evaluate_one(&h, &doc).outcome, "pass");
+    }
+
+    #[test]
+    fn every_strategy_must_pass_and_between_is_inclusive() {
+        let h = one(r#"[[hypothesis]]
+id = "b"
+claim = "c"
+metric = "incomplete_fraction"
+scenario = "slow-enrichment"
+strategies = ["c2", "c3"]
+between = [0.1, 0.3]
+"#);
+        let mut a = row("c2", "slow-enrichment", 1.0);
+        a.incomplete_fraction = spread(0.1);
+        let mut b = row("c3", "slow-enrichment", 1.0);
+        b.incomplete_fraction = spread(0.3);
+        let mut doc = ResultsDoc {
+            summary: vec![a, b],
+            ..Default::default()
+        };
+        assert_eq!(evaluate_one(&h, &doc).outcome, "pass");
+        doc.summary[1].incomplete_fraction = spread(0.31);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "fail");
+        assert!(r.observed.contains("C3 @1 CPU 0.31 "), "{}", r.observed);
+    }
+
+    #[test]
+    fn zero_denominator_fails_rather_than_dividing() {
+        let h = one(r#"[[hypothesis]]
+id = "z"
+claim = "c"
+metric = "accepted_per_s"
+scenario = "s"
+strategies = ["c4"]
+ratio_to = { strategy = "c3", cpus = 1 }
+compare = "<="
+threshold = 0.9
+"#);
+        let mut a = row("c4", "s", 1.0);
+        a.accepted_per_s = spread(5.0);
+        let doc = ResultsDoc {
+            summary: vec![a, row("c3", "s", 1.0)],
+            ..Default::default()
+        };
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "fail");
+        assert!(r.observed.contains("undefined"), "{}", r.observed);
+    }
+
+    #[test]
+    fn comparisons_hold_exactly_where_they_should() {
+        assert!(Compare::Le.holds(6.0, 6.0));
+        assert!(!Compare::Lt.holds(6.0, 6.0));
+        assert!(Compare::Eq.holds(0.0, 0.0));
+        assert!(!Compare::Gt.holds(0.0, 0.0));
+        assert!(Compare::Gt.holds(1.0, 0.0));
+        assert!(Compare::Ge.holds(1.8, 1.8));
+        assert!(!Compare::Ge.holds(1.79, 1.8));
+    }
+
+    #[test]
+    fn bad_files_name_what_is_wrong() {
+        let base =
+            "[[hypothesis]]\nid = \"x\"\nclaim = \"c\"\nscenario = \"s\"\nstrategies = [\"c1\"]\n";
+        let cases = [
+            (format!("{base}metric = \"nope\"\ncompare = \"<\"\nthreshold = 1\n"), "unknown metric `nope`"),
+            (format!("{base}metric = \"failed\"\ncompare = \"<\"\n"), "compare needs a threshold"),
+            (format!("{base}metric = \"failed\"\ncompare = \"~\"\nthreshold = 1\n"), "compare"),
+            (format!("{base}metric = \"failed\"\ncompare = \"<\"\nthreshold = \"x\"\n"), "threshold must be a number"),
+            (format!("{base}metric = \"failed\"\nbetween = [2, 1]\n"), "lo <= hi"),
+            (format!("{base}metric = \"failed\"\ncompare = \"<\"\nthreshold = 1\nbetween = [0, 1]\n"), "not both"),
+            (format!("{base}metric = \"failed\"\ncompare = \"<\"\nthreshold = 1\ncpus = []\n"), "cpus"),
+            (format!("{base}metric = \"failed\"\ncompare = \"<\"\nthreshold = 1\n{base}metric = \"failed\"\ncompare = \"<\"\nthreshold = 1\n"), "used twice"),
+        ];
+        for (text, needle) in cases {
+            let err = parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle:?} not in {err:?}");
+        }
+    }
+}

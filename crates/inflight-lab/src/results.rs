@@ -1,0 +1,122 @@
+//! The results document a lab run produces (`results.json`) and the types in it.
+//!
+//! Durations are in seconds (`*_s`) or milliseconds (`*_ms`) as the field name says.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ResultsDoc {
+    /// What was run: the command's settings, the machine, the time.
+    pub meta: RunMeta,
+    /// One entry per (strategy, scenario, cpus, repeat).
+    pub runs: Vec<RunResult>,
+    /// Median, min and max per (strategy, scenario, cpus).
+    pub summary: Vec<SummaryRow>,
+    /// Each preregistered hypothesis, evaluated against the medians.
+    pub hypotheses: Vec<HypothesisResult>,
+}
+
+/// The settings and environment of a lab run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunMeta {
+    /// RFC 3339 time the run started.
+    pub started_at: String,
+    pub records: u64,
+    pub repeats: u32,
+    pub time_scale: f64,
+    pub seed: u64,
+    /// `cgroup-v1`, `cgroup-v2` or `none`.
+    pub enforcement: String,
+    pub host_cpus: usize,
+    pub inflight_version: String,
+}
+
+/// One run of one strategy in one scenario at one CPU count.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    pub strategy: String,
+    pub scenario: String,
+    pub repeat: u32,
+    /// The CPU quota the runner ran under (whole or fractional CPUs).
+    pub cpus: f64,
+    /// `std::thread::available_parallelism()` as the runner process saw it.
+    pub runner_available_parallelism: usize,
+    pub records: u64,
+    pub complete: u64,
+    pub incomplete: u64,
+    pub rejected: u64,
+    pub failed: u64,
+    /// Failed records by error kind (`timeout`, `connect`, `status_500`, ...).
+    #[serde(default)]
+    pub failed_by_kind: std::collections::BTreeMap<String, u64>,
+    /// Wall time from the first record started to the last record ended.
+    pub completion_s: f64,
+    /// (complete + incomplete) / completion_s.
+    pub accepted_per_s: f64,
+    /// 503 answers from the system of record, as counted by the runner.
+    pub write_503s: u64,
+    /// Most writes inside the system of record at once, counting those about to be refused (sim stats).
+    pub peak_writes_offered: u64,
+    /// Most enrichment calls the runner had in flight at once.
+    pub peak_enrichment_in_flight: u64,
+    /// Most writes the runner had in flight at once.
+    #[serde(default)]
+    pub peak_writes_in_flight: u64,
+    /// Enrichment calls that hit the client timeout.
+    #[serde(default)]
+    pub enrichment_timeouts: u64,
+    /// Calls in flight per dependency, sampled every `timeline_interval_ms`.
+    #[serde(default)]
+    pub timeline: Timeline,
+}
+
+/// Calls in flight per dependency over time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timeline {
+    pub interval_ms: f64,
+    /// Enrichment calls in flight at each sample.
+    pub enrichment: Vec<u32>,
+    /// Writes in flight at each sample.
+    pub records: Vec<u32>,
+}
+
+/// Median, min and max of one metric over the repeats.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// The repeats of one (strategy, scenario, cpus) cell, summarised.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SummaryRow {
+    pub strategy: String,
+    pub scenario: String,
+    pub cpus: f64,
+    pub repeats: u32,
+    pub completion_s: Spread,
+    pub accepted_per_s: Spread,
+    pub complete: Spread,
+    pub incomplete: Spread,
+    pub rejected: Spread,
+    pub failed: Spread,
+    pub write_503s: Spread,
+    pub peak_writes_offered: Spread,
+    pub peak_enrichment_in_flight: Spread,
+    /// Fraction of records marked incomplete (median over repeats).
+    pub incomplete_fraction: Spread,
+}
+
+/// A preregistered hypothesis and what the run found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HypothesisResult {
+    pub id: String,
+    /// The claim in words, from `lab/hypotheses.toml`.
+    pub claim: String,
+    /// `pass`, `fail`, or `skipped` (the run did not include the cells it needs).
+    pub outcome: String,
+    /// The observed values, in words with numbers, e.g. `C1 1 CPU 78.2 s / 2 CPUs 39.9 s = 1.96x`.
+    pub observed: String,
+}

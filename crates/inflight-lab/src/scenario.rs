@@ -1,0 +1,396 @@
+//! The scenarios file (`lab/scenarios.toml`): how the simulated dependencies behave in each scenario.
+//!
+//! A scenario gives the enrichment API and the system of record a log-normal latency (median and
+//! spread) with an optional chance of hanging, and gives the system of record a capacity and a queue.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// The scenarios file shipped with the lab, compiled in so `inflight sim` works from any directory.
+pub const BUILTIN_SCENARIOS: &str = include_str!("../../../lab/scenarios.toml");
+
+/// The scenarios file path the lab uses by default (relative to the working directory).
+pub const DEFAULT_SCENARIOS_PATH: &str = "lab/scenarios.toml";
+
+/// Why a scenarios file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenarios file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid scenarios file {origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("invalid scenarios file {origin}: scenario `{scenario}`: {message}")]
+    Invalid {
+        origin: String,
+        scenario: String,
+        message: String,
+    },
+    #[error("scenarios file {origin} defines no scenarios (expected [scenarios.NAME] tables)")]
+    Empty { origin: String },
+    #[error("unknown scenario `{name}`; known scenarios: {}", known.join(", "))]
+    Unknown { name: String, known: Vec<String> },
+}
+
+/// Latency of one kind of call: `median * exp(sigma * N(0,1))`, or `hang` with `hang_probability`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latency {
+    #[serde(with = "duration_str")]
+    pub median: Duration,
+    pub sigma: f64,
+    pub hang_probability: f64,
+    #[serde(with = "duration_str")]
+    pub hang: Duration,
+}
+
+impl Latency {
+    /// Draws one call's latency (before time scaling) and whether the call hangs.
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> (Duration, bool) {
+        // Draw both numbers every time so the RNG sequence does not depend on the hang outcome.
+        let u: f64 = rng.gen();
+        let z: f64 = StandardNormal.sample(rng);
+        if self.hang_probability > 0.0 && u < self.hang_probability {
+            return (self.hang, true);
+        }
+        let factor = (self.sigma * z).exp();
+        (self.median.mul_f64(factor), false)
+    }
+}
+
+/// The system of record: latency plus how many it serves at once and how many may wait.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordsSpec {
+    #[serde(flatten)]
+    pub latency: Latency,
+    pub capacity: usize,
+    pub queue: usize,
+}
+
+/// One named scenario.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub enrichment: Latency,
+    pub records: RecordsSpec,
+}
+
+/// All scenarios from one file, by name, with where they came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioSet {
+    /// The file path, or `built-in` for [`BUILTIN_SCENARIOS`].
+    pub origin: String,
+    pub scenarios: BTreeMap<String, Scenario>,
+}
+
+impl ScenarioSet {
+    /// Parses and validates a scenarios file's text; `origin` names it in error messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ScenarioError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        if raw.scenarios.is_empty() {
+            return Err(ScenarioError::Empty {
+                origin: origin.to_string(),
+            });
+        }
+        let mut scenarios = BTreeMap::new();
+        for (name, raw_scenario) in raw.scenarios {
+            let invalid = |message: String| ScenarioError::Invalid {
+                origin: origin.to_string(),
+                scenario: name.clone(),
+                message,
+            };
+            let enrichment = raw_scenario
+                .enrichment
+                .into_latency("enrichment")
+                .map_err(invalid)?;
+            let records_latency = raw_scenario
+                .records
+                .latency()
+                .into_latency("records")
+                .map_err(invalid)?;
+            if raw_scenario.records.capacity == 0 {
+                return Err(invalid("records.capacity must be at least 1".into()));
+            }
+            scenarios.insert(
+                name.clone(),
+                Scenario {
+                    name: name.clone(),
+                    description: raw_scenario.description,
+                    enrichment,
+                    records: RecordsSpec {
+                        latency: records_latency,
+                        capacity: raw_scenario.records.capacity,
+                        queue: raw_scenario.records.queue,
+                    },
+                },
+            );
+        }
+        Ok(Self {
+            origin: origin.to_string(),
+            scenarios,
+        })
+    }
+
+    /// Reads and validates a scenarios file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// The scenarios compiled into the binary (a copy of `lab/scenarios.toml`).
+    pub fn builtin() -> Self {
+        Self::parse(BUILTIN_SCENARIOS, "built-in").expect("the built-in scenarios file is valid")
+    }
+
+    /// `path` if given; else `lab/scenarios.toml` if it exists here; else the built-in copy.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Self, ScenarioError> {
+        match path {
+            Some(path) => Self::load(path),
+            None if Path::new(DEFAULT_SCENARIOS_PATH).is_file() => {
+                Self::load(Path::new(DEFAULT_SCENARIOS_PATH))
+            }
+            None => Ok(Self::builtin()),
+        }
+    }
+
+    /// The scenario called `name`, or an error listing the known ones.
+    pub fn get(&self, name: &str) -> Result<&Scenario, ScenarioError> {
+        self.scenarios
+            .get(name)
+            .ok_or_else(|| ScenarioError::Unknown {
+                name: name.to_string(),
+                known: self.names(),
+            })
+    }
+
+    /// The scenario names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.scenarios.keys().cloned().collect()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    scenarios: BTreeMap<String, RawScenario>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    #[serde(default)]
+    description: String,
+    enrichment: RawLatency,
+    records: RawRecords,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLatency {
+    median: String,
+    #[serde(default)]
+    sigma: f64,
+    #[serde(default)]
+    hang_probability: f64,
+    hang: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRecords {
+    median: String,
+    #[serde(default)]
+    sigma: f64,
+    #[serde(default)]
+    hang_probability: f64,
+    hang: Option<String>,
+    capacity: usize,
+    queue: usize,
+}
+
+impl RawRecords {
+    fn latency(&self) -> RawLatency {
+        RawLatency {
+            median: self.median.clone(),
+            sigma: self.sigma,
+            hang_probability: self.hang_probability,
+            hang: self.hang.clone(),
+        }
+    }
+}
+
+trait IntoLatency {
+    fn into_latency(self, part: &str) -> Result<Latency, String>;
+}
+
+impl IntoLatency for RawLatency {
+    fn into_latency(self, part: &str) -> Result<Latency, String> {
+        let median = parse_duration(&self.median).map_err(|e| format!("{part}.median: {e}"))?;
+        if median.is_zero() {
+            return Err(format!("{part}.median must be above 0"));
+        }
+        if !self.sigma.is_finite() || self.sigma < 0.0 || self.sigma > 3.0 {
+            return Err(format!(
+                "{part}.sigma must be between 0 and 3, got {}",
+                self.sigma
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.hang_probability) {
+            return Err(format!(
+                "{part}.hang_probability must be between 0 and 1, got {}",
+                self.hang_probability
+            ));
+        }
+        let hang = match &self.hang {
+            Some(text) => parse_duration(text).map_err(|e| format!("{part}.hang: {e}"))?,
+            None if self.hang_probability > 0.0 => {
+                return Err(format!(
+                    "{part}.hang is required when hang_probability is above 0"
+                ))
+            }
+            None => Duration::ZERO,
+        };
+        Ok(Latency {
+            median,
+            sigma: self.sigma,
+            hang_probability: self.hang_probability,
+            hang,
+        })
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not a duration like \"120ms\" or \"1.2s\" ({e})"))
+}
+
+mod duration_str {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn builtin_file_has_the_three_scenarios_with_documented_values() {
+        let set = ScenarioSet::builtin();
+        assert_eq!(
+            set.names(),
+            vec!["healthy", "slow-enrichment", "slow-write"]
+        );
+        let healthy = set.get("healthy").unwrap();
+        assert_eq!(healthy.enrichment.median, Duration::from_millis(120));
+        assert_eq!(healthy.records.latency.median, Duration::from_millis(30));
+        assert_eq!(healthy.records.capacity, 6);
+        assert_eq!(healthy.records.queue, 6);
+        let slow_write = set.get("slow-write").unwrap();
+        assert_eq!(
+            slow_write.records.latency.median,
+            Duration::from_millis(150)
+        );
+        let slow_enrichment = set.get("slow-enrichment").unwrap();
+        assert_eq!(
+            slow_enrichment.enrichment.median,
+            Duration::from_millis(1200)
+        );
+        assert_eq!(slow_enrichment.enrichment.hang_probability, 0.05);
+        assert_eq!(slow_enrichment.enrichment.hang, Duration::from_secs(8));
+    }
+
+    #[test]
+    fn unknown_scenario_names_the_known_ones() {
+        let err = ScenarioSet::builtin().get("nope").unwrap_err().to_string();
+        assert!(err.contains("unknown scenario `nope`"), "{err}");
+        assert!(
+            err.contains("healthy, slow-enrichment, slow-write"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_files_are_rejected_with_the_field_named() {
+        let cases = [
+            ("", "defines no scenarios"),
+            ("[scenarios.a]\nenrichment = { median = \"10ms\" }\n", "records"),
+            (
+                "[scenarios.a]\nenrichment = { median = \"ten\" }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
+                "enrichment.median",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\", hang_probability = 0.1 }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
+                "enrichment.hang is required",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\", sigma = -1 }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
+                "enrichment.sigma",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\" }\nrecords = { median = \"1ms\", capacity = 0, queue = 0 }\n",
+                "records.capacity",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\", typo = 1 }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
+                "typo",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = ScenarioSet::parse(text, "t.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle:?} not in {err:?}");
+            assert!(err.contains("t.toml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn latency_sampling_is_seeded_and_log_normal() {
+        let latency = Latency {
+            median: Duration::from_millis(100),
+            sigma: 0.25,
+            hang_probability: 0.05,
+            hang: Duration::from_secs(8),
+        };
+        let draw = |seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            (0..2000)
+                .map(|_| latency.sample(&mut rng))
+                .collect::<Vec<_>>()
+        };
+        let a = draw(7);
+        assert_eq!(a, draw(7), "same seed, same draws");
+        assert_ne!(a, draw(8));
+        let hangs = a.iter().filter(|(_, hang)| *hang).count();
+        assert!((60..=140).contains(&hangs), "about 5% hang: {hangs}");
+        let mut normal: Vec<f64> = a
+            .iter()
+            .filter(|(_, hang)| !*hang)
+            .map(|(d, _)| d.as_secs_f64())
+            .collect();
+        normal.sort_by(f64::total_cmp);
+        let median = normal[normal.len() / 2];
+        assert!(
+            (0.09..0.11).contains(&median),
+            "median near 100 ms: {median}"
+        );
+    }
+}

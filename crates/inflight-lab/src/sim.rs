@@ -1,0 +1,599 @@
+//! The simulated dependencies served over HTTP/1.1 on 127.0.0.1: the enrichment API and the system of record.
+//!
+//! - `GET /enrich/{id}`: answers after the scenario's enrichment latency; takes any number at once.
+//! - `POST /records` (`{"id": <int>, "complete": <bool>}`): at most `capacity` in service, at most
+//!   `queue` more waiting, 503 at once beyond that.
+//! - `GET /stats`, `POST /stats/reset`, `GET /scenario`, `POST /scenario` (switch, reseed, reset).
+//!
+//! Latencies come from a seeded [`StdRng`] so runs can be repeated; every duration is multiplied
+//! by the time scale. Counters are kept by drop guards so a client that gives up mid-request never
+//! leaves `in_service` high.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
+
+/// How long the server waits for requests in progress after a shutdown signal before it stops anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Largest time scale accepted: beyond this a hanging call would outlive any sensible run.
+const MAX_TIME_SCALE: f64 = 100.0;
+
+/// Why the sim could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    #[error("time scale must be a number above 0 and at most {MAX_TIME_SCALE}, got {0}")]
+    TimeScale(f64),
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the sim serves and how: the scenarios it knows, the one it starts with, the seed and time scale.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub scenarios: ScenarioSet,
+    pub scenario: String,
+    pub seed: u64,
+    pub time_scale: f64,
+}
+
+impl SimConfig {
+    /// The built-in scenarios, starting in `healthy`, seed 1, time scale 1.
+    pub fn builtin() -> Self {
+        Self {
+            scenarios: ScenarioSet::builtin(),
+            scenario: "healthy".to_string(),
+            seed: 1,
+            time_scale: 1.0,
+        }
+    }
+}
+
+fn check_time_scale(time_scale: f64) -> Result<f64, SimError> {
+    if time_scale.is_finite() && time_scale > 0.0 && time_scale <= MAX_TIME_SCALE {
+        Ok(time_scale)
+    } else {
+        Err(SimError::TimeScale(time_scale))
+    }
+}
+
+/// The counters of one endpoint as `GET /stats` reports them.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Requests that reached the handler (malformed ones included).
+    pub seen: u64,
+    /// Requests answered 200.
+    pub accepted: u64,
+    /// Requests answered 503 because capacity and queue were full.
+    pub rejected_503: u64,
+    /// Requests being served right now (for records: holding one of the `capacity` slots).
+    pub in_service: u64,
+    /// Most requests in service at once.
+    pub peak_in_service: u64,
+    /// Most requests inside the server at once, counting waiting ones and those about to be refused.
+    pub peak_offered: u64,
+}
+
+/// The body of `GET /stats`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SimStats {
+    pub scenario: String,
+    pub time_scale: f64,
+    pub enrich: EndpointStats,
+    pub records: EndpointStats,
+}
+
+/// The body of `GET /scenario`: the current scenario with its parameters.
+#[derive(Debug, Clone, Serialize)]
+pub struct CurrentScenario {
+    #[serde(flatten)]
+    pub scenario: Scenario,
+    pub seed: u64,
+    pub time_scale: f64,
+}
+
+/// The body of `POST /scenario`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSwitch {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    seen: AtomicU64,
+    accepted: AtomicU64,
+    rejected_503: AtomicU64,
+    in_service: AtomicU64,
+    peak_in_service: AtomicU64,
+    inside: AtomicU64,
+    peak_offered: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> EndpointStats {
+        EndpointStats {
+            seen: self.seen.load(Ordering::SeqCst),
+            accepted: self.accepted.load(Ordering::SeqCst),
+            rejected_503: self.rejected_503.load(Ordering::SeqCst),
+            in_service: self.in_service.load(Ordering::SeqCst),
+            peak_in_service: self.peak_in_service.load(Ordering::SeqCst),
+            peak_offered: self.peak_offered.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Zeroes the totals; peaks restart from what is inside now, so they stay true.
+    fn reset(&self) {
+        self.seen.store(0, Ordering::SeqCst);
+        self.accepted.store(0, Ordering::SeqCst);
+        self.rejected_503.store(0, Ordering::SeqCst);
+        self.peak_in_service
+            .store(self.in_service.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.peak_offered
+            .store(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// Increments a gauge and its peak; decrements the gauge when dropped (also on cancellation).
+struct GaugeGuard<'a> {
+    gauge: &'a AtomicU64,
+}
+
+impl<'a> GaugeGuard<'a> {
+    fn enter(gauge: &'a AtomicU64, peak: &AtomicU64) -> (Self, u64) {
+        let now = gauge.fetch_add(1, Ordering::SeqCst) + 1;
+        peak.fetch_max(now, Ordering::SeqCst);
+        (Self { gauge }, now)
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct Current {
+    scenario: Scenario,
+    seed: u64,
+    time_scale: f64,
+    rng: StdRng,
+    /// Replaced on a scenario switch so a new capacity takes effect for new requests.
+    record_slots: Arc<Semaphore>,
+}
+
+struct Inner {
+    scenarios: ScenarioSet,
+    current: Mutex<Current>,
+    enrich: Counters,
+    records: Counters,
+}
+
+/// The sim's shared state, cheap to clone.
+#[derive(Clone)]
+pub struct SimState(Arc<Inner>);
+
+impl SimState {
+    /// Validates the config (scenario known, time scale sane) and builds the state.
+    pub fn new(config: SimConfig) -> Result<Self, SimError> {
+        let time_scale = check_time_scale(config.time_scale)?;
+        let scenario = config.scenarios.get(&config.scenario)?.clone();
+        let current = Current {
+            record_slots: Arc::new(Semaphore::new(scenario.records.capacity)),
+            scenario,
+            seed: config.seed,
+            time_scale,
+            rng: StdRng::seed_from_u64(config.seed),
+        };
+        Ok(Self(Arc::new(Inner {
+            scenarios: config.scenarios,
+            current: Mutex::new(current),
+            enrich: Counters::default(),
+            records: Counters::default(),
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        // A panic while holding the lock cannot leave `Current` half-updated in a way that matters.
+        self.0.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The counters as `GET /stats` reports them.
+    pub fn stats(&self) -> SimStats {
+        let current = self.lock();
+        SimStats {
+            scenario: current.scenario.name.clone(),
+            time_scale: current.time_scale,
+            enrich: self.0.enrich.snapshot(),
+            records: self.0.records.snapshot(),
+        }
+    }
+
+    /// Zeroes counters and restarts peaks from what is inside now.
+    pub fn reset_stats(&self) {
+        self.0.enrich.reset();
+        self.0.records.reset();
+    }
+
+    /// The current scenario with its seed and time scale.
+    pub fn current(&self) -> CurrentScenario {
+        let current = self.lock();
+        CurrentScenario {
+            scenario: current.scenario.clone(),
+            seed: current.seed,
+            time_scale: current.time_scale,
+        }
+    }
+
+    /// Switches scenario, reseeds the RNG (same seed again if none given) and resets the stats.
+    pub fn switch(&self, switch: &ScenarioSwitch) -> Result<CurrentScenario, SimError> {
+        let scenario = self.0.scenarios.get(&switch.name)?.clone();
+        {
+            let mut current = self.lock();
+            let time_scale = match switch.time_scale {
+                Some(t) => check_time_scale(t)?,
+                None => current.time_scale,
+            };
+            let seed = switch.seed.unwrap_or(current.seed);
+            current.record_slots = Arc::new(Semaphore::new(scenario.records.capacity));
+            current.scenario = scenario;
+            current.seed = seed;
+            current.time_scale = time_scale;
+            current.rng = StdRng::seed_from_u64(seed);
+        }
+        self.reset_stats();
+        Ok(self.current())
+    }
+}
+
+/// The sim's routes over `state`.
+pub fn router(state: SimState) -> Router {
+    Router::new()
+        .route("/enrich/{id}", get(enrich))
+        .route("/records", post(write_record))
+        .route("/stats", get(stats))
+        .route("/stats/reset", post(reset_stats))
+        .route("/scenario", get(get_scenario).post(post_scenario))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such path {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario",
+            uri.path()
+        ),
+    )
+}
+
+async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Response {
+    let counters = &state.0.enrich;
+    counters.seen.fetch_add(1, Ordering::SeqCst);
+    let Ok(id) = id.parse::<i64>() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("enrichment id must be an integer, got `{id}`"),
+        );
+    };
+    let delay = {
+        let mut current = state.lock();
+        let Current {
+            scenario,
+            rng,
+            time_scale,
+            ..
+        } = &mut *current;
+        let (latency, _hang) = scenario.enrichment.sample(rng);
+        latency.mul_f64(*time_scale)
+    };
+    // Every enrichment call is in service at once: there is no queue and no refusal.
+    let (_in_service, _) = GaugeGuard::enter(&counters.in_service, &counters.peak_in_service);
+    let (_inside, _) = GaugeGuard::enter(&counters.inside, &counters.peak_offered);
+    tokio::time::sleep(delay).await;
+    counters.accepted.fetch_add(1, Ordering::SeqCst);
+    Json(json!({ "id": id, "score": score(id) })).into_response()
+}
+
+/// A stable made-up enrichment value per id, so answers are checkable.
+fn score(id: i64) -> f64 {
+    let h = (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    (h % 1000) as f64 / 1000.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordBody {
+    id: i64,
+    complete: bool,
+}
+
+async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
+    let counters = &state.0.records;
+    counters.seen.fetch_add(1, Ordering::SeqCst);
+    let record: RecordBody = match serde_json::from_slice(&body) {
+        Ok(record) => record,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("body must be JSON {{\"id\": <int>, \"complete\": <bool>}}: {e}"),
+            )
+        }
+    };
+    let (delay, slots, capacity, queue) = {
+        let mut current = state.lock();
+        let Current {
+            scenario,
+            rng,
+            time_scale,
+            record_slots,
+            ..
+        } = &mut *current;
+        let (latency, _hang) = scenario.records.latency.sample(rng);
+        (
+            latency.mul_f64(*time_scale),
+            record_slots.clone(),
+            scenario.records.capacity as u64,
+            scenario.records.queue as u64,
+        )
+    };
+    let (_inside, inside_now) = GaugeGuard::enter(&counters.inside, &counters.peak_offered);
+    if inside_now > capacity + queue {
+        counters.rejected_503.fetch_add(1, Ordering::SeqCst);
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("system of record is full: {capacity} in service and {queue} waiting"),
+        );
+    }
+    let Ok(_slot) = slots.acquire_owned().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "system of record closed");
+    };
+    let (_in_service, _) = GaugeGuard::enter(&counters.in_service, &counters.peak_in_service);
+    tokio::time::sleep(delay).await;
+    counters.accepted.fetch_add(1, Ordering::SeqCst);
+    Json(json!({ "id": record.id, "accepted": true, "complete": record.complete })).into_response()
+}
+
+async fn stats(State(state): State<SimState>) -> Json<SimStats> {
+    Json(state.stats())
+}
+
+async fn reset_stats(State(state): State<SimState>) -> Json<SimStats> {
+    state.reset_stats();
+    Json(state.stats())
+}
+
+async fn get_scenario(State(state): State<SimState>) -> Json<CurrentScenario> {
+    Json(state.current())
+}
+
+async fn post_scenario(State(state): State<SimState>, body: Bytes) -> Response {
+    let switch: ScenarioSwitch = match serde_json::from_slice(&body) {
+        Ok(switch) => switch,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "body must be JSON {{\"name\": <scenario>, \"seed\": <u64, optional>, \"time_scale\": <number, optional>}}: {e}"
+                ),
+            )
+        }
+    };
+    match state.switch(&switch) {
+        Ok(current) => Json(current).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+/// A sim bound to a port on 127.0.0.1, not yet serving.
+pub struct Sim {
+    listener: tokio::net::TcpListener,
+    state: SimState,
+    addr: SocketAddr,
+}
+
+impl Sim {
+    /// Validates `config` and binds 127.0.0.1:`port` (0 picks a free port).
+    pub async fn bind(config: SimConfig, port: u16) -> Result<Self, SimError> {
+        let state = SimState::new(config)?;
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .map_err(|source| SimError::Bind { port, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SimError::Bind { port, source })?;
+        Ok(Self {
+            listener,
+            state,
+            addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn state(&self) -> SimState {
+        self.state.clone()
+    }
+
+    /// Serves until `shutdown` completes, then waits at most a second for requests in progress.
+    pub async fn serve<F>(self, shutdown: F) -> std::io::Result<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stopping = Arc::new(Notify::new());
+        let notify = stopping.clone();
+        let server =
+            axum::serve(self.listener, router(self.state)).with_graceful_shutdown(async move {
+                shutdown.await;
+                notify.notify_one();
+            });
+        // Graceful shutdown would wait for hanging calls (8 s each); cap the wait instead.
+        tokio::select! {
+            result = server => result,
+            _ = async {
+                stopping.notified().await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => Ok(()),
+        }
+    }
+
+    /// Serves in a background task of the current runtime; the returned handle stops it.
+    pub fn spawn(self) -> SimHandle {
+        let (tx, rx) = oneshot::channel::<()>();
+        let url = self.url();
+        let addr = self.addr;
+        let state = self.state.clone();
+        let task = tokio::spawn(self.serve(async move {
+            let _ = rx.await;
+        }));
+        SimHandle {
+            url,
+            addr,
+            state,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+}
+
+/// A sim serving in the background; dropping it stops the server.
+pub struct SimHandle {
+    url: String,
+    addr: SocketAddr,
+    state: SimState,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl SimHandle {
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn state(&self) -> SimState {
+        self.state.clone()
+    }
+
+    /// Stops the server and waits for it (at most about a second for requests in progress).
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_reset_keeps_peaks_true_to_what_is_inside() {
+        let c = Counters::default();
+        let (g1, _) = GaugeGuard::enter(&c.in_service, &c.peak_in_service);
+        let (g2, _) = GaugeGuard::enter(&c.in_service, &c.peak_in_service);
+        c.seen.store(5, Ordering::SeqCst);
+        drop(g2);
+        assert_eq!(c.snapshot().peak_in_service, 2);
+        c.reset();
+        let s = c.snapshot();
+        assert_eq!((s.seen, s.in_service, s.peak_in_service), (0, 1, 1));
+        drop(g1);
+        assert_eq!(c.snapshot().in_service, 0);
+    }
+
+    #[test]
+    fn bad_time_scale_and_scenario_are_refused() {
+        let mut config = SimConfig::builtin();
+        config.time_scale = 0.0;
+        assert!(matches!(
+            SimState::new(config.clone()),
+            Err(SimError::TimeScale(_))
+        ));
+        config.time_scale = f64::NAN;
+        assert!(SimState::new(config.clone()).is_err());
+        config.time_scale = 1.0;
+        config.scenario = "nope".into();
+        let err = SimState::new(config).err().unwrap().to_string();
+        assert!(err.contains("known scenarios: healthy"), "{err}");
+    }
+
+    #[test]
+    fn switch_reseeds_and_resets() {
+        let state = SimState::new(SimConfig::builtin()).unwrap();
+        state.0.records.seen.store(3, Ordering::SeqCst);
+        let current = state
+            .switch(&ScenarioSwitch {
+                name: "slow-write".into(),
+                seed: Some(9),
+                time_scale: Some(0.5),
+            })
+            .unwrap();
+        assert_eq!(current.scenario.name, "slow-write");
+        assert_eq!((current.seed, current.time_scale), (9, 0.5));
+        assert_eq!(state.stats().records.seen, 0);
+        let err = state
+            .switch(&ScenarioSwitch {
+                name: "x".into(),
+                seed: None,
+                time_scale: None,
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown scenario `x`"), "{err}");
+    }
+}

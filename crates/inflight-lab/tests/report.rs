@@ -1,0 +1,323 @@
+//! The report written from a fixed results file: every file exists and is well-formed.
+//!
+//! The fixture is the `results.json` of a real `inflight lab run --quick --repeats 2 --records 100`.
+
+use std::path::{Path, PathBuf};
+
+use inflight_lab::report;
+use inflight_lab::results::ResultsDoc;
+
+fn fixture() -> ResultsDoc {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results-quick.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Checks that tags nest and close, attributes are quoted, and `&` starts an entity.
+/// Elements in `void` (HTML's `meta`, ...) need no closing tag. Returns the root elements seen.
+fn check_well_formed(text: &str, void: &[&str]) -> Result<Vec<String>, String> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut roots = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' => {
+                let rest = &text[i..];
+                if rest.starts_with("<!--") {
+                    i += rest.find("-->").ok_or("unclosed comment")? + 3;
+                    continue;
+                }
+                if rest.starts_with("<!") || rest.starts_with("<?") {
+                    i += rest.find('>').ok_or("unclosed declaration")? + 1;
+                    continue;
+                }
+                // Find the end of the tag, skipping quoted attribute values.
+                let mut j = i + 1;
+                let mut quote: Option<u8> = None;
+                while j < bytes.len() {
+                    match (quote, bytes[j]) {
+                        (None, b'"') | (None, b'\'') => quote = Some(bytes[j]),
+                        (Some(q), c) if c == q => quote = None,
+                        (None, b'<') => return Err(format!("`<` inside a tag at byte {j}")),
+                        (None, b'>') => break,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                if j >= bytes.len() {
+                    return Err(format!("unclosed tag at byte {i}"));
+                }
+                let tag = &text[i + 1..j];
+                i = j + 1;
+                if let Some(name) = tag.strip_prefix('/') {
+                    let name = name.trim();
+                    match stack.pop() {
+                        Some(open) if open == name => {}
+                        other => return Err(format!("`</{name}>` closes {other:?}")),
+                    }
+                    continue;
+                }
+                let self_closing = tag.ends_with('/');
+                let name: String = tag
+                    .trim_end_matches('/')
+                    .split_whitespace()
+                    .next()
+                    .ok_or("empty tag")?
+                    .to_string();
+                if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                    return Err(format!("bad element name `{name}`"));
+                }
+                // Every attribute is name="value".
+                let attrs = tag.trim_end_matches('/')[name.len()..].trim();
+                let mut a = attrs;
+                while !a.is_empty() {
+                    let eq = a
+                        .find('=')
+                        .ok_or_else(|| format!("attribute without value in <{name} {attrs}>"))?;
+                    let after = &a[eq + 1..];
+                    let q = after.chars().next().ok_or("attribute value missing")?;
+                    if q != '"' && q != '\'' {
+                        return Err(format!("unquoted attribute in <{name} {attrs}>"));
+                    }
+                    let close = after[1..].find(q).ok_or("unclosed attribute value")?;
+                    a = after[close + 2..].trim_start();
+                }
+                if stack.is_empty() {
+                    roots.push(name.clone());
+                }
+                if !self_closing && !void.contains(&name.as_str()) {
+                    stack.push(name);
+                }
+            }
+            b'&' => {
+                let rest = &text[i + 1..];
+                let end = rest.find(';').ok_or("`&` without `;`")?;
+                let entity = &rest[..end];
+                let ok = !entity.is_empty()
+                    && entity.len() <= 8
+                    && entity
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '#');
+                if !ok {
+                    return Err(format!("bad entity `&{entity};`"));
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    if !stack.is_empty() {
+        return Err(format!("unclosed elements: {stack:?}"));
+    }
+    Ok(roots)
+}
+
+fn parse_csv_line(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            (_, '"') => quoted = !quoted,
+            (false, ',') => fields.push(String::new()),
+            _ => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn the_report_files_exist_and_are_well_formed() {
+    let doc = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nested/report");
+    report::write_report(&doc, &out).unwrap();
+    // To look at the fixture's report in a browser: INFLIGHT_KEEP_REPORT=/some/dir cargo test ...
+    if let Some(keep) = std::env::var_os("INFLIGHT_KEEP_REPORT") {
+        report::write_report(&doc, Path::new(&keep)).unwrap();
+    }
+
+    // runs.csv: the documented columns, one row per run, values that match the runs.
+    let csv = read(&out, "runs.csv");
+    let mut lines = csv.lines();
+    let header = parse_csv_line(lines.next().unwrap());
+    assert_eq!(header, report::CSV_COLUMNS);
+    let rows: Vec<Vec<String>> = lines.map(parse_csv_line).collect();
+    assert_eq!(rows.len(), doc.runs.len());
+    for (row, run) in rows.iter().zip(&doc.runs) {
+        assert_eq!(row.len(), header.len());
+        assert_eq!(row[0], run.strategy);
+        assert_eq!(row[1], run.scenario);
+        let complete: u64 = row[6].parse().unwrap();
+        assert_eq!(complete, run.complete);
+        let accepted: f64 = row[12].parse().unwrap();
+        assert!((accepted - run.accepted_per_s).abs() < 1e-3);
+    }
+
+    // SVG figures: the two bar charts and one timeline per scenario, each a single <svg> root.
+    let mut svgs: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".svg"))
+        .collect();
+    svgs.sort();
+    assert_eq!(
+        svgs,
+        [
+            "accepted_per_s.svg",
+            "timeline-healthy.svg",
+            "timeline-slow-enrichment.svg",
+            "timeline-slow-write.svg",
+            "write_503s.svg"
+        ]
+    );
+    for name in &svgs {
+        let svg = read(&out, name);
+        let roots = check_well_formed(&svg, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(roots, ["svg"], "{name}");
+        assert!(
+            svg.contains("xmlns=\"http://www.w3.org/2000/svg\""),
+            "{name}"
+        );
+    }
+    let bars = read(&out, "accepted_per_s.svg");
+    assert_eq!(
+        bars.matches("<rect ").count(),
+        1 + doc.summary.len(),
+        "background + one bar per cell"
+    );
+    let timeline = read(&out, "timeline-slow-write.svg");
+    assert_eq!(
+        timeline.matches("<polyline ").count(),
+        2 * 3,
+        "two series for C2, C3, C4"
+    );
+
+    // index.html: well-formed, self-contained (figures inline, nothing loaded from elsewhere).
+    let html = read(&out, "index.html");
+    let roots = check_well_formed(&html, &["meta", "br", "img", "link", "hr", "input"])
+        .unwrap_or_else(|e| panic!("index.html: {e}"));
+    assert_eq!(roots, ["html"]);
+    assert_eq!(html.matches("<svg ").count(), svgs.len());
+    assert!(!html.contains("src="), "no external resources");
+    assert!(
+        !html.contains("http://")
+            || html.matches("http://").count()
+                == html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
+    );
+    for h in &doc.hypotheses {
+        assert!(html.contains(&format!("<td>{}</td>", h.id)), "{}", h.id);
+    }
+    assert!(html.contains("<td class=\"fail\">fail</td>"));
+
+    // summary.md: a table per scenario, the hypotheses, the seed comparison, the figures.
+    let md = read(&out, "summary.md");
+    for heading in [
+        "### healthy",
+        "### slow-write",
+        "### slow-enrichment",
+        "## Hypotheses",
+        "## Next to the seed",
+        "## Figures",
+    ] {
+        assert!(md.contains(heading), "{heading}");
+    }
+    assert!(md.contains("8 pass, 1 fail, 0 skipped (of 9)"));
+    for f in &svgs {
+        assert!(md.contains(&format!("]({f})")), "{f} linked");
+    }
+    // Every markdown table row has as many cells as its header.
+    for block in md.split("\n\n").filter(|b| b.starts_with("| ")) {
+        let counts: Vec<usize> = block
+            .lines()
+            .map(|l| l.replace("\\|", "").matches('|').count())
+            .collect();
+        assert!(counts.windows(2).all(|w| w[0] == w[1]), "{block}");
+    }
+}
+
+#[test]
+fn terminal_tables_show_every_cell_and_hypothesis() {
+    let doc = fixture();
+    let table = report::summary_table(&doc);
+    assert_eq!(table.lines().count(), 2 + doc.summary.len() + 1);
+    for row in &doc.summary {
+        assert!(table.contains(&row.strategy.to_uppercase()));
+    }
+    // C1 at 2 CPUs in healthy: its median completion in seconds.
+    assert!(table.contains("2.66"), "{table}");
+    let hyps = report::hypotheses_table(&doc);
+    assert!(hyps.contains("H7  FAIL"), "{hyps}");
+    assert!(hyps.contains("8 pass, 1 fail, 0 skipped (of 9)"), "{hyps}");
+    let seed = report::seed_table(&doc);
+    assert!(seed.contains("83.6"), "the seed's C1 figure: {seed}");
+    assert!(
+        seed.contains("time scale 0.1"),
+        "rescaling is stated: {seed}"
+    );
+}
+
+#[test]
+fn an_empty_results_document_still_gives_a_well_formed_report() {
+    let dir = tempfile::tempdir().unwrap();
+    report::write_report(&ResultsDoc::default(), dir.path()).unwrap();
+    for name in ["accepted_per_s.svg", "write_503s.svg"] {
+        let svg = read(dir.path(), name);
+        check_well_formed(&svg, &[]).unwrap();
+        assert!(svg.contains("no data"));
+    }
+    check_well_formed(&read(dir.path(), "index.html"), &["meta"]).unwrap();
+    assert_eq!(read(dir.path(), "runs.csv").lines().count(), 1);
+}
+
+#[test]
+fn text_with_markup_characters_is_escaped() {
+    let mut doc = fixture();
+    doc.hypotheses[0].claim = "a < b & \"c\" > d".into();
+    doc.summary[0].scenario = "odd<&>".into();
+    let dir = tempfile::tempdir().unwrap();
+    report::write_report(&doc, dir.path()).unwrap();
+    let html = read(dir.path(), "index.html");
+    check_well_formed(&html, &["meta"]).unwrap();
+    assert!(html.contains("a &lt; b &amp; &quot;c&quot; &gt; d"));
+    check_well_formed(&read(dir.path(), "accepted_per_s.svg"), &[]).unwrap();
+}
+
+#[test]
+fn a_report_into_an_unwritable_place_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let err = report::write_report(&fixture(), &file.join("sub")).unwrap_err();
+    assert!(format!("{err:#}").contains("a-file"), "{err:#}");
+}
+
+#[test]
+fn the_well_formedness_check_catches_broken_markup() {
+    for bad in [
+        "<svg><g></svg>",
+        "<svg>",
+        "<svg x=1></svg>",
+        "<svg>a & b</svg>",
+        "<svg><text>1 < 2</text></svg>",
+        "<svg x=\"1></svg>",
+    ] {
+        assert!(check_well_formed(bad, &[]).is_err(), "{bad}");
+    }
+    assert_eq!(
+        check_well_formed(
+            "<?xml version=\"1.0\"?><svg a=\"1\"><g/><!-- c --><text>&lt;</text></svg>",
+            &[]
+        )
+        .unwrap(),
+        ["svg"]
+    );
+}

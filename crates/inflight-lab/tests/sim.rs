@@ -1,0 +1,297 @@
+//! The sim over real HTTP on 127.0.0.1: capacity and queue, 400s and 404s, stats, reset, scenario switch.
+
+use std::time::{Duration, Instant};
+
+use inflight_lab::scenario::ScenarioSet;
+use inflight_lab::sim::{Sim, SimConfig, SimHandle, SimStats};
+use serde_json::{json, Value};
+
+/// Writes slow enough that 20 requests sent at once all arrive while the first 12 are still inside.
+const TEST_SCENARIOS: &str = r#"
+[scenarios.slow-writes]
+description = "writes take 1.5 s, enrichment 20 ms"
+enrichment = { median = "20ms" }
+records = { median = "1500ms", capacity = 6, queue = 6 }
+
+[scenarios.fast]
+description = "everything 10 ms"
+enrichment = { median = "10ms", sigma = 0.1 }
+records = { median = "10ms", capacity = 2, queue = 1 }
+
+[scenarios.hanging]
+description = "every enrichment call hangs for a minute"
+enrichment = { median = "10ms", hang_probability = 1.0, hang = "60s" }
+records = { median = "10ms", capacity = 6, queue = 6 }
+"#;
+
+async fn start(scenario: &str) -> SimHandle {
+    let config = SimConfig {
+        scenarios: ScenarioSet::parse(TEST_SCENARIOS, "test").unwrap(),
+        scenario: scenario.into(),
+        seed: 1,
+        time_scale: 1.0,
+    };
+    let sim = Sim::bind(config, 0).await.unwrap();
+    assert!(sim.local_addr().ip().is_loopback());
+    sim.spawn()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+async fn stats(c: &reqwest::Client, url: &str) -> SimStats {
+    c.get(format!("{url}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_writes_at_once_give_twelve_accepted_and_eight_503s() {
+    let sim = start("slow-writes").await;
+    let url = sim.url().to_string();
+    let c = client();
+    let sends = (0..20).map(|id| {
+        let c = c.clone();
+        let url = url.clone();
+        tokio::spawn(async move {
+            c.post(format!("{url}/records"))
+                .json(&json!({ "id": id, "complete": true }))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    });
+    let mut codes = Vec::new();
+    for send in sends.collect::<Vec<_>>() {
+        codes.push(send.await.unwrap());
+    }
+    let ok = codes.iter().filter(|&&c| c == 200).count();
+    let refused = codes.iter().filter(|&&c| c == 503).count();
+    assert_eq!((ok, refused), (12, 8), "codes: {codes:?}");
+
+    let s = stats(&c, &url).await;
+    assert_eq!(s.scenario, "slow-writes");
+    assert_eq!(s.records.seen, 20);
+    assert_eq!(s.records.accepted, 12);
+    assert_eq!(s.records.rejected_503, 8);
+    assert_eq!(s.records.in_service, 0);
+    assert_eq!(s.records.peak_in_service, 6);
+    assert!(
+        (13..=20).contains(&s.records.peak_offered),
+        "peak offered counts the refused: {}",
+        s.records.peak_offered
+    );
+    assert_eq!(s.enrich.seen, 0);
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
+    let sim = start("fast").await;
+    let url = sim.url().to_string();
+    let c = client();
+
+    let r = c.get(format!("{url}/enrich/abc")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("integer"),
+        "{body}"
+    );
+
+    for bad in [
+        "not json",
+        r#"{"id": 1}"#,
+        r#"{"id": "x", "complete": true}"#,
+        r#"{"id": 1, "complete": "yes"}"#,
+        r#"{"id": 1.5, "complete": true}"#,
+        "",
+    ] {
+        let r = c
+            .post(format!("{url}/records"))
+            .header("content-type", "application/json")
+            .body(bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "body {bad:?}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().contains("id"), "{body}");
+    }
+
+    for path in ["/nope", "/enrich", "/records/1", "/stats/x"] {
+        let r = c.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 404, "{path}");
+    }
+
+    let r = c
+        .post(format!("{url}/scenario"))
+        .json(&json!({ "name": "nope" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("fast, hanging, slow-writes"), "{message}");
+
+    let r = c
+        .post(format!("{url}/scenario"))
+        .json(&json!({ "name": "fast", "time_scale": -1.0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+
+    // Malformed requests were seen but none was accepted or refused for capacity.
+    let s = stats(&c, &url).await;
+    assert_eq!(
+        (s.records.seen, s.records.accepted, s.records.rejected_503),
+        (6, 0, 0)
+    );
+    assert_eq!(s.enrich.seen, 1);
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn enrichment_answers_and_stats_reset() {
+    let sim = start("fast").await;
+    let url = sim.url().to_string();
+    let c = client();
+    for id in [1, -7, 42] {
+        let body: Value = c
+            .get(format!("{url}/enrich/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["id"], id);
+        assert!(body["score"].is_number());
+    }
+    let r = c
+        .post(format!("{url}/records"))
+        .json(&json!({ "id": 3, "complete": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["accepted"], true);
+    assert_eq!(body["id"], 3);
+
+    let s = stats(&c, &url).await;
+    assert_eq!((s.enrich.seen, s.enrich.accepted), (3, 3));
+    assert_eq!(s.enrich.peak_in_service, 1);
+    assert_eq!(s.records.accepted, 1);
+
+    let r = c.post(format!("{url}/stats/reset")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let s = stats(&c, &url).await;
+    assert_eq!(s.enrich, Default::default());
+    assert_eq!(s.records, Default::default());
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn scenario_switch_changes_capacity_reseeds_and_resets() {
+    let sim = start("slow-writes").await;
+    let url = sim.url().to_string();
+    let c = client();
+    c.get(format!("{url}/enrich/1")).send().await.unwrap();
+
+    let r = c
+        .post(format!("{url}/scenario"))
+        .json(&json!({ "name": "fast", "seed": 99, "time_scale": 0.5 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let current: Value = c
+        .get(format!("{url}/scenario"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(current["name"], "fast");
+    assert_eq!(current["seed"], 99);
+    assert_eq!(current["time_scale"], 0.5);
+    assert_eq!(current["records"]["capacity"], 2);
+    assert_eq!(current["records"]["queue"], 1);
+    assert_eq!(current["records"]["median"], "10ms");
+
+    let s = stats(&c, &url).await;
+    assert_eq!((s.scenario.as_str(), s.time_scale), ("fast", 0.5));
+    assert_eq!(s.enrich.seen, 0, "switching resets the stats");
+
+    // The new capacity (2 + 1 waiting) holds: 3 of 6 simultaneous writes are refused.
+    let sends: Vec<_> = (0..6)
+        .map(|id| {
+            let c = c.clone();
+            let url = url.clone();
+            tokio::spawn(async move {
+                c.post(format!("{url}/records"))
+                    .json(&json!({ "id": id, "complete": true }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    // 10 ms writes are too quick for "at once" to be reliable, so only bound the outcome.
+    let mut ok = 0;
+    for send in sends {
+        if send.await.unwrap() == 200 {
+            ok += 1;
+        }
+    }
+    let s = stats(&c, &url).await;
+    assert_eq!(s.records.accepted, ok);
+    assert_eq!(s.records.accepted + s.records.rejected_503, 6);
+    assert!(s.records.peak_in_service <= 2, "{:?}", s.records);
+    sim.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_does_not_leave_in_service_high() {
+    let sim = start("hanging").await;
+    let url = sim.url().to_string();
+    let c = client();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    for id in 0..3 {
+        let r = impatient.get(format!("{url}/enrich/{id}")).send().await;
+        assert!(r.unwrap_err().is_timeout());
+    }
+    // The calls hang for 60 s; in_service must drop as soon as the server sees the clients gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        let s = stats(&c, &url).await;
+        if s.enrich.in_service == 0 || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(s.enrich.in_service, 0, "{:?}", s.enrich);
+    assert_eq!(s.enrich.seen, 3);
+    assert_eq!(s.enrich.accepted, 0);
+    assert!(s.enrich.peak_in_service >= 1);
+    sim.shutdown().await.unwrap();
+}
