@@ -411,6 +411,31 @@ pub struct FanoutConfig {
     pub strategies: Vec<Strategy>,
 }
 
+/// How many sleeps of the delay [`run`] times on each timer before the rounds.
+pub const TIMER_SAMPLES: usize = 10;
+
+/// The least a wave of calls costs beyond the delay (waking the caller, starting the next call),
+/// used only to plan a run: with a tiny delay and many waves this overhead is the run's length.
+pub const WAVE_OVERHEAD: Duration = Duration::from_micros(50);
+
+impl FanoutConfig {
+    /// A lower bound on how long [`run`] takes: the timer readings, then the warm-up round and
+    /// `rounds` measured rounds of every strategy, a bounded round being `ceil(jobs / limit)`
+    /// waves of `delay` + [`WAVE_OVERHEAD`] and an unbounded one a single wave.
+    pub fn planned(&self) -> Duration {
+        let wave = self.delay.as_secs_f64() + WAVE_OVERHEAD.as_secs_f64();
+        let waves = self.jobs.div_ceil(self.limit.max(1)) as f64;
+        let per_round: f64 = self
+            .strategies
+            .iter()
+            .map(|s| if s.is_bounded() { waves * wave } else { wave })
+            .sum();
+        let timers = 2.0 * TIMER_SAMPLES as f64 * self.delay.as_secs_f64();
+        let secs = timers + per_round * (self.rounds as f64 + 1.0);
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    }
+}
+
 /// One strategy's measurements over the rounds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StrategyResult {
@@ -504,7 +529,7 @@ pub async fn run(
             "jobs, limit, rounds and delay must all be greater than 0".into(),
         ));
     }
-    let samples = 10;
+    let samples = TIMER_SAMPLES;
     let precise = match &timer {
         Delay::Precise(t) => t.clone(),
         Delay::Tokio => PreciseTimer::new(),
@@ -566,21 +591,31 @@ pub async fn run(
     })
 }
 
+/// Milliseconds to at most 6 decimals, without trailing zeros (`20`, `0.5`, `0.000001`).
+fn short_ms(ms: f64) -> String {
+    let rounded = (ms * 1e6).round() / 1e6;
+    format!("{rounded}")
+}
+
 /// The human table.
 pub fn render(report: &FanoutReport) -> String {
+    let delay = short_ms(report.delay_ms);
     let mut out = String::new();
     out.push_str(&format!(
         "{} jobs of {} ms, limit {}, {} rounds after a warm-up; downstream timer: {}\n",
-        report.jobs, report.delay_ms, report.limit, report.rounds, report.timer
+        report.jobs, delay, report.limit, report.rounds, report.timer
     ));
     out.push_str(&format!(
-        "ideal bounded time: ceil({} / {}) x {} ms = {:.0} ms\n",
-        report.jobs, report.limit, report.delay_ms, report.ideal_bounded_ms
+        "ideal bounded time: ceil({} / {}) x {} ms = {} ms\n",
+        report.jobs,
+        report.limit,
+        delay,
+        short_ms(report.ideal_bounded_ms)
     ));
     for t in &report.timer_readings {
         out.push_str(&format!(
             "a {} ms sleep on the {} timer took {:.3} ms median (min {:.3}, max {:.3}, {} samples)\n",
-            report.delay_ms, t.timer, t.median_ms, t.min_ms, t.max_ms, t.samples
+            delay, t.timer, t.median_ms, t.min_ms, t.max_ms, t.samples
         ));
     }
     out.push('\n');
@@ -614,6 +649,33 @@ mod tests {
         let ideal = ideal_bounded_ms(500, 8, Duration::from_millis(20));
         assert!((ideal - 1260.0).abs() < 1e-9);
         assert!((ideal_bounded_ms(16, 8, Duration::from_millis(20)) - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_plan_counts_waves_rounds_and_timer_readings() {
+        let config = FanoutConfig {
+            jobs: 500,
+            delay: Duration::from_millis(20),
+            limit: 8,
+            rounds: 5,
+            strategies: Strategy::ALL.to_vec(),
+        };
+        // 20 timer sleeps; 6 rounds of 4 x 63 waves + 1 wave, each 20.05 ms.
+        let expected = 20.0 * 0.020 + 6.0 * (4.0 * 63.0 + 1.0) * 0.020_05;
+        assert!((config.planned().as_secs_f64() - expected).abs() < 1e-6);
+        // A tiny delay does not make a million waves look free.
+        let tiny = FanoutConfig {
+            jobs: 1_000_000,
+            delay: Duration::from_nanos(1),
+            limit: 1,
+            rounds: 1,
+            strategies: vec![Strategy::Budget],
+        };
+        assert!(
+            tiny.planned() >= Duration::from_secs(100),
+            "{:?}",
+            tiny.planned()
+        );
     }
 
     #[test]

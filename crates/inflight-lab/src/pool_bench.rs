@@ -8,6 +8,7 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -46,13 +47,16 @@ pub fn calibrate(target: Duration) -> (u64, Duration) {
         }
         iters *= 4;
     }
-    let mut samples: Vec<Duration> = (0..101)
-        .map(|i| {
-            let t = Instant::now();
-            task(iters, i);
-            t.elapsed()
-        })
-        .collect();
+    // Up to 101 samples (10 s at the largest task size); a caught Ctrl-C cuts it short.
+    let mut samples = Vec::with_capacity(101);
+    for i in 0..101 {
+        let t = Instant::now();
+        task(iters, i);
+        samples.push(t.elapsed());
+        if interrupted() {
+            break;
+        }
+    }
     samples.sort();
     (iters, samples[samples.len() / 2])
 }
@@ -176,6 +180,40 @@ pub struct BenchReport {
     pub results: Vec<PoolResult>,
 }
 
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP from now on: instead of ending the process at once (which
+/// would leave the benchmark's cgroup behind), they set a flag that [`run_child`] and the caller
+/// check, so the child is killed and the cgroup removed on the way out. The child processes do
+/// not inherit the handler (exec resets it).
+pub fn catch_interrupts() -> std::io::Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic, which is
+        // async-signal-safe; sigemptyset and sigaction get valid pointers.
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether a signal caught by [`catch_interrupts`] has arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// Why a pool could not be run in its child process.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -195,12 +233,15 @@ pub enum BenchError {
     },
     #[error("the pool {pool} child process printed no result: {reason}")]
     Output { pool: usize, reason: String },
+    #[error("interrupted while pool {pool} ran; its child process was stopped")]
+    Interrupted { pool: usize },
 }
 
 /// Runs the command for one pool size, inside `group` if there is one, and reads the
 /// [`PoolRun`] it prints (one JSON line on stdout). Throttling is read from `stats_dir`'s
 /// `cpu.stat` (the group's, or the cgroup this process already runs in) before and after. The
-/// child is killed if it outlives `duration` by more than 30 s.
+/// child is killed if it outlives `duration` by more than 30 s, or at once if a signal caught by
+/// [`catch_interrupts`] arrives.
 pub fn run_child(
     mut cmd: Command,
     pool: usize,
@@ -221,6 +262,11 @@ pub fn run_child(
     let limit = duration + Duration::from_secs(30);
     let started = Instant::now();
     let status = loop {
+        if interrupted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(BenchError::Interrupted { pool });
+        }
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if started.elapsed() > limit => {
@@ -232,6 +278,10 @@ pub fn run_child(
             Err(source) => return Err(BenchError::Spawn { pool, source }),
         }
     };
+    // A Ctrl-C at the terminal reaches the child too; it may have died of it just now.
+    if interrupted() {
+        return Err(BenchError::Interrupted { pool });
+    }
     let after = stats_dir.and_then(|d| throttle_stats_at(d).ok());
     let mut stdout = String::new();
     let mut stderr = String::new();
@@ -279,6 +329,9 @@ pub fn interpret(report: &BenchReport) -> String {
         return "no pool sizes were run".to_string();
     }
     let best = rs.iter().map(|r| r.tasks_per_s).fold(0.0, f64::max);
+    if best <= 0.0 {
+        return "no task completed: each pool ran for less than one task takes".to_string();
+    }
     // The smallest pool that reaches 90% of the best throughput is where the plateau starts.
     let knee = rs
         .iter()
@@ -303,7 +356,7 @@ pub fn interpret(report: &BenchReport) -> String {
         ));
     } else {
         s.push_str(&format!(
-            "throughput plateaus at pool {} ({:.0} tasks/s, {limit}); pool {} adds {:+.0}% throughput while p99 goes {:.2} -> {:.2} ms and max {:.2} -> {:.2} ms",
+            "throughput plateaus at pool {} ({:.0} tasks/s, {limit}); pool {} changes throughput by {:+.0}% while p99 goes {:.2} -> {:.2} ms and max {:.2} -> {:.2} ms",
             knee.pool,
             knee.tasks_per_s,
             biggest.pool,
@@ -333,7 +386,7 @@ pub fn interpret(report: &BenchReport) -> String {
                 })
                 .unwrap_or(&rs[0]);
             s.push_str(&format!(
-                "; the quota throttled the group most at pool {} ({} periods, {:.0} ms)",
+                "; the quota throttled the group most at pool {} ({} periods, {:.0} ms); throttled time adds up every CPU's run queue, so it can exceed the wall time",
                 worst.pool,
                 worst.nr_throttled.unwrap_or(0),
                 worst.throttled_ms.unwrap_or(0.0)
@@ -455,6 +508,24 @@ mod tests {
         let table = render_table(&report);
         assert!(table.contains("19,500"), "{table}");
         assert_eq!(table.lines().count(), 5);
+    }
+
+    #[test]
+    fn interpretation_of_runs_without_tasks_has_no_nan() {
+        let mut empty = row(1, 0.0, 0.0, 0.0);
+        empty.tasks = 0;
+        let report = BenchReport {
+            cpus: None,
+            enforcement: "none".into(),
+            cgroup: None,
+            duration_s: 1e-9,
+            task_iters: 1,
+            task_us: 50.0,
+            results: vec![empty.clone(), PoolResult { pool: 2, ..empty }],
+        };
+        let s = interpret(&report);
+        assert!(s.contains("no task completed"), "{s}");
+        assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
     }
 
     #[test]

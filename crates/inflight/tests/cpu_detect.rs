@@ -215,3 +215,25 @@ fn a_missing_root_is_not_a_panic() {
     let b = CpuBudget::detect_in(&fixture("does-not-exist")).unwrap();
     assert_eq!(b.cgroup_version, CgroupVersion::None);
 }
+
+#[test]
+fn an_affinity_mask_naming_offline_cpus_is_capped_at_the_online_ones() {
+    let b = budget("affinity-offline");
+    assert_eq!(b.host_cpus, 2);
+    assert_eq!(b.affinity_cpus, 2);
+    assert_eq!(b.quota_status, QuotaStatus::Unlimited);
+    assert!(approx(b.effective_cpus, 2.0));
+    assert_eq!(b.recommended_pool(), 2);
+    assert!(
+        b.notes.iter().any(|n| n.contains("only 2 are online")),
+        "{:?}",
+        b.notes
+    );
+}
+
+#[test]
+fn an_absurd_cpu_list_is_a_parse_error_not_an_overflow() {
+    let err = CpuBudget::detect_in(&fixture("broken-status")).unwrap_err();
+    assert!(matches!(err, DetectError::Parse { .. }), "{err}");
+    assert!(err.to_string().contains("status"), "{err}");
+}

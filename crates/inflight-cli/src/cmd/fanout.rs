@@ -78,18 +78,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         strategies: args.strategies.clone(),
     };
     // Bound the whole run before starting it: every strategy runs rounds + 1 times.
-    let ideal = Duration::from_secs_f64(
-        fanout::ideal_bounded_ms(config.jobs, config.limit, config.delay) / 1e3,
-    );
-    let per_round: Duration = config
-        .strategies
-        .iter()
-        .map(|s| if s.is_bounded() { ideal } else { config.delay })
-        .sum();
-    let planned = per_round * (config.rounds as u32 + 1);
+    let planned = config.planned();
     anyhow::ensure!(
         planned <= MAX_PLANNED,
-        "this run would take at least {} (ceil(jobs / limit) x delay per bounded round); the limit is {}: lower --jobs, --rounds or --delay, or raise --limit",
+        "this run would take at least {} (ceil(jobs / limit) waves of the delay per bounded round); the limit is {}: lower --jobs, --rounds or --delay, or raise --limit",
         humantime::format_duration(Duration::from_millis(planned.as_millis() as u64)),
         humantime::format_duration(MAX_PLANNED)
     );

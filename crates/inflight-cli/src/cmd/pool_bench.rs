@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use inflight::cpu::{CpuBudget, QuotaGroup};
-use inflight_lab::pool_bench::{self, BenchReport, PoolResult};
+use inflight_lab::pool_bench::{self, BenchError, BenchReport, PoolResult};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -61,6 +61,11 @@ fn parse_cpus(s: &str) -> Result<f64, String> {
     if !v.is_finite() || v <= 0.0 {
         return Err(format!("{s} CPUs: the quota must be greater than 0"));
     }
+    if v < 0.01 {
+        return Err(format!(
+            "{s} CPUs: the smallest quota the kernel accepts is 0.01 CPUs (1 ms per 100 ms period)"
+        ));
+    }
     if v > 4096.0 {
         return Err(format!("{s} CPUs: more than 4096 is not a useful quota"));
     }
@@ -89,6 +94,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
+    // From here on Ctrl-C (or SIGTERM) stops the child and removes the cgroup before exiting.
+    pool_bench::catch_interrupts().context("cannot install the Ctrl-C handler")?;
     let group = match args.cpus {
         Some(cpus) => match QuotaGroup::create(cpus) {
             Ok(g) => Some(g),
@@ -121,12 +128,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         enforcement.as_str(),
         group
             .as_ref()
-            .map(|g| format!(" ({} CPUs in {})", g.cpus(), g.path().display()))
+            .map(|g| format!(" ({} CPU quota in {})", g.cpus(), g.path().display()))
             .unwrap_or_default()
     );
 
+    if pool_bench::interrupted() {
+        return Ok(interrupted_exit(group));
+    }
+
     let exe = std::env::current_exe().context("cannot find this program to run the pools")?;
-    let duration_arg = format!("{}ms", args.duration.as_millis().max(1));
+    let duration_arg = format!("{}ns", args.duration.as_nanos());
     let mut results = Vec::new();
     for &pool in &args.pools {
         let pool = pool as usize;
@@ -144,14 +155,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--duration",
             &duration_arg,
         ]);
-        let (run, throttle) = pool_bench::run_child(
+        let (run, throttle) = match pool_bench::run_child(
             cmd,
             pool,
             args.duration,
             group.as_ref(),
             stats_dir.as_deref(),
-        )
-        .with_context(|| format!("pool {pool} failed"))?;
+        ) {
+            Ok(r) => r,
+            Err(BenchError::Interrupted { .. }) => return Ok(interrupted_exit(group)),
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("pool {pool} failed"))),
+        };
         results.push(PoolResult::new(&run, throttle));
     }
 
@@ -191,4 +205,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", pool_bench::interpret(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Removes the cgroup (the child has already been stopped) and ends with the shell's status for
+/// an interrupted command.
+fn interrupted_exit(group: Option<QuotaGroup>) -> ExitCode {
+    match group {
+        Some(g) => {
+            let path = g.path().to_path_buf();
+            match g.remove() {
+                Ok(()) => eprintln!("interrupted: stopped; removed cgroup {}", path.display()),
+                Err(e) => eprintln!(
+                    "interrupted: stopped; could not remove cgroup {}: {e}",
+                    path.display()
+                ),
+            }
+        }
+        None => eprintln!("interrupted: stopped"),
+    }
+    ExitCode::from(130)
 }

@@ -1,7 +1,10 @@
 //! Tests of `inflight pool-bench`: flag validation, a short real run under a cgroup quota (root
 //! only), the refusal when the quota cannot be enforced, and `--no-limit`.
 
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -28,6 +31,10 @@ fn rejects_a_zero_pool() {
 fn rejects_bad_cpu_counts() {
     bad_flag(&["--cpus", "-1"], "the quota must be greater than 0");
     bad_flag(&["--cpus", "0"], "the quota must be greater than 0");
+    bad_flag(
+        &["--cpus", "0.001"],
+        "the smallest quota the kernel accepts",
+    );
     bad_flag(&["--cpus", "lots"], "is not a number of CPUs");
     bad_flag(&["--cpus", "inf"], "the quota must be greater than 0");
 }
@@ -187,4 +194,69 @@ fn refuses_an_unenforceable_quota_unless_no_limit() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["enforcement"], "none");
     assert_eq!(doc["cpus"], 1.0);
+}
+
+/// Ctrl-C in the middle of a pool: the child is stopped, the cgroup removed, and the exit status
+/// is 130.
+#[test]
+fn ctrl_c_removes_the_cgroup() {
+    if !is_root() {
+        eprintln!("skipping: needs root to create cgroups");
+        return;
+    }
+    if let Err(e) = inflight::cpu::QuotaGroup::create(1.0) {
+        eprintln!("skipping: this machine cannot create a cgroup: {e}");
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "pool-bench",
+            "--cpus",
+            "1",
+            "--pools",
+            "1,2",
+            "--duration",
+            "20s",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    // The first line names the cgroup: "... (1 CPU quota in /sys/fs/cgroup/...)".
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let cgroup = first
+        .split(" in ")
+        .nth(1)
+        .map(|p| std::path::PathBuf::from(p.trim().trim_end_matches(')')))
+        .unwrap_or_else(|| panic!("no cgroup in {first:?}"));
+    assert!(cgroup.exists(), "{}", cgroup.display());
+    let mut second = String::new();
+    stderr.read_line(&mut second).unwrap();
+    assert!(second.contains("pool 1: running"), "{second}");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sending SIGINT to a child we started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("pool-bench did not stop within 10 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("removed cgroup"), "{rest}");
+    assert!(!cgroup.exists(), "{} was left behind", cgroup.display());
 }

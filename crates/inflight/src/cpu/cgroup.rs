@@ -70,13 +70,15 @@ impl ThrottleStats {
 /// Why a CPU limit cannot be enforced with a cgroup, and how to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("invalid cpu count {0}: it must be a finite number greater than 0")]
+    #[error(
+        "invalid cpu count {0}: it must be a finite number of at least 0.01 (the kernel's smallest quota, 1 ms per 100 ms period)"
+    )]
     InvalidCpus(f64),
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     ProcFs {
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        /// The OS error, shown in the message (not repeated as a separate cause).
+        error: io::Error,
     },
     #[error("cannot parse {path}: {reason}")]
     Parse { path: PathBuf, reason: String },
@@ -105,22 +107,22 @@ pub enum CgroupError {
     )]
     ReadOnly { mount: PathBuf },
     #[error(
-        "the kernel refused quota {quota_us}/{period_us} us at {path}: {source}; \
+        "the kernel refused quota {quota_us}/{period_us} us at {path}: {error}; \
          a parent cgroup may have a smaller quota (cgroup v1 requires a child's quota to fit in its parent's)"
     )]
     QuotaRejected {
         path: PathBuf,
         quota_us: u64,
         period_us: u64,
-        #[source]
-        source: io::Error,
+        /// The OS error, shown in the message (not repeated as a separate cause).
+        error: io::Error,
     },
-    #[error("cannot {action} {path}: {source}")]
+    #[error("cannot {action} {path}: {error}")]
     Io {
         action: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        /// The OS error, shown in the message (not repeated as a separate cause).
+        error: io::Error,
     },
 }
 
@@ -152,7 +154,7 @@ fn io_err(
         _ => CgroupError::Io {
             action,
             path: path.to_path_buf(),
-            source,
+            error: source,
         },
     }
 }
@@ -183,10 +185,13 @@ impl QuotaGroup {
     /// Under v1 the group is a child of this process's own cgroup; under v2 (where a cgroup with
     /// processes cannot hand controllers to children) it is a sibling of it, or a child of the root.
     pub fn create(cpus: f64) -> Result<QuotaGroup, CgroupError> {
-        if !cpus.is_finite() || cpus <= 0.0 {
+        // A quota below the kernel's minimum is refused rather than silently raised: the group
+        // would enforce more CPU than asked for.
+        let quota = cpus * PERIOD_US as f64;
+        if !quota.is_finite() || quota.round() < MIN_QUOTA_US as f64 {
             return Err(CgroupError::InvalidCpus(cpus));
         }
-        let quota_us = ((cpus * PERIOD_US as f64).round() as u64).max(MIN_QUOTA_US);
+        let quota_us = quota.round() as u64;
         let root = Path::new("/");
         let mountinfo_path = Path::new("/proc/self/mountinfo");
         let cgroup_path = Path::new("/proc/self/cgroup");
@@ -269,7 +274,7 @@ impl QuotaGroup {
                 path: quota.clone(),
                 quota_us,
                 period_us: PERIOD_US,
-                source: e,
+                error: e,
             },
             _ => io_err("write", &quota, mount, e),
         })?;
@@ -337,7 +342,7 @@ impl QuotaGroup {
                     path: max.clone(),
                     quota_us,
                     period_us: PERIOD_US,
-                    source: e,
+                    error: e,
                 },
                 _ => io_err("write", &max, mount, e),
             }
@@ -515,9 +520,9 @@ fn remove_once(path: &Path) -> io::Result<()> {
 }
 
 fn read_proc(path: &Path) -> Result<String, CgroupError> {
-    std::fs::read_to_string(path).map_err(|source| CgroupError::ProcFs {
+    std::fs::read_to_string(path).map_err(|error| CgroupError::ProcFs {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -542,7 +547,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_cpu_counts() {
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        for bad in [0.0, -1.0, 0.001, 0.0049, f64::NAN, f64::INFINITY] {
             assert!(matches!(
                 QuotaGroup::create(bad),
                 Err(CgroupError::InvalidCpus(_))

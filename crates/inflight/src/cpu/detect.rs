@@ -126,11 +126,11 @@ impl QuotaStatus {
 pub enum DetectError {
     #[error("cannot parse {path}: {reason}")]
     Parse { path: PathBuf, reason: String },
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        /// The OS error, shown in the message (not repeated as a separate cause).
+        error: io::Error,
     },
 }
 
@@ -209,6 +209,17 @@ impl CpuBudget {
                 ));
                 host
             }
+        };
+        // `Cpus_allowed_list` is the mask as set, which may name CPUs that are offline;
+        // `sched_getaffinity` (what `detect` uses) reports only the online ones.
+        let affinity = if affinity > host {
+            notes.push(format!(
+                "{} allows {affinity} CPUs but only {host} are online: affinity taken as {host}",
+                status.display()
+            ));
+            host
+        } else {
+            affinity
         };
         detect_from(root, host, affinity, notes)
     }
@@ -477,6 +488,9 @@ fn read_v1_limit(dir: &Path) -> Limit {
     }
 }
 
+/// One past the highest CPU number accepted in a CPU list (the kernel's `NR_CPUS` is at most 8192).
+const MAX_CPU_ID: usize = 1 << 16;
+
 /// Counts the CPUs in a kernel CPU list such as `0-3,8,10-11`.
 pub(crate) fn parse_cpu_list(text: &str) -> Result<usize, String> {
     let text = text.trim();
@@ -487,20 +501,26 @@ pub(crate) fn parse_cpu_list(text: &str) -> Result<usize, String> {
     for part in text.split(',') {
         let part = part.trim();
         let bad = || format!("bad CPU list entry {part:?} in {text:?}");
-        match part.split_once('-') {
+        let n = match part.split_once('-') {
             Some((a, b)) => {
                 let a: usize = a.trim().parse().map_err(|_| bad())?;
                 let b: usize = b.trim().parse().map_err(|_| bad())?;
-                if b < a {
+                if b < a || b >= MAX_CPU_ID {
                     return Err(bad());
                 }
-                count += b - a + 1;
+                b - a + 1
             }
             None => {
-                part.parse::<usize>().map_err(|_| bad())?;
-                count += 1;
+                if part.parse::<usize>().map_err(|_| bad())? >= MAX_CPU_ID {
+                    return Err(bad());
+                }
+                1
             }
-        }
+        };
+        count = count
+            .checked_add(n)
+            .filter(|c| *c <= MAX_CPU_ID)
+            .ok_or_else(|| format!("CPU list {text:?} names more than {MAX_CPU_ID} CPUs"))?;
     }
     Ok(count)
 }
@@ -509,9 +529,9 @@ fn read_optional(path: &Path) -> Result<Option<String>, DetectError> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(DetectError::Io {
+        Err(error) => Err(DetectError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }),
     }
 }
@@ -565,6 +585,10 @@ mod tests {
         assert!(parse_cpu_list("").is_err());
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("a-b").is_err());
+        // Absurd ranges are errors, not an overflow.
+        assert!(parse_cpu_list("0-18446744073709551615").is_err());
+        assert!(parse_cpu_list("99999999").is_err());
+        assert!(parse_cpu_list("0-60000,0-60000").is_err());
     }
 
     #[test]
