@@ -149,3 +149,23 @@ async fn tokio_command_joins_the_group() {
     let path = cgroup_line_path(&text, group.enforcement()).unwrap();
     assert!(path.ends_with(&name_of(group.path())), "{path}");
 }
+
+#[test]
+fn groups_left_by_a_killed_run_are_swept_when_the_next_one_is_created() {
+    let Some(first) = group_or_skip(0.5) else {
+        return;
+    };
+    // A process that has exited: its pid names a run that can no longer clean up after itself.
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let base = first.path().parent().unwrap().to_path_buf();
+    let stale = base.join(format!("inflight-{dead_pid}-0"));
+    std::fs::create_dir(&stale).unwrap();
+    // Our own live group is not touched by the sweep.
+    let second = QuotaGroup::create(0.5).unwrap();
+    assert!(!stale.exists(), "{} was not swept", stale.display());
+    assert!(first.path().exists());
+    drop(second);
+    drop(first);
+}

@@ -262,6 +262,7 @@ impl QuotaGroup {
             });
         }
         let (base, _, _) = mounts::cgroup_dir(prefix, mount, own);
+        sweep_stale(&base);
         let path = base.join(Self::unique_name());
         std::fs::create_dir(&path).map_err(|e| io_err("create cgroup", &path, mount, e))?;
         let group = QuotaGroup::new(path, Enforcement::CgroupV1, cpus, quota_us);
@@ -327,6 +328,7 @@ impl QuotaGroup {
             }
             parent
         };
+        sweep_stale(&base);
         let path = base.join(Self::unique_name());
         std::fs::create_dir(&path).map_err(|e| io_err("create cgroup", &path, mount, e))?;
         let group = QuotaGroup::new(path, Enforcement::CgroupV2, cpus, quota_us);
@@ -495,6 +497,36 @@ pub(crate) fn parse_cpu_stat(text: &str) -> ThrottleStats {
     stats
 }
 
+/// Removes groups named `inflight-<pid>-<n>` in `base` whose process is gone and that hold no
+/// process: the leftovers of a run that was killed (SIGKILL) before its `Drop` could run.
+/// Best effort: a group that cannot be removed is left as it is.
+fn sweep_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_owner(&name.to_string_lossy()) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let procs = std::fs::read_to_string(entry.path().join("cgroup.procs")).unwrap_or_default();
+        if procs.trim().is_empty() {
+            let _ = remove_tree(&entry.path(), Duration::ZERO);
+        }
+    }
+}
+
+/// The pid in a group name `inflight-<pid>-<n>`.
+fn stale_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("inflight-")?;
+    let (pid, n) = rest.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
 /// Removes a cgroup directory and any sub-cgroups, deepest first, retrying on EBUSY until
 /// `patience` runs out (processes leave a cgroup only once they have fully exited).
 fn remove_tree(path: &Path, patience: Duration) -> io::Result<()> {
@@ -553,6 +585,15 @@ mod tests {
                 Err(CgroupError::InvalidCpus(_))
             ));
         }
+    }
+
+    #[test]
+    fn stale_group_names() {
+        assert_eq!(stale_owner("inflight-1234-0"), Some(1234));
+        assert_eq!(stale_owner("inflight-1234-17"), Some(1234));
+        assert_eq!(stale_owner("inflight-x-0"), None);
+        assert_eq!(stale_owner("inflight-1234"), None);
+        assert_eq!(stale_owner("other-1234-0"), None);
     }
 
     #[test]
