@@ -1,0 +1,334 @@
+//! Tests of `inflight lab`: a small end-to-end lab run under a real cgroup (when root), Ctrl-C
+//! cleanup, and bad flags.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use inflight_lab::results::ResultsDoc;
+
+use crate::support::{inflight, is_root};
+
+fn lab_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab")
+}
+
+/// The common flags of a small, fast run; without root there is no cgroup, so `--no-limit`.
+fn small_run_args(out: &Path) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "lab",
+        "run",
+        "--strategies",
+        "c1,c4",
+        "--scenarios",
+        "healthy,slow-write",
+        "--records",
+        "24",
+        "--repeats",
+        "1",
+        "--time-scale",
+        "0.05",
+        "--lab-dir",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(lab_dir().display().to_string());
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    if !is_root() {
+        args.push("--no-limit".into());
+    }
+    args
+}
+
+#[test]
+fn small_lab_run_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let mut args = small_run_args(&out);
+    args.push("--json".into());
+    let assert = inflight()
+        .args(&args)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    let output = assert.get_output();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // With --json, stdout holds exactly the results document.
+    let doc: ResultsDoc = serde_json::from_str(&stdout).expect("stdout is one JSON document");
+
+    let from_file: ResultsDoc =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
+            .expect("results.json parses");
+    assert_eq!(doc, from_file);
+
+    assert_eq!(doc.runs.len(), 4, "2 strategies x 2 scenarios x 1 repeat");
+    assert_eq!(doc.summary.len(), 4);
+    assert_eq!(doc.meta.records, 24);
+    if is_root() {
+        assert!(
+            doc.meta.enforcement.starts_with("cgroup-"),
+            "{}",
+            doc.meta.enforcement
+        );
+    }
+    for run in &doc.runs {
+        let sum = run.complete + run.incomplete + run.rejected + run.failed;
+        assert_eq!(run.records, 24, "{run:?}");
+        assert_eq!(sum, run.records, "outcomes must add up: {run:?}");
+        assert_eq!(
+            run.failed, 0,
+            "no failures on a healthy loopback sim: {run:?}"
+        );
+        assert!(run.completion_s > 0.0);
+        assert_eq!(run.cpus, 1.0);
+        let accepted = (run.complete + run.incomplete) as f64;
+        assert!((run.accepted_per_s - accepted / run.completion_s).abs() < 1e-6);
+        match run.strategy.as_str() {
+            "c4" => {
+                assert!(
+                    run.peak_writes_offered <= 6,
+                    "c4 has a records budget of 6: {run:?}"
+                );
+                assert_eq!(run.write_503s, 0, "{run:?}");
+                assert!(run.peak_enrichment_in_flight <= 24);
+            }
+            "c1" => {
+                // The CPU-derived default: one record, so one enrichment call, at a time.
+                assert_eq!(
+                    run.peak_enrichment_in_flight as usize,
+                    run.runner_available_parallelism
+                );
+                if is_root() {
+                    assert_eq!(
+                        run.runner_available_parallelism, 1,
+                        "the 1-CPU quota is seen"
+                    );
+                }
+            }
+            other => panic!("unexpected strategy {other}"),
+        }
+        assert!(!run.timeline.enrichment.is_empty(), "timeline sampled");
+    }
+    assert!(!doc.hypotheses.is_empty(), "hypotheses evaluated");
+    for h in &doc.hypotheses {
+        assert!(
+            ["pass", "fail", "skipped"].contains(&h.outcome.as_str()),
+            "{h:?}"
+        );
+    }
+    for file in ["runs.csv", "summary.md", "index.html"] {
+        let path = out.join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(!text.trim().is_empty(), "{file} is empty");
+    }
+    let csv = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + doc.runs.len(),
+        "header + one line per run"
+    );
+    let svgs = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "svg"))
+        .count();
+    assert!(svgs >= 1, "at least one SVG figure");
+}
+
+#[test]
+fn without_json_the_summary_goes_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let mut args = small_run_args(&out);
+    // One cell only, to keep it short.
+    let i = args.iter().position(|a| a == "c1,c4").unwrap();
+    args[i] = "c4".into();
+    let i = args.iter().position(|a| a == "healthy,slow-write").unwrap();
+    args[i] = "slow-write".into();
+    let assert = inflight()
+        .args(&args)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    let output = assert.get_output();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stdout.to_lowercase().contains("c4") && stdout.contains("slow-write"),
+        "{stdout}"
+    );
+    assert!(serde_json::from_str::<serde_json::Value>(&stdout).is_err());
+    // stderr is not a terminal here: a plain line per run, and where the report is.
+    assert!(stderr.contains("[1/1] c4 slow-write"), "{stderr}");
+    assert!(stderr.contains("index.html"), "{stderr}");
+    assert!(out.join("results.json").is_file());
+}
+
+/// Reads stderr lines until one contains `needle`, returning all lines read (bounded by time).
+fn read_until(reader: &mut impl BufRead, needle: &str, limit: Duration) -> Vec<String> {
+    let start = Instant::now();
+    let mut lines = Vec::new();
+    while start.elapsed() < limit {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let found = line.contains(needle);
+                lines.push(line);
+                if found {
+                    break;
+                }
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small_run_args(&dir.path().join("r"));
+    // Long enough runs that the interrupt lands mid-run.
+    let i = args.iter().position(|a| a == "0.05").unwrap();
+    args[i] = "1.0".into();
+    let i = args.iter().position(|a| a == "24").unwrap();
+    args[i] = "200".into();
+    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let mut child = std::process::Command::new(bin)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let lines = read_until(&mut stderr, "[1/4]", Duration::from_secs(60));
+    let sim_url = lines
+        .iter()
+        .find_map(|l| l.split("sim at ").nth(1))
+        .map(|u| u.trim().to_string())
+        .unwrap_or_else(|| panic!("no sim url in {lines:?}"));
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sending SIGINT to a child we started.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT);
+    }
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "lab did not stop after SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert_eq!(status.code(), Some(130), "stderr: {lines:?} {rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+
+    // The sim is gone: its port no longer accepts connections.
+    let addr = sim_url.trim_start_matches("http://");
+    let mut refused = false;
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(addr).is_err() {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(refused, "the sim at {addr} still accepts connections");
+
+    // No cgroup of this lab is left.
+    if is_root() {
+        let prefix = format!("inflight-{pid}-");
+        for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+            let Ok(entries) = std::fs::read_dir(root) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                assert!(
+                    !name.starts_with(&prefix),
+                    "cgroup {root}/{name} left behind"
+                );
+            }
+        }
+    }
+    // No runner of this lab is left: none runs with this sim's URL on its command line.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&sim_url) && c.contains("runner"))
+        .collect();
+    assert!(left.is_empty(), "runners left: {left:?}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_message() {
+    let lab = lab_dir().display().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--repeats", "0"], "--repeats"),
+        (vec!["--records", "0"], "--records"),
+        (vec!["--time-scale=-1"], "--time-scale"),
+        (vec!["--cpus", "0"], "--cpus"),
+        (vec!["--strategies", "c1,nope"], "unknown strategy `nope`"),
+        (vec!["--scenarios", "sunny"], "unknown scenario `sunny`"),
+        (vec!["--sim-url", "http://10.0.0.1:80"], "loopback"),
+        (vec!["--repeats", "many"], "invalid value"),
+        (vec!["--frobnicate"], "unexpected argument"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["lab", "run", "--lab-dir", &lab];
+        args.extend(&extra);
+        let output = inflight().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{extra:?}");
+    }
+    let missing = tempfile::tempdir().unwrap();
+    let output = inflight()
+        .args(["lab", "run", "--lab-dir"])
+        .arg(missing.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("strategies.toml") && stderr.contains("not found"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_strategies_file_is_named_with_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("strategies.toml"),
+        "[c4]\nrecords_in_flight = 32\nenrichment = 0\n",
+    )
+    .unwrap();
+    let output = inflight()
+        .args(["lab", "run", "--strategies", "c4", "--lab-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("strategies.toml") && stderr.contains("`enrichment`"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,674 @@
+//! The runner: processes records against the sim with one strategy and measures what happened.
+//!
+//! Each record makes three enrichment calls one after another (`GET /enrich/{id}`), then one write
+//! (`POST /records`). A strategy decides how many records are in flight and which budgets
+//! ([`inflight::Budget`]) gate the calls. `inflight lab run` starts this in its own process inside
+//! a CPU quota (`inflight lab runner`), so the CPU-derived default sees the limit as a container
+//! would.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inflight::{Budget, BudgetConfig};
+use serde::Serialize;
+
+use crate::results::{RunResult, Timeline};
+use crate::strategy::{available_parallelism, Budgets, Strategy};
+
+/// The client's timeout for each call at time scale 1, as in the seed's lab.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Enrichment calls per record, made one after another.
+pub const ENRICHMENT_CALLS: u32 = 3;
+/// How often the calls in flight are sampled for the timeline (wall time, not scaled).
+pub const TIMELINE_INTERVAL: Duration = Duration::from_millis(10);
+/// The timeline keeps at most this many samples (an hour at 10 ms), so memory stays bounded.
+pub const MAX_TIMELINE_SAMPLES: usize = 360_000;
+
+/// What a runner is asked to do.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    pub strategy: Strategy,
+    /// Base URL of the sim, e.g. `http://127.0.0.1:40123`.
+    pub sim_url: String,
+    pub records: u64,
+    /// Multiplies the client timeout (the sim scales its own latencies).
+    pub time_scale: f64,
+}
+
+/// Why a run could not be carried out (as opposed to records that failed, which are counted).
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("sim url `{0}` must be http://127.0.0.1:<port> or http://localhost:<port> (the lab talks to loopback only)")]
+    NotLoopback(String),
+    #[error("time scale must be a positive finite number, got {0}")]
+    BadTimeScale(f64),
+    #[error("cannot build a budget: {0}")]
+    Budget(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("outcome accounting is off: {0}")]
+    Accounting(String),
+}
+
+/// How one record ended. Every record started ends in exactly one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// All enrichment calls answered and the write was accepted.
+    Complete,
+    /// At least one enrichment call timed out; the record was written, marked incomplete, and the
+    /// write was accepted.
+    Incomplete,
+    /// The system of record answered 503.
+    Rejected,
+    /// Any other error; the string is its kind (`enrich_status_500`, `write_timeout`, ...).
+    Failed(String),
+}
+
+/// The outcome counts of a run, kept so they can be checked against the records started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub started: u64,
+    pub complete: u64,
+    pub incomplete: u64,
+    pub rejected: u64,
+    pub failed: u64,
+    pub failed_by_kind: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    pub fn start(&mut self) {
+        self.started += 1;
+    }
+
+    pub fn end(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Complete => self.complete += 1,
+            Outcome::Incomplete => self.incomplete += 1,
+            Outcome::Rejected => self.rejected += 1,
+            Outcome::Failed(kind) => {
+                self.failed += 1;
+                *self.failed_by_kind.entry(kind).or_default() += 1;
+            }
+        }
+    }
+
+    /// Records that ended, whatever the outcome.
+    pub fn ended(&self) -> u64 {
+        self.complete + self.incomplete + self.rejected + self.failed
+    }
+
+    /// Checks that the four outcomes add up to the records started and the failures by kind add
+    /// up to the failures.
+    pub fn check(&self) -> Result<(), String> {
+        if self.ended() != self.started {
+            return Err(format!(
+                "{} records started but complete {} + incomplete {} + rejected {} + failed {} = {}",
+                self.started,
+                self.complete,
+                self.incomplete,
+                self.rejected,
+                self.failed,
+                self.ended()
+            ));
+        }
+        let by_kind: u64 = self.failed_by_kind.values().sum();
+        if by_kind != self.failed {
+            return Err(format!(
+                "{} records failed but the failures by kind add up to {by_kind}",
+                self.failed
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A count of calls in flight with its peak.
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Gauge {
+    fn enter(&self) -> GaugeGuard<'_> {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        GaugeGuard(self)
+    }
+
+    fn now(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Leaves the gauge when dropped, so a call dropped by its timeout is counted out too.
+struct GaugeGuard<'a>(&'a Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The budgets that gate each dependency; with a shared budget both are clones of one budget.
+#[derive(Clone)]
+struct Gates {
+    enrichment: Option<Budget>,
+    records: Option<Budget>,
+}
+
+impl Gates {
+    fn new(budgets: &Budgets) -> Result<Gates, RunnerError> {
+        let make = |name: &str, n: usize| {
+            Budget::new(name, BudgetConfig::new(n)).map_err(|e| RunnerError::Budget(e.to_string()))
+        };
+        Ok(match *budgets {
+            Budgets::None => Gates {
+                enrichment: None,
+                records: None,
+            },
+            Budgets::Shared(n) => {
+                let shared = make("shared", n)?;
+                Gates {
+                    enrichment: Some(shared.clone()),
+                    records: Some(shared),
+                }
+            }
+            Budgets::PerDependency {
+                enrichment,
+                records,
+            } => Gates {
+                enrichment: enrichment.map(|n| make("enrichment", n)).transpose()?,
+                records: records.map(|n| make("records", n)).transpose()?,
+            },
+        })
+    }
+}
+
+/// What the record tasks share.
+struct Shared {
+    client: reqwest::Client,
+    base: String,
+    gates: Gates,
+    call_timeout: Duration,
+    enrichment: Gauge,
+    writes: Gauge,
+    write_503s: AtomicU64,
+    enrichment_timeouts: AtomicU64,
+    next_id: AtomicU64,
+    records: u64,
+    tally: Mutex<Tally>,
+}
+
+/// How a single call ended, when it did not answer as hoped.
+enum CallFailure {
+    Timeout,
+    Status(u16),
+    Transport(&'static str),
+    Permit,
+}
+
+impl CallFailure {
+    fn kind(&self, dependency: &str) -> String {
+        match self {
+            CallFailure::Timeout => format!("{dependency}_timeout"),
+            CallFailure::Status(code) => format!("{dependency}_status_{code}"),
+            CallFailure::Transport(what) => format!("{dependency}_{what}"),
+            CallFailure::Permit => format!("{dependency}_permit"),
+        }
+    }
+}
+
+fn transport_kind(err: &reqwest::Error) -> &'static str {
+    if err.is_connect() {
+        "connect"
+    } else if err.is_body() || err.is_decode() {
+        "body"
+    } else if err.is_request() {
+        "request"
+    } else {
+        "transport"
+    }
+}
+
+/// Acquires the gate's permit (if any), then runs the call under the client timeout, which starts
+/// only once the permit is held.
+async fn gated<F>(
+    gate: Option<&Budget>,
+    gauge: &Gauge,
+    timeout: Duration,
+    call: F,
+) -> Result<u16, CallFailure>
+where
+    F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>>,
+{
+    let _permit = match gate {
+        Some(budget) => Some(budget.acquire().await.map_err(|_| CallFailure::Permit)?),
+        None => None,
+    };
+    let _in_flight = gauge.enter();
+    let answered = async {
+        let response = call
+            .await
+            .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
+        let status = response.status().as_u16();
+        // Read the whole answer so the call counts as done only when the server is done with it.
+        response
+            .bytes()
+            .await
+            .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
+        Ok(status)
+    };
+    tokio::time::timeout(timeout, answered)
+        .await
+        .map_err(|_| CallFailure::Timeout)?
+}
+
+async fn process(shared: &Shared, id: u64) -> Outcome {
+    let mut timed_out = false;
+    for _ in 0..ENRICHMENT_CALLS {
+        let url = format!("{}/enrich/{id}", shared.base);
+        let result = gated(
+            shared.gates.enrichment.as_ref(),
+            &shared.enrichment,
+            shared.call_timeout,
+            shared.client.get(url).send(),
+        )
+        .await;
+        match result {
+            Ok(200) => {}
+            Ok(code) => return Outcome::Failed(CallFailure::Status(code).kind("enrich")),
+            Err(CallFailure::Timeout) => {
+                // The seed's lab keeps going: the record is written, marked incomplete.
+                shared.enrichment_timeouts.fetch_add(1, Ordering::Relaxed);
+                timed_out = true;
+            }
+            Err(other) => return Outcome::Failed(other.kind("enrich")),
+        }
+    }
+    let body = serde_json::json!({ "id": id, "complete": !timed_out });
+    let result = gated(
+        shared.gates.records.as_ref(),
+        &shared.writes,
+        shared.call_timeout,
+        shared
+            .client
+            .post(format!("{}/records", shared.base))
+            .json(&body)
+            .send(),
+    )
+    .await;
+    match result {
+        Ok(200) if timed_out => Outcome::Incomplete,
+        Ok(200) => Outcome::Complete,
+        Ok(503) => {
+            shared.write_503s.fetch_add(1, Ordering::Relaxed);
+            Outcome::Rejected
+        }
+        Ok(code) => Outcome::Failed(CallFailure::Status(code).kind("write")),
+        Err(failure) => Outcome::Failed(failure.kind("write")),
+    }
+}
+
+/// Takes record ids until none are left, like one slot of `Parallel.ForEachAsync`.
+async fn worker(shared: Arc<Shared>) {
+    loop {
+        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+        if id >= shared.records {
+            return;
+        }
+        shared.tally.lock().expect("tally lock").start();
+        let outcome = process(&shared, id).await;
+        shared.tally.lock().expect("tally lock").end(outcome);
+    }
+}
+
+/// Checks that the sim URL is on loopback and returns it without a trailing slash.
+pub fn loopback_base(url: &str) -> Result<String, RunnerError> {
+    let base = url.trim_end_matches('/');
+    let rest = base
+        .strip_prefix("http://")
+        .ok_or_else(|| RunnerError::NotLoopback(url.to_string()))?;
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| RunnerError::NotLoopback(url.to_string()))?;
+    let loopback = matches!(host, "127.0.0.1" | "localhost" | "[::1]");
+    if !loopback || port.parse::<u16>().is_err() {
+        return Err(RunnerError::NotLoopback(url.to_string()));
+    }
+    // Always talk to the IPv4 loopback address, which is where the sim listens.
+    Ok(format!("http://127.0.0.1:{port}"))
+}
+
+/// Runs all records of one strategy against the sim and measures the run. Needs a tokio runtime
+/// with the time and I/O drivers.
+pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
+    if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+        return Err(RunnerError::BadTimeScale(config.time_scale));
+    }
+    let base = loopback_base(&config.sim_url)?;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(RunnerError::Client)?;
+    let in_flight = config.strategy.records_in_flight.resolve();
+    let shared = Arc::new(Shared {
+        client,
+        base,
+        gates: Gates::new(&config.strategy.budgets)?,
+        call_timeout: CLIENT_TIMEOUT.mul_f64(config.time_scale),
+        enrichment: Gauge::default(),
+        writes: Gauge::default(),
+        write_503s: AtomicU64::new(0),
+        enrichment_timeouts: AtomicU64::new(0),
+        next_id: AtomicU64::new(0),
+        records: config.records,
+        tally: Mutex::new(Tally::default()),
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn(sample_timeline(shared.clone(), stop.clone()));
+
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..in_flight.min(config.records as usize) {
+        workers.spawn(worker(shared.clone()));
+    }
+    let mut panicked = 0;
+    while let Some(joined) = workers.join_next().await {
+        if joined.is_err() {
+            panicked += 1;
+        }
+    }
+    let completion = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let timeline = sampler.await.unwrap_or_default();
+
+    let tally = shared.tally.lock().expect("tally lock").clone();
+    tally.check().map_err(|m| {
+        RunnerError::Accounting(if panicked > 0 {
+            format!("{m} ({panicked} record tasks panicked)")
+        } else {
+            m
+        })
+    })?;
+    if tally.started != config.records {
+        return Err(RunnerError::Accounting(format!(
+            "{} records asked for but {} started",
+            config.records, tally.started
+        )));
+    }
+
+    let completion_s = completion.as_secs_f64();
+    let accepted = tally.complete + tally.incomplete;
+    Ok(RunResult {
+        strategy: config.strategy.name.clone(),
+        scenario: String::new(),
+        repeat: 0,
+        cpus: 0.0,
+        runner_available_parallelism: available_parallelism(),
+        records: tally.started,
+        complete: tally.complete,
+        incomplete: tally.incomplete,
+        rejected: tally.rejected,
+        failed: tally.failed,
+        failed_by_kind: tally.failed_by_kind,
+        completion_s,
+        accepted_per_s: if completion_s > 0.0 {
+            accepted as f64 / completion_s
+        } else {
+            0.0
+        },
+        write_503s: shared.write_503s.load(Ordering::SeqCst),
+        peak_writes_offered: 0,
+        peak_enrichment_in_flight: shared.enrichment.peak(),
+        peak_writes_in_flight: shared.writes.peak(),
+        enrichment_timeouts: shared.enrichment_timeouts.load(Ordering::SeqCst),
+        timeline,
+    })
+}
+
+/// Samples the calls in flight every [`TIMELINE_INTERVAL`] until told to stop or full.
+async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline {
+    let mut timeline = Timeline {
+        interval_ms: TIMELINE_INTERVAL.as_secs_f64() * 1000.0,
+        enrichment: Vec::new(),
+        records: Vec::new(),
+    };
+    let mut ticks = tokio::time::interval(TIMELINE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
+        ticks.tick().await;
+        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        timeline.enrichment.push(clamp(shared.enrichment.now()));
+        timeline.records.push(clamp(shared.writes.now()));
+    }
+    timeline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::RecordsInFlight;
+    use axum::extract::{Path, State};
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+    use axum::{Json, Router};
+
+    #[test]
+    fn tally_adds_up_and_notices_when_it_does_not() {
+        let mut t = Tally::default();
+        for outcome in [
+            Outcome::Complete,
+            Outcome::Incomplete,
+            Outcome::Rejected,
+            Outcome::Failed("write_timeout".into()),
+            Outcome::Failed("write_timeout".into()),
+            Outcome::Failed("enrich_status_500".into()),
+        ] {
+            t.start();
+            t.end(outcome);
+        }
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(
+            (t.complete, t.incomplete, t.rejected, t.failed),
+            (1, 1, 1, 3)
+        );
+        assert_eq!(t.failed_by_kind["write_timeout"], 2);
+        t.start();
+        let err = t.check().unwrap_err();
+        assert!(
+            err.contains("7 records started") && err.contains("= 6"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_sim_urls() {
+        assert_eq!(
+            loopback_base("http://127.0.0.1:8080/").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            loopback_base("http://localhost:9").unwrap(),
+            "http://127.0.0.1:9"
+        );
+        for bad in [
+            "http://10.0.0.1:80",
+            "https://127.0.0.1:80",
+            "http://127.0.0.1",
+            "127.0.0.1:80",
+            "http://example.com:80",
+        ] {
+            assert!(loopback_base(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A tiny stand-in for the sim whose answers depend on the record id, so every outcome kind
+    /// is reached and can be counted exactly.
+    #[derive(Clone, Default)]
+    struct Stand {
+        writes: Arc<Gauge>,
+    }
+
+    async fn enrich(Path(id): Path<u64>) -> (StatusCode, &'static str) {
+        match id % 10 {
+            // Hangs far beyond the client timeout (500 ms at the test's time scale).
+            3 => tokio::time::sleep(Duration::from_secs(5)).await,
+            4 => return (StatusCode::INTERNAL_SERVER_ERROR, "boom"),
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+        (StatusCode::OK, r#"{"score":1}"#)
+    }
+
+    async fn write(
+        State(stand): State<Stand>,
+        Json(body): Json<serde_json::Value>,
+    ) -> (StatusCode, &'static str) {
+        let _in = stand.writes.enter();
+        let id = body["id"].as_u64().unwrap();
+        assert_eq!(body["complete"].as_bool().unwrap(), id % 10 != 3);
+        match id % 10 {
+            5 => return (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            6 => return (StatusCode::BAD_REQUEST, "no"),
+            7 => tokio::time::sleep(Duration::from_secs(5)).await,
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+        (StatusCode::OK, r#"{"accepted":true}"#)
+    }
+
+    async fn stand() -> (String, Stand) {
+        let stand = Stand::default();
+        let app = Router::new()
+            .route("/enrich/{id}", get(enrich))
+            .route("/records", post(write))
+            .with_state(stand.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, stand)
+    }
+
+    fn strategy(in_flight: usize, budgets: Budgets) -> Strategy {
+        Strategy {
+            name: "t".into(),
+            description: String::new(),
+            records_in_flight: RecordsInFlight::Fixed(in_flight),
+            budgets,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_record_ends_in_exactly_one_outcome() {
+        let (url, stand) = stand().await;
+        let budgets = Budgets::PerDependency {
+            enrichment: Some(8),
+            records: Some(2),
+        };
+        let config = RunnerConfig {
+            strategy: strategy(16, budgets),
+            sim_url: url,
+            records: 40,
+            time_scale: 0.25,
+        };
+        let r = run(&config).await.unwrap();
+        // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
+        assert_eq!(r.records, 40);
+        assert_eq!(r.complete, 20);
+        assert_eq!(r.incomplete, 4);
+        assert_eq!(r.rejected, 4);
+        assert_eq!(r.write_503s, 4);
+        assert_eq!(r.failed, 12);
+        assert_eq!(r.failed_by_kind["enrich_status_500"], 4);
+        assert_eq!(r.failed_by_kind["write_status_400"], 4);
+        assert_eq!(r.failed_by_kind["write_timeout"], 4);
+        assert_eq!(r.complete + r.incomplete + r.rejected + r.failed, r.records);
+        // Three enrichment calls of each id ending 3 time out.
+        assert_eq!(r.enrichment_timeouts, 12);
+        assert!(
+            r.peak_enrichment_in_flight <= 8,
+            "{}",
+            r.peak_enrichment_in_flight
+        );
+        assert!(r.peak_writes_in_flight <= 2, "{}", r.peak_writes_in_flight);
+        assert!(
+            stand.writes.peak() <= 2,
+            "server saw {} writes at once",
+            stand.writes.peak()
+        );
+        let accepted = (r.complete + r.incomplete) as f64;
+        assert!((r.accepted_per_s - accepted / r.completion_s).abs() < 1e-9);
+        assert!(!r.timeline.enrichment.is_empty());
+        assert_eq!(r.timeline.enrichment.len(), r.timeline.records.len());
+        assert!(r.timeline.enrichment.iter().all(|&v| v <= 8));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_in_flight_bounds_enrichment_calls_and_shared_budget_bounds_all() {
+        let (url, _stand) = stand().await;
+        let mut config = RunnerConfig {
+            strategy: strategy(3, Budgets::None),
+            sim_url: url,
+            records: 30,
+            time_scale: 0.1,
+        };
+        let r = run(&config).await.unwrap();
+        assert_eq!(r.records, 30);
+        assert!(r.peak_enrichment_in_flight <= 3);
+        assert!(r.peak_enrichment_in_flight >= 1);
+
+        config.strategy = strategy(12, Budgets::Shared(4));
+        let r = run(&config).await.unwrap();
+        assert_eq!(r.complete + r.incomplete + r.rejected + r.failed, 30);
+        let most = r
+            .timeline
+            .enrichment
+            .iter()
+            .zip(&r.timeline.records)
+            .map(|(e, w)| e + w)
+            .max()
+            .unwrap();
+        assert!(
+            most <= 4,
+            "shared budget of 4 but {most} calls in flight at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_sim_fails_every_record_by_kind() {
+        // Bind then drop a listener so the port is very likely closed.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let config = RunnerConfig {
+            strategy: strategy(2, Budgets::None),
+            sim_url: format!("http://127.0.0.1:{port}"),
+            records: 5,
+            time_scale: 0.1,
+        };
+        let r = run(&config).await.unwrap();
+        assert_eq!(r.failed, 5);
+        assert_eq!(r.failed_by_kind["enrich_connect"], 5);
+    }
+
+    #[tokio::test]
+    async fn bad_time_scale_is_refused() {
+        let config = RunnerConfig {
+            strategy: strategy(2, Budgets::None),
+            sim_url: "http://127.0.0.1:1".into(),
+            records: 1,
+            time_scale: 0.0,
+        };
+        assert!(matches!(
+            run(&config).await,
+            Err(RunnerError::BadTimeScale(_))
+        ));
+    }
+}
