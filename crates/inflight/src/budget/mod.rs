@@ -242,6 +242,9 @@ impl Budget {
 
     async fn acquire_slow(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
         let inner = &*self.inner;
+        // try_acquire just failed, so every permit was held: in flight reached the limit. Noting
+        // it here spares a read of the semaphore's (contended) state after the wait.
+        raise_peak(&inner.peak_in_flight, inner.config.max_concurrent);
         let max_queued = inner.config.max_queued.unwrap_or(usize::MAX);
         let ahead = inner.waiting.fetch_add(1, Relaxed);
         if ahead >= max_queued {
@@ -278,7 +281,6 @@ impl Budget {
         // The semaphore is owned by this budget and never closed.
         let permit = acquired.expect("a budget's semaphore is never closed");
         inner.wait.record(start.elapsed());
-        inner.note_in_flight();
         Ok(permit)
     }
 
