@@ -22,6 +22,8 @@ use inflight::{Budget, BudgetConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::results::Spread;
+
 /// A timer thread that completes sleeps close to their deadline (parks with a nanosecond
 /// timeout instead of ticking every millisecond). Cheap to clone; the thread stops when the last
 /// clone is dropped.
@@ -486,18 +488,6 @@ pub fn ideal_bounded_ms(jobs: usize, limit: usize, delay: Duration) -> f64 {
     jobs.div_ceil(limit.max(1)) as f64 * delay.as_secs_f64() * 1e3
 }
 
-/// Median, min and max of a non-empty list.
-fn summarize(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    (median, v[0], v[n - 1])
-}
-
 /// Times `samples` sequential sleeps of `delay` on `timer`.
 pub async fn measure_timer(timer: &Delay, delay: Duration, samples: usize) -> TimerReading {
     let mut took = Vec::with_capacity(samples);
@@ -506,7 +496,11 @@ pub async fn measure_timer(timer: &Delay, delay: Duration, samples: usize) -> Ti
         timer.sleep(delay).await;
         took.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let (median_ms, min_ms, max_ms) = summarize(took);
+    let Spread {
+        median: median_ms,
+        min: min_ms,
+        max: max_ms,
+    } = Spread::of(&took);
     TimerReading {
         timer: timer.name().to_string(),
         samples: samples.max(1),
@@ -560,7 +554,11 @@ pub async fn run(
             peak = peak.max(d.peak());
             calls += d.calls();
         }
-        let (median_ms, min_ms, max_ms) = summarize(times);
+        let Spread {
+            median: median_ms,
+            min: min_ms,
+            max: max_ms,
+        } = Spread::of(&times);
         let reference = if s.is_bounded() {
             ideal
         } else {

@@ -39,7 +39,7 @@ pub const METRICS: &[&str] = &[
 /// Why a hypotheses file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum HypothesisError {
-    #[error("cannot read hypotheses file {path}: {source}")]
+    #[error("cannot read hypotheses file {}", path.display())]
     Read {
         path: PathBuf,
         #[source]

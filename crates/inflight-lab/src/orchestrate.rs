@@ -91,7 +91,7 @@ pub enum LabError {
     Interrupted,
     #[error("cannot enforce a CPU limit of {cpus} CPUs: {message}")]
     NoLimit { cpus: f64, message: String },
-    #[error("cannot start `{what}`: {source}")]
+    #[error("cannot start `{what}`")]
     Spawn {
         what: String,
         #[source]
@@ -215,26 +215,6 @@ pub fn run_deadline(records: u64, time_scale: f64) -> Duration {
     Duration::from_secs(60) + Duration::from_secs_f64(records as f64 * 8.0 * time_scale * 1.25)
 }
 
-/// Median, min and max of `values` (the median of an even count is the mean of the middle two).
-pub fn spread(values: &[f64]) -> Spread {
-    if values.is_empty() {
-        return Spread::default();
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Spread {
-        median,
-        min: v[0],
-        max: v[n - 1],
-    }
-}
-
 /// One summary row per (strategy, scenario, cpus), in the order the cells first appear.
 pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
     let mut order: Vec<(String, String, u64)> = Vec::new();
@@ -255,7 +235,7 @@ pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
         .map(|key| {
             let group = &groups[&key];
             let metric = |f: &dyn Fn(&RunResult) -> f64| {
-                spread(&group.iter().map(|r| f(r)).collect::<Vec<_>>())
+                Spread::of(&group.iter().map(|r| f(r)).collect::<Vec<_>>())
             };
             SummaryRow {
                 strategy: key.0.clone(),
@@ -429,9 +409,12 @@ impl SimControl {
     }
 
     async fn json(&self, req: reqwest::RequestBuilder) -> Result<serde_json::Value, LabError> {
-        let response = req.send().await.map_err(|e| self.err(e))?;
+        let response = req.send().await.map_err(|e| self.err(with_causes(&e)))?;
         let status = response.status();
-        let text = response.text().await.map_err(|e| self.err(e))?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| self.err(with_causes(&e)))?;
         if !status.is_success() {
             return Err(self.err(format!("{status}: {}", text.trim())));
         }
@@ -467,6 +450,21 @@ impl SimControl {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// An error with its causes, `a: b: c`, for errors (like reqwest's) whose message leaves them out.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn u64_at(v: &serde_json::Value, a: &str, b: &str) -> Option<u64> {
@@ -552,7 +550,15 @@ async fn run_cells(
 ) -> Result<Vec<RunResult>, LabError> {
     let control = SimControl::new(url.to_string())?;
     // Fail early, with the sim's own message, if it is not there or lacks a scenario.
-    control.stats().await?;
+    control.stats().await.map_err(|e| match e {
+        LabError::Sim { url, message } => LabError::Sim {
+            message: format!(
+                "no `inflight sim` answers there (start one with `inflight sim --port <port>`, or leave out --sim-url): {message}"
+            ),
+            url,
+        },
+        other => other,
+    })?;
     let total = opts.cells.len() * opts.repeats as usize;
     let mut runs = Vec::with_capacity(total);
     let mut index = 0;
@@ -748,21 +754,6 @@ pub fn write_outputs(doc: &ResultsDoc, dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_gives_median_min_max() {
-        assert_eq!(
-            spread(&[3.0, 1.0, 2.0]),
-            Spread {
-                median: 2.0,
-                min: 1.0,
-                max: 3.0
-            }
-        );
-        assert_eq!(spread(&[4.0, 1.0, 2.0, 10.0]).median, 3.0);
-        assert_eq!(spread(&[7.5]).median, 7.5);
-        assert_eq!(spread(&[]), Spread::default());
-    }
 
     fn run(strategy: &str, scenario: &str, cpus: f64, repeat: u32, secs: f64) -> RunResult {
         RunResult {

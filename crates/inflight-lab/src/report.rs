@@ -889,7 +889,9 @@ fn bar_chart(doc: &ResultsDoc, metric: &str, title: &str, y_label: &str) -> Stri
         esc_xml(y_label)
     );
     let strategy_order = strategies(doc);
-    let mut x = left + gap / 2.0;
+    // Centre the bars when the chart is wider than they need (few bars, minimum width).
+    let needed = bars as f64 * bar_w + groups.len() as f64 * gap;
+    let mut x = left + gap / 2.0 + ((width - left - right - needed) / 2.0).max(0.0);
     for (scenario, rows) in &groups {
         let group_start = x;
         for r in rows {
@@ -908,12 +910,13 @@ fn bar_chart(doc: &ResultsDoc, metric: &str, title: &str, y_label: &str) -> Stri
             let (y0, y1) = (y(v.median), y(0.0));
             let _ = writeln!(
                 svg,
-                "<rect x=\"{:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"{opacity}\"><title>{} {} CPUs: median {} (min {}, max {})</title></rect>",
+                "<rect x=\"{:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"{opacity}\"><title>{} {} CPU{}: median {} (min {}, max {})</title></rect>",
                 x + 3.0,
                 bar_w - 6.0,
                 (y1 - y0).max(0.0),
                 esc_xml(&strategy_label(&r.strategy)),
                 fmt_num(r.cpus),
+                if (r.cpus - 1.0).abs() < 1e-9 { "" } else { "s" },
                 fmt_num(v.median),
                 fmt_num(v.min),
                 fmt_num(v.max)
@@ -1011,13 +1014,20 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
         };
         r.timeline.enrichment.len().max(r.timeline.records.len()) as f64 * interval / 1000.0
     };
-    let x_max_raw = runs
+    let longest = runs.iter().map(|r| seconds(r)).fold(0.0f64, f64::max);
+    let shortest = runs
         .iter()
         .map(|r| seconds(r))
-        .fold(0.0f64, f64::max)
-        .max(1e-3);
-    let x_step = nice_step(x_max_raw, 8.0);
-    let x_max = (x_max_raw / x_step).ceil() * x_step;
+        .fold(f64::INFINITY, f64::min);
+    // One time axis for all panels makes them comparable, but when one run is far longer (C1 at
+    // one CPU takes ~80 s, the others ~3 s) the short ones shrink to a sliver: then each panel
+    // gets its own axis, and the figure says so.
+    let shared_axis = longest <= 3.0 * shortest.max(1e-3);
+    let x_axis = |secs: f64| {
+        let raw = secs.max(1e-3);
+        let step = nice_step(raw, 8.0);
+        (((raw / step).ceil() * step), step)
+    };
     let (left, right, top, panel_h, panel_gap) = (56.0, 20.0, 70.0, 110.0, 44.0);
     let width = 780.0;
     let height = top + runs.len() as f64 * (panel_h + panel_gap) + 20.0;
@@ -1035,6 +1045,7 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
     );
     for (i, run) in runs.iter().enumerate() {
         let py = top + i as f64 * (panel_h + panel_gap);
+        let (x_max, x_step) = x_axis(if shared_axis { longest } else { seconds(run) });
         let interval_s = if run.timeline.interval_ms > 0.0 {
             run.timeline.interval_ms / 1000.0
         } else {
@@ -1049,7 +1060,8 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
             .max()
             .unwrap_or(0)
             .max(1) as f64;
-        let y_step = nice_step(peak, 3.0);
+        // Calls in flight are whole numbers: no tick at 0.5.
+        let y_step = nice_step(peak, 3.0).max(1.0);
         let y_max = (peak / y_step).ceil() * y_step;
         let x = |t: f64| left + t / x_max * plot_w;
         let y = |v: f64| py + panel_h - v / y_max * panel_h;
@@ -1122,9 +1134,14 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
     }
     let _ = writeln!(
         svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">seconds since the first record started</text>",
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">seconds since the first record started{}</text>",
         left + plot_w / 2.0,
-        height - 4.0
+        height - 4.0,
+        if shared_axis {
+            ""
+        } else {
+            " (each panel has its own time axis)"
+        }
     );
     svg.push_str("</svg>\n");
     Some(svg)

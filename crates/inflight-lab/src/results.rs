@@ -89,6 +89,29 @@ pub struct Spread {
     pub max: f64,
 }
 
+impl Spread {
+    /// Median, min and max of `values` (the median of an even count is the mean of the middle
+    /// two); all zero for an empty list.
+    pub fn of(values: &[f64]) -> Spread {
+        if values.is_empty() {
+            return Spread::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
 /// The repeats of one (strategy, scenario, cpus) cell, summarised.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SummaryRow {
@@ -119,4 +142,24 @@ pub struct HypothesisResult {
     pub outcome: String,
     /// The observed values, in words with numbers, e.g. `C1 1 CPU 78.2 s / 2 CPUs 39.9 s = 1.96x`.
     pub observed: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_gives_median_min_max() {
+        assert_eq!(
+            Spread::of(&[3.0, 1.0, 2.0]),
+            Spread {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0
+            }
+        );
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 10.0]).median, 3.0);
+        assert_eq!(Spread::of(&[7.5]).median, 7.5);
+        assert_eq!(Spread::of(&[]), Spread::default());
+    }
 }

@@ -20,7 +20,7 @@ pub const DEFAULT_SCENARIOS_PATH: &str = "lab/scenarios.toml";
 /// Why a scenarios file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("cannot read scenarios file {path}: {source}")]
+    #[error("cannot read scenarios file {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
@@ -39,6 +39,10 @@ pub enum ScenarioError {
     #[error("unknown scenario `{name}`; known scenarios: {}", known.join(", "))]
     Unknown { name: String, known: Vec<String> },
 }
+
+/// The longest median or hang a scenario may give (before time scaling), so that a drawn latency
+/// times the largest time scale stays far inside what a `Duration` holds.
+const MAX_LATENCY: Duration = Duration::from_secs(3600);
 
 /// Latency of one kind of call: `median * exp(sigma * N(0,1))`, or `hang` with `hang_probability`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -244,6 +248,12 @@ impl IntoLatency for RawLatency {
         if median.is_zero() {
             return Err(format!("{part}.median must be above 0"));
         }
+        if median > MAX_LATENCY {
+            return Err(format!(
+                "{part}.median must be at most 1h, got {}",
+                humantime::format_duration(median)
+            ));
+        }
         if !self.sigma.is_finite() || self.sigma < 0.0 || self.sigma > 3.0 {
             return Err(format!(
                 "{part}.sigma must be between 0 and 3, got {}",
@@ -257,7 +267,16 @@ impl IntoLatency for RawLatency {
             ));
         }
         let hang = match &self.hang {
-            Some(text) => parse_duration(text).map_err(|e| format!("{part}.hang: {e}"))?,
+            Some(text) => {
+                let hang = parse_duration(text).map_err(|e| format!("{part}.hang: {e}"))?;
+                if hang > MAX_LATENCY {
+                    return Err(format!(
+                        "{part}.hang must be at most 1h, got {}",
+                        humantime::format_duration(hang)
+                    ));
+                }
+                hang
+            }
             None if self.hang_probability > 0.0 => {
                 return Err(format!(
                     "{part}.hang is required when hang_probability is above 0"
@@ -353,6 +372,14 @@ mod tests {
             (
                 "[scenarios.a]\nenrichment = { median = \"10ms\", typo = 1 }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
                 "typo",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\" }\nrecords = { median = \"1000years\", capacity = 1, queue = 0 }\n",
+                "records.median must be at most 1h",
+            ),
+            (
+                "[scenarios.a]\nenrichment = { median = \"10ms\", hang_probability = 0.1, hang = \"2h\" }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
+                "enrichment.hang must be at most 1h",
             ),
         ];
         for (text, needle) in cases {

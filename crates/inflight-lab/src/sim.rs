@@ -42,7 +42,7 @@ pub enum SimError {
     Scenario(#[from] ScenarioError),
     #[error("time scale must be a number above 0 and at most {MAX_TIME_SCALE}, got {0}")]
     TimeScale(f64),
-    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    #[error("cannot listen on 127.0.0.1:{port}")]
     Bind {
         port: u16,
         #[source]
@@ -281,6 +281,7 @@ pub fn router(state: SimState) -> Router {
         .route("/stats/reset", post(reset_stats))
         .route("/scenario", get(get_scenario).post(post_scenario))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
@@ -293,6 +294,16 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         StatusCode::NOT_FOUND,
         format!(
             "no such path {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not served on {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario",
             uri.path()
         ),
     )
@@ -339,10 +350,20 @@ struct RecordBody {
     complete: bool,
 }
 
+/// The record of a `POST /records` body, which must be a JSON object: serde would also take the
+/// array `[1, true]` for the struct.
+fn parse_record(body: &[u8]) -> Result<RecordBody, String> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if !value.is_object() {
+        return Err(format!("expected an object, got `{value}`"));
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
 async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
     let counters = &state.0.records;
     counters.seen.fetch_add(1, Ordering::SeqCst);
-    let record: RecordBody = match serde_json::from_slice(&body) {
+    let record = match parse_record(&body) {
         Ok(record) => record,
         Err(e) => {
             return error(

@@ -21,7 +21,7 @@ use serde::Serialize;
 /// A strategies file that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
 pub enum StrategyError {
-    #[error("cannot read strategies file {path}: {source}")]
+    #[error("cannot read strategies file {path}")]
     Read {
         path: String,
         #[source]

@@ -115,6 +115,8 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
         r#"{"id": "x", "complete": true}"#,
         r#"{"id": 1, "complete": "yes"}"#,
         r#"{"id": 1.5, "complete": true}"#,
+        r#"[1, true]"#,
+        r#"{"id": 1, "complete": true, "extra": 0}"#,
         "",
     ] {
         let r = c
@@ -132,6 +134,26 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
     for path in ["/nope", "/enrich", "/records/1", "/stats/x"] {
         let r = c.get(format!("{url}{path}")).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 404, "{path}");
+    }
+
+    // A known path with the wrong method: 405 with the allowed methods and a message.
+    for (method, path) in [
+        (reqwest::Method::POST, "/enrich/1"),
+        (reqwest::Method::GET, "/records"),
+        (reqwest::Method::DELETE, "/stats"),
+    ] {
+        let r = c
+            .request(method.clone(), format!("{url}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 405, "{method} {path}");
+        assert!(r.headers().contains_key("allow"), "{method} {path}");
+        let body: Value = r.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("not served"),
+            "{body}"
+        );
     }
 
     let r = c
@@ -157,7 +179,7 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
     let s = stats(&c, &url).await;
     assert_eq!(
         (s.records.seen, s.records.accepted, s.records.rejected_503),
-        (6, 0, 0)
+        (8, 0, 0)
     );
     assert_eq!(s.enrich.seen, 1);
     sim.shutdown().await.unwrap();

@@ -47,17 +47,22 @@ struct RunArgs {
     scenarios: Option<Vec<String>>,
     /// CPU quotas for the runner, e.g. `1` or `1,2` or `0.5` (default: the seed's matrix; with
     /// --strategies or --scenarios alone: 1).
-    #[arg(long, value_delimiter = ',', value_name = "N")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     cpus: Option<Vec<f64>>,
     /// Records per run.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
     records: u64,
     /// Runs of each cell (default 5; 3 with --quick).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     repeats: Option<u32>,
     /// Multiplies every latency, hang and client timeout (default 1.0, the seed's timing; 0.1 with
     /// --quick).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
     time_scale: Option<f64>,
     /// Base seed; each (scenario, repeat) gets a seed derived from it, shared by all strategies.
     #[arg(long, default_value_t = 1)]
@@ -209,6 +214,43 @@ fn default_out_dir() -> PathBuf {
     PathBuf::from("lab-results").join(now.replace(':', "-"))
 }
 
+/// The report folder, made before the runs start.
+struct OutDir {
+    path: PathBuf,
+    /// Whether this run made it (and so may remove it again if the run ends with nothing in it).
+    made: bool,
+}
+
+impl OutDir {
+    fn create(path: &Path) -> anyhow::Result<OutDir> {
+        if path.exists() && !path.is_dir() {
+            bail!(
+                "--out {} exists and is not a folder; give a folder (made if missing)",
+                path.display()
+            );
+        }
+        let made = !path.exists();
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("cannot create the report folder {}", path.display()))?;
+        let probe = path.join(".inflight-write-test");
+        std::fs::write(&probe, b"")
+            .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(OutDir {
+            path: path.to_path_buf(),
+            made,
+        })
+    }
+
+    /// Removes the folder if this run made it and wrote nothing into it.
+    fn discard_if_empty(&self) {
+        if self.made {
+            // `remove_dir` refuses a folder that is not empty, which is what we want.
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
+}
+
 fn plan(args: &RunArgs) -> Vec<Cell> {
     if args.strategies.is_none() && args.scenarios.is_none() && args.cpus.is_none() {
         return orchestrate::default_matrix();
@@ -281,6 +323,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         scenarios.get(&cell.scenario)?;
     }
     let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+    // Made now, so a folder that cannot be written fails before the runs, not after them.
+    let out = OutDir::create(&out_dir)?;
 
     let opts = LabOptions {
         exe: std::env::current_exe().context("cannot find the inflight binary to start")?,
@@ -321,10 +365,14 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut doc = match result {
         Ok(doc) => doc,
         Err(LabError::Interrupted) => {
+            out.discard_if_empty();
             eprintln!("lab: interrupted; stopped the runner and the sim and removed the cgroups");
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            out.discard_if_empty();
+            return Err(e.into());
+        }
     };
     orchestrate::evaluate_hypotheses(&mut doc, &hypotheses);
     orchestrate::write_outputs(&doc, &out_dir)?;

@@ -32,7 +32,12 @@ pub struct Args {
     seed: u64,
 
     /// Multiply every duration by this factor (1.0 is the seed's timing; 0.1 is ten times faster).
-    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "F",
+        allow_negative_numbers = true
+    )]
     time_scale: f64,
 
     /// Also exit when stdin is closed (the lab passes this so a killed lab never leaves a sim behind).

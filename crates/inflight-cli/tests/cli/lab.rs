@@ -280,6 +280,10 @@ fn bad_flags_exit_2_with_a_message() {
         (vec!["--records", "0"], "--records"),
         (vec!["--time-scale=-1"], "--time-scale"),
         (vec!["--cpus", "0"], "--cpus"),
+        (vec!["--cpus", "-1"], "--cpus must be"),
+        (vec!["--time-scale", "-1"], "--time-scale must be"),
+        (vec!["--time-scale", "nan"], "--time-scale"),
+        (vec!["--time-scale", "0"], "--time-scale"),
         (vec!["--strategies", "c1,nope"], "unknown strategy `nope`"),
         (vec!["--scenarios", "sunny"], "unknown scenario `sunny`"),
         (vec!["--sim-url", "http://10.0.0.1:80"], "loopback"),
@@ -295,6 +299,47 @@ fn bad_flags_exit_2_with_a_message() {
         assert!(stderr.contains(needle), "{extra:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{extra:?}");
     }
+    // An --out that is a file, and a --sim-url where nothing listens, are refused before any
+    // run, with a message, and leave no report folder behind.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sim_url = format!("http://127.0.0.1:{closed_port}");
+    let fresh = dir.path().join("fresh");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--out".into(), file.display().to_string()],
+            "is not a folder",
+        ),
+        (
+            vec![
+                "--sim-url".into(),
+                sim_url,
+                "--no-limit".into(),
+                "--out".into(),
+                fresh.display().to_string(),
+            ],
+            "no `inflight sim` answers there",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let output = inflight()
+            .args(["lab", "run", "--lab-dir", &lab])
+            .args(&extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{extra:?}");
+    }
+    assert!(!fresh.exists(), "a failed run left its empty report folder");
+
     let missing = tempfile::tempdir().unwrap();
     let output = inflight()
         .args(["lab", "run", "--lab-dir"])

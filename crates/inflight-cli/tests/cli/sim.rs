@@ -190,6 +190,12 @@ fn a_bad_time_scale_is_exit_2() {
             .assert()
             .code(2)
             .stderr(predicates::str::contains("time scale must be"));
+        // Also as a separate argument, where a leading `-` must not read as a flag.
+        support::inflight()
+            .args(["sim", "--time-scale", bad])
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("time scale must be"));
     }
 }
 
