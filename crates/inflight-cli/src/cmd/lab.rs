@@ -30,6 +30,11 @@ enum LabCommand {
     /// a separate runner process placed in a fresh cgroup with the CPU quota before its async
     /// runtime starts. Needs root (or a delegated cgroup) unless --no-limit.
     Run(RunArgs),
+    /// Write the report (summary.md, runs.csv, figures, index.html) again from a results.json.
+    ///
+    /// Useful after a newer `inflight` changed how reports look, or to put a report of an old run
+    /// somewhere else. The numbers and hypothesis outcomes are taken from the file as they are.
+    Report(ReportArgs),
     /// One run of one strategy (started by `lab run` inside a cgroup); prints a JSON run result.
     #[command(hide = true)]
     Runner(RunnerArgs),
@@ -89,6 +94,15 @@ struct RunArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// The results.json a `lab run` wrote.
+    results: PathBuf,
+    /// Where to write the report (default: the folder holding RESULTS).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 struct RunnerArgs {
     /// The strategy to run.
     #[arg(long)]
@@ -115,8 +129,30 @@ struct RunnerArgs {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         LabCommand::Run(args) => run_lab(args),
+        LabCommand::Report(args) => rewrite_report(args),
         LabCommand::Runner(args) => run_runner(args),
     }
+}
+
+fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.results)
+        .with_context(|| format!("cannot read {}", args.results.display()))?;
+    let doc: inflight_lab::results::ResultsDoc = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a lab results document", args.results.display()))?;
+    let dir = match args.out {
+        Some(dir) => dir,
+        None => match args.results.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    inflight_lab::report::write_report(&doc, &dir)
+        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    print!("{}", inflight_lab::report::summary_table(&doc));
+    print!("{}", inflight_lab::report::hypotheses_table(&doc));
+    eprintln!("report written to {}", dir.join("index.html").display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {

@@ -377,3 +377,56 @@ fn bad_strategies_file_is_named_with_the_field() {
         "{stderr}"
     );
 }
+
+#[test]
+fn lab_report_rewrites_a_report_from_results_json() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../inflight-lab/tests/fixtures/results-quick.json");
+    let out = tempfile::tempdir().unwrap();
+    let assert = inflight()
+        .args(["lab", "report"])
+        .arg(&fixture)
+        .arg("--out")
+        .arg(out.path())
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
+    assert!(
+        stdout.contains("H1"),
+        "hypotheses table on stdout: {stdout}"
+    );
+    for file in [
+        "summary.md",
+        "runs.csv",
+        "index.html",
+        "accepted_per_s.svg",
+        "write_503s.svg",
+    ] {
+        let path = out.path().join(file);
+        let meta = std::fs::metadata(&path).unwrap_or_else(|_| panic!("{file} written"));
+        assert!(meta.len() > 0, "{file} is empty");
+    }
+    let doc: ResultsDoc =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(out.path().join("runs.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        doc.runs.len() + 1,
+        "a header and a row per run"
+    );
+
+    inflight()
+        .args(["lab", "report", "/nonexistent/results.json"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "cannot read /nonexistent/results.json",
+        ));
+    let not_results = out.path().join("runs.csv");
+    inflight()
+        .args(["lab", "report"])
+        .arg(&not_results)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is not a lab results document"));
+}
