@@ -47,6 +47,12 @@ pub fn calibrate(target: Duration) -> (u64, Duration) {
         }
         iters *= 4;
     }
+    // Warm the CPU up first (frequency scaling, caches), so the reported size matches what the
+    // sweep's busy workers see; bounded to 100 ms.
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(100) && !interrupted() {
+        task(iters, 3);
+    }
     // Up to 101 samples (10 s at the largest task size); a caught Ctrl-C cuts it short.
     let mut samples = Vec::with_capacity(101);
     for i in 0..101 {
@@ -386,7 +392,7 @@ pub fn interpret(report: &BenchReport) -> String {
                 })
                 .unwrap_or(&rs[0]);
             s.push_str(&format!(
-                "; the quota throttled the group most at pool {} ({} periods, {:.0} ms); throttled time adds up every CPU's run queue, so it can exceed the wall time",
+                "; the quota throttled the group most at pool {} ({} periods, {:.0} ms); throttled time adds up over every CPU's run queue, so it can exceed the wall time",
                 worst.pool,
                 worst.nr_throttled.unwrap_or(0),
                 worst.throttled_ms.unwrap_or(0.0)
