@@ -56,13 +56,7 @@ async fn a_full_queue_rejects_at_once() {
     let start = Instant::now();
     let err = b.acquire().await.unwrap_err();
     assert_eq!(start.elapsed(), ms(0), "rejection must not wait");
-    match err {
-        AcquireError::QueueFull(r) => {
-            assert_eq!(r.waiting, 3);
-            assert_eq!(&*r.budget, "test");
-        }
-        other => panic!("expected QueueFull, got {other:?}"),
-    }
+    assert_eq!(err, AcquireError::QueueFull);
     let s = b.snapshot();
     assert_eq!((s.in_flight, s.waiting, s.rejected), (2, 3, 1));
     assert_eq!(s.peak_waiting, 3);
@@ -155,7 +149,7 @@ async fn a_call_past_its_timeout_is_dropped_and_counted() {
             Ok::<_, ()>(())
         })
         .await;
-    assert_eq!(out, Err(CallError::Timeout(ms(2_000))));
+    assert_eq!(out, Err(CallError::Timeout));
     assert_eq!(start.elapsed(), ms(2_000));
     assert!(
         *dropped.lock().unwrap(),
@@ -183,7 +177,7 @@ async fn inner_errors_pass_through_and_rejected_calls_never_start() {
         .await;
     assert!(matches!(
         out,
-        Err(CallError::Rejected(AcquireError::QueueFull(_)))
+        Err(CallError::Rejected(AcquireError::QueueFull))
     ));
     assert!(!*started.lock().unwrap());
 }
@@ -282,8 +276,8 @@ async fn counters_and_peaks_add_up() {
     for t in tasks {
         match t.await.unwrap() {
             Ok(()) => ok += 1,
-            Err(CallError::Rejected(AcquireError::QueueFull(_))) => full += 1,
-            Err(CallError::Rejected(AcquireError::PermitTimeout(_))) => timed_out += 1,
+            Err(CallError::Rejected(AcquireError::QueueFull)) => full += 1,
+            Err(CallError::Rejected(AcquireError::PermitTimeout)) => timed_out += 1,
             Err(e) => panic!("unexpected {e:?}"),
         }
     }

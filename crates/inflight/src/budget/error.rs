@@ -1,50 +1,30 @@
 //! Errors returned by [`Budget::acquire`](super::Budget::acquire) and [`Budget::call`](super::Budget::call).
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Why a permit was not granted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireError {
     /// All permits were held and `max_queued` callers were already waiting, so the caller was
     /// turned away at once instead of joining the queue.
-    #[error("budget `{budget}` rejected the call: {waiting} callers already waiting (max_queued)", budget = .0.budget, waiting = .0.waiting)]
-    QueueFull(Rejection),
-    /// The caller waited `permit_timeout` without getting a permit.
-    #[error("budget `{budget}`: no permit within {waited:?} (permit_timeout)", budget = .0.budget, waited = .0.waited)]
-    PermitTimeout(TimedOut),
+    #[error("all permits are held and the wait queue is full (max_queued)")]
+    QueueFull,
+    /// The caller waited its whole `permit_timeout` without getting a permit.
+    #[error("no permit within permit_timeout")]
+    PermitTimeout,
 }
 
 impl AcquireError {
     /// Whether the caller was turned away without waiting.
     pub fn is_queue_full(&self) -> bool {
-        matches!(self, AcquireError::QueueFull(_))
+        matches!(self, AcquireError::QueueFull)
     }
 
     /// Whether the caller waited for its whole permit deadline.
     pub fn is_permit_timeout(&self) -> bool {
-        matches!(self, AcquireError::PermitTimeout(_))
+        matches!(self, AcquireError::PermitTimeout)
     }
-}
-
-/// Details of a [`AcquireError::QueueFull`] rejection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// The budget's name.
-    pub budget: Arc<str>,
-    /// How many callers were waiting when this one was turned away.
-    pub waiting: usize,
-}
-
-/// Details of a [`AcquireError::PermitTimeout`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimedOut {
-    /// The budget's name.
-    pub budget: Arc<str>,
-    /// How long the caller waited: the budget's `permit_timeout`.
-    pub waited: Duration,
 }
 
 /// Why [`Budget::call`](super::Budget::call) did not return the call's value.
@@ -54,7 +34,7 @@ pub enum CallError<E> {
     /// No permit was granted; the call was never started.
     Rejected(AcquireError),
     /// The call held its permit for the whole `call_timeout` and was dropped.
-    Timeout(Duration),
+    Timeout,
     /// The call ran and returned this error.
     Inner(E),
 }
@@ -70,7 +50,7 @@ impl<E> CallError<E> {
 
     /// Whether the call timed out after acquiring its permit.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, CallError::Timeout(_))
+        matches!(self, CallError::Timeout)
     }
 
     /// Whether the call was never started because no permit was granted.
@@ -83,7 +63,7 @@ impl<E: fmt::Display> fmt::Display for CallError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Rejected(e) => e.fmt(f),
-            CallError::Timeout(d) => write!(f, "call did not finish within {d:?} (call_timeout)"),
+            CallError::Timeout => f.write_str("call did not finish within call_timeout"),
             CallError::Inner(e) => e.fmt(f),
         }
     }
@@ -93,7 +73,7 @@ impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CallError::Rejected(e) => Some(e),
-            CallError::Timeout(_) => None,
+            CallError::Timeout => None,
             CallError::Inner(e) => Some(e),
         }
     }

@@ -34,7 +34,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 pub use config::BudgetConfig;
-pub use error::{AcquireError, CallError, Rejection, TimedOut};
+pub use error::{AcquireError, CallError};
 pub use snapshot::{BudgetSnapshot, LatencySummary};
 
 use crate::config::ConfigError;
@@ -205,7 +205,7 @@ impl Budget {
     /// let budget = Budget::new("enrichment", BudgetConfig::new(1).max_queued(0)).unwrap();
     /// let held = budget.acquire().await.unwrap();
     /// // Fail fast: the only permit is held and nobody may queue.
-    /// assert!(matches!(budget.acquire().await, Err(AcquireError::QueueFull(_))));
+    /// assert!(matches!(budget.acquire().await, Err(AcquireError::QueueFull)));
     /// drop(held);
     /// assert!(budget.acquire().await.is_ok());
     /// # }
@@ -250,10 +250,7 @@ impl Budget {
         if ahead >= max_queued {
             inner.waiting.fetch_sub(1, Relaxed);
             inner.rejected.fetch_add(1, Relaxed);
-            return Err(AcquireError::QueueFull(Rejection {
-                budget: inner.name.clone(),
-                waiting: ahead,
-            }));
+            return Err(AcquireError::QueueFull);
         }
         raise_peak(&inner.peak_waiting, ahead + 1);
         let mut place = QueuePlace {
@@ -268,10 +265,7 @@ impl Budget {
                 Err(_) => {
                     place.ended = true;
                     inner.permit_timeouts.fetch_add(1, Relaxed);
-                    return Err(AcquireError::PermitTimeout(TimedOut {
-                        budget: inner.name.clone(),
-                        waited: deadline,
-                    }));
+                    return Err(AcquireError::PermitTimeout);
                 }
             },
             None => inner.semaphore.acquire().await,
@@ -342,7 +336,7 @@ impl Budget {
                 Err(_) => {
                     inner.call_timeouts.fetch_add(1, Relaxed);
                     inner.call.record(start.elapsed());
-                    return Err(CallError::Timeout(deadline));
+                    return Err(CallError::Timeout);
                 }
             },
             None => call().await,
