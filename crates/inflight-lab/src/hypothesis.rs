@@ -317,7 +317,8 @@ pub fn metric(row: &SummaryRow, metric: &str) -> Option<Spread> {
     })
 }
 
-fn find<'a>(
+/// The summary row of (`scenario`, `strategy`, `cpus`), the strategy matched case-insensitively.
+pub(crate) fn find_row<'a>(
     doc: &'a ResultsDoc,
     scenario: &str,
     strategy: &str,
@@ -384,7 +385,7 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
     let mut parts = Vec::new();
     let mut all_pass = true;
     let denominator = match &h.ratio_to {
-        Some(cell) => match find(doc, &h.scenario, &cell.strategy, cell.cpus) {
+        Some(cell) => match find_row(doc, &h.scenario, &cell.strategy, cell.cpus) {
             Some(row) => Some((cell, row)),
             None => {
                 missing.push(cell_name(&cell.strategy, cell.cpus));
@@ -395,7 +396,7 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
     };
     for strategy in &h.strategies {
         for &cpus in &h.cpus {
-            let Some(row) = find(doc, &h.scenario, strategy, cpus) else {
+            let Some(row) = find_row(doc, &h.scenario, strategy, cpus) else {
                 missing.push(cell_name(strategy, cpus));
                 continue;
             };
@@ -498,6 +499,13 @@ mod tests {
         }
     }
 
+    fn summary_doc(summary: Vec<SummaryRow>) -> ResultsDoc {
+        ResultsDoc {
+            summary,
+            ..Default::default()
+        }
+    }
+
     fn one(text: &str) -> Hypothesis {
         let mut hs = parse(text, "t.toml").unwrap();
         assert_eq!(hs.len(), 1);
@@ -528,10 +536,7 @@ threshold = 1.8
         a.completion_s = spread(80.0);
         let mut b = row("c1", "healthy", 2.0);
         b.completion_s = spread(40.0);
-        let mut doc = ResultsDoc {
-            summary: vec![a, b],
-            ..Default::default()
-        };
+        let mut doc = summary_doc(vec![a, b]);
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "pass", "{r:?}");
         assert!(r.observed.contains("= 2.000x"), "{}", r.observed);
@@ -557,21 +562,14 @@ compare = "=="
 threshold = "cpus"
 "#);
         let mut a = row("c1", "healthy", 1.0);
-        a.peak_enrichment_in_flight = Spread {
-            median: 1.0,
-            min: 1.0,
-            max: 1.0,
-        };
+        a.peak_enrichment_in_flight = spread(1.0);
         let mut b = row("c1", "healthy", 2.0);
         b.peak_enrichment_in_flight = Spread {
             median: 2.0,
             min: 2.0,
             max: 3.0,
         };
-        let mut doc = ResultsDoc {
-            summary: vec![a, b],
-            ..Default::default()
-        };
+        let mut doc = summary_doc(vec![a, b]);
         assert_eq!(evaluate_one(&h, &doc).outcome, "fail", "max 3 at 2 CPUs");
         doc.summary[1].peak_enrichment_in_flight.max = 2.0;
         assert_eq!(evaluate_one(&h, &doc).outcome, "pass");
@@ -591,10 +589,7 @@ between = [0.1, 0.3]
         a.incomplete_fraction = spread(0.1);
         let mut b = row("c3", "slow-enrichment", 1.0);
         b.incomplete_fraction = spread(0.3);
-        let mut doc = ResultsDoc {
-            summary: vec![a, b],
-            ..Default::default()
-        };
+        let mut doc = summary_doc(vec![a, b]);
         assert_eq!(evaluate_one(&h, &doc).outcome, "pass");
         doc.summary[1].incomplete_fraction = spread(0.31);
         let r = evaluate_one(&h, &doc);
@@ -616,10 +611,7 @@ threshold = 0.9
 "#);
         let mut a = row("c4", "s", 1.0);
         a.accepted_per_s = spread(5.0);
-        let doc = ResultsDoc {
-            summary: vec![a, row("c3", "s", 1.0)],
-            ..Default::default()
-        };
+        let doc = summary_doc(vec![a, row("c3", "s", 1.0)]);
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "fail");
         assert!(r.observed.contains("undefined"), "{}", r.observed);

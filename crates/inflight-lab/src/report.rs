@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::hypothesis::fmt_num;
+use crate::hypothesis::{find_row, fmt_num};
 use crate::results::{ResultsDoc, RunResult, Spread, SummaryRow};
 
 /// The files [`write_report`] writes besides the figures.
@@ -185,24 +185,20 @@ fn align(right: bool) -> &'static str {
 
 /// `83.6 (82.9-84.1)`, or just `83.6` when every repeat gave the same value.
 pub fn fmt_spread(s: Spread) -> String {
-    if (s.max - s.min).abs() < 1e-9 {
-        fmt_num(s.median)
-    } else {
-        format!(
-            "{} ({}-{})",
-            fmt_num(s.median),
-            fmt_num(s.min),
-            fmt_num(s.max)
-        )
-    }
+    fmt_spread_with(s, fmt_num)
 }
 
+/// A fraction's spread as percentages: `20.0 (18.5-21.0)`.
 fn fmt_pct(s: Spread) -> String {
-    let pct = |v: f64| format!("{:.1}", v * 100.0);
+    fmt_spread_with(s, |v| format!("{:.1}", v * 100.0))
+}
+
+/// `median (min-max)` with each number written by `fmt`, or just the median when min and max agree.
+fn fmt_spread_with(s: Spread, fmt: impl Fn(f64) -> String) -> String {
     if (s.max - s.min).abs() < 1e-9 {
-        pct(s.median)
+        fmt(s.median)
     } else {
-        format!("{} ({}-{})", pct(s.median), pct(s.min), pct(s.max))
+        format!("{} ({}-{})", fmt(s.median), fmt(s.min), fmt(s.max))
     }
 }
 
@@ -212,28 +208,27 @@ fn strategy_label(strategy: &str) -> String {
 
 /// Scenarios in order of first appearance (summary first, then runs).
 fn scenarios(doc: &ResultsDoc) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let names = doc
-        .summary
-        .iter()
-        .map(|r| &r.scenario)
-        .chain(doc.runs.iter().map(|r| &r.scenario));
-    for name in names {
-        if !out.contains(name) {
-            out.push(name.clone());
-        }
-    }
-    out
+    first_appearances(
+        doc.summary
+            .iter()
+            .map(|r| &r.scenario)
+            .chain(doc.runs.iter().map(|r| &r.scenario)),
+    )
 }
 
 /// Strategies in order of first appearance.
 fn strategies(doc: &ResultsDoc) -> Vec<String> {
+    first_appearances(
+        doc.summary
+            .iter()
+            .map(|r| &r.strategy)
+            .chain(doc.runs.iter().map(|r| &r.strategy)),
+    )
+}
+
+/// `names` without repeats, each where it first appears.
+fn first_appearances<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    let names = doc
-        .summary
-        .iter()
-        .map(|r| &r.strategy)
-        .chain(doc.runs.iter().map(|r| &r.strategy));
     for name in names {
         if !out.contains(name) {
             out.push(name.clone());
@@ -609,19 +604,6 @@ const SEED_REFS: &[SeedRef] = &[
     },
 ];
 
-fn find_row<'a>(
-    doc: &'a ResultsDoc,
-    scenario: &str,
-    strategy: &str,
-    cpus: f64,
-) -> Option<&'a SummaryRow> {
-    doc.summary.iter().find(|r| {
-        r.scenario == scenario
-            && r.strategy.eq_ignore_ascii_case(strategy)
-            && (r.cpus - cpus).abs() < 1e-6
-    })
-}
-
 /// Seconds shrink and rates grow with the time scale; undo that so numbers compare with the seed.
 fn rescale(metric: &str, s: Spread, time_scale: f64) -> Spread {
     let factor = match metric {
@@ -629,11 +611,7 @@ fn rescale(metric: &str, s: Spread, time_scale: f64) -> Spread {
         "accepted_per_s" => time_scale,
         _ => 1.0,
     };
-    Spread {
-        median: s.median * factor,
-        min: s.min * factor,
-        max: s.max * factor,
-    }
+    s.map(|v| v * factor)
 }
 
 fn seed_model(doc: &ResultsDoc) -> Table {
@@ -849,13 +827,9 @@ fn bar_chart(doc: &ResultsDoc, metric: &str, title: &str, y_label: &str) -> Stri
     }
     // A non-finite value (e.g. a rate over a zero completion time) is drawn as 0, never as NaN.
     let value = |r: &SummaryRow| {
-        let s = crate::hypothesis::metric(r, metric).unwrap_or_default();
-        let f = |v: f64| if v.is_finite() { v } else { 0.0 };
-        Spread {
-            median: f(s.median),
-            min: f(s.min),
-            max: f(s.max),
-        }
+        crate::hypothesis::metric(r, metric)
+            .unwrap_or_default()
+            .map(|v| if v.is_finite() { v } else { 0.0 })
     };
     let max = groups
         .iter()

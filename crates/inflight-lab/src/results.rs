@@ -90,6 +90,15 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// `f` applied to the median, the min and the max.
+    pub fn map(self, f: impl Fn(f64) -> f64) -> Spread {
+        Spread {
+            median: f(self.median),
+            min: f(self.min),
+            max: f(self.max),
+        }
+    }
+
     /// Median, min and max of `values` (the median of an even count is the mean of the middle
     /// two); all zero for an empty list.
     pub fn of(values: &[f64]) -> Spread {

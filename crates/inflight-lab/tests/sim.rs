@@ -43,14 +43,43 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// `GET url`, its body parsed as JSON.
+async fn get_json<T: serde::de::DeserializeOwned>(c: &reqwest::Client, url: String) -> T {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// `POST url` with `body` as JSON.
+async fn post_json(c: &reqwest::Client, url: String, body: Value) -> reqwest::Response {
+    c.post(url).json(&body).send().await.unwrap()
+}
+
 async fn stats(c: &reqwest::Client, url: &str) -> SimStats {
-    c.get(format!("{url}/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(c, format!("{url}/stats")).await
+}
+
+/// Sends `count` complete records (ids 0..count) to `POST /records` all at once; their statuses.
+async fn write_at_once(c: &reqwest::Client, url: &str, count: i32) -> Vec<u16> {
+    let sends: Vec<_> = (0..count)
+        .map(|id| {
+            let c = c.clone();
+            let url = url.to_string();
+            tokio::spawn(async move {
+                post_json(
+                    &c,
+                    format!("{url}/records"),
+                    json!({ "id": id, "complete": true }),
+                )
+                .await
+                .status()
+                .as_u16()
+            })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for send in sends {
+        codes.push(send.await.unwrap());
+    }
+    codes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,23 +87,7 @@ async fn twenty_writes_at_once_give_twelve_accepted_and_eight_503s() {
     let sim = start("slow-writes").await;
     let url = sim.url().to_string();
     let c = client();
-    let sends = (0..20).map(|id| {
-        let c = c.clone();
-        let url = url.clone();
-        tokio::spawn(async move {
-            c.post(format!("{url}/records"))
-                .json(&json!({ "id": id, "complete": true }))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        })
-    });
-    let mut codes = Vec::new();
-    for send in sends.collect::<Vec<_>>() {
-        codes.push(send.await.unwrap());
-    }
+    let codes = write_at_once(&c, &url, 20).await;
     let ok = codes.iter().filter(|&&c| c == 200).count();
     let refused = codes.iter().filter(|&&c| c == 503).count();
     assert_eq!((ok, refused), (12, 8), "codes: {codes:?}");
@@ -156,23 +169,18 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
         );
     }
 
-    let r = c
-        .post(format!("{url}/scenario"))
-        .json(&json!({ "name": "nope" }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&c, format!("{url}/scenario"), json!({ "name": "nope" })).await;
     assert_eq!(r.status().as_u16(), 400);
     let body: Value = r.json().await.unwrap();
     let message = body["error"].as_str().unwrap();
     assert!(message.contains("fast, hanging, slow-writes"), "{message}");
 
-    let r = c
-        .post(format!("{url}/scenario"))
-        .json(&json!({ "name": "fast", "time_scale": -1.0 }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &c,
+        format!("{url}/scenario"),
+        json!({ "name": "fast", "time_scale": -1.0 }),
+    )
+    .await;
     assert_eq!(r.status().as_u16(), 400);
 
     // Malformed requests were seen but none was accepted or refused for capacity.
@@ -191,23 +199,16 @@ async fn enrichment_answers_and_stats_reset() {
     let url = sim.url().to_string();
     let c = client();
     for id in [1, -7, 42] {
-        let body: Value = c
-            .get(format!("{url}/enrich/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: Value = get_json(&c, format!("{url}/enrich/{id}")).await;
         assert_eq!(body["id"], id);
         assert!(body["score"].is_number());
     }
-    let r = c
-        .post(format!("{url}/records"))
-        .json(&json!({ "id": 3, "complete": false }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &c,
+        format!("{url}/records"),
+        json!({ "id": 3, "complete": false }),
+    )
+    .await;
     assert_eq!(r.status().as_u16(), 200);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["accepted"], true);
@@ -233,21 +234,14 @@ async fn scenario_switch_changes_capacity_reseeds_and_resets() {
     let c = client();
     c.get(format!("{url}/enrich/1")).send().await.unwrap();
 
-    let r = c
-        .post(format!("{url}/scenario"))
-        .json(&json!({ "name": "fast", "seed": 99, "time_scale": 0.5 }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &c,
+        format!("{url}/scenario"),
+        json!({ "name": "fast", "seed": 99, "time_scale": 0.5 }),
+    )
+    .await;
     assert_eq!(r.status().as_u16(), 200);
-    let current: Value = c
-        .get(format!("{url}/scenario"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let current: Value = get_json(&c, format!("{url}/scenario")).await;
     assert_eq!(current["name"], "fast");
     assert_eq!(current["seed"], 99);
     assert_eq!(current["time_scale"], 0.5);
@@ -260,28 +254,9 @@ async fn scenario_switch_changes_capacity_reseeds_and_resets() {
     assert_eq!(s.enrich.seen, 0, "switching resets the stats");
 
     // The new capacity (2 + 1 waiting) holds: 3 of 6 simultaneous writes are refused.
-    let sends: Vec<_> = (0..6)
-        .map(|id| {
-            let c = c.clone();
-            let url = url.clone();
-            tokio::spawn(async move {
-                c.post(format!("{url}/records"))
-                    .json(&json!({ "id": id, "complete": true }))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            })
-        })
-        .collect();
+    let codes = write_at_once(&c, &url, 6).await;
     // 10 ms writes are too quick for "at once" to be reliable, so only bound the outcome.
-    let mut ok = 0;
-    for send in sends {
-        if send.await.unwrap() == 200 {
-            ok += 1;
-        }
-    }
+    let ok = codes.iter().filter(|&&c| c == 200).count() as u64;
     let s = stats(&c, &url).await;
     assert_eq!(s.records.accepted, ok);
     assert_eq!(s.records.accepted + s.records.rejected_503, 6);

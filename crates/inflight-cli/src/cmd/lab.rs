@@ -163,9 +163,7 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     }
     if args.exit_on_stdin_close {
         std::thread::spawn(|| {
-            let mut sink = [0u8; 256];
-            let mut stdin = std::io::stdin();
-            while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
+            super::wait_for_stdin_close();
             std::process::exit(3);
         });
     }
@@ -177,10 +175,7 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         time_scale: args.time_scale,
     };
     // Built with defaults, like a service's runtime, so its worker count follows the CPU quota.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = super::async_runtime()?;
     let result = rt.block_on(runner::run(&config))?;
     let json = serde_json::to_string(&result).context("cannot serialise the run result")?;
     let mut out = std::io::stdout().lock();
@@ -385,10 +380,7 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         out_dir.display()
     );
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = super::async_runtime()?;
     let result = rt.block_on(async {
         let shutdown = Shutdown::on_signals();
         let mut reporter = Reporter::new();

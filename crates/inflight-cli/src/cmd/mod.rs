@@ -1,8 +1,26 @@
 //! One module per subcommand, each with its `Args` (clap) and `run`.
 
+use anyhow::Context;
+
 pub mod check_config;
 pub mod fanout;
 pub mod lab;
 pub mod pool_bench;
 pub mod probe;
 pub mod sim;
+
+/// A multi-threaded tokio runtime built with defaults, like a service's, so its worker count
+/// follows the CPU quota.
+pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Blocks until stdin is closed (end of file) or can no longer be read.
+pub(crate) fn wait_for_stdin_close() {
+    let mut sink = [0u8; 256];
+    let mut stdin = std::io::stdin();
+    while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
+}

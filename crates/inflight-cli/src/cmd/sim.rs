@@ -53,10 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         time_scale: args.time_scale,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = super::async_runtime()?;
     runtime.block_on(serve(config, args.port, args.exit_on_stdin_close))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -90,14 +87,7 @@ async fn shutdown_signal(exit_on_stdin_close: bool) {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         // A plain thread: a blocking read cannot be cancelled, and the process exits under it anyway.
         std::thread::spawn(move || {
-            let mut sink = [0u8; 256];
-            let mut stdin = std::io::stdin().lock();
-            loop {
-                match std::io::Read::read(&mut stdin, &mut sink) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => continue,
-                }
-            }
+            super::wait_for_stdin_close();
             let _ = tx.send(());
         });
         let _ = rx.await;

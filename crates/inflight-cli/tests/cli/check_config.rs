@@ -3,7 +3,7 @@
 use predicates::prelude::*;
 use serde_json::Value;
 
-use crate::support::inflight;
+use crate::support::{exits_2, inflight, run_json};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/budgets.toml");
 
@@ -28,14 +28,7 @@ fn the_example_is_valid_and_shows_littles_law() {
 
 #[test]
 fn json_output_has_the_figures() {
-    let out = inflight()
-        .args(["check-config", EXAMPLE, "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let doc: Value = serde_json::from_slice(&out).expect("stdout is one JSON document");
+    let doc = run_json(["check-config", EXAMPLE, "--json"]);
     assert_eq!(doc["valid"], true);
     let records = doc["budgets"]
         .as_array()
@@ -96,15 +89,11 @@ fn contradictions_are_warned_about() {
 #[test]
 fn an_invalid_file_exits_2_naming_the_field() {
     let f = file("[budgets.records]\nmax_concurrent = 0\n");
-    inflight()
-        .args(["check-config"])
-        .arg(f.path())
-        .assert()
-        .code(2)
-        .stdout("")
-        .stderr(predicate::str::contains(
-            "budgets.records.max_concurrent: must be at least 1, got 0",
-        ));
+    exits_2(
+        ["check-config", f.path().to_str().unwrap()],
+        "budgets.records.max_concurrent: must be at least 1, got 0",
+    )
+    .stdout("");
     let out = inflight()
         .args(["check-config", "--json"])
         .arg(f.path())
@@ -135,28 +124,16 @@ fn bad_files_never_panic() {
         ("\u{0}\u{1}binary", "invalid TOML"),
     ] {
         let f = file(text);
-        inflight()
-            .args(["check-config"])
-            .arg(f.path())
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(needle))
+        exits_2(["check-config", f.path().to_str().unwrap()], needle)
             .stderr(predicate::str::contains("panicked").not());
     }
 }
 
 #[test]
 fn a_missing_file_and_missing_argument_exit_2() {
-    inflight()
-        .args(["check-config", "/nonexistent/budgets.toml"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "cannot read /nonexistent/budgets.toml",
-        ));
-    inflight()
-        .args(["check-config"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("FILE"));
+    exits_2(
+        ["check-config", "/nonexistent/budgets.toml"],
+        "cannot read /nonexistent/budgets.toml",
+    );
+    exits_2(["check-config"], "FILE");
 }

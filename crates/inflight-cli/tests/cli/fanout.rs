@@ -2,17 +2,11 @@
 //! generous checks on time and exact checks on peak concurrency.
 
 use predicates::prelude::*;
-use serde_json::Value;
 
-use crate::support::inflight;
+use crate::support::{exits_2, inflight, run_json};
 
 fn bad_flag(args: &[&str], needle: &str) {
-    inflight()
-        .arg("fanout")
-        .args(args)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(needle));
+    exits_2(["fanout"].iter().chain(args), needle);
 }
 
 #[test]
@@ -32,31 +26,19 @@ fn rejects_bad_flags() {
 
 #[test]
 fn refuses_a_run_longer_than_the_bound() {
-    inflight()
-        .args([
+    exits_2(
+        [
             "fanout", "--jobs", "1000000", "--limit", "1", "--delay", "10s",
-        ])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "error: this run would take at least",
-        ));
+        ],
+        "error: this run would take at least",
+    );
 }
 
 #[test]
 fn json_run_holds_the_limit_and_stays_near_the_ideal() {
-    let out = inflight()
-        .args([
-            "fanout", "--jobs", "40", "--limit", "4", "--delay", "10ms", "--rounds", "2", "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let doc = run_json([
+        "fanout", "--jobs", "40", "--limit", "4", "--delay", "10ms", "--rounds", "2", "--json",
+    ]);
     assert_eq!(doc["jobs"], 40);
     assert_eq!(doc["delay_ms"], 10.0);
     assert_eq!(doc["limit"], 4);

@@ -3,12 +3,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use inflight_lab::results::ResultsDoc;
 
-use crate::support::{inflight, is_root};
+use crate::support::{
+    assert_refused, exits_2, inflight, inflight_path, is_root, send_signal, wait_exit,
+};
 
 fn lab_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab")
@@ -43,18 +45,24 @@ fn small_run_args(out: &Path) -> Vec<String> {
     args
 }
 
+/// Runs `inflight` with `args` (a lab run), allowing it five minutes, and checks that it succeeds.
+fn run_lab(args: &[String]) -> Output {
+    inflight()
+        .args(args)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success()
+        .get_output()
+        .clone()
+}
+
 #[test]
 fn small_lab_run_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report");
     let mut args = small_run_args(&out);
     args.push("--json".into());
-    let assert = inflight()
-        .args(&args)
-        .timeout(Duration::from_secs(300))
-        .assert()
-        .success();
-    let output = assert.get_output();
+    let output = run_lab(&args);
     let stdout = String::from_utf8_lossy(&output.stdout);
     // With --json, stdout holds exactly the results document.
     let doc: ResultsDoc = serde_json::from_str(&stdout).expect("stdout is one JSON document");
@@ -148,12 +156,7 @@ fn without_json_the_summary_goes_to_stdout() {
     args[i] = "c4".into();
     let i = args.iter().position(|a| a == "healthy,slow-write").unwrap();
     args[i] = "slow-write".into();
-    let assert = inflight()
-        .args(&args)
-        .timeout(Duration::from_secs(300))
-        .assert()
-        .success();
-    let output = assert.get_output();
+    let output = run_lab(&args);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -196,8 +199,7 @@ fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
     args[i] = "1.0".into();
     let i = args.iter().position(|a| a == "24").unwrap();
     args[i] = "200".into();
-    let bin = assert_cmd::cargo::cargo_bin("inflight");
-    let mut child = std::process::Command::new(bin)
+    let mut child = std::process::Command::new(inflight_path())
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -213,21 +215,8 @@ fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
         .map(|u| u.trim().to_string())
         .unwrap_or_else(|| panic!("no sim url in {lines:?}"));
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: sending SIGINT to a child we started.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGINT);
-    }
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "lab did not stop after SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    send_signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGINT");
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
     assert_eq!(status.code(), Some(130), "stderr: {lines:?} {rest}");
@@ -294,10 +283,7 @@ fn bad_flags_exit_2_with_a_message() {
         let mut args = vec!["lab", "run", "--lab-dir", &lab];
         args.extend(&extra);
         let output = inflight().args(&args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
-        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
-        assert!(output.stdout.is_empty(), "{extra:?}");
+        assert_refused(&output, needle, &format!("{extra:?}: "));
     }
     // An --out that is a file, and a --sim-url where nothing listens, are refused before any
     // run, with a message, and leave no report folder behind.
@@ -333,10 +319,7 @@ fn bad_flags_exit_2_with_a_message() {
             .timeout(Duration::from_secs(60))
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
-        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
-        assert!(output.stdout.is_empty(), "{extra:?}");
+        assert_refused(&output, needle, &format!("{extra:?}: "));
     }
     assert!(!fresh.exists(), "a failed run left its empty report folder");
 
@@ -415,18 +398,13 @@ fn lab_report_rewrites_a_report_from_results_json() {
         "a header and a row per run"
     );
 
-    inflight()
-        .args(["lab", "report", "/nonexistent/results.json"])
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains(
-            "cannot read /nonexistent/results.json",
-        ));
+    exits_2(
+        ["lab", "report", "/nonexistent/results.json"],
+        "cannot read /nonexistent/results.json",
+    );
     let not_results = out.path().join("runs.csv");
-    inflight()
-        .args(["lab", "report"])
-        .arg(&not_results)
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("is not a lab results document"));
+    exits_2(
+        ["lab", "report", not_results.to_str().unwrap()],
+        "is not a lab results document",
+    );
 }

@@ -4,20 +4,17 @@
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use predicates::prelude::*;
-use serde_json::Value;
 
-use crate::support::{inflight, is_root};
+use crate::support::{
+    assert_refused, can_create_cgroups, exits_2, inflight, inflight_path, is_root, run_json,
+    send_signal, success_json, wait_exit,
+};
 
 fn bad_flag(args: &[&str], needle: &str) {
-    inflight()
-        .arg("pool-bench")
-        .args(args)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(needle));
+    exits_2(["pool-bench"].iter().chain(args), needle);
 }
 
 #[test]
@@ -48,23 +45,14 @@ fn rejects_bad_durations() {
 
 #[test]
 fn runs_without_a_quota_of_its_own() {
-    let out = inflight()
-        .args([
-            "pool-bench",
-            "--pools",
-            "1,2",
-            "--duration",
-            "200ms",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = run_json([
+        "pool-bench",
+        "--pools",
+        "1,2",
+        "--duration",
+        "200ms",
+        "--json",
+    ]);
     assert!(doc["cpus"].is_null());
     assert_eq!(doc["enforcement"], "none");
     let results = doc["results"].as_array().unwrap();
@@ -85,33 +73,19 @@ fn runs_without_a_quota_of_its_own() {
 /// the cgroup is gone afterwards.
 #[test]
 fn runs_each_pool_inside_a_real_quota() {
-    if !is_root() {
-        eprintln!("skipping: needs root to create cgroups");
+    if !can_create_cgroups(0.2) {
         return;
     }
-    if let Err(e) = inflight::cpu::QuotaGroup::create(0.2) {
-        eprintln!("skipping: this machine cannot create a cgroup: {e}");
-        return;
-    }
-    let out = inflight()
-        .args([
-            "pool-bench",
-            "--cpus",
-            "0.2",
-            "--pools",
-            "1,2",
-            "--duration",
-            "600ms",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = run_json([
+        "pool-bench",
+        "--cpus",
+        "0.2",
+        "--pools",
+        "1,2",
+        "--duration",
+        "600ms",
+        "--json",
+    ]);
     assert_eq!(doc["cpus"], 0.2);
     let enforcement = doc["enforcement"].as_str().unwrap();
     assert!(
@@ -158,7 +132,7 @@ fn refuses_an_unenforceable_quota_unless_no_limit() {
         eprintln!("skipping: needs root to switch to an unprivileged user");
         return;
     }
-    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let bin = inflight_path();
     let run = |extra: &[&str]| {
         let mut cmd = std::process::Command::new(&bin);
         cmd.args([
@@ -177,21 +151,17 @@ fn refuses_an_unenforceable_quota_unless_no_limit() {
         cmd.output().unwrap()
     };
     let out = run(&[]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("cannot enforce --cpus 1"), "{stderr}");
+    let stderr = assert_refused(&out, "cannot enforce --cpus 1", "");
     assert!(stderr.contains("not root"), "{stderr}");
     assert!(stderr.contains("--no-limit"), "{stderr}");
-    assert!(out.stdout.is_empty());
 
     let out = run(&["--no-limit"]);
+    let doc = success_json(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("warning: cannot enforce --cpus 1"),
         "{stderr}"
     );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["enforcement"], "none");
     assert_eq!(doc["cpus"], 1.0);
 }
@@ -200,16 +170,10 @@ fn refuses_an_unenforceable_quota_unless_no_limit() {
 /// is 130.
 #[test]
 fn ctrl_c_removes_the_cgroup() {
-    if !is_root() {
-        eprintln!("skipping: needs root to create cgroups");
+    if !can_create_cgroups(1.0) {
         return;
     }
-    if let Err(e) = inflight::cpu::QuotaGroup::create(1.0) {
-        eprintln!("skipping: this machine cannot create a cgroup: {e}");
-        return;
-    }
-    let bin = assert_cmd::cargo::cargo_bin("inflight");
-    let mut child = std::process::Command::new(bin)
+    let mut child = std::process::Command::new(inflight_path())
         .args([
             "pool-bench",
             "--cpus",
@@ -239,21 +203,12 @@ fn ctrl_c_removes_the_cgroup() {
     stderr.read_line(&mut second).unwrap();
     assert!(second.contains("pool 1: running"), "{second}");
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: sending SIGINT to a child we started.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("pool-bench did not stop within 10 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    send_signal(&child, libc::SIGINT);
+    let status = wait_exit(
+        &mut child,
+        Duration::from_secs(10),
+        "pool-bench after SIGINT",
+    );
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     assert_eq!(status.code(), Some(130), "{rest}");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use predicates::prelude::*;
 use serde_json::Value;
 
-use crate::support::{inflight, is_root};
+use crate::support::{exits_2, inflight, inflight_path, is_root, run_json, success_json};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,18 +15,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn probe_json(args: &[&str]) -> Value {
-    let out = inflight()
-        .arg("probe")
-        .arg("--json")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("exactly one JSON document")
+    run_json(["probe", "--json"].iter().chain(args))
 }
 
 fn runtime_value(doc: &Value, runtime: &str) -> u64 {
@@ -113,29 +102,23 @@ fn a_broken_limit_file_reads_as_unknown() {
 
 #[test]
 fn broken_proc_files_are_a_clear_error() {
-    inflight()
-        .args([
+    exits_2(
+        [
             "probe",
             "--root",
             fixture("broken-mountinfo").to_str().unwrap(),
-        ])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "error: cannot read the CPU budget",
-        ))
-        .stderr(predicate::str::contains("mountinfo line 1"));
+        ],
+        "error: cannot read the CPU budget",
+    )
+    .stderr(predicate::str::contains("mountinfo line 1"));
 }
 
 #[test]
 fn a_missing_root_is_rejected() {
-    inflight()
-        .args(["probe", "--root", "/no/such/dir"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "--root /no/such/dir: not a directory",
-        ));
+    exits_2(
+        ["probe", "--root", "/no/such/dir"],
+        "--root /no/such/dir: not a directory",
+    );
 }
 
 #[test]
@@ -178,7 +161,7 @@ fn real_cgroup_quota_on_the_parent_is_found() {
     };
     let inner = group.path().join("inner");
     std::fs::create_dir(&inner).unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("inflight");
+    let bin = inflight_path();
     let script = format!(
         "echo $$ > '{}/cgroup.procs' && exec '{}' probe --json",
         inner.display(),
@@ -188,12 +171,7 @@ fn real_cgroup_quota_on_the_parent_is_found() {
         .args(["-c", &script])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = success_json(&out);
     let group_name = group.path().file_name().unwrap().to_str().unwrap();
     let path = doc["cgroup_path"].as_str().unwrap();
     assert!(path.ends_with(&format!("/{group_name}/inner")), "{path}");

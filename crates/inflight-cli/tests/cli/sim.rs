@@ -3,12 +3,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support;
+use crate::support::{self, exits_2, send_signal, wait_exit};
 
 fn sim_command() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin("inflight"))
+    Command::new(support::inflight_path())
 }
 
 /// Starts the sim, reads its first stdout line and returns the child and its base URL.
@@ -61,20 +61,6 @@ fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     (status, body)
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the sim did not stop within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn flags_set_scenario_seed_and_time_scale_and_closing_stdin_stops_it() {
     let (mut child, url) = start(&[
@@ -108,7 +94,7 @@ fn flags_set_scenario_seed_and_time_scale_and_closing_stdin_stops_it() {
     assert_eq!(stats["records"]["seen"], 2);
 
     drop(child.stdin.take());
-    let status = wait_exit(&mut child, Duration::from_secs(10));
+    let status = wait_exit(&mut child, Duration::from_secs(10), "the sim");
     assert!(status.success(), "{status:?}");
 }
 
@@ -117,10 +103,9 @@ fn sigterm_stops_it_cleanly() {
     let (mut child, url) = start(&["--time-scale", "0.1"]);
     let (status, _) = http(&url, "GET", "/enrich/3", "");
     assert_eq!(status, 200);
-    // SAFETY: kill with a pid we spawned and a valid signal number.
-    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let rc = send_signal(&child, libc::SIGTERM);
     assert_eq!(rc, 0);
-    let status = wait_exit(&mut child, Duration::from_secs(10));
+    let status = wait_exit(&mut child, Duration::from_secs(10), "the sim");
     assert!(status.success(), "{status:?}");
 }
 
@@ -137,12 +122,8 @@ fn without_the_flag_closing_stdin_does_not_stop_it() {
 
 #[test]
 fn an_unknown_scenario_is_exit_2_naming_the_known_ones() {
-    support::inflight()
-        .args(["sim", "--scenario", "nope"])
-        .assert()
-        .code(2)
+    exits_2(["sim", "--scenario", "nope"], "unknown scenario `nope`")
         .stdout("")
-        .stderr(predicates::str::contains("unknown scenario `nope`"))
         .stderr(predicates::str::contains(
             "healthy, slow-enrichment, slow-write",
         ));
@@ -150,14 +131,11 @@ fn an_unknown_scenario_is_exit_2_naming_the_known_ones() {
 
 #[test]
 fn a_bad_scenarios_file_is_exit_2_with_a_message() {
-    support::inflight()
-        .args(["sim", "--scenarios", "/no/such/scenarios.toml"])
-        .assert()
-        .code(2)
-        .stdout("")
-        .stderr(predicates::str::contains(
-            "cannot read scenarios file /no/such/scenarios.toml",
-        ));
+    exits_2(
+        ["sim", "--scenarios", "/no/such/scenarios.toml"],
+        "cannot read scenarios file /no/such/scenarios.toml",
+    )
+    .stdout("");
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("s.toml");
@@ -166,36 +144,33 @@ fn a_bad_scenarios_file_is_exit_2_with_a_message() {
         "[scenarios.x]\nenrichment = { median = \"soon\" }\nrecords = { median = \"1ms\", capacity = 1, queue = 0 }\n",
     )
     .unwrap();
-    support::inflight()
-        .args(["sim", "--scenario", "x", "--scenarios"])
-        .arg(&file)
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("scenario `x`: enrichment.median"));
+    exits_2(
+        [
+            "sim",
+            "--scenario",
+            "x",
+            "--scenarios",
+            file.to_str().unwrap(),
+        ],
+        "scenario `x`: enrichment.median",
+    );
 
     std::fs::write(&file, "not = [toml").unwrap();
-    support::inflight()
-        .args(["sim", "--scenarios"])
-        .arg(&file)
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("invalid scenarios file"));
+    exits_2(
+        ["sim", "--scenarios", file.to_str().unwrap()],
+        "invalid scenarios file",
+    );
 }
 
 #[test]
 fn a_bad_time_scale_is_exit_2() {
     for bad in ["0", "-1", "NaN"] {
-        support::inflight()
-            .args(["sim", &format!("--time-scale={bad}")])
-            .assert()
-            .code(2)
-            .stderr(predicates::str::contains("time scale must be"));
+        exits_2(
+            ["sim", &format!("--time-scale={bad}")],
+            "time scale must be",
+        );
         // Also as a separate argument, where a leading `-` must not read as a flag.
-        support::inflight()
-            .args(["sim", "--time-scale", bad])
-            .assert()
-            .code(2)
-            .stderr(predicates::str::contains("time scale must be"));
+        exits_2(["sim", "--time-scale", bad], "time scale must be");
     }
 }
 
@@ -220,5 +195,5 @@ fn a_custom_scenarios_file_is_used() {
     assert_eq!(current["name"], "tiny");
     assert_eq!(current["records"]["capacity"], 2);
     drop(child.stdin.take());
-    assert!(wait_exit(&mut child, Duration::from_secs(10)).success());
+    assert!(wait_exit(&mut child, Duration::from_secs(10), "the sim").success());
 }

@@ -2,15 +2,107 @@
 
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Output};
+use std::time::{Duration, Instant};
+
+use assert_cmd::assert::Assert;
 use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
 
 /// The `inflight` binary built for this test run.
 pub fn inflight() -> Command {
     Command::cargo_bin("inflight").expect("the inflight binary is built")
 }
 
+/// The path of the `inflight` binary, for tests that need a plain `std::process::Command`.
+pub fn inflight_path() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("inflight")
+}
+
 /// Whether this process runs as root (cgroup tests need it).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this test can create a cgroup with a quota of `cpus`: it must run as root and the
+/// machine must allow it. Says why on stderr when not, so the caller can skip.
+pub fn can_create_cgroups(cpus: f64) -> bool {
+    if !is_root() {
+        eprintln!("skipping: needs root to create cgroups");
+        return false;
+    }
+    if let Err(e) = inflight::cpu::QuotaGroup::create(cpus) {
+        eprintln!("skipping: this machine cannot create a cgroup: {e}");
+        return false;
+    }
+    true
+}
+
+/// Runs `inflight` with `args` and checks that it exits 2 with `needle` on stderr; the returned
+/// assertion can check more.
+pub fn exits_2<I, S>(args: I, needle: &str) -> Assert
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    inflight()
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(needle))
+}
+
+/// Checks that a finished command exited 2 with `needle` on stderr and nothing on stdout;
+/// `context` prefixes the failure messages. Returns stderr.
+pub fn assert_refused(output: &Output, needle: &str, context: &str) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{context}{stderr}");
+    assert!(stderr.contains(needle), "{context}{stderr}");
+    assert!(output.stdout.is_empty(), "{context}");
+    stderr
+}
+
+/// Checks that a finished command succeeded (showing its stderr if not) and parses its stdout as
+/// one JSON document.
+pub fn success_json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is one JSON document")
+}
+
+/// Runs `inflight` with `args` (which should include `--json`) and returns its JSON output.
+pub fn run_json<I, S>(args: I) -> Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    success_json(&inflight().args(args).output().unwrap())
+}
+
+/// Sends `signal` to a child this test started; returns what `kill` returned.
+pub fn send_signal(child: &Child, signal: libc::c_int) -> libc::c_int {
+    // SAFETY: kill with the pid of a child we spawned and a valid signal number.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) }
+}
+
+/// Waits for `child` to exit; kills it and panics, naming `what`, if it takes longer than `within`.
+pub fn wait_exit(child: &mut Child, within: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not stop within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

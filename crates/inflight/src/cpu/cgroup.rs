@@ -159,6 +159,26 @@ fn io_err(
     }
 }
 
+/// Refuses a cgroup mount that is read-only before anything is tried in it.
+fn check_writable(mount: &CgroupMount) -> Result<(), CgroupError> {
+    if mount.read_only {
+        return Err(CgroupError::ReadOnly {
+            mount: mount.mount_point.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The kernel refused (EINVAL) to write `quota_us` per [`PERIOD_US`] to `path`.
+fn quota_rejected(path: &Path, quota_us: u64, error: io::Error) -> CgroupError {
+    CgroupError::QuotaRejected {
+        path: path.to_path_buf(),
+        quota_us,
+        period_us: PERIOD_US,
+        error,
+    }
+}
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A cgroup this process created, with a CPU quota; removed when dropped.
@@ -211,7 +231,7 @@ impl QuotaGroup {
         if let Some(v2) = mounts::v2_mount(&mounts) {
             let controllers = std::fs::read_to_string(v2.mount_point.join("cgroup.controllers"))
                 .unwrap_or_default();
-            if controllers.split_whitespace().any(|c| c == "cpu") {
+            if mounts::lists_cpu(&controllers) {
                 let own = entries.iter().find(|e| e.hierarchy_id == 0);
                 match Self::create_v2(root, v2, own.map(|e| e.path.as_str()), cpus, quota_us) {
                     Ok(group) => return Ok(group),
@@ -256,27 +276,15 @@ impl QuotaGroup {
         cpus: f64,
         quota_us: u64,
     ) -> Result<QuotaGroup, CgroupError> {
-        if mount.read_only {
-            return Err(CgroupError::ReadOnly {
-                mount: mount.mount_point.clone(),
-            });
-        }
+        check_writable(mount)?;
         let (base, _, _) = mounts::cgroup_dir(prefix, mount, own);
-        sweep_stale(&base);
-        let path = base.join(Self::unique_name());
-        std::fs::create_dir(&path).map_err(|e| io_err("create cgroup", &path, mount, e))?;
-        let group = QuotaGroup::new(path, Enforcement::CgroupV1, cpus, quota_us);
+        let group = Self::create_in(&base, mount, Enforcement::CgroupV1, cpus, quota_us)?;
         let period = group.path.join("cpu.cfs_period_us");
         std::fs::write(&period, PERIOD_US.to_string())
             .map_err(|e| io_err("write", &period, mount, e))?;
         let quota = group.path.join("cpu.cfs_quota_us");
         std::fs::write(&quota, quota_us.to_string()).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => CgroupError::QuotaRejected {
-                path: quota.clone(),
-                quota_us,
-                period_us: PERIOD_US,
-                error: e,
-            },
+            Some(libc::EINVAL) => quota_rejected(&quota, quota_us, e),
             _ => io_err("write", &quota, mount, e),
         })?;
         Ok(group)
@@ -289,11 +297,7 @@ impl QuotaGroup {
         cpus: f64,
         quota_us: u64,
     ) -> Result<QuotaGroup, CgroupError> {
-        if mount.read_only {
-            return Err(CgroupError::ReadOnly {
-                mount: mount.mount_point.clone(),
-            });
-        }
+        check_writable(mount)?;
         let mount_dir = mounts::join_under(prefix, &mount.mount_point);
         let (own_dir, components, _) = mounts::cgroup_dir(prefix, mount, own.unwrap_or("/"));
         // The root cgroup may hold processes and still give controllers to children; any other
@@ -302,7 +306,7 @@ impl QuotaGroup {
         let base = if components.is_empty() {
             let control = mount_dir.join("cgroup.subtree_control");
             let current = std::fs::read_to_string(&control).unwrap_or_default();
-            if !current.split_whitespace().any(|c| c == "cpu") {
+            if !mounts::lists_cpu(&current) {
                 std::fs::write(&control, "+cpu").map_err(|e| match e.raw_os_error() {
                     Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
                         io_err("write", &control, mount, e)
@@ -319,7 +323,7 @@ impl QuotaGroup {
             let own_controllers =
                 std::fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
             let parent = own_dir.parent().unwrap_or(&mount_dir).to_path_buf();
-            if !own_controllers.split_whitespace().any(|c| c == "cpu") {
+            if !mounts::lists_cpu(&own_controllers) {
                 return Err(CgroupError::NotDelegated {
                     path: own_dir.clone(),
                     parent,
@@ -328,10 +332,7 @@ impl QuotaGroup {
             }
             parent
         };
-        sweep_stale(&base);
-        let path = base.join(Self::unique_name());
-        std::fs::create_dir(&path).map_err(|e| io_err("create cgroup", &path, mount, e))?;
-        let group = QuotaGroup::new(path, Enforcement::CgroupV2, cpus, quota_us);
+        let group = Self::create_in(&base, mount, Enforcement::CgroupV2, cpus, quota_us)?;
         let max = group.path.join("cpu.max");
         std::fs::write(&max, format!("{quota_us} {PERIOD_US}")).map_err(|e| {
             match e.raw_os_error() {
@@ -340,16 +341,26 @@ impl QuotaGroup {
                     parent: base.clone(),
                     detail: "the new cgroup has no cpu.max".to_string(),
                 },
-                Some(libc::EINVAL) => CgroupError::QuotaRejected {
-                    path: max.clone(),
-                    quota_us,
-                    period_us: PERIOD_US,
-                    error: e,
-                },
+                Some(libc::EINVAL) => quota_rejected(&max, quota_us, e),
                 _ => io_err("write", &max, mount, e),
             }
         })?;
         Ok(group)
+    }
+
+    /// Creates a uniquely named group directory in `base` (after sweeping away stale ones there),
+    /// with no quota written yet.
+    fn create_in(
+        base: &Path,
+        mount: &CgroupMount,
+        enforcement: Enforcement,
+        cpus: f64,
+        quota_us: u64,
+    ) -> Result<QuotaGroup, CgroupError> {
+        sweep_stale(base);
+        let path = base.join(Self::unique_name());
+        std::fs::create_dir(&path).map_err(|e| io_err("create cgroup", &path, mount, e))?;
+        Ok(QuotaGroup::new(path, enforcement, cpus, quota_us))
     }
 
     fn new(path: PathBuf, enforcement: Enforcement, cpus: f64, quota_us: u64) -> QuotaGroup {

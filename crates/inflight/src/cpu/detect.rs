@@ -322,7 +322,7 @@ fn detect_from(
             mounts::join_under(root, &mount.mount_point).join("cgroup.controllers");
         let controllers = read_optional(&controllers_file).ok().flatten();
         match controllers {
-            Some(text) if !text.split_whitespace().any(|c| c == "cpu") => notes.push(format!(
+            Some(text) if !mounts::lists_cpu(&text) => notes.push(format!(
                 "cgroup2 is mounted at {} without the cpu controller, and no cgroup v1 hierarchy has it: nothing limits CPU time",
                 mount.mount_point.display()
             )),

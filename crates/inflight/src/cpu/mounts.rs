@@ -144,6 +144,11 @@ pub(crate) fn parse_proc_cgroup(text: &str) -> Result<Vec<ProcCgroup>, String> {
     Ok(out)
 }
 
+/// Whether a `cgroup.controllers` or `cgroup.subtree_control` text lists the `cpu` controller.
+pub(crate) fn lists_cpu(controllers: &str) -> bool {
+    controllers.split_whitespace().any(|c| c == "cpu")
+}
+
 /// The v1 mount that has the `cpu` controller, and the v2 mount, if any.
 pub(crate) fn cpu_v1_mount(mounts: &[CgroupMount]) -> Option<&CgroupMount> {
     mounts
