@@ -64,10 +64,19 @@ impl Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.0;
-        if (v - v.round()).abs() < 1e-9 {
+        if !v.is_finite() || (v - v.round()).abs() < 1e-9 && v.abs() >= 1.0 {
             write!(f, "{}/s", v.round())
+        } else if v.abs() >= 1.0 {
+            write!(f, "{v:.2}/s")
+        } else if v.abs() >= 1e-9 {
+            // Two significant digits, so that a slow budget (1 call per 5 minutes) does not
+            // show as "0/s".
+            let decimals = (1 - v.abs().log10().floor() as i32).max(2) as usize;
+            write!(f, "{v:.decimals$}/s")
+        } else if v == 0.0 {
+            f.write_str("0/s")
         } else {
-            write!(f, "{:.2}/s", v)
+            write!(f, "{v:.1e}/s")
         }
     }
 }
@@ -258,7 +267,11 @@ pub fn assess(config: &crate::BudgetConfig) -> Assessment {
         service_time,
         config.permit_timeout_limit(),
     ) {
-        let drain_time = service_time.mul_f64(max_queued as f64 / max_concurrent as f64);
+        // A queue so long that its drain time overflows a Duration certainly cannot drain in time.
+        let drain_time = Duration::try_from_secs_f64(
+            service_time.as_secs_f64() * max_queued as f64 / max_concurrent as f64,
+        )
+        .unwrap_or(Duration::MAX);
         if max_queued > 0 && drain_time > permit_timeout {
             warnings.push(Warning::QueueCannotDrain {
                 max_queued,

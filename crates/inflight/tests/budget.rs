@@ -339,3 +339,71 @@ fn invalid_configs_are_refused_with_the_field_named() {
     assert_eq!(err.field(), Some("budgets.records.call_timeout"));
     assert!(Budget::new("", BudgetConfig::new(1)).is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_released_permit_goes_to_the_waiter_not_to_a_newcomer() {
+    let b = budget(BudgetConfig::new(1));
+    let first = b.acquire_owned().await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire_owned().await.unwrap() })
+    };
+    settle().await;
+    drop(first);
+    // The waiter has not run since the release, but the permit is already its own: the fast
+    // path of a newcomer must not take it.
+    let newcomer = b.acquire();
+    tokio::pin!(newcomer);
+    assert!(futures::poll!(newcomer.as_mut()).is_pending());
+    let held = waiter.await.unwrap();
+    drop(held);
+    assert!(newcomer.await.is_ok());
+}
+
+#[test]
+fn waiting_never_shows_more_than_max_queued() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let b = budget(BudgetConfig::new(1).max_queued(1));
+        let _held = b.acquire_owned().await.unwrap();
+        let queued = {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire_owned().await.map(drop) })
+        };
+        while b.snapshot().waiting < 1 {
+            tokio::task::yield_now().await;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let hammers: Vec<_> = (0..3)
+            .map(|_| {
+                let (b, stop) = (b.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.load(SeqCst) {
+                        assert!(matches!(b.acquire().await, Err(AcquireError::QueueFull)));
+                    }
+                })
+            })
+            .collect();
+        // Sample for a while (a snapshot is not cheap), stopping at the first overshoot.
+        let mut most = 0;
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        while most <= 1 && std::time::Instant::now() < until {
+            most = most.max(b.snapshot().waiting);
+        }
+        stop.store(true, SeqCst);
+        for h in hammers {
+            h.await.unwrap();
+        }
+        assert!(
+            most <= 1,
+            "a snapshot showed {most} waiting with max_queued 1"
+        );
+        assert_eq!(b.snapshot().peak_waiting, 1);
+        queued.abort();
+    });
+}

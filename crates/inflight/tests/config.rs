@@ -167,3 +167,54 @@ fn the_shipped_example_loads() {
     );
     assert_eq!(budgets.get("records").unwrap().config().max_concurrent(), 6);
 }
+
+#[test]
+fn assessing_huge_values_never_panics() {
+    use inflight::sizing::{assess, Warning};
+    use inflight::BudgetConfig;
+    // max_queued x service_time / max_concurrent overflows a Duration: the queue certainly
+    // cannot drain within the deadline, and assessing it must say so rather than panic.
+    let c = BudgetConfig::new(1)
+        .max_queued(i64::MAX as usize)
+        .permit_timeout(Duration::from_secs(1))
+        .service_time(Duration::from_secs(10));
+    let a = assess(&c);
+    assert!(
+        matches!(a.warnings[..], [Warning::QueueCannotDrain { .. }]),
+        "{:?}",
+        a.warnings
+    );
+    let _ = a.warnings[0].to_string();
+}
+
+#[test]
+fn slow_rates_are_not_shown_as_zero() {
+    // One call at a time that takes five minutes passes 1/300 calls per second, not "0/s".
+    assert_eq!(Rate::per_second(1.0 / 300.0).to_string(), "0.0033/s");
+    assert_eq!(Rate::per_second(0.5).to_string(), "0.50/s");
+    assert_eq!(Rate::per_second(40.0).to_string(), "40/s");
+    assert_eq!(Rate::per_minute(100.0).to_string(), "1.67/s");
+    assert_ne!(Rate::per_second(1e-12).to_string(), "0/s");
+}
+
+#[test]
+fn datetimes_are_refused_without_toml_internals() {
+    let err = refused("[budgets.records]\nmax_concurrent = 2\ncall_timeout = 1979-05-27\n");
+    assert_eq!(err.field(), Some("budgets.records.call_timeout"));
+    assert!(!err.to_string().contains("$__toml"), "{err}");
+    assert!(err.to_string().contains("1979-05-27"), "{err}");
+}
+
+#[test]
+fn names_that_are_not_bare_keys_are_quoted_in_messages() {
+    let err = refused("[budgets.\"a.b\"]\nmax_concurrent = 0\n");
+    assert_eq!(err.field(), Some("budgets.\"a.b\".max_concurrent"));
+    let err = refused("[budgets.\"a.b\"]\nmax_concurrent = 1\nbogus = 1\n");
+    assert_eq!(err.field(), Some("budgets.\"a.b\".bogus"));
+    let err = refused("[budgets.\"\"]\nmax_concurrent = 1\n");
+    assert_eq!(err.field(), Some("budgets.\"\""));
+    assert!(err.to_string().contains("must not be empty"), "{err}");
+    // Bare names stay as they are.
+    let err = refused("[budgets.records-v2]\nmax_concurrent = 0\n");
+    assert_eq!(err.field(), Some("budgets.records-v2.max_concurrent"));
+}

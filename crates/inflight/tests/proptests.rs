@@ -64,6 +64,7 @@ proptest! {
             .build()
             .unwrap();
         let max = config.max_concurrent();
+        let max_queued = config.max_queued_limit();
         let budget = Budget::new("prop", config).unwrap();
         let holders = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
@@ -120,6 +121,9 @@ proptest! {
         let s = budget.snapshot();
         prop_assert!(most.load(SeqCst) <= max, "{} holders at once, limit {}", most.load(SeqCst), max);
         prop_assert!(s.peak_in_flight <= max);
+        if let Some(q) = max_queued {
+            prop_assert!(s.peak_waiting <= q, "{} waiting at once, max_queued {}", s.peak_waiting, q);
+        }
         prop_assert_eq!(holders.load(SeqCst), 0);
         prop_assert_eq!(s.in_flight, 0);
         prop_assert_eq!(s.waiting, 0);

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use inflight::sizing::{assess, Warning};
-use inflight::{BudgetConfig, Budgets};
+use inflight::{BudgetConfig, Budgets, Rate};
 use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
@@ -95,7 +95,8 @@ impl<'a> BudgetReport<'a> {
 
     fn to_json(&self) -> Value {
         let c = self.config;
-        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        // From whole nanoseconds, so that 1ns is 1e-6 ms and not 1.0000000000000002e-6.
+        let ms = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e6);
         json!({
             "name": self.name,
             "max_concurrent": c.max_concurrent(),
@@ -201,10 +202,8 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
     out
 }
 
+/// As the library prints rates (and warnings): whole numbers plain, two decimals above 1/s, two
+/// significant digits below (a slow budget is "0.0033/s", not "0/s").
 fn per_s(rate: f64) -> String {
-    if (rate - rate.round()).abs() < 0.005 {
-        format!("{:.0}/s", rate)
-    } else {
-        format!("{rate:.2}/s")
-    }
+    Rate::per_second(rate).to_string()
 }

@@ -137,3 +137,49 @@ fn a_missing_file_and_missing_argument_exit_2() {
     );
     exits_2(["check-config"], "FILE");
 }
+
+#[test]
+fn extreme_but_valid_files_are_reported_not_panicked_on() {
+    // max_queued x service_time overflows a Duration: still a valid file, with a warning.
+    let f = file(
+        "[budgets.r]\nmax_concurrent = 1\nmax_queued = 9223372036854775807\n\
+         service_time = \"10s\"\npermit_timeout = \"1s\"\n",
+    );
+    inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("1 warning"))
+        .stdout(predicate::str::contains(
+            "the last waiters would always time out",
+        ))
+        .stderr(predicate::str::contains("panicked").not());
+    let out = inflight()
+        .args(["check-config", "--json"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["warnings"], 1);
+}
+
+#[test]
+fn a_slow_budget_shows_its_rate_not_zero() {
+    // One call at a time, five minutes each: 1/300 calls per second.
+    let f = file(
+        "[budgets.batch]\nmax_concurrent = 1\nservice_time = \"5m\"\ncall_timeout = \"1ns\"\n",
+    );
+    inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "at most 0.0033/s through this budget (1 / 5m)",
+        ));
+    let doc = run_json(["check-config", f.path().to_str().unwrap(), "--json"]);
+    assert_eq!(doc["budgets"][0]["call_timeout_ms"], 1e-6);
+    assert_eq!(doc["budgets"][0]["service_time_ms"], 300_000.0);
+}

@@ -130,10 +130,11 @@ impl BudgetConfig {
 
     /// Checks each field; `name` is used in the messages (`budgets.<name>.<field>: ...`).
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
-        let field = |f: &str| format!("budgets.{name}.{f}");
+        let path = crate::config::budget_path(name);
+        let field = |f: &str| format!("{path}.{f}");
         if name.is_empty() {
             return Err(ConfigError::invalid(
-                "budgets",
+                path,
                 "a budget name must not be empty",
             ));
         }

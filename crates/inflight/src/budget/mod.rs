@@ -245,13 +245,22 @@ impl Budget {
         // try_acquire just failed, so every permit was held: in flight reached the limit. Noting
         // it here spares a read of the semaphore's (contended) state after the wait.
         raise_peak(&inner.peak_in_flight, inner.config.max_concurrent);
-        let max_queued = inner.config.max_queued.unwrap_or(usize::MAX);
-        let ahead = inner.waiting.fetch_add(1, Relaxed);
-        if ahead >= max_queued {
-            inner.waiting.fetch_sub(1, Relaxed);
-            inner.rejected.fetch_add(1, Relaxed);
-            return Err(AcquireError::QueueFull);
-        }
+        let ahead = match inner.config.max_queued {
+            // An unbounded queue always has a place: one plain add, no compare-and-swap loop.
+            None => inner.waiting.fetch_add(1, Relaxed),
+            // Take a place only if one is free: an unconditional add (undone on rejection) would
+            // let `waiting` show more than `max_queued` for a moment to anyone reading it.
+            Some(max_queued) => match inner
+                .waiting
+                .fetch_update(Relaxed, Relaxed, |n| (n < max_queued).then_some(n + 1))
+            {
+                Ok(ahead) => ahead,
+                Err(_) => {
+                    inner.rejected.fetch_add(1, Relaxed);
+                    return Err(AcquireError::QueueFull);
+                }
+            },
+        };
         raise_peak(&inner.peak_waiting, ahead + 1);
         let mut place = QueuePlace {
             inner,

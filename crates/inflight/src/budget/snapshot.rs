@@ -43,9 +43,14 @@ pub struct BudgetSnapshot {
 /// `mean` and `max` are exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LatencySummary {
+    /// How many durations were recorded.
     pub count: u64,
+    /// Their mean (exact, to the nanosecond).
     pub mean: Duration,
+    /// The median, from the histogram.
     pub p50: Duration,
+    /// The 99th percentile, from the histogram.
     pub p99: Duration,
+    /// The longest (exact).
     pub max: Duration,
 }

@@ -24,7 +24,11 @@ pub(crate) struct Histogram {
 #[repr(align(128))]
 struct Stripe {
     buckets: Box<[AtomicU64]>,
+    /// The low 64 bits of the sum of the recorded nanoseconds; it wraps, and `sum_carries` counts
+    /// the wraps, so that the sum stays exact (2^64 ns is only 584 years, which a long-lived,
+    /// busy budget can add up to) at the cost of one `fetch_add`.
     sum_ns: AtomicU64,
+    sum_carries: AtomicU64,
     max_ns: AtomicU64,
 }
 
@@ -41,6 +45,7 @@ impl Histogram {
         let stripe = || Stripe {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             sum_ns: AtomicU64::new(0),
+            sum_carries: AtomicU64::new(0),
             max_ns: AtomicU64::new(0),
         };
         Histogram {
@@ -64,7 +69,10 @@ impl Histogram {
         let stripe = self.stripe();
         stripe.buckets[index(ns)].fetch_add(1, Relaxed);
         if ns > 0 {
-            stripe.sum_ns.fetch_add(ns, Relaxed);
+            let before = stripe.sum_ns.fetch_add(ns, Relaxed);
+            if before.checked_add(ns).is_none() {
+                stripe.sum_carries.fetch_add(1, Relaxed);
+            }
             if ns > stripe.max_ns.load(Relaxed) {
                 stripe.max_ns.fetch_max(ns, Relaxed);
             }
@@ -73,12 +81,12 @@ impl Histogram {
 
     pub(crate) fn summary(&self) -> LatencySummary {
         let mut counts = vec![0u64; BUCKETS];
-        let (mut sum, mut max) = (0u64, 0u64);
+        let (mut sum, mut max) = (0u128, 0u64);
         for stripe in self.stripes.iter() {
             for (total, b) in counts.iter_mut().zip(stripe.buckets.iter()) {
                 *total += b.load(Relaxed);
             }
-            sum = sum.saturating_add(stripe.sum_ns.load(Relaxed));
+            sum += stripe.sum();
             max = max.max(stripe.max_ns.load(Relaxed));
         }
         let count: u64 = counts.iter().sum();
@@ -98,11 +106,22 @@ impl Histogram {
         };
         LatencySummary {
             count,
-            mean: Duration::from_nanos(sum / count),
+            mean: Duration::from_nanos(u64::try_from(sum / u128::from(count)).unwrap_or(u64::MAX)),
             p50: quantile(0.50),
             p99: quantile(0.99),
             max: Duration::from_nanos(max),
         }
+    }
+}
+
+impl Stripe {
+    /// The sum of the recorded nanoseconds. Exact once recording stops; a read that races the
+    /// very `record` that wraps the low word may see the wrap before its carry, as any snapshot
+    /// taken while calls run may be a moment apart between fields.
+    fn sum(&self) -> u128 {
+        let carries = self.sum_carries.load(Relaxed);
+        let low = self.sum_ns.load(Relaxed);
+        (u128::from(carries) << 64) | u128::from(low)
     }
 }
 
@@ -200,6 +219,20 @@ mod tests {
         let p99 = s.p99.as_secs_f64() * 1e3;
         assert!((p50 - 50.0).abs() / 50.0 < 0.125, "p50 {p50}");
         assert!((p99 - 99.0).abs() / 99.0 < 0.125, "p99 {p99}");
+    }
+
+    #[test]
+    fn the_sum_does_not_wrap() {
+        // Two waits of 2^63 ns (about 292 years each, reachable only in total over a long-lived
+        // budget) must not wrap the sum back to zero and report a mean of zero.
+        let h = Histogram::new();
+        let half = Duration::from_nanos(1 << 63);
+        h.record(half);
+        h.record(half);
+        let s = h.summary();
+        assert_eq!(s.count, 2);
+        assert_eq!(s.mean, half);
+        assert_eq!(s.max, half);
     }
 
     #[test]

@@ -63,6 +63,21 @@ impl ConfigError {
     }
 }
 
+/// The dotted path of budget `name` in a budgets file, as errors print it: `budgets.records`, or
+/// `budgets."a.b"` when the name is not a bare TOML key (so a dot in a name is not read as a
+/// nested table, and an empty name still shows).
+pub(crate) fn budget_path(name: &str) -> String {
+    let bare = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        format!("budgets.{name}")
+    } else {
+        format!("budgets.{name:?}")
+    }
+}
+
 /// Named budgets, one per dependency, in the order the file lists them.
 ///
 /// # Examples

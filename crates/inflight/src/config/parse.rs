@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
-use super::ConfigError;
+use super::{budget_path, ConfigError};
 use crate::budget::BudgetConfig;
 use crate::sizing::Rate;
 
@@ -56,7 +56,7 @@ pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, 
         .map(|(name, value)| {
             let table = value.as_table().ok_or_else(|| {
                 ConfigError::invalid(
-                    format!("budgets.{name}"),
+                    budget_path(name),
                     format!("must be a table, got {}", value.type_str()),
                 )
             })?;
@@ -66,7 +66,8 @@ pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, 
 }
 
 fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError> {
-    let field = |f: &str| format!("budgets.{name}.{f}");
+    let path = budget_path(name);
+    let field = |f: &str| format!("{path}.{f}");
     for key in table.keys() {
         if !FIELDS.contains(&key.as_str()) {
             return Err(ConfigError::invalid(
@@ -107,7 +108,7 @@ fn integer(field: &str, value: &Value, min: i64) -> Result<usize, ConfigError> {
     let n = value.as_integer().ok_or_else(|| {
         ConfigError::invalid(
             field,
-            format!("must be a whole number, got {} {value}", value.type_str()),
+            format!("must be a whole number, got {}", shown(value)),
         )
     })?;
     if n < min {
@@ -126,8 +127,8 @@ fn duration(field: &str, value: &Value) -> Result<Duration, ConfigError> {
         ConfigError::invalid(
             field,
             format!(
-                "must be a duration string like \"500ms\" or \"2s\", got {} {value}",
-                value.type_str()
+                "must be a duration string like \"500ms\" or \"2s\", got {}",
+                shown(value)
             ),
         )
     })?;
@@ -156,10 +157,7 @@ fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
     let text = value.as_str().ok_or_else(|| {
         ConfigError::invalid(
             field,
-            format!(
-                "must be a rate string like \"40/s\", got {} {value}",
-                value.type_str()
-            ),
+            format!("must be a rate string like \"40/s\", got {}", shown(value)),
         )
     })?;
     if text.trim_start().starts_with('-') {
@@ -178,4 +176,13 @@ fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
         ));
     }
     Ok(rate)
+}
+
+/// A value of the wrong type, for a message: its type and its text as written (`integer 500`,
+/// `datetime 1979-05-27`; toml would show a datetime as its internal table).
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Datetime(d) => format!("datetime {d}"),
+        other => format!("{} {other}", other.type_str()),
+    }
 }
