@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench -p inflight --bench budget`; times are per acquire + release.
 
-use std::future::{ready, Ready};
+use std::future::{ready, Future, Ready};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,49 +91,36 @@ fn uncontended(c: &mut Criterion) {
 fn contended(c: &mut Criterion) {
     let rt = multi_thread();
     let mut group = c.benchmark_group("contended_64_tasks");
-    let per_task = |iters: u64| iters.div_ceil(TASKS);
     group.bench_function(BenchmarkId::from_parameter("semaphore"), |b| {
         b.to_async(&rt).iter_custom(|iters| async move {
             let sem = Arc::new(Semaphore::new(LIMIT));
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|_| {
-                    let sem = sem.clone();
-                    tokio::spawn(async move {
-                        for _ in 0..per_task(iters) {
-                            let p = sem.acquire().await.unwrap();
-                            tokio::task::yield_now().await;
-                            drop(p);
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
-            scale(start.elapsed(), iters, per_task(iters) * TASKS)
+            contend(iters, |n| {
+                let sem = sem.clone();
+                async move {
+                    for _ in 0..n {
+                        let p = sem.acquire().await.unwrap();
+                        tokio::task::yield_now().await;
+                        drop(p);
+                    }
+                }
+            })
+            .await
         })
     });
     group.bench_function(BenchmarkId::from_parameter("budget"), |b| {
         b.to_async(&rt).iter_custom(|iters| async move {
             let budget = budget();
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|_| {
-                    let budget = budget.clone();
-                    tokio::spawn(async move {
-                        for _ in 0..per_task(iters) {
-                            let p = budget.acquire().await.unwrap();
-                            tokio::task::yield_now().await;
-                            drop(p);
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
-            scale(start.elapsed(), iters, per_task(iters) * TASKS)
+            contend(iters, |n| {
+                let budget = budget.clone();
+                async move {
+                    for _ in 0..n {
+                        let p = budget.acquire().await.unwrap();
+                        tokio::task::yield_now().await;
+                        drop(p);
+                    }
+                }
+            })
+            .await
         })
     });
     group.bench_function(
@@ -141,28 +128,38 @@ fn contended(c: &mut Criterion) {
         |b| {
             b.to_async(&rt).iter_custom(|iters| async move {
                 let svc = noop_service();
-                let start = Instant::now();
-                let tasks: Vec<_> = (0..TASKS)
-                    .map(|_| {
-                        let mut svc = svc.clone();
-                        tokio::spawn(async move {
-                            for _ in 0..per_task(iters) {
-                                svc.ready().await.unwrap();
-                                let response = svc.call(());
-                                tokio::task::yield_now().await;
-                                response.await.unwrap();
-                            }
-                        })
-                    })
-                    .collect();
-                for t in tasks {
-                    t.await.unwrap();
-                }
-                scale(start.elapsed(), iters, per_task(iters) * TASKS)
+                contend(iters, |n| {
+                    let mut svc = svc.clone();
+                    async move {
+                        for _ in 0..n {
+                            svc.ready().await.unwrap();
+                            let response = svc.call(());
+                            tokio::task::yield_now().await;
+                            response.await.unwrap();
+                        }
+                    }
+                })
+                .await
             })
         },
     );
     group.finish();
+}
+
+/// Spawns `TASKS` tasks made by `task(n)`, each doing `n` acquire + release so that together they
+/// do at least `iters`, waits for all of them, and returns the time scaled to `iters`.
+async fn contend<F, Fut>(iters: u64, task: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let per_task = iters.div_ceil(TASKS);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS).map(|_| tokio::spawn(task(per_task))).collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    scale(start.elapsed(), iters, per_task * TASKS)
 }
 
 /// Rounding `iters` up to a multiple of `TASKS` did `done` operations; report the time for `iters`.
