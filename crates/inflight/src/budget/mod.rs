@@ -211,16 +211,22 @@ impl Budget {
     /// # }
     /// ```
     pub async fn acquire(&self) -> Result<Permit<'_>, AcquireError> {
+        Ok(self.acquire_timed().await?.0)
+    }
+
+    /// [`Budget::acquire`], also returning the moment the permit was granted when finding that
+    /// out took a wait (and so a clock read already); `None` when a permit was free at once.
+    async fn acquire_timed(&self) -> Result<(Permit<'_>, Option<Instant>), AcquireError> {
         let inner = &*self.inner;
         // Fast path: tokio hands released permits to queued waiters first, so a successful
         // try_acquire never overtakes anyone who is waiting.
         if let Ok(permit) = inner.semaphore.try_acquire() {
             inner.wait.record_zero();
             inner.note_in_flight();
-            return Ok(Permit { _permit: permit });
+            return Ok((Permit { _permit: permit }, None));
         }
-        let permit = self.acquire_slow().await?;
-        Ok(Permit { _permit: permit })
+        let (permit, granted) = self.acquire_slow().await?;
+        Ok((Permit { _permit: permit }, Some(granted)))
     }
 
     /// Like [`Budget::acquire`], but the permit holds a clone of the budget and so can be moved
@@ -240,7 +246,7 @@ impl Budget {
         })
     }
 
-    async fn acquire_slow(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
+    async fn acquire_slow(&self) -> Result<(SemaphorePermit<'_>, Instant), AcquireError> {
         let inner = &*self.inner;
         // try_acquire just failed, so every permit was held: in flight reached the limit. Noting
         // it here spares a read of the semaphore's (contended) state after the wait.
@@ -283,8 +289,9 @@ impl Budget {
         drop(place);
         // The semaphore is owned by this budget and never closed.
         let permit = acquired.expect("a budget's semaphore is never closed");
-        inner.wait.record(start.elapsed());
-        Ok(permit)
+        let granted = Instant::now();
+        inner.wait.record(granted - start);
+        Ok((permit, granted))
     }
 
     /// Runs `call` while holding a permit, with the budget's `call_timeout` started once the permit
@@ -336,9 +343,10 @@ impl Budget {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let _permit = self.acquire().await.map_err(CallError::Rejected)?;
+        let (_permit, granted) = self.acquire_timed().await.map_err(CallError::Rejected)?;
         let inner = &*self.inner;
-        let start = Instant::now();
+        // The call timeout starts once the permit is held; after a wait, that moment is known.
+        let start = granted.unwrap_or_else(Instant::now);
         let result = match inner.config.call_timeout {
             Some(deadline) => match tokio::time::timeout(deadline, call()).await {
                 Ok(result) => result,
