@@ -1,5 +1,6 @@
 //! Cost of one acquire + release: `Budget` against a bare `tokio::sync::Semaphore` and tower's
-//! `ConcurrencyLimit` around a no-op service, uncontended and with 64 tasks contending.
+//! `ConcurrencyLimit` and `GlobalConcurrencyLimit` (the shared-semaphore variant) around a no-op
+//! service, uncontended and with 64 tasks contending.
 //!
 //! Run with `cargo bench -p inflight --bench budget`; times are per acquire + release.
 
@@ -11,8 +12,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use inflight::{Budget, BudgetConfig};
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
-use tower::limit::ConcurrencyLimit;
-use tower::{service_fn, Service, ServiceExt};
+use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 const LIMIT: usize = 8;
 const TASKS: u64 = 64;
@@ -22,6 +23,11 @@ type Noop = tower::util::ServiceFn<fn(()) -> Ready<Result<(), ()>>>;
 fn noop_service() -> ConcurrencyLimit<Noop> {
     let f: fn(()) -> Ready<Result<(), ()>> = |_| ready(Ok(()));
     ConcurrencyLimit::new(service_fn(f), LIMIT)
+}
+
+fn noop_global_service() -> ConcurrencyLimit<Noop> {
+    let f: fn(()) -> Ready<Result<(), ()>> = |_| ready(Ok(()));
+    GlobalConcurrencyLimitLayer::new(LIMIT).layer(service_fn(f))
 }
 
 fn budget() -> Budget {
@@ -72,17 +78,38 @@ fn uncontended(c: &mut Criterion) {
             }
         })
     });
-    group.bench_function("tower_concurrency_limit", |b| {
-        b.to_async(&rt).iter_custom(|iters| async move {
-            let mut svc = noop_service();
-            let start = Instant::now();
-            for _ in 0..iters {
-                svc.ready().await.unwrap();
-                svc.call(()).await.unwrap();
+    group.bench_function("budget_try_acquire", |b| {
+        let budget = budget();
+        b.to_async(&rt).iter_custom(|iters| {
+            let budget = &budget;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(budget.try_acquire().unwrap());
+                }
+                start.elapsed()
             }
-            start.elapsed()
         })
     });
+    for (name, make) in [
+        (
+            "tower_concurrency_limit",
+            noop_service as fn() -> ConcurrencyLimit<Noop>,
+        ),
+        ("tower_global_concurrency_limit", noop_global_service),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter_custom(|iters| async move {
+                let mut svc = make();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    svc.ready().await.unwrap();
+                    svc.call(()).await.unwrap();
+                }
+                start.elapsed()
+            })
+        });
+    }
     group.finish();
 }
 
@@ -123,11 +150,16 @@ fn contended(c: &mut Criterion) {
             .await
         })
     });
-    group.bench_function(
-        BenchmarkId::from_parameter("tower_concurrency_limit"),
-        |b| {
+    for (name, make) in [
+        (
+            "tower_concurrency_limit",
+            noop_service as fn() -> ConcurrencyLimit<Noop>,
+        ),
+        ("tower_global_concurrency_limit", noop_global_service),
+    ] {
+        group.bench_function(BenchmarkId::from_parameter(name), |b| {
             b.to_async(&rt).iter_custom(|iters| async move {
-                let svc = noop_service();
+                let svc = make();
                 contend(iters, |n| {
                     let mut svc = svc.clone();
                     async move {
@@ -141,8 +173,8 @@ fn contended(c: &mut Criterion) {
                 })
                 .await
             })
-        },
-    );
+        });
+    }
     group.finish();
 }
 

@@ -40,20 +40,36 @@
 //!
 //! # Modules
 //!
-//! - [`budget`]: [`Budget`], [`BudgetConfig`], [`Permit`], errors and [`BudgetSnapshot`].
-//! - [`config`]: [`Budgets`], a set of budgets loaded and checked from a TOML file.
-//! - [`sizing`]: Little's law helpers for choosing limits.
+//! - [`budget`]: [`Budget`], [`BudgetConfig`], [`BudgetBuilder`], [`Permit`], errors and
+//!   [`BudgetSnapshot`].
+//! - [`limit`]: how many calls a budget lets in flight now: [`limit::Fixed`], or a [`limit::Limit`]
+//!   that learns from how calls end.
+//! - [`store`]: where permits live beyond the process: the [`store::Store`] seam for permits
+//!   shared by every replica of a service.
+//! - [`config`] (feature `toml`, on by default): [`Budgets`], a set of budgets loaded and checked
+//!   from a TOML file.
+//! - [`sizing`]: Little's law helpers for choosing limits, and what a budget's settings imply.
+//! - [`Rate`]: a throughput, as budgets files and sizing write it.
+//!
+//! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
+//! use `budget`, never the reverse.
 //! - [`cpu`]: the CPU budget of this process (cores, affinity, cgroup quotas) and cgroups with a
 //!   CPU quota for experiments.
 
 pub mod budget;
+#[cfg(feature = "toml")]
 pub mod config;
 pub mod cpu;
+pub mod limit;
+mod padded;
+mod rate;
 pub mod sizing;
+pub mod store;
 
 pub use budget::{
-    AcquireError, Budget, BudgetConfig, BudgetSnapshot, CallError, LatencySummary, OwnedPermit,
-    Permit,
+    AcquireError, Budget, BudgetBuilder, BudgetConfig, BudgetSnapshot, BuildError, CallError,
+    LatencySummary, OwnedPermit, Permit, TryAcquireError,
 };
+#[cfg(feature = "toml")]
 pub use config::{Budgets, ConfigError};
-pub use sizing::Rate;
+pub use rate::{ParseRateError, Rate};

@@ -5,7 +5,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use inflight::{AcquireError, Budget, BudgetConfig, CallError};
+use inflight::{AcquireError, Budget, BudgetConfig, CallError, TryAcquireError};
 use support::{budget, ms, settle};
 use tokio::time::{sleep, Instant};
 
@@ -328,16 +328,27 @@ fn budget_and_permits_are_send_sync_static() {
 
 #[test]
 fn invalid_configs_are_refused_with_the_field_named() {
+    // Built in code, a budget names the bare field: there is no budgets file to point into.
     let err = Budget::new("records", BudgetConfig::new(0)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "budgets.records.max_concurrent: must be at least 1, got 0"
+        "budget \"records\": max_concurrent: must be at least 1, got 0"
     );
+    assert_eq!(err.budget(), "records");
     let err = Budget::new("records", BudgetConfig::new(1).permit_timeout(ms(0))).unwrap_err();
-    assert_eq!(err.field(), Some("budgets.records.permit_timeout"));
+    assert_eq!(err.field(), "permit_timeout");
     let err = Budget::new("records", BudgetConfig::new(1).call_timeout(ms(0))).unwrap_err();
-    assert_eq!(err.field(), Some("budgets.records.call_timeout"));
-    assert!(Budget::new("", BudgetConfig::new(1)).is_err());
+    assert_eq!(err.field(), "call_timeout");
+    assert_eq!(
+        Budget::new("", BudgetConfig::new(1)).unwrap_err().field(),
+        "name"
+    );
+    assert_eq!(
+        Budget::new("  ", BudgetConfig::new(1)).unwrap_err().field(),
+        "name"
+    );
+    let err = Budget::new("a\nb", BudgetConfig::new(0)).unwrap_err();
+    assert!(!err.to_string().contains('\n'), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -406,4 +417,26 @@ fn waiting_never_shows_more_than_max_queued() {
         assert_eq!(b.snapshot().peak_waiting, 1);
         queued.abort();
     });
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_never_waits_and_never_overtakes_a_waiter() {
+    let b = budget(BudgetConfig::new(1));
+    let held = b.try_acquire_owned().unwrap();
+    assert_eq!(b.try_acquire().unwrap_err(), TryAcquireError::NoPermits);
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let _p = b.acquire().await.unwrap();
+            sleep(ms(10)).await;
+        })
+    };
+    settle().await;
+    drop(held);
+    // The permit went to the waiter, whose task has not run yet: a newcomer must not take it.
+    assert_eq!(b.try_acquire().unwrap_err(), TryAcquireError::NoPermits);
+    waiter.await.unwrap();
+    let s = b.snapshot();
+    assert_eq!((s.admitted, s.rejected, s.in_flight), (2, 2, 0));
+    assert!(b.try_acquire().is_ok());
 }

@@ -34,6 +34,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let budgets = match Budgets::from_path(&args.file) {
         Ok(b) => b,
         Err(err) => {
+            // The message names the file once, here: the error's own text is what is wrong in it.
+            let err = err.without_path();
             if args.json {
                 let doc = json!({
                     "file": args.file.display().to_string(),

@@ -1,9 +1,56 @@
-//! Errors returned by [`Budget::acquire`](super::Budget::acquire) and [`Budget::call`](super::Budget::call).
+//! Errors: one type per operation ([`Budget::new`](super::Budget::new),
+//! [`Budget::acquire`](super::Budget::acquire), [`Budget::try_acquire`](super::Budget::try_acquire),
+//! [`Budget::call`](super::Budget::call)).
 
 use std::fmt;
 
+use crate::store::StoreError;
+
+/// Why a budget could not be built: the field (as the builder names it) and what is wrong.
+///
+/// ```
+/// use inflight::{Budget, BudgetConfig};
+///
+/// let err = Budget::new("records", BudgetConfig::new(0)).unwrap_err();
+/// assert_eq!(err.field(), "max_concurrent");
+/// assert_eq!(err.to_string(), "budget \"records\": max_concurrent: must be at least 1, got 0");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("budget {budget:?}: {field}: {message}")]
+pub struct BuildError {
+    budget: String,
+    field: &'static str,
+    message: String,
+}
+
+impl BuildError {
+    pub(crate) fn new(budget: &str, field: &'static str, message: impl Into<String>) -> BuildError {
+        BuildError {
+            budget: budget.to_string(),
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The budget's name.
+    pub fn budget(&self) -> &str {
+        &self.budget
+    }
+
+    /// The field that is wrong, as the builder names it (`max_concurrent`, `permit_timeout`, ...;
+    /// `name` for the budget's name).
+    pub fn field(&self) -> &str {
+        self.field
+    }
+
+    /// What is wrong with it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 /// Why a permit was not granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireError {
     /// All permits were held and `max_queued` callers were already waiting, so the caller was
@@ -13,6 +60,30 @@ pub enum AcquireError {
     /// The caller waited its whole `permit_timeout` without getting a permit.
     #[error("no permit within permit_timeout")]
     PermitTimeout,
+    /// The budget keeps its permits in a shared [`Store`](crate::store::Store) that could not be
+    /// asked.
+    #[error("the permit store is unavailable: {0}")]
+    Unavailable(StoreError),
+}
+
+/// Why [`Budget::try_acquire`](super::Budget::try_acquire) granted no permit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TryAcquireError {
+    /// Every permit is held, or callers are already waiting for one (a newcomer never overtakes
+    /// them).
+    #[error("no permit is free")]
+    NoPermits,
+    /// The budget keeps its permits in a shared store, which cannot be asked without waiting.
+    #[error("the budget's permits are in a shared store; use acquire")]
+    WouldWait,
+}
+
+impl TryAcquireError {
+    /// Whether every permit was held (or others were waiting).
+    pub fn is_no_permits(&self) -> bool {
+        matches!(self, TryAcquireError::NoPermits)
+    }
 }
 
 impl AcquireError {

@@ -6,12 +6,15 @@
 //! and given a deadline ([`BudgetConfig::permit_timeout`]). The call itself gets its own deadline
 //! ([`BudgetConfig::call_timeout`]) that starts only once the permit is held.
 //!
-//! Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and cancel-safe, and this
-//! module only adds the bounds, the deadlines and the counters around it.
+//! Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and cancel-safe; a
+//! crate-private engine adds the queue bound, the deadlines, the limit (fixed, or one that learns:
+//! see [`crate::limit`]), an optional shared store (see [`crate::store`]) and the counters.
 //!
 //! # Guarantees
 //!
-//! - **Limit.** At most `max_concurrent` permits are held at once, counting every clone of the budget.
+//! - **Limit.** At most `max_concurrent` permits are held at once, counting every clone of the
+//!   budget; with a limit that learns, at most its current value, except that lowering it never
+//!   takes a permit back from a caller that holds one.
 //! - **Fairness.** Waiters are served in the order they started waiting (FIFO). A newcomer never takes
 //!   a permit ahead of a caller that is already waiting.
 //! - **Nothing is lost.** A permit goes back when its `Permit` is dropped: on success, on error, when
@@ -20,25 +23,29 @@
 //! - **Accounting.** Every call to `acquire` ends in exactly one of: admitted, rejected (queue full),
 //!   permit timeout, or cancelled while waiting; [`BudgetSnapshot`] counts each.
 
-mod config;
+mod builder;
+mod call;
+mod engine;
 mod error;
+mod histogram;
+mod permit;
 mod snapshot;
 mod stats;
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio::time::Instant;
-
-pub use config::BudgetConfig;
-pub use error::{AcquireError, CallError};
+pub use builder::{BudgetBuilder, BudgetConfig};
+pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
+pub use permit::{OwnedPermit, Permit};
 pub use snapshot::{BudgetSnapshot, LatencySummary};
 
-use crate::config::ConfigError;
-use stats::{raise_peak, Histogram};
+use crate::limit::{Fixed, Limit, Outcome};
+use crate::store::Store;
+use call::CallGuard;
+use engine::Engine;
 
 /// A named limit on the calls in flight to one dependency.
 ///
@@ -80,102 +87,84 @@ use stats::{raise_peak, Histogram};
 /// ```
 #[derive(Clone)]
 pub struct Budget {
-    inner: Arc<Inner>,
-}
-
-// Each group of atomics sits on its own cache line: counters written on every wait must not
-// bounce the line holding the semaphore's own state between cores.
-struct Inner {
-    name: Arc<str>,
-    config: BudgetConfig,
-    semaphore: CachePadded<Semaphore>,
-    waiting: CachePadded<AtomicUsize>,
-    peak_waiting: CachePadded<AtomicUsize>,
-    peak_in_flight: CachePadded<AtomicUsize>,
-    rejected: AtomicU64,
-    permit_timeouts: AtomicU64,
-    cancelled: AtomicU64,
-    call_timeouts: AtomicU64,
-    /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
-    wait: CachePadded<Histogram>,
-    /// Time from permit to result for every call made through [`Budget::call`].
-    call: CachePadded<Histogram>,
-}
-
-/// Aligns `T` to 128 bytes (two 64-byte lines, as adjacent-line prefetchers pair them).
-#[repr(align(128))]
-struct CachePadded<T>(T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// A permit from a [`Budget`]; the permit goes back when this is dropped.
-///
-/// Borrowed from the budget, like tokio's `SemaphorePermit`. To move a permit into another task,
-/// use [`Budget::acquire_owned`].
-#[must_use = "the permit is released as soon as it is dropped"]
-pub struct Permit<'a> {
-    _permit: SemaphorePermit<'a>,
-}
-
-/// A permit that owns a handle to its [`Budget`], for moving into spawned tasks.
-#[must_use = "the permit is released as soon as it is dropped"]
-pub struct OwnedPermit {
-    budget: Budget,
-}
-
-impl Drop for OwnedPermit {
-    fn drop(&mut self) {
-        self.budget.inner.semaphore.add_permits(1);
-    }
+    engine: Arc<Engine>,
 }
 
 impl Budget {
-    /// Creates a budget named `name` (used in errors, snapshots and metrics).
+    /// Creates a budget named `name` (used in errors, snapshots and metrics) with a fixed limit of
+    /// `config.max_concurrent()`.
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] when `max_concurrent` is zero (or above tokio's semaphore maximum), a
-    /// timeout or service time is zero, the target rate is not positive, or the name is empty. The
-    /// message names the field, e.g. `budgets.records.max_concurrent: must be at least 1, got 0`.
-    pub fn new(name: &str, config: BudgetConfig) -> Result<Budget, ConfigError> {
+    /// [`BuildError`] when `max_concurrent` is zero (or above tokio's semaphore maximum), a
+    /// timeout or service time is zero, the target rate is not positive, or the name is empty or
+    /// blank. It names the field: `budget "records": max_concurrent: must be at least 1, got 0`.
+    pub fn new(name: &str, config: BudgetConfig) -> Result<Budget, BuildError> {
+        let limit = Fixed::new(config.max_concurrent);
+        Budget::assemble(name, config, Box::new(limit), None)
+    }
+
+    /// Starts building a budget named `name`, for settings beyond a [`BudgetConfig`]: a limit
+    /// that learns, or permits shared through a store.
+    pub fn builder(name: &str) -> BudgetBuilder {
+        BudgetBuilder::new(name)
+    }
+
+    pub(crate) fn assemble(
+        name: &str,
+        config: BudgetConfig,
+        limit: Box<dyn Limit>,
+        store: Option<Arc<dyn Store>>,
+    ) -> Result<Budget, BuildError> {
         config.validate(name)?;
         Ok(Budget {
-            inner: Arc::new(Inner {
-                name: Arc::from(name),
-                semaphore: CachePadded(Semaphore::new(config.max_concurrent)),
-                config,
-                waiting: CachePadded(AtomicUsize::new(0)),
-                peak_waiting: CachePadded(AtomicUsize::new(0)),
-                peak_in_flight: CachePadded(AtomicUsize::new(0)),
-                rejected: AtomicU64::new(0),
-                permit_timeouts: AtomicU64::new(0),
-                cancelled: AtomicU64::new(0),
-                call_timeouts: AtomicU64::new(0),
-                wait: CachePadded(Histogram::new()),
-                call: CachePadded(Histogram::new()),
-            }),
+            engine: Arc::new(Engine::new(name, config, limit, store)),
         })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The budget's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.engine.name
     }
 
     /// The configuration the budget was created with.
     pub fn config(&self) -> &BudgetConfig {
-        &self.inner.config
+        &self.engine.config
+    }
+
+    /// The limit now: `max_concurrent` for a fixed limit; for a limit that learns, its current
+    /// value.
+    pub fn limit(&self) -> usize {
+        self.engine.limit()
+    }
+
+    /// The most callers that may wait for a permit; `None` is unbounded.
+    pub fn max_queued(&self) -> Option<usize> {
+        self.engine.config.max_queued
+    }
+
+    /// The deadline for waiting for a permit, if any.
+    pub fn permit_timeout(&self) -> Option<Duration> {
+        self.engine.config.permit_timeout
+    }
+
+    /// The deadline for a call once its permit is held, if any.
+    pub fn call_timeout(&self) -> Option<Duration> {
+        self.engine.config.call_timeout
+    }
+
+    /// Permits held now.
+    pub fn in_flight(&self) -> usize {
+        self.engine.permits.in_flight()
     }
 
     /// Permits not held right now.
     pub fn available_permits(&self) -> usize {
-        self.inner.semaphore.available_permits()
+        self.engine.permits.available()
     }
 
     /// Waits for a permit and returns it; the permit goes back when the [`Permit`] is dropped.
@@ -194,6 +183,7 @@ impl Budget {
     /// - [`AcquireError::QueueFull`] at once when all permits are held and `max_queued` callers are
     ///   already waiting (with `max_queued(0)`, whenever all permits are held).
     /// - [`AcquireError::PermitTimeout`] when no permit came within `permit_timeout`.
+    /// - [`AcquireError::Unavailable`] when the budget's shared store could not be asked.
     ///
     /// # Examples
     ///
@@ -211,22 +201,8 @@ impl Budget {
     /// # }
     /// ```
     pub async fn acquire(&self) -> Result<Permit<'_>, AcquireError> {
-        Ok(self.acquire_timed().await?.0)
-    }
-
-    /// [`Budget::acquire`], also returning the moment the permit was granted when finding that
-    /// out took a wait (and so a clock read already); `None` when a permit was free at once.
-    async fn acquire_timed(&self) -> Result<(Permit<'_>, Option<Instant>), AcquireError> {
-        let inner = &*self.inner;
-        // Fast path: tokio hands released permits to queued waiters first, so a successful
-        // try_acquire never overtakes anyone who is waiting.
-        if let Ok(permit) = inner.semaphore.try_acquire() {
-            inner.wait.record_zero();
-            inner.note_in_flight();
-            return Ok((Permit { _permit: permit }, None));
-        }
-        let (permit, granted) = self.acquire_slow().await?;
-        Ok((Permit { _permit: permit }, Some(granted)))
+        let grant = self.engine.grant().await?;
+        Ok(Permit::new(&self.engine, grant))
     }
 
     /// Like [`Budget::acquire`], but the permit holds a clone of the budget and so can be moved
@@ -240,65 +216,51 @@ impl Budget {
     ///
     /// As [`Budget::acquire`].
     pub async fn acquire_owned(&self) -> Result<OwnedPermit, AcquireError> {
-        self.acquire().await?._permit.forget();
-        Ok(OwnedPermit {
-            budget: self.clone(),
-        })
+        let grant = self.engine.grant().await?;
+        Ok(OwnedPermit::new(self.clone(), grant))
     }
 
-    async fn acquire_slow(&self) -> Result<(SemaphorePermit<'_>, Instant), AcquireError> {
-        let inner = &*self.inner;
-        // try_acquire just failed, so every permit was held: in flight reached the limit. Noting
-        // it here spares a read of the semaphore's (contended) state after the wait.
-        raise_peak(&inner.peak_in_flight, inner.config.max_concurrent);
-        let ahead = match inner.config.max_queued {
-            // An unbounded queue always has a place: one plain add, no compare-and-swap loop.
-            None => inner.waiting.fetch_add(1, Relaxed),
-            // Take a place only if one is free: an unconditional add (undone on rejection) would
-            // let `waiting` show more than `max_queued` for a moment to anyone reading it.
-            Some(max_queued) => match inner
-                .waiting
-                .fetch_update(Relaxed, Relaxed, |n| (n < max_queued).then_some(n + 1))
-            {
-                Ok(ahead) => ahead,
-                Err(_) => {
-                    inner.rejected.fetch_add(1, Relaxed);
-                    return Err(AcquireError::QueueFull);
-                }
-            },
-        };
-        raise_peak(&inner.peak_waiting, ahead + 1);
-        let mut place = QueuePlace {
-            inner,
-            ended: false,
-        };
-        let start = Instant::now();
-        let acquired = match inner.config.permit_timeout {
-            Some(deadline) => match tokio::time::timeout(deadline, inner.semaphore.acquire()).await
-            {
-                Ok(acquired) => acquired,
-                Err(_) => {
-                    place.ended = true;
-                    inner.permit_timeouts.fetch_add(1, Relaxed);
-                    return Err(AcquireError::PermitTimeout);
-                }
-            },
-            None => inner.semaphore.acquire().await,
-        };
-        place.ended = true;
-        drop(place);
-        // The semaphore is owned by this budget and never closed.
-        let permit = acquired.expect("a budget's semaphore is never closed");
-        let granted = Instant::now();
-        inner.wait.record(granted - start);
-        Ok((permit, granted))
+    /// Takes a permit if one is free and nobody is waiting for one, without waiting.
+    ///
+    /// A caller turned away is counted as `rejected`.
+    ///
+    /// # Errors
+    ///
+    /// - [`TryAcquireError::NoPermits`] when every permit is held or callers are waiting.
+    /// - [`TryAcquireError::WouldWait`] when the budget keeps its permits in a shared store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use inflight::{Budget, BudgetConfig, TryAcquireError};
+    ///
+    /// let budget = Budget::new("cache", BudgetConfig::new(1)).unwrap();
+    /// let held = budget.try_acquire().unwrap();
+    /// assert_eq!(budget.try_acquire().unwrap_err(), TryAcquireError::NoPermits);
+    /// drop(held);
+    /// assert!(budget.try_acquire().is_ok());
+    /// ```
+    pub fn try_acquire(&self) -> Result<Permit<'_>, TryAcquireError> {
+        let grant = self.engine.try_grant()?;
+        Ok(Permit::new(&self.engine, grant))
+    }
+
+    /// Like [`Budget::try_acquire`], but the permit holds a clone of the budget.
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::try_acquire`].
+    pub fn try_acquire_owned(&self) -> Result<OwnedPermit, TryAcquireError> {
+        let grant = self.engine.try_grant()?;
+        Ok(OwnedPermit::new(self.clone(), grant))
     }
 
     /// Runs `call` while holding a permit, with the budget's `call_timeout` started once the permit
     /// is held, and returns its result.
     ///
     /// `call` is only invoked after the permit is granted, so a rejected caller never starts work.
-    /// The time from permit to result is recorded in [`BudgetSnapshot::call`].
+    /// The time from permit to result is recorded in [`BudgetSnapshot::call`]. For the budget's
+    /// limit, an `Ok` is a success, and an `Err` or a timeout an overload signal.
     ///
     /// # Cancel safety
     ///
@@ -343,22 +305,22 @@ impl Budget {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let (_permit, granted) = self.acquire_timed().await.map_err(CallError::Rejected)?;
-        let inner = &*self.inner;
-        // The call timeout starts once the permit is held; after a wait, that moment is known.
-        let start = granted.unwrap_or_else(Instant::now);
-        let result = match inner.config.call_timeout {
+        let permit = self.acquire().await.map_err(CallError::Rejected)?;
+        let guard = CallGuard::start(permit);
+        let result = match guard.timeout() {
             Some(deadline) => match tokio::time::timeout(deadline, call()).await {
                 Ok(result) => result,
                 Err(_) => {
-                    inner.call_timeouts.fetch_add(1, Relaxed);
-                    inner.call.record(start.elapsed());
+                    guard.timed_out();
                     return Err(CallError::Timeout);
                 }
             },
             None => call().await,
         };
-        inner.call.record(start.elapsed());
+        guard.finish(match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Overload,
+        });
         result.map_err(CallError::Inner)
     }
 
@@ -367,49 +329,25 @@ impl Budget {
     /// Counters are read one by one without a lock, so a snapshot taken while calls run may be a
     /// moment apart between fields; each field is exact on its own.
     pub fn snapshot(&self) -> BudgetSnapshot {
-        let inner = &*self.inner;
-        let wait = inner.wait.summary();
+        let engine = &*self.engine;
+        let wait = engine.stats.wait().summary();
+        let counts = engine.stats.counts();
         BudgetSnapshot {
-            name: inner.name.to_string(),
-            max_concurrent: inner.config.max_concurrent,
-            in_flight: inner.in_flight(),
-            peak_in_flight: inner.peak_in_flight.load(Relaxed),
-            waiting: inner.waiting.load(Relaxed),
-            peak_waiting: inner.peak_waiting.load(Relaxed),
+            name: engine.name.to_string(),
+            max_concurrent: engine.config.max_concurrent,
+            limit: engine.limit(),
+            in_flight: engine.permits.in_flight(),
+            peak_in_flight: counts.peak_in_flight,
+            waiting: engine.waiting(),
+            peak_waiting: counts.peak_waiting,
             admitted: wait.count,
-            rejected: inner.rejected.load(Relaxed),
-            permit_timeouts: inner.permit_timeouts.load(Relaxed),
-            cancelled: inner.cancelled.load(Relaxed),
-            call_timeouts: inner.call_timeouts.load(Relaxed),
+            rejected: counts.rejected,
+            permit_timeouts: counts.permit_timeouts,
+            cancelled: counts.cancelled,
+            unavailable: engine.unavailable(),
+            call_timeouts: counts.call_timeouts,
             wait,
-            call: inner.call.summary(),
-        }
-    }
-}
-
-impl Inner {
-    fn in_flight(&self) -> usize {
-        self.config.max_concurrent - self.semaphore.available_permits()
-    }
-
-    #[inline]
-    fn note_in_flight(&self) {
-        raise_peak(&self.peak_in_flight, self.in_flight());
-    }
-}
-
-/// A caller's place in the queue; leaving it (by any path) lowers `waiting`, and leaving it
-/// without an outcome (the future was dropped) counts as `cancelled`.
-struct QueuePlace<'a> {
-    inner: &'a Inner,
-    ended: bool,
-}
-
-impl Drop for QueuePlace<'_> {
-    fn drop(&mut self) {
-        self.inner.waiting.fetch_sub(1, Relaxed);
-        if !self.ended {
-            self.inner.cancelled.fetch_add(1, Relaxed);
+            call: engine.stats.call().summary(),
         }
     }
 }
@@ -417,24 +355,11 @@ impl Drop for QueuePlace<'_> {
 impl fmt::Debug for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Budget")
-            .field("name", &self.inner.name)
-            .field("max_concurrent", &self.inner.config.max_concurrent)
-            .field("in_flight", &self.inner.in_flight())
-            .field("waiting", &self.inner.waiting.load(Relaxed))
-            .finish()
-    }
-}
-
-impl fmt::Debug for Permit<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit").finish_non_exhaustive()
-    }
-}
-
-impl fmt::Debug for OwnedPermit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedPermit")
-            .field("budget", &self.budget.name())
+            .field("name", &self.engine.name)
+            .field("max_concurrent", &self.engine.config.max_concurrent)
+            .field("limit", &self.engine.limit())
+            .field("in_flight", &self.engine.permits.in_flight())
+            .field("waiting", &self.engine.waiting())
             .finish()
     }
 }

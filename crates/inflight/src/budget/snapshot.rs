@@ -4,15 +4,17 @@ use std::time::Duration;
 
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
-/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts` or `cancelled`
-/// (or is still `waiting`).
+/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts`, `cancelled`
+/// or `unavailable` (or is still `waiting`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BudgetSnapshot {
     /// The budget's name.
     pub name: String,
-    /// The configured limit.
+    /// The configured limit: for a limit that learns, its maximum.
     pub max_concurrent: usize,
+    /// The limit now: `max_concurrent` for a fixed limit.
+    pub limit: usize,
     /// Permits held now.
     pub in_flight: usize,
     /// The most permits held at once since the budget was created.
@@ -23,12 +25,15 @@ pub struct BudgetSnapshot {
     pub peak_waiting: usize,
     /// Callers granted a permit.
     pub admitted: u64,
-    /// Callers turned away because the queue was full.
+    /// Callers turned away without waiting: the queue was full (or `try_acquire` found no free
+    /// permit).
     pub rejected: u64,
     /// Callers that waited their whole `permit_timeout`.
     pub permit_timeouts: u64,
     /// Callers that stopped waiting (their future was dropped) before an outcome.
     pub cancelled: u64,
+    /// Callers refused because the budget's shared store could not be asked.
+    pub unavailable: u64,
     /// Calls through [`Budget::call`](super::Budget::call) that ran past `call_timeout`.
     pub call_timeouts: u64,
     /// Time admitted callers waited for their permit (zero when one was free).

@@ -18,7 +18,7 @@ mod parse;
 
 use std::path::{Path, PathBuf};
 
-use crate::budget::Budget;
+use crate::budget::{Budget, BuildError};
 
 /// Why a budget or a budgets file was refused.
 ///
@@ -44,6 +44,12 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file at `path` was read but is refused for this reason.
+    #[error("{}: {error}", path.display())]
+    InFile {
+        path: PathBuf,
+        error: Box<ConfigError>,
+    },
 }
 
 impl ConfigError {
@@ -54,11 +60,38 @@ impl ConfigError {
         }
     }
 
+    /// A budget's own refusal, with the field named by its path in the file.
+    pub(crate) fn from_build(error: BuildError) -> Self {
+        let budget = budget_path(error.budget());
+        let field = match error.field() {
+            "name" => budget,
+            field => format!("{budget}.{field}"),
+        };
+        ConfigError::invalid(field, error.message())
+    }
+
     /// The dotted path of the field this error is about, if it is about one.
     pub fn field(&self) -> Option<&str> {
         match self {
             ConfigError::Invalid { field, .. } => Some(field),
+            ConfigError::InFile { error, .. } => error.field(),
             _ => None,
+        }
+    }
+
+    /// The file this error is about, if it came from one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ConfigError::Read { path, .. } | ConfigError::InFile { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The error without the file it came from: what is wrong, as the text alone would say it.
+    pub fn without_path(&self) -> &ConfigError {
+        match self {
+            ConfigError::InFile { error, .. } => error.without_path(),
+            other => other,
         }
     }
 }
@@ -120,7 +153,7 @@ impl Budgets {
     pub fn from_toml_str(text: &str) -> Result<Budgets, ConfigError> {
         let budgets = parse::budget_configs(text)?
             .into_iter()
-            .map(|(name, config)| Budget::new(&name, config))
+            .map(|(name, config)| Budget::new(&name, config).map_err(ConfigError::from_build))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Budgets { budgets })
     }
@@ -129,14 +162,18 @@ impl Budgets {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] when the file cannot be read, otherwise as [`Budgets::from_toml_str`].
+    /// [`ConfigError::Read`] when the file cannot be read, otherwise [`ConfigError::InFile`]
+    /// around the error [`Budgets::from_toml_str`] gives for its text.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Budgets, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Budgets::from_toml_str(&text)
+        Budgets::from_toml_str(&text).map_err(|error| ConfigError::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(error),
+        })
     }
 
     /// The budget named `name`.

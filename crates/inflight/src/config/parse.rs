@@ -7,7 +7,7 @@ use toml::{Table, Value};
 
 use super::{budget_path, ConfigError};
 use crate::budget::BudgetConfig;
-use crate::sizing::Rate;
+use crate::rate::{ParseRateError, Rate};
 
 const FIELDS: &[&str] = &[
     "max_concurrent",
@@ -168,7 +168,7 @@ fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
     }
     let rate: Rate = text
         .parse()
-        .map_err(|e: crate::sizing::ParseRateError| ConfigError::invalid(field, e.to_string()))?;
+        .map_err(|e: ParseRateError| ConfigError::invalid(field, e.to_string()))?;
     if rate.events_per_second() == 0.0 {
         return Err(ConfigError::invalid(
             field,

@@ -1,154 +1,59 @@
-//! Little's law helpers: how many calls must be in flight for a rate, and the most a limit lets
-//! through.
-//!
-//! Little's law relates three long-run averages: **items in flight = throughput x time per item**.
-//! A dependency that takes 150 ms per call and may hold 6 calls at once can pass at most
-//! 6 / 0.150 s = 40 calls per second; wanting 100 calls per second through it would need 15 in flight.
-//!
-//! ```
-//! use std::time::Duration;
-//! use inflight::sizing::{in_flight_for, max_rate};
-//!
-//! assert_eq!(max_rate(6, Duration::from_millis(150)).events_per_second(), 40.0);
-//! assert_eq!(in_flight_for(100.0, Duration::from_millis(150)), 15.0);
-//! // The seed's illustration: 0.39 s per record at 100 records/s needs about 39 in flight.
-//! assert!((in_flight_for(100.0, Duration::from_millis(390)) - 39.0).abs() < 1e-9);
-//! ```
+//! [`assess`]: what a budget's settings imply, and the settings that contradict each other.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-/// Calls in flight needed to sustain `rate_per_s` when each takes `latency` (rate x latency).
-pub fn in_flight_for(rate_per_s: f64, latency: Duration) -> f64 {
-    rate_per_s * latency.as_secs_f64()
-}
+use super::{in_flight_for, max_rate, Rate};
+use crate::budget::BudgetConfig;
 
-/// The most a budget of `capacity` calls at once can pass when each takes `service_time`
-/// (capacity / service time).
+/// The sizing hints of one budget: its limit, the typical time per call and the throughput wanted.
 ///
-/// # Panics
+/// Hints change nothing a budget enforces; they feed Little's law.
 ///
-/// Panics if `service_time` is zero: a call that takes no time has no rate bound.
-pub fn max_rate(capacity: usize, service_time: Duration) -> Rate {
-    assert!(
-        !service_time.is_zero(),
-        "service_time must be greater than zero"
-    );
-    Rate::per_second(capacity as f64 / service_time.as_secs_f64())
-}
-
-/// A throughput: events per unit of time, stored as events per second.
+/// ```
+/// use std::time::Duration;
+/// use inflight::{BudgetConfig, Rate};
+/// use inflight::sizing::Hints;
 ///
-/// Parsed from `"40/s"`, `"2400/min"` (also `/m`), `"10/ms"` or `"3600/h"`; printed per second.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Rate(f64);
-
-impl Rate {
-    /// `n` events per second.
-    pub fn per_second(n: f64) -> Rate {
-        Rate(n)
-    }
-
-    /// `n` events per minute.
-    pub fn per_minute(n: f64) -> Rate {
-        Rate(n / 60.0)
-    }
-
-    /// Events per second.
-    pub fn events_per_second(self) -> f64 {
-        self.0
-    }
+/// let config = BudgetConfig::new(6)
+///     .service_time(Duration::from_millis(150))
+///     .target_rate(Rate::per_second(100.0));
+/// let hints = Hints::of(&config);
+/// assert_eq!(hints.ceiling(), Some(Rate::per_second(40.0)));
+/// assert_eq!(hints.needed_concurrency(), Some(15.0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Hints {
+    /// The most calls at once (for an adaptive limit, its maximum).
+    pub max_concurrent: usize,
+    /// The typical time one call takes, if given.
+    pub service_time: Option<Duration>,
+    /// The throughput wanted through the budget, if given.
+    pub target_rate: Option<Rate>,
 }
 
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = self.0;
-        if !v.is_finite() || (v - v.round()).abs() < 1e-9 && v.abs() >= 1.0 {
-            write!(f, "{}/s", v.round())
-        } else if v.abs() >= 1.0 {
-            write!(f, "{v:.2}/s")
-        } else if v.abs() >= 1e-9 {
-            // Two significant digits, so that a slow budget (1 call per 5 minutes) does not
-            // show as "0/s".
-            let decimals = (1 - v.abs().log10().floor() as i32).max(2) as usize;
-            write!(f, "{v:.decimals$}/s")
-        } else if v == 0.0 {
-            f.write_str("0/s")
-        } else {
-            write!(f, "{v:.1e}/s")
-        }
-    }
-}
-
-/// Why a rate string could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("expected a rate like \"40/s\", \"2400/min\" or \"10/ms\", got {0:?}")]
-pub struct ParseRateError(String);
-
-impl FromStr for Rate {
-    type Err = ParseRateError;
-
-    fn from_str(s: &str) -> Result<Rate, ParseRateError> {
-        let err = || ParseRateError(s.to_string());
-        let (count, unit) = s.trim().split_once('/').ok_or_else(err)?;
-        let count: f64 = count.trim().parse().map_err(|_| err())?;
-        if !count.is_finite() || count < 0.0 {
-            return Err(err());
-        }
-        let seconds = match unit.trim() {
-            "ms" => 0.001,
-            "s" | "sec" | "second" => 1.0,
-            "m" | "min" | "minute" => 60.0,
-            "h" | "hour" => 3600.0,
-            _ => return Err(err()),
-        };
-        Ok(Rate(count / seconds))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_rates() {
-        assert_eq!("40/s".parse::<Rate>().unwrap(), Rate::per_second(40.0));
-        assert_eq!("2400/min".parse::<Rate>().unwrap(), Rate::per_second(40.0));
-        assert_eq!("2400/m".parse::<Rate>().unwrap(), Rate::per_second(40.0));
-        assert_eq!("1/ms".parse::<Rate>().unwrap(), Rate::per_second(1000.0));
-        assert_eq!("7200/h".parse::<Rate>().unwrap(), Rate::per_second(2.0));
-        assert_eq!(
-            " 12.5 / s ".parse::<Rate>().unwrap(),
-            Rate::per_second(12.5)
-        );
-        for bad in [
-            "40",
-            "40/",
-            "/s",
-            "x/s",
-            "-1/s",
-            "40/fortnight",
-            "inf/s",
-            "",
-        ] {
-            assert!(bad.parse::<Rate>().is_err(), "{bad} parsed");
+impl Hints {
+    /// The hints a budget configuration carries.
+    pub fn of(config: &BudgetConfig) -> Hints {
+        Hints {
+            max_concurrent: config.max_concurrent(),
+            service_time: config.service_time_hint(),
+            target_rate: config.target_rate_hint(),
         }
     }
 
-    #[test]
-    fn displays_per_second() {
-        assert_eq!(Rate::per_second(40.0).to_string(), "40/s");
-        assert_eq!(Rate::per_minute(100.0).to_string(), "1.67/s");
+    /// The most the limit lets through, `max_concurrent / service_time`, if a service time is given.
+    pub fn ceiling(&self) -> Option<Rate> {
+        self.service_time.map(|t| max_rate(self.max_concurrent, t))
     }
 
-    #[test]
-    fn littles_law() {
-        assert_eq!(
-            max_rate(6, Duration::from_millis(150)),
-            Rate::per_second(40.0)
-        );
-        assert_eq!(in_flight_for(40.0, Duration::from_millis(150)), 6.0);
+    /// The calls in flight the target rate needs, `target_rate x service_time`, if both are given.
+    pub fn needed_concurrency(&self) -> Option<f64> {
+        match (self.target_rate, self.service_time) {
+            (Some(rate), Some(t)) => Some(in_flight_for(rate.events_per_second(), t)),
+            _ => None,
+        }
     }
 }
 
@@ -244,14 +149,15 @@ fn round_ms(d: Duration) -> Duration {
 /// assert!(matches!(a.warnings[0], Warning::TargetExceedsBudget { .. }));
 /// assert!(matches!(a.warnings[1], Warning::QueueCannotDrain { .. }));
 /// ```
-pub fn assess(config: &crate::BudgetConfig) -> Assessment {
-    let max_concurrent = config.max_concurrent();
-    let service_time = config.service_time_hint();
-    let max_rate = config.max_rate();
-    let needed_concurrency = config.needed_concurrency();
+pub fn assess(config: &BudgetConfig) -> Assessment {
+    let hints = Hints::of(config);
+    let max_concurrent = hints.max_concurrent;
+    let service_time = hints.service_time;
+    let max_rate = hints.ceiling();
+    let needed_concurrency = hints.needed_concurrency();
     let mut warnings = Vec::new();
     if let (Some(needed), Some(max_rate), Some(target_rate)) =
-        (needed_concurrency, max_rate, config.target_rate_hint())
+        (needed_concurrency, max_rate, hints.target_rate)
     {
         if needed > max_concurrent as f64 + 1e-9 {
             warnings.push(Warning::TargetExceedsBudget {
@@ -303,7 +209,6 @@ pub fn assess(config: &crate::BudgetConfig) -> Assessment {
 #[cfg(test)]
 mod assess_tests {
     use super::*;
-    use crate::BudgetConfig;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -1,0 +1,318 @@
+//! [`BudgetConfig`], the limits and deadlines of one budget, and [`BudgetBuilder`], which builds a
+//! budget from them with a limit or store of its own.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Budget, BuildError};
+use crate::limit::{Fixed, Limit};
+use crate::rate::Rate;
+use crate::store::Store;
+
+/// The limits and deadlines of one [`Budget`](super::Budget).
+///
+/// Built with [`BudgetConfig::new`] and builder methods; checked by
+/// [`Budget::new`](super::Budget::new) (or when a budgets file is loaded).
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::BudgetConfig;
+///
+/// // The system of record: 6 calls at once, 6 more may wait up to 500 ms for a permit,
+/// // and each call gets 2 s from the moment it holds its permit.
+/// let records = BudgetConfig::new(6)
+///     .max_queued(6)
+///     .permit_timeout(Duration::from_millis(500))
+///     .call_timeout(Duration::from_secs(2));
+/// assert_eq!(records.max_concurrent(), 6);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetConfig {
+    pub(crate) max_concurrent: usize,
+    pub(crate) max_queued: Option<usize>,
+    pub(crate) permit_timeout: Option<Duration>,
+    pub(crate) call_timeout: Option<Duration>,
+    pub(crate) service_time: Option<Duration>,
+    pub(crate) target_rate: Option<Rate>,
+}
+
+impl BudgetConfig {
+    /// A budget that lets at most `max_concurrent` calls run at once, with an unbounded queue and no
+    /// deadlines.
+    pub fn new(max_concurrent: usize) -> Self {
+        BudgetConfig {
+            max_concurrent,
+            max_queued: None,
+            permit_timeout: None,
+            call_timeout: None,
+            service_time: None,
+            target_rate: None,
+        }
+    }
+
+    /// Turns callers away at once, with [`AcquireError::QueueFull`](crate::AcquireError::QueueFull),
+    /// when this many are already waiting. `0` fails fast whenever all permits are held.
+    /// Default: unbounded.
+    pub fn max_queued(mut self, max_queued: usize) -> Self {
+        self.max_queued = Some(max_queued);
+        self
+    }
+
+    /// The deadline for waiting for a permit. A caller still waiting after it gets
+    /// [`AcquireError::PermitTimeout`](crate::AcquireError::PermitTimeout). Default: none.
+    pub fn permit_timeout(mut self, timeout: Duration) -> Self {
+        self.permit_timeout = Some(timeout);
+        self
+    }
+
+    /// The deadline for the call itself in [`Budget::call`](super::Budget::call). It starts only once
+    /// the permit is held, so time spent queueing never eats into it. Default: none.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// The typical time one call takes: a sizing hint, used by [`BudgetConfig::max_rate`] and by
+    /// `inflight check-config`. It does not change what the budget enforces.
+    pub fn service_time(mut self, service_time: Duration) -> Self {
+        self.service_time = Some(service_time);
+        self
+    }
+
+    /// The throughput wanted through this budget: a sizing hint, see [`BudgetConfig::needed_concurrency`].
+    pub fn target_rate(mut self, rate: Rate) -> Self {
+        self.target_rate = Some(rate);
+        self
+    }
+
+    /// The most calls at once.
+    pub fn max_concurrent(&self) -> usize {
+        self.max_concurrent
+    }
+
+    /// The most callers that may wait for a permit; `None` is unbounded.
+    pub fn max_queued_limit(&self) -> Option<usize> {
+        self.max_queued
+    }
+
+    /// The deadline for waiting for a permit, if any.
+    pub fn permit_timeout_limit(&self) -> Option<Duration> {
+        self.permit_timeout
+    }
+
+    /// The deadline for a call once its permit is held, if any.
+    pub fn call_timeout_limit(&self) -> Option<Duration> {
+        self.call_timeout
+    }
+
+    /// The typical service time, if given.
+    pub fn service_time_hint(&self) -> Option<Duration> {
+        self.service_time
+    }
+
+    /// The target rate, if given.
+    pub fn target_rate_hint(&self) -> Option<Rate> {
+        self.target_rate
+    }
+
+    /// The most this budget lets through (`max_concurrent / service_time`, Little's law), if a
+    /// service time is given. The same figure as
+    /// [`Hints::ceiling`](crate::sizing::Hints::ceiling), which names it better now that a
+    /// budget can carry a rate limit of its own.
+    pub fn max_rate(&self) -> Option<Rate> {
+        self.service_time
+            .map(|t| Rate::per_second(self.max_concurrent as f64 / t.as_secs_f64()))
+    }
+
+    /// The calls in flight the target rate needs (`target_rate x service_time`), if both are given.
+    pub fn needed_concurrency(&self) -> Option<f64> {
+        match (self.target_rate, self.service_time) {
+            (Some(rate), Some(t)) => Some(rate.events_per_second() * t.as_secs_f64()),
+            _ => None,
+        }
+    }
+
+    /// Checks each field; `name` is the budget's, for the messages.
+    pub(crate) fn validate(&self, name: &str) -> Result<(), BuildError> {
+        let invalid = |field, message: String| Err(BuildError::new(name, field, message));
+        if name.trim().is_empty() {
+            return invalid("name", "a budget name must not be empty or blank".into());
+        }
+        if self.max_concurrent == 0 {
+            return invalid("max_concurrent", "must be at least 1, got 0".into());
+        }
+        if self.max_concurrent > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid(
+                "max_concurrent",
+                format!(
+                    "must be at most {}, got {}",
+                    tokio::sync::Semaphore::MAX_PERMITS,
+                    self.max_concurrent
+                ),
+            );
+        }
+        for (field, value) in [
+            ("permit_timeout", self.permit_timeout),
+            ("call_timeout", self.call_timeout),
+            ("service_time", self.service_time),
+        ] {
+            if value == Some(Duration::ZERO) {
+                return invalid(field, "must be greater than zero, got 0s".into());
+            }
+        }
+        if let Some(rate) = self.target_rate {
+            if !(rate.events_per_second() > 0.0 && rate.events_per_second().is_finite()) {
+                return invalid(
+                    "target_rate",
+                    format!("must be a positive finite rate, got {rate}"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Budget`] step by step, from [`Budget::builder`]: the settings of [`BudgetConfig`],
+/// plus a [`Limit`] or a shared [`Store`] of its own.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::Budget;
+///
+/// let records = Budget::builder("records")
+///     .max_concurrent(6)
+///     .max_queued(6)
+///     .permit_timeout(Duration::from_millis(500))
+///     .call_timeout(Duration::from_secs(2))
+///     .build()
+///     .unwrap();
+/// assert_eq!(records.max_queued(), Some(6));
+///
+/// let err = Budget::builder("records").build().unwrap_err();
+/// assert_eq!(err.field(), "max_concurrent");
+/// ```
+#[must_use = "a builder does nothing until build() is called"]
+pub struct BudgetBuilder {
+    name: String,
+    max_concurrent: Option<usize>,
+    config: BudgetConfig,
+    limit: Option<Box<dyn Limit>>,
+    store: Option<Arc<dyn Store>>,
+}
+
+impl BudgetBuilder {
+    pub(crate) fn new(name: &str) -> BudgetBuilder {
+        BudgetBuilder {
+            name: name.to_string(),
+            max_concurrent: None,
+            config: BudgetConfig::new(0),
+            limit: None,
+            store: None,
+        }
+    }
+
+    /// Starts from a whole configuration (its `max_concurrent` included).
+    pub fn config(mut self, config: BudgetConfig) -> Self {
+        self.max_concurrent = Some(config.max_concurrent);
+        self.config = config;
+        self
+    }
+
+    /// The most calls at once: a fixed limit. Required unless a [`limit`](Self::limit) is given.
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.max_concurrent = Some(n);
+        self
+    }
+
+    /// See [`BudgetConfig::max_queued`].
+    pub fn max_queued(mut self, n: usize) -> Self {
+        self.config.max_queued = Some(n);
+        self
+    }
+
+    /// See [`BudgetConfig::permit_timeout`].
+    pub fn permit_timeout(mut self, timeout: Duration) -> Self {
+        self.config.permit_timeout = Some(timeout);
+        self
+    }
+
+    /// See [`BudgetConfig::call_timeout`].
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.config.call_timeout = Some(timeout);
+        self
+    }
+
+    /// See [`BudgetConfig::service_time`].
+    pub fn service_time(mut self, service_time: Duration) -> Self {
+        self.config.service_time = Some(service_time);
+        self
+    }
+
+    /// See [`BudgetConfig::target_rate`].
+    pub fn target_rate(mut self, rate: Rate) -> Self {
+        self.config.target_rate = Some(rate);
+        self
+    }
+
+    /// A limit that decides how many calls may be in flight (see [`crate::limit`]); its
+    /// [`Limit::max`] becomes the budget's `max_concurrent`.
+    pub fn limit(mut self, limit: impl Limit) -> Self {
+        self.limit = Some(Box::new(limit));
+        self
+    }
+
+    /// Permits shared through a [`Store`], taken after the budget's own (see [`crate::store`]).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Checks the settings and builds the budget.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] naming the field, as [`Budget::new`]; also when neither `max_concurrent` nor
+    /// a limit is given, or both are and they disagree.
+    pub fn build(self) -> Result<Budget, BuildError> {
+        let BudgetBuilder {
+            name,
+            max_concurrent,
+            mut config,
+            limit,
+            store,
+        } = self;
+        let limit: Box<dyn Limit> = match (limit, max_concurrent) {
+            (Some(limit), Some(n)) if n != limit.max() => {
+                return Err(BuildError::new(
+                    &name,
+                    "max_concurrent",
+                    format!("is {n} but the limit's maximum is {}", limit.max()),
+                ))
+            }
+            (Some(limit), _) => limit,
+            (None, Some(n)) => Box::new(Fixed::new(n)),
+            (None, None) => {
+                return Err(BuildError::new(
+                    &name,
+                    "max_concurrent",
+                    "missing (give max_concurrent or a limit)",
+                ))
+            }
+        };
+        config.max_concurrent = limit.max();
+        Budget::assemble(&name, config, limit, store)
+    }
+}
+
+impl fmt::Debug for BudgetBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BudgetBuilder")
+            .field("name", &self.name)
+            .field("max_concurrent", &self.max_concurrent)
+            .field("config", &self.config)
+            .field("limit", &self.limit)
+            .field("store", &self.store)
+            .finish()
+    }
+}

@@ -1,0 +1,262 @@
+//! The engine behind [`Budget`](super::Budget): the gates a caller passes in order, the queue
+//! bound, the permit deadline, and the accounting of every outcome.
+//!
+//! The gates, in order:
+//!
+//! 1. **Local permit.** Free and nobody waiting: granted at once (the fast path: no clock read
+//!    unless the limit learns, no lock). Otherwise the caller joins the queue if `max_queued`
+//!    allows, and waits until the permit deadline.
+//! 2. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
+//!    so that a process never asks the store for more than its own share, within the same
+//!    deadline.
+//!
+//! A gate that fails gives back what the earlier ones took. When a permit goes back, the limit
+//! learns from its sample (if it learns) and resizes the local permits before the permit itself
+//! is returned, so a shrink takes effect before anyone else is admitted.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::time::Instant;
+
+use super::error::{AcquireError, TryAcquireError};
+use super::stats::Stats;
+use super::BudgetConfig;
+use crate::limit::{Limit, Outcome, Sample};
+use crate::padded::CachePadded;
+use crate::store::local::LocalPermits;
+use crate::store::{Lease, Store, StoreError};
+
+pub(crate) struct Engine {
+    pub(crate) name: Arc<str>,
+    pub(crate) config: BudgetConfig,
+    pub(crate) permits: LocalPermits,
+    /// The limit, when it learns from samples; a fixed limit needs no state beyond the permits.
+    learner: Option<Mutex<Box<dyn Limit>>>,
+    store: Option<Arc<dyn Store>>,
+    waiting: CachePadded<AtomicUsize>,
+    unavailable: AtomicU64,
+    pub(crate) stats: Stats,
+}
+
+/// What a caller holds with its local permit.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// When the permit was granted, if the clock was read for it (after a wait, or because the
+    /// limit learns from latencies).
+    pub(crate) granted: Option<Instant>,
+    /// Permits held when this one was granted, itself included.
+    in_flight: usize,
+    lease: Option<Lease>,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        name: &str,
+        config: BudgetConfig,
+        limit: Box<dyn Limit>,
+        store: Option<Arc<dyn Store>>,
+    ) -> Engine {
+        let initial = limit.current().clamp(1, limit.max().max(1));
+        Engine {
+            name: Arc::from(name),
+            permits: LocalPermits::new(initial),
+            learner: limit.learns().then(|| Mutex::new(limit)),
+            store,
+            config,
+            waiting: CachePadded(AtomicUsize::new(0)),
+            unavailable: AtomicU64::new(0),
+            stats: Stats::new(),
+        }
+    }
+
+    /// The limit now.
+    pub(crate) fn limit(&self) -> usize {
+        self.permits.limit()
+    }
+
+    /// Callers waiting for a local permit now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
+    /// Callers refused because the shared store could not be asked.
+    pub(crate) fn unavailable(&self) -> u64 {
+        self.unavailable.load(Relaxed)
+    }
+
+    /// Grants a permit now if one is free and nobody waits; never waits.
+    #[inline]
+    pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
+        if self.store.is_some() {
+            self.stats.rejected();
+            return Err(TryAcquireError::WouldWait);
+        }
+        match self.grant_at_once() {
+            Some(grant) => Ok(grant),
+            None => {
+                self.stats.rejected();
+                Err(TryAcquireError::NoPermits)
+            }
+        }
+    }
+
+    #[inline]
+    fn grant_at_once(&self) -> Option<Grant> {
+        if !self.permits.try_take() {
+            return None;
+        }
+        let in_flight = self.permits.in_flight();
+        self.stats.admitted_at_once(in_flight);
+        Some(Grant {
+            granted: self.learner.is_some().then(Instant::now),
+            in_flight,
+            lease: None,
+        })
+    }
+
+    /// Passes every gate, waiting where the budget allows.
+    ///
+    /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
+    /// while waiting is counted as cancelled.
+    pub(crate) async fn grant(&self) -> Result<Grant, AcquireError> {
+        if self.store.is_none() {
+            if let Some(grant) = self.grant_at_once() {
+                return Ok(grant);
+            }
+        }
+        self.grant_after_wait().await
+    }
+
+    async fn grant_after_wait(&self) -> Result<Grant, AcquireError> {
+        let start = Instant::now();
+        // A deadline too far to represent is no deadline.
+        let deadline = self
+            .config
+            .permit_timeout
+            .and_then(|t| start.checked_add(t));
+        let mut attempt = Attempt {
+            engine: self,
+            holds_local: false,
+            ended: false,
+        };
+        if !self.permits.try_take() {
+            self.wait_in_queue(deadline, &mut attempt).await?;
+        }
+        attempt.holds_local = true;
+        let in_flight = self.permits.in_flight();
+        let mut lease = None;
+        if let Some(store) = &self.store {
+            match store.acquire(&self.name, deadline).await {
+                Ok(l) => lease = Some(l),
+                Err(StoreError::Timeout) => {
+                    attempt.ended = true;
+                    self.stats.permit_timed_out();
+                    return Err(AcquireError::PermitTimeout);
+                }
+                Err(e) => {
+                    attempt.ended = true;
+                    self.unavailable.fetch_add(1, Relaxed);
+                    return Err(AcquireError::Unavailable(e));
+                }
+            }
+        }
+        attempt.holds_local = false;
+        attempt.ended = true;
+        let granted = Instant::now();
+        self.stats.admitted_after(granted - start);
+        Ok(Grant {
+            granted: Some(granted),
+            in_flight,
+            lease,
+        })
+    }
+
+    /// Joins the queue (if its bound allows) and waits for a local permit until `deadline`.
+    async fn wait_in_queue(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        // try_take just failed, so every permit was held.
+        self.stats.all_held(self.permits.limit());
+        let ahead = match self.config.max_queued {
+            // An unbounded queue always has a place: one plain add, no compare-and-swap loop.
+            None => self.waiting.fetch_add(1, Relaxed),
+            // Take a place only if one is free: an unconditional add (undone on rejection) would
+            // let `waiting` show more than `max_queued` for a moment to anyone reading it.
+            Some(max_queued) => match self
+                .waiting
+                .fetch_update(Relaxed, Relaxed, |n| (n < max_queued).then_some(n + 1))
+            {
+                Ok(ahead) => ahead,
+                Err(_) => {
+                    attempt.ended = true;
+                    self.stats.rejected();
+                    return Err(AcquireError::QueueFull);
+                }
+            },
+        };
+        self.stats.queued(ahead + 1);
+        let _place = QueuePlace(&self.waiting);
+        let taken = match deadline {
+            Some(at) => tokio::time::timeout_at(at, self.permits.take())
+                .await
+                .is_ok(),
+            None => {
+                self.permits.take().await;
+                true
+            }
+        };
+        if !taken {
+            attempt.ended = true;
+            self.stats.permit_timed_out();
+            return Err(AcquireError::PermitTimeout);
+        }
+        Ok(())
+    }
+
+    /// Takes back a permit: the lease goes back to the store, the limit learns from the call,
+    /// then the local permit is returned.
+    pub(crate) fn release(&self, grant: &mut Grant, outcome: Outcome) {
+        if let (Some(lease), Some(store)) = (grant.lease.take(), &self.store) {
+            store.release(&self.name, lease);
+        }
+        if let (Some(learner), Some(granted)) = (&self.learner, grant.granted) {
+            let sample = Sample::new(granted.elapsed(), grant.in_flight, outcome);
+            let mut limit = learner.lock().unwrap_or_else(PoisonError::into_inner);
+            limit.on_sample(&sample);
+            let new = limit.current().clamp(1, limit.max().max(1));
+            self.permits.resize(new);
+        }
+        self.permits.give_back();
+    }
+}
+
+/// One pass through the gates after the fast path failed: gives back a local permit it took and
+/// counts a caller dropped before any outcome as cancelled.
+struct Attempt<'a> {
+    engine: &'a Engine,
+    holds_local: bool,
+    ended: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.holds_local {
+            self.engine.permits.give_back();
+        }
+        if !self.ended {
+            self.engine.stats.cancelled();
+        }
+    }
+}
+
+/// A caller's place in the queue; leaving it, by any path, lowers `waiting`.
+struct QueuePlace<'a>(&'a AtomicUsize);
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}

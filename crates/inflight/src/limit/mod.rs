@@ -1,0 +1,109 @@
+//! [`Limit`]: how many calls a budget lets in flight right now, and how that number learns from
+//! the calls that end.
+//!
+//! A budget asks its limit for the current number when it is built and after every sample it
+//! feeds it. [`Fixed`] (the default) never changes. A limit that does change is applied at once:
+//! growing admits waiters straight away; shrinking never takes a permit back from a caller that
+//! holds one, so new callers wait until the calls in flight fall under the new limit.
+//!
+//! ```
+//! use std::time::Duration;
+//! use inflight::limit::{Limit, Outcome, Sample};
+//! use inflight::Budget;
+//!
+//! /// Halves on an overload signal, grows by one on a success that found the limit in use.
+//! #[derive(Debug)]
+//! struct Halving { now: usize, max: usize }
+//!
+//! impl Limit for Halving {
+//!     fn current(&self) -> usize { self.now }
+//!     fn max(&self) -> usize { self.max }
+//!     fn on_sample(&mut self, sample: &Sample) {
+//!         match sample.outcome {
+//!             Outcome::Overload => self.now = (self.now / 2).max(1),
+//!             Outcome::Success if sample.in_flight >= self.now => {
+//!                 self.now = (self.now + 1).min(self.max)
+//!             }
+//!             _ => {}
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let budget = Budget::builder("records")
+//!     .limit(Halving { now: 4, max: 8 })
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(budget.limit(), 4);
+//! budget.acquire().await.unwrap().report(Outcome::Overload);
+//! assert_eq!(budget.limit(), 2);
+//! # }
+//! ```
+
+mod fixed;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use fixed::Fixed;
+
+/// How a call that held a permit ended, as far as the limit should care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The call was served; its latency is a measurement of the dependency.
+    Success,
+    /// The dependency signalled overload: an HTTP 503 or 429 answered as a normal response, a call
+    /// timeout, a refused connection. A limit should back off.
+    Overload,
+    /// Says nothing about the dependency's load: a client error, a cancelled call, or a permit
+    /// dropped without a report.
+    Ignore,
+}
+
+/// One finished call, as fed to [`Limit::on_sample`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sample {
+    /// From the moment the permit was granted to the moment its outcome was reported (or the
+    /// permit dropped).
+    pub latency: Duration,
+    /// Permits held when this one was granted, itself included.
+    pub in_flight: usize,
+    /// How the call ended.
+    pub outcome: Outcome,
+}
+
+impl Sample {
+    /// A sample, for feeding a limit by hand (in tests, or from another limiter).
+    pub fn new(latency: Duration, in_flight: usize, outcome: Outcome) -> Sample {
+        Sample {
+            latency,
+            in_flight,
+            outcome,
+        }
+    }
+}
+
+/// The number of calls a budget lets in flight at once.
+///
+/// A budget calls [`Limit::on_sample`] once for every permit that goes back (under a lock shared
+/// only by that budget's sample reports), then reads [`Limit::current`] and resizes itself. A
+/// limit whose [`Limit::learns`] is false is never fed, and costs nothing on the permit path.
+pub trait Limit: fmt::Debug + Send + 'static {
+    /// The limit now; at least 1 and at most [`Limit::max`] (a budget clamps it to that range).
+    fn current(&self) -> usize;
+
+    /// The most this limit will ever allow: the budget's `max_concurrent` in snapshots and checks.
+    fn max(&self) -> usize;
+
+    /// Learns from one finished call.
+    fn on_sample(&mut self, sample: &Sample);
+
+    /// Whether samples can change this limit. A budget whose limit does not learn neither reads
+    /// the clock when it grants a permit nor takes a lock when one goes back.
+    fn learns(&self) -> bool {
+        true
+    }
+}

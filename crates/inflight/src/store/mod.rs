@@ -1,0 +1,117 @@
+//! Where a budget's permits live: [`Store`], the seam for permits kept outside the process (shared
+//! by every replica of a service), and the local permits every budget has.
+//!
+//! A budget always takes a local permit first, so that a process never asks a shared store for
+//! more than its own share; with a store, it then takes a [`Lease`] from the store before the call
+//! may start, and gives the lease back when the permit is dropped. Both waits count against the
+//! budget's `permit_timeout`.
+//!
+//! [`MemoryStore`] keeps the shared permits in this process: one limit over several budgets, and
+//! the double that tests of a store-backed budget use.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use inflight::store::MemoryStore;
+//! use inflight::Budget;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // Two budgets of 4, sharing at most 5 calls in flight between them.
+//! let shared = Arc::new(MemoryStore::new(5));
+//! let a = Budget::builder("a").max_concurrent(4).store(shared.clone()).build().unwrap();
+//! let b = Budget::builder("b").max_concurrent(4).store(shared.clone()).build().unwrap();
+//! let held: Vec<_> = futures::future::join_all((0..4).map(|_| a.acquire())).await;
+//! let first_b = b.acquire().await.unwrap();
+//! assert_eq!(shared.available(), 0);
+//! drop(first_b);
+//! drop(held);
+//! assert_eq!(shared.available(), 5);
+//! # }
+//! ```
+
+pub(crate) mod local;
+mod memory;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+pub use memory::MemoryStore;
+
+/// A future returned by a [`Store`].
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Permits kept outside a budget's own process-local ones, taken after the local permit.
+///
+/// # Contract
+///
+/// - `acquire` returns a lease or an error no later than `deadline` (when there is one), and is
+///   cancel safe: a future dropped before it returns holds nothing afterwards (a remote store
+///   makes that true with a lease that expires).
+/// - `release` gives back a lease acquired from this store, at most once; it must not block (a
+///   remote store sends the release in the background).
+pub trait Store: fmt::Debug + Send + Sync + 'static {
+    /// Takes a lease for budget `budget`, waiting until `deadline` at most.
+    fn acquire<'a>(
+        &'a self,
+        budget: &'a str,
+        deadline: Option<Instant>,
+    ) -> StoreFuture<'a, Result<Lease, StoreError>>;
+
+    /// Gives a lease back.
+    fn release(&self, budget: &str, lease: Lease);
+}
+
+/// A permit held in a [`Store`], named by an id the store chose.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    id: Box<str>,
+}
+
+impl Lease {
+    /// A lease with this id.
+    pub fn new(id: impl Into<Box<str>>) -> Lease {
+        Lease { id: id.into() }
+    }
+
+    /// The lease's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Why a [`Store`] gave no lease.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No lease came before the deadline.
+    #[error("no lease before the permit deadline")]
+    Timeout,
+    /// The store could not be asked (it is unreachable, or answered with an error).
+    #[error("{0}")]
+    Unavailable(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// A store that could not be asked, for this reason.
+    pub fn unavailable(reason: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        StoreError::Unavailable(Arc::from(reason.into()))
+    }
+}
+
+impl PartialEq for StoreError {
+    fn eq(&self, other: &StoreError) -> bool {
+        match (self, other) {
+            (StoreError::Timeout, StoreError::Timeout) => true,
+            (StoreError::Unavailable(a), StoreError::Unavailable(b)) => {
+                Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for StoreError {}

@@ -1,0 +1,125 @@
+//! The store seam on paused tokio time, with the in-memory store: a shared limit over several
+//! budgets, the permit deadline across both waits, cancellation, and a store that is down.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::store::{Lease, MemoryStore, Store, StoreError, StoreFuture};
+use inflight::{AcquireError, Budget, TryAcquireError};
+use support::{ms, settle};
+use tokio::time::Instant;
+
+fn shared_budget(name: &str, local: usize, store: Arc<dyn Store>) -> Budget {
+    Budget::builder(name)
+        .max_concurrent(local)
+        .permit_timeout(ms(100))
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn budgets_sharing_a_store_never_exceed_it_together() {
+    let store = Arc::new(MemoryStore::new(3));
+    let a = shared_budget("a", 2, store.clone());
+    let b = shared_budget("b", 2, store.clone());
+    let a1 = a.acquire().await.unwrap();
+    let a2 = a.acquire().await.unwrap();
+    let b1 = b.acquire().await.unwrap();
+    assert_eq!(store.available(), 0);
+    // b has a local permit to spare but the store has none: b waits, within its deadline.
+    let start = Instant::now();
+    assert_eq!(b.acquire().await.unwrap_err(), AcquireError::PermitTimeout);
+    assert_eq!(start.elapsed(), ms(100));
+    assert_eq!(
+        b.in_flight(),
+        1,
+        "the local permit went back after the store timed out"
+    );
+    assert_eq!(b.snapshot().permit_timeouts, 1);
+    drop(a1);
+    let b2 = b.acquire().await.unwrap();
+    assert_eq!(store.available(), 0);
+    drop((a2, b1, b2));
+    assert_eq!(store.available(), 3);
+    assert_eq!(a.in_flight() + b.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_deadline_covers_the_local_wait_and_the_store_wait() {
+    let store = Arc::new(MemoryStore::new(1));
+    let a = shared_budget("a", 1, store.clone());
+    let other = shared_budget("other", 1, store.clone());
+    let held_local = a.acquire_owned().await.unwrap();
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            (a.acquire().await.map(drop), start.elapsed())
+        })
+    };
+    settle().await;
+    tokio::time::sleep(ms(60)).await;
+    // The local permit frees at 60 ms, but the store's only permit is taken by someone else.
+    drop(held_local);
+    let held_store = other.acquire_owned().await.unwrap();
+    assert_eq!(store.available(), 0);
+    let (result, waited) = waiter.await.unwrap();
+    assert_eq!(result.unwrap_err(), AcquireError::PermitTimeout);
+    assert_eq!(waited, ms(100));
+    assert_eq!(a.in_flight(), 0, "the waiter gave its local permit back");
+    drop(held_store);
+    assert_eq!(store.available(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_cancelled_while_waiting_for_the_store_holds_nothing() {
+    let store = Arc::new(MemoryStore::new(1));
+    let a = shared_budget("a", 2, store.clone());
+    let held = a.acquire().await.unwrap();
+    let cancelled = tokio::time::timeout(ms(10), a.acquire()).await;
+    assert!(cancelled.is_err());
+    assert_eq!(a.in_flight(), 1);
+    assert_eq!(a.snapshot().cancelled, 1);
+    drop(held);
+    assert_eq!(store.available(), 1);
+    assert_eq!(
+        a.try_acquire().unwrap_err(),
+        TryAcquireError::WouldWait,
+        "a store cannot be asked without waiting"
+    );
+}
+
+#[derive(Debug)]
+struct Down;
+
+impl Store for Down {
+    fn acquire<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<Instant>,
+    ) -> StoreFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(async {
+            Err(StoreError::unavailable(
+                "connection refused (127.0.0.1:6379)",
+            ))
+        })
+    }
+
+    fn release(&self, _: &str, _: Lease) {
+        unreachable!("nothing was leased")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_is_down_refuses_with_its_reason() {
+    let b = shared_budget("records", 2, Arc::new(Down));
+    let err = b.acquire().await.unwrap_err();
+    assert!(matches!(err, AcquireError::Unavailable(_)));
+    assert!(err.to_string().contains("connection refused"), "{err}");
+    let s = b.snapshot();
+    assert_eq!((s.unavailable, s.admitted, s.in_flight), (1, 0, 0));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
