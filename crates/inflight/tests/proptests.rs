@@ -1,10 +1,11 @@
-//! Random interleavings of acquire, cancel and release on a multi-thread runtime: the limit holds,
-//! no permit is lost, and every acquire is counted exactly once.
+//! Random interleavings of acquire, cancel and release on a multi-thread runtime, with fixed and
+//! adaptive limits: the limit holds, no permit is lost, and every acquire is counted exactly once.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
+use inflight::limit::{Adaptive, Algorithm, Outcome};
 use inflight::{Budget, BudgetConfig};
 use proptest::prelude::*;
 
@@ -18,6 +19,8 @@ struct Op {
     abort_after_us: Option<u64>,
     /// Use `call` rather than `acquire_owned`.
     via_call: bool,
+    /// Report the call as an overload (else a success).
+    overload: bool,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -26,13 +29,17 @@ fn op() -> impl Strategy<Value = Op> {
         0..400u64,
         prop::option::weighted(0.3, 0..600u64),
         any::<bool>(),
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(start_us, hold_us, abort_after_us, via_call)| Op {
-            start_us,
-            hold_us,
-            abort_after_us,
-            via_call,
-        })
+        .prop_map(
+            |(start_us, hold_us, abort_after_us, via_call, overload)| Op {
+                start_us,
+                hold_us,
+                abort_after_us,
+                via_call,
+                overload,
+            },
+        )
 }
 
 fn config() -> impl Strategy<Value = BudgetConfig> {
@@ -40,9 +47,16 @@ fn config() -> impl Strategy<Value = BudgetConfig> {
         1..5usize,
         prop::option::of(0..6usize),
         prop::option::of(50..500u64),
+        prop::option::of(prop::sample::select(vec![
+            Algorithm::Aimd,
+            Algorithm::Vegas,
+        ])),
     )
-        .prop_map(|(max, queued, timeout_us)| {
+        .prop_map(|(max, queued, timeout_us, algorithm)| {
             let mut c = BudgetConfig::new(max);
+            if let Some(a) = algorithm {
+                c = c.adaptive(Adaptive::new(a).initial(max.min(2)));
+            }
             if let Some(q) = queued {
                 c = c.max_queued(q);
             }
@@ -94,11 +108,12 @@ proptest! {
                             Ok::<_, ()>(())
                         }
                     };
+                    let outcome = if op.overload { Outcome::Overload } else { Outcome::Success };
                     if op.via_call {
-                        let _ = budget.call(hold).await;
+                        let _ = budget.call_with(|_| outcome, hold).await;
                     } else if let Ok(permit) = budget.acquire_owned().await {
                         let _ = hold().await;
-                        drop(permit);
+                        permit.report(outcome);
                     }
                 });
                 handles.push((task, op.abort_after_us));
@@ -127,7 +142,8 @@ proptest! {
         prop_assert_eq!(holders.load(SeqCst), 0);
         prop_assert_eq!(s.in_flight, 0);
         prop_assert_eq!(s.waiting, 0);
-        prop_assert_eq!(budget.available_permits(), max, "a permit was lost");
+        prop_assert_eq!(budget.available_permits(), budget.limit(), "a permit was lost");
+        prop_assert!((1..=max).contains(&budget.limit()));
         prop_assert_eq!(
             s.admitted + s.rejected + s.permit_timeouts + s.cancelled,
             attempts.load(SeqCst) as u64,

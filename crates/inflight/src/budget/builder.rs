@@ -35,6 +35,8 @@ pub struct BudgetConfig {
     pub(crate) call_timeout: Option<Duration>,
     pub(crate) service_time: Option<Duration>,
     pub(crate) target_rate: Option<Rate>,
+    #[cfg(feature = "adaptive")]
+    pub(crate) adaptive: Option<crate::limit::Adaptive>,
 }
 
 impl BudgetConfig {
@@ -48,7 +50,32 @@ impl BudgetConfig {
             call_timeout: None,
             service_time: None,
             target_rate: None,
+            #[cfg(feature = "adaptive")]
+            adaptive: None,
         }
+    }
+
+    /// Lets the limit learn from how calls end, between the adaptive settings' `min` and
+    /// `max_concurrent` (see [`crate::limit`]). Default: a fixed limit of `max_concurrent`.
+    #[cfg(feature = "adaptive")]
+    pub fn adaptive(mut self, adaptive: crate::limit::Adaptive) -> Self {
+        self.adaptive = Some(adaptive);
+        self
+    }
+
+    /// The adaptive limit's settings, if the limit learns.
+    #[cfg(feature = "adaptive")]
+    pub fn adaptive_limit(&self) -> Option<&crate::limit::Adaptive> {
+        self.adaptive.as_ref()
+    }
+
+    /// The limit these settings describe.
+    pub(crate) fn build_limit(&self) -> Box<dyn Limit> {
+        #[cfg(feature = "adaptive")]
+        if let Some(adaptive) = &self.adaptive {
+            return adaptive.build(self.max_concurrent);
+        }
+        Box::new(Fixed::new(self.max_concurrent))
     }
 
     /// Turns callers away at once, with [`AcquireError::QueueFull`](crate::AcquireError::QueueFull),
@@ -169,6 +196,12 @@ impl BudgetConfig {
                 );
             }
         }
+        #[cfg(feature = "adaptive")]
+        if let Some(adaptive) = &self.adaptive {
+            if let Err((field, message)) = adaptive.check(self.max_concurrent) {
+                return invalid(field, message);
+            }
+        }
         Ok(())
     }
 }
@@ -255,6 +288,13 @@ impl BudgetBuilder {
         self
     }
 
+    /// See [`BudgetConfig::adaptive`].
+    #[cfg(feature = "adaptive")]
+    pub fn adaptive(mut self, adaptive: crate::limit::Adaptive) -> Self {
+        self.config.adaptive = Some(adaptive);
+        self
+    }
+
     /// A limit that decides how many calls may be in flight (see [`crate::limit`]); its
     /// [`Limit::max`] becomes the budget's `max_concurrent`.
     pub fn limit(mut self, limit: impl Limit) -> Self {
@@ -291,7 +331,10 @@ impl BudgetBuilder {
                 ))
             }
             (Some(limit), _) => limit,
-            (None, Some(n)) => Box::new(Fixed::new(n)),
+            (None, Some(n)) => {
+                config.max_concurrent = n;
+                config.build_limit()
+            }
             (None, None) => {
                 return Err(BuildError::new(
                     &name,

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::error::{AcquireError, TryAcquireError};
 use super::stats::Stats;
 use super::BudgetConfig;
-use crate::limit::{Limit, Outcome, Sample};
+use crate::limit::{Limit, LimitChange, Outcome, Sample};
 use crate::padded::CachePadded;
 use crate::store::local::LocalPermits;
 use crate::store::{Lease, Store, StoreError};
@@ -32,12 +32,22 @@ pub(crate) struct Engine {
     pub(crate) config: BudgetConfig,
     pub(crate) permits: LocalPermits,
     /// The limit, when it learns from samples; a fixed limit needs no state beyond the permits.
-    learner: Option<Mutex<Box<dyn Limit>>>,
+    learner: Option<Mutex<Learner>>,
     store: Option<Arc<dyn Store>>,
     waiting: CachePadded<AtomicUsize>,
     unavailable: AtomicU64,
     pub(crate) stats: Stats,
 }
+
+/// A limit that learns, and the changes it made.
+struct Learner {
+    limit: Box<dyn Limit>,
+    changes: Vec<LimitChange>,
+}
+
+/// The most limit changes kept; later ones replace the oldest half, so the record always covers
+/// the most recent stretch.
+const MAX_CHANGES: usize = 65_536;
 
 /// What a caller holds with its local permit.
 #[derive(Debug)]
@@ -58,10 +68,19 @@ impl Engine {
         store: Option<Arc<dyn Store>>,
     ) -> Engine {
         let initial = limit.current().clamp(1, limit.max().max(1));
+        let learner = limit.learns().then(|| {
+            Mutex::new(Learner {
+                limit,
+                changes: vec![LimitChange {
+                    at: Instant::now(),
+                    limit: initial,
+                }],
+            })
+        });
         Engine {
             name: Arc::from(name),
             permits: LocalPermits::new(initial),
-            learner: limit.learns().then(|| Mutex::new(limit)),
+            learner,
             store,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
@@ -223,13 +242,36 @@ impl Engine {
             store.release(&self.name, lease);
         }
         if let (Some(learner), Some(granted)) = (&self.learner, grant.granted) {
-            let sample = Sample::new(granted.elapsed(), grant.in_flight, outcome);
-            let mut limit = learner.lock().unwrap_or_else(PoisonError::into_inner);
-            limit.on_sample(&sample);
-            let new = limit.current().clamp(1, limit.max().max(1));
-            self.permits.resize(new);
+            let now = Instant::now();
+            let sample = Sample::new(now - granted, grant.in_flight, outcome);
+            let mut learner = learner.lock().unwrap_or_else(PoisonError::into_inner);
+            learner.limit.on_sample(&sample);
+            let new = learner.limit.current().clamp(1, learner.limit.max().max(1));
+            if new != self.permits.limit() {
+                self.permits.resize(new);
+                if learner.changes.len() >= MAX_CHANGES {
+                    learner.changes.drain(..MAX_CHANGES / 2);
+                }
+                learner.changes.push(LimitChange {
+                    at: now,
+                    limit: new,
+                });
+            }
         }
         self.permits.give_back();
+    }
+
+    /// The limit's changes so far, oldest first, starting with its initial value; empty for a
+    /// limit that does not learn.
+    pub(crate) fn limit_changes(&self) -> Vec<LimitChange> {
+        match &self.learner {
+            Some(learner) => learner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .changes
+                .clone(),
+            None => Vec::new(),
+        }
     }
 }
 

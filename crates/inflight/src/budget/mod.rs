@@ -42,7 +42,7 @@ pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
 pub use snapshot::{BudgetSnapshot, LatencySummary};
 
-use crate::limit::{Fixed, Limit, Outcome};
+use crate::limit::{Limit, LimitChange, Outcome};
 use crate::store::Store;
 use call::CallGuard;
 use engine::Engine;
@@ -100,8 +100,8 @@ impl Budget {
     /// timeout or service time is zero, the target rate is not positive, or the name is empty or
     /// blank. It names the field: `budget "records": max_concurrent: must be at least 1, got 0`.
     pub fn new(name: &str, config: BudgetConfig) -> Result<Budget, BuildError> {
-        let limit = Fixed::new(config.max_concurrent);
-        Budget::assemble(name, config, Box::new(limit), None)
+        let limit = config.build_limit();
+        Budget::assemble(name, config, limit, None)
     }
 
     /// Starts building a budget named `name`, for settings beyond a [`BudgetConfig`]: a limit
@@ -155,6 +155,12 @@ impl Budget {
     /// The deadline for a call once its permit is held, if any.
     pub fn call_timeout(&self) -> Option<Duration> {
         self.engine.config.call_timeout
+    }
+
+    /// The limit's changes so far, oldest first, starting with its initial value (the most recent
+    /// 65,536 at most); empty for a fixed limit.
+    pub fn limit_changes(&self) -> Vec<LimitChange> {
+        self.engine.limit_changes()
     }
 
     /// Permits held now.
@@ -305,6 +311,54 @@ impl Budget {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.call_with(classify_result, call).await
+    }
+
+    /// [`Budget::call`], with `classify` deciding what each result tells the budget's limit.
+    ///
+    /// A call timeout is always [`Outcome::Overload`]. Use it when a dependency answers overload
+    /// with a value rather than an error (an HTTP 503 or 429 returned as a response), or when some
+    /// errors say nothing about load (a 404, a client error).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Budget::call`]; a call dropped while it runs reports [`Outcome::Ignore`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::call`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use inflight::limit::{Adaptive, Outcome};
+    /// use inflight::{Budget, BudgetConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new("records", BudgetConfig::new(32).adaptive(Adaptive::aimd())).unwrap();
+    /// let status = budget
+    ///     .call_with(
+    ///         |r: &Result<u16, std::io::Error>| match r {
+    ///             Ok(503 | 429) | Err(_) => Outcome::Overload,
+    ///             Ok(s) if *s >= 500 => Outcome::Overload,
+    ///             Ok(s) if *s >= 400 => Outcome::Ignore,
+    ///             Ok(_) => Outcome::Success,
+    ///         },
+    ///         || async { Ok(503) },
+    ///     )
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(status, 503);
+    /// assert_eq!(budget.limit(), 3, "one overload cut the limit from 4");
+    /// # }
+    /// ```
+    pub async fn call_with<C, F, Fut, T, E>(&self, classify: C, call: F) -> Result<T, CallError<E>>
+    where
+        C: FnOnce(&Result<T, E>) -> Outcome,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let permit = self.acquire().await.map_err(CallError::Rejected)?;
         let guard = CallGuard::start(permit);
         let result = match guard.timeout() {
@@ -317,10 +371,7 @@ impl Budget {
             },
             None => call().await,
         };
-        guard.finish(match result {
-            Ok(_) => Outcome::Success,
-            Err(_) => Outcome::Overload,
-        });
+        guard.finish(classify(&result));
         result.map_err(CallError::Inner)
     }
 
@@ -349,6 +400,14 @@ impl Budget {
             wait,
             call: engine.stats.call().summary(),
         }
+    }
+}
+
+/// What [`Budget::call`] tells the limit: an `Ok` is a success, an `Err` an overload signal.
+fn classify_result<T, E>(result: &Result<T, E>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Success,
+        Err(_) => Outcome::Overload,
     }
 }
 

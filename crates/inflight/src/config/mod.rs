@@ -12,6 +12,19 @@
 //! target_rate = "40/s"      # optional: the throughput you want through this budget
 //! ```
 //!
+//! A budget whose dependency's capacity is unknown, or moves, can let its limit learn instead
+//! (feature `adaptive`, on by default; see [`crate::limit`]):
+//!
+//! ```toml
+//! [budgets.records]
+//! limit = "adaptive"        # "fixed" (the default) or "adaptive"
+//! algorithm = "vegas"       # "vegas" (latency-based, the default) or "aimd" (loss-based)
+//! min = 1                   # the floor, default 1
+//! max = 64                  # the ceiling (max_concurrent is the same number), default 100
+//! initial = 4               # where it starts, default 4
+//! backoff = 0.75            # the cut on overload, 0.5 to 0.95, default 0.75
+//! ```
+//!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
 mod parse;

@@ -16,7 +16,19 @@ const FIELDS: &[&str] = &[
     "call_timeout",
     "service_time",
     "target_rate",
+    "limit",
+    "algorithm",
+    "min",
+    "max",
+    "initial",
+    "backoff",
 ];
+
+/// Keys that only an adaptive limit takes.
+const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backoff"];
+
+/// The most calls at once an adaptive limit may reach when the file gives no `max`.
+pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
 
 pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, ConfigError> {
     let root: Table = text
@@ -76,14 +88,41 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
             ));
         }
     }
-    let max_concurrent = match table.get("max_concurrent") {
-        None => {
+    let adaptive = match table.get("limit") {
+        None => false,
+        Some(Value::String(kind)) if kind == "fixed" => false,
+        Some(Value::String(kind)) if kind == "adaptive" => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                field("limit"),
+                format!("must be \"fixed\" or \"adaptive\", got {}", shown(other)),
+            ))
+        }
+    };
+    if !adaptive {
+        if let Some(key) = ADAPTIVE_FIELDS.iter().find(|k| table.contains_key(**k)) {
+            return Err(ConfigError::invalid(
+                field(key),
+                "only an adaptive limit takes this (add limit = \"adaptive\")",
+            ));
+        }
+    }
+    let max_concurrent = match (table.get("max_concurrent"), table.get("max")) {
+        (Some(v), None) => integer(&field("max_concurrent"), v, 1)?,
+        (None, Some(v)) => integer(&field("max"), v, 1)?,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                field("max"),
+                "give max or max_concurrent, not both (they are the same number)",
+            ))
+        }
+        (None, None) if adaptive => DEFAULT_ADAPTIVE_MAX,
+        (None, None) => {
             return Err(ConfigError::invalid(
                 field("max_concurrent"),
                 "missing (every budget needs a limit of at least 1)",
             ))
         }
-        Some(v) => integer(&field("max_concurrent"), v, 1)?,
     };
     let mut config = BudgetConfig::new(max_concurrent);
     if let Some(v) = table.get("max_queued") {
@@ -101,7 +140,65 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     if let Some(v) = table.get("target_rate") {
         config = config.target_rate(rate(&field("target_rate"), v)?);
     }
+    if adaptive {
+        config = adaptive_limit(config, table, &field)?;
+    }
     Ok(config)
+}
+
+#[cfg(feature = "adaptive")]
+fn adaptive_limit(
+    config: BudgetConfig,
+    table: &Table,
+    field: &dyn Fn(&str) -> String,
+) -> Result<BudgetConfig, ConfigError> {
+    use crate::limit::{Adaptive, Algorithm};
+
+    let algorithm = match table.get("algorithm") {
+        None => Algorithm::default(),
+        Some(Value::String(name)) => name
+            .parse()
+            .map_err(|e: String| ConfigError::invalid(field("algorithm"), e))?,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                field("algorithm"),
+                format!("must be \"aimd\" or \"vegas\", got {}", shown(other)),
+            ))
+        }
+    };
+    let mut adaptive = Adaptive::new(algorithm);
+    if let Some(v) = table.get("min") {
+        adaptive = adaptive.min(integer(&field("min"), v, 1)?);
+    }
+    if let Some(v) = table.get("initial") {
+        adaptive = adaptive.initial(integer(&field("initial"), v, 1)?);
+    }
+    if let Some(v) = table.get("backoff") {
+        let b = v.as_float().ok_or_else(|| {
+            ConfigError::invalid(
+                field("backoff"),
+                format!("must be a number like 0.75, got {}", shown(v)),
+            )
+        })?;
+        adaptive = adaptive.backoff(b);
+    }
+    if !table.contains_key("initial") {
+        // The default start, under a max smaller than it, starts at the max instead.
+        adaptive = adaptive.initial(adaptive.initial_limit().min(config.max_concurrent()));
+    }
+    Ok(config.adaptive(adaptive))
+}
+
+#[cfg(not(feature = "adaptive"))]
+fn adaptive_limit(
+    _: BudgetConfig,
+    _: &Table,
+    field: &dyn Fn(&str) -> String,
+) -> Result<BudgetConfig, ConfigError> {
+    Err(ConfigError::invalid(
+        field("limit"),
+        "adaptive limits need the crate's \"adaptive\" feature",
+    ))
 }
 
 fn integer(field: &str, value: &Value, min: i64) -> Result<usize, ConfigError> {

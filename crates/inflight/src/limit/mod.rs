@@ -2,7 +2,25 @@
 //! the calls that end.
 //!
 //! A budget asks its limit for the current number when it is built and after every sample it
-//! feeds it. [`Fixed`] (the default) never changes. A limit that does change is applied at once:
+//! feeds it. [`Fixed`] (the default) never changes. With the `adaptive` feature (on by default),
+//! [`Aimd`] (loss-based) and [`Vegas`] (latency-based) learn the limit from how calls end, so a
+//! budget needs no capacity figure: [`Adaptive`] chooses one in a [`BudgetConfig`] or a budgets
+//! file.
+//!
+//! # Which to pick
+//!
+//! | dependency | pick |
+//! |---|---|
+//! | known capacity that does not move | [`Fixed`] at that capacity |
+//! | queues before it refuses (latency climbs under load) | [`Vegas`] |
+//! | refuses plainly when full (503/429), latency varies by request | [`Aimd`] |
+//! | takes any load (a scalable API): the limit only guards against its failures | [`Aimd`] |
+//!
+//! Both cut on [`Outcome::Overload`] at most once per round trip, stay between their `min` and
+//! `max`, grow only while the limit is in use, and read time from tokio's clock, so tests can
+//! drive them on paused time.
+//!
+//! [`BudgetConfig`]: crate::BudgetConfig A limit that does change is applied at once:
 //! growing admits waiters straight away; shrinking never takes a permit back from a caller that
 //! holds one, so new callers wait until the calls in flight fall under the new limit.
 //!
@@ -41,12 +59,24 @@
 //! # }
 //! ```
 
+#[cfg(feature = "adaptive")]
+mod adaptive;
+#[cfg(feature = "adaptive")]
+mod aimd;
 mod fixed;
+#[cfg(feature = "adaptive")]
+mod vegas;
 
 use std::fmt;
 use std::time::Duration;
 
+#[cfg(feature = "adaptive")]
+pub use adaptive::{Adaptive, Algorithm};
+#[cfg(feature = "adaptive")]
+pub use aimd::Aimd;
 pub use fixed::Fixed;
+#[cfg(feature = "adaptive")]
+pub use vegas::Vegas;
 
 /// How a call that held a permit ended, as far as the limit should care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,6 +114,17 @@ impl Sample {
             outcome,
         }
     }
+}
+
+/// A change of a budget's limit, as [`Budget::limit_changes`](crate::Budget::limit_changes)
+/// records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitChange {
+    /// When the limit changed (tokio's clock).
+    pub at: tokio::time::Instant,
+    /// The limit from then on.
+    pub limit: usize,
 }
 
 /// The number of calls a budget lets in flight at once.

@@ -1,0 +1,185 @@
+//! [`Adaptive`]: the settings of a limit that learns, as a [`BudgetConfig`](crate::BudgetConfig)
+//! and a budgets file name them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{Aimd, Limit, Vegas};
+
+/// Which algorithm an adaptive limit runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// [`Aimd`]: loss-based; moves only on overload signals and on use.
+    Aimd,
+    /// [`Vegas`]: latency-based; keeps the dependency's queue short, and also cuts on overload.
+    #[default]
+    Vegas,
+}
+
+impl Algorithm {
+    /// The name a budgets file uses: `aimd` or `vegas`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Aimd => "aimd",
+            Algorithm::Vegas => "vegas",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Algorithm, String> {
+        match s {
+            "aimd" => Ok(Algorithm::Aimd),
+            "vegas" => Ok(Algorithm::Vegas),
+            other => Err(format!(
+                "unknown algorithm {other:?} (expected \"aimd\" or \"vegas\")"
+            )),
+        }
+    }
+}
+
+/// A limit that learns, between `min` and the budget's `max_concurrent`, starting at `initial`.
+///
+/// The defaults suit a dependency that holds a handful of calls: `min = 1` (a floor of 20, as
+/// some libraries default to, is above what a 6-slot system of record takes) and `initial = 4`.
+///
+/// ```
+/// use inflight::limit::{Adaptive, Algorithm};
+/// use inflight::{Budget, BudgetConfig};
+///
+/// // Up to 64 calls at once, learnt from latency; start at 4.
+/// let config = BudgetConfig::new(64).adaptive(Adaptive::vegas());
+/// let budget = Budget::new("records", config).unwrap();
+/// assert_eq!(budget.limit(), 4);
+/// assert_eq!(budget.config().max_concurrent(), 64);
+/// assert_eq!(budget.config().adaptive_limit().unwrap().algorithm(), Algorithm::Vegas);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    algorithm: Algorithm,
+    min: usize,
+    initial: usize,
+    backoff: Option<f64>,
+}
+
+impl Adaptive {
+    /// The default floor.
+    pub const DEFAULT_MIN: usize = 1;
+    /// The default starting limit.
+    pub const DEFAULT_INITIAL: usize = 4;
+
+    /// An adaptive limit running `algorithm`, with the default floor and start.
+    pub fn new(algorithm: Algorithm) -> Adaptive {
+        Adaptive {
+            algorithm,
+            min: Adaptive::DEFAULT_MIN,
+            initial: Adaptive::DEFAULT_INITIAL,
+            backoff: None,
+        }
+    }
+
+    /// [`Aimd`], loss-based.
+    pub fn aimd() -> Adaptive {
+        Adaptive::new(Algorithm::Aimd)
+    }
+
+    /// [`Vegas`], latency-based.
+    pub fn vegas() -> Adaptive {
+        Adaptive::new(Algorithm::Vegas)
+    }
+
+    /// The limit never goes below this.
+    pub fn min(mut self, min: usize) -> Adaptive {
+        self.min = min;
+        self
+    }
+
+    /// The limit to start from (clamped to the budget's `max_concurrent`).
+    pub fn initial(mut self, initial: usize) -> Adaptive {
+        self.initial = initial;
+        self
+    }
+
+    /// The factor the limit is multiplied by on overload (0.5 to 0.95).
+    pub fn backoff(mut self, backoff: f64) -> Adaptive {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The floor.
+    pub fn min_limit(&self) -> usize {
+        self.min
+    }
+
+    /// The starting limit.
+    pub fn initial_limit(&self) -> usize {
+        self.initial
+    }
+
+    /// The factor applied on overload, if set (otherwise the algorithm's default).
+    pub fn backoff_factor(&self) -> Option<f64> {
+        self.backoff
+    }
+
+    /// Checks the settings against the budget's `max`; the field and what is wrong.
+    pub(crate) fn check(&self, max: usize) -> Result<(), (&'static str, String)> {
+        if self.min == 0 {
+            return Err(("min", "must be at least 1, got 0".into()));
+        }
+        if self.min > max {
+            return Err((
+                "min",
+                format!("must be at most max ({max}), got {}", self.min),
+            ));
+        }
+        if self.initial < self.min || self.initial > max {
+            return Err((
+                "initial",
+                format!(
+                    "must be between min ({}) and max ({max}), got {}",
+                    self.min, self.initial
+                ),
+            ));
+        }
+        if let Some(b) = self.backoff {
+            if !(0.5..=0.95).contains(&b) {
+                return Err(("backoff", format!("must be between 0.5 and 0.95, got {b}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit these settings describe, for a budget of at most `max` calls.
+    pub(crate) fn build(&self, max: usize) -> Box<dyn Limit> {
+        match self.algorithm {
+            Algorithm::Aimd => {
+                let l = Aimd::new(self.min, self.initial, max);
+                Box::new(match self.backoff {
+                    Some(b) => l.backoff(b),
+                    None => l,
+                })
+            }
+            Algorithm::Vegas => {
+                let l = Vegas::new(self.min, self.initial, max);
+                Box::new(match self.backoff {
+                    Some(b) => l.backoff(b),
+                    None => l,
+                })
+            }
+        }
+    }
+}
