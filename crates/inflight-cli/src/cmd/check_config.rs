@@ -76,6 +76,7 @@ struct BudgetReport<'a> {
     warnings: Vec<Warning>,
     max_rate: Option<f64>,
     needed: Option<f64>,
+    rate_in_flight: Option<f64>,
 }
 
 impl<'a> BudgetReport<'a> {
@@ -87,6 +88,7 @@ impl<'a> BudgetReport<'a> {
             warnings: a.warnings,
             max_rate: a.max_rate.map(|r| r.events_per_second()),
             needed: a.needed_concurrency,
+            rate_in_flight: a.rate_in_flight,
         }
     }
 
@@ -110,6 +112,11 @@ impl<'a> BudgetReport<'a> {
             "max_rate_per_s": self.max_rate,
             "needed_concurrency": self.needed,
             "target_exceeds_budget": self.target_exceeds_budget(),
+            "limit": limit_kind(c),
+            "adaptive": adaptive_json(c),
+            "rate_per_s": c.rate_limit().map(|(r, _)| r.events_per_second()),
+            "burst": c.rate_limit().map(|(_, b)| b),
+            "rate_needs_in_flight": self.rate_in_flight,
             "warnings": self.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
         })
     }
@@ -135,6 +142,9 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
         let c = r.config;
         let _ = writeln!(out, "\n[{}]", r.name);
         let _ = writeln!(out, "  max_concurrent  {}", c.max_concurrent());
+        if let Some(adaptive) = adaptive_line(c) {
+            let _ = writeln!(out, "  limit           {adaptive}");
+        }
         let queued = match c.max_queued_limit() {
             None => "unbounded".to_string(),
             Some(0) => "0 (fail fast when all permits are held)".to_string(),
@@ -197,11 +207,67 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                 }
             }
         }
+        if let Some((rate, burst)) = c.rate_limit() {
+            let rate_text = per_s(rate.events_per_second());
+            match r.rate_in_flight {
+                Some(needed) => {
+                    let verdict = if needed > c.max_concurrent() as f64 + 1e-9 {
+                        format!("EXCEEDS max_concurrent {}", c.max_concurrent())
+                    } else {
+                        format!("fits within {}", c.max_concurrent())
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  rate            {rate_text}, burst {burst}  -> needs {needed:.1} in flight ({rate_text} x {}): {verdict}",
+                        duration(c.service_time_hint(), "?")
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  rate            {rate_text}, burst {burst}  (add service_time to see the calls in flight it needs)"
+                    );
+                }
+            }
+        }
         for w in &r.warnings {
             let _ = writeln!(out, "  warning: {w}");
         }
     }
     out
+}
+
+/// `fixed` or `adaptive`, as a budgets file names it.
+fn limit_kind(c: &BudgetConfig) -> &'static str {
+    if c.adaptive_limit().is_some() {
+        "adaptive"
+    } else {
+        "fixed"
+    }
+}
+
+fn adaptive_json(c: &BudgetConfig) -> Value {
+    match c.adaptive_limit() {
+        Some(a) => json!({
+            "algorithm": a.algorithm().as_str(),
+            "min": a.min_limit(),
+            "initial": a.initial_limit(),
+            "max": c.max_concurrent(),
+            "backoff": a.backoff_factor(),
+        }),
+        None => Value::Null,
+    }
+}
+
+fn adaptive_line(c: &BudgetConfig) -> Option<String> {
+    let a = c.adaptive_limit()?;
+    Some(format!(
+        "adaptive ({}), from {} within {}..={}: learnt from how calls end",
+        a.algorithm(),
+        a.initial_limit(),
+        a.min_limit(),
+        c.max_concurrent()
+    ))
 }
 
 /// As the library prints rates (and warnings): whole numbers plain, two decimals above 1/s, two

@@ -37,6 +37,8 @@ pub struct BudgetConfig {
     pub(crate) target_rate: Option<Rate>,
     #[cfg(feature = "adaptive")]
     pub(crate) adaptive: Option<crate::limit::Adaptive>,
+    pub(crate) rate: Option<Rate>,
+    pub(crate) burst: Option<u32>,
 }
 
 impl BudgetConfig {
@@ -52,7 +54,54 @@ impl BudgetConfig {
             target_rate: None,
             #[cfg(feature = "adaptive")]
             adaptive: None,
+            rate: None,
+            burst: None,
         }
+    }
+
+    /// Lets calls start at most at `rate`, next to the limit on calls at once (feature `rate`).
+    ///
+    /// A rate limit is a different thing from a concurrency limit: a provider's quota of 600
+    /// calls per minute holds whether its calls take 50 ms or 5 s, while a concurrency limit lets
+    /// through more calls per second the faster they are. Waiting for the rate counts against
+    /// `permit_timeout`; a caller whose turn would come after its deadline is refused at once with
+    /// [`AcquireError::RateLimited`](crate::AcquireError::RateLimited). Callers get their turns
+    /// in the order they asked.
+    ///
+    /// The rate is enforced as GCRA (the generic cell rate algorithm): calls are spaced
+    /// `1 / rate` apart, except that [`burst`](Self::burst) calls may go back to back after a
+    /// quiet spell.
+    #[cfg(feature = "rate")]
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// How many calls may start back to back after a quiet spell, with [`rate`](Self::rate);
+    /// default 1 (calls are always spaced `1 / rate` apart).
+    ///
+    /// `burst` is **not** an allowance per second or per minute. With `rate = 100/s` and
+    /// `burst = 10`, ten calls may start at once when the budget has been idle for 100 ms or
+    /// more; after that, one every 10 ms. Over any stretch of time `t`, at most
+    /// `burst + t x rate` calls start. A provider's quota of "600 per minute" is honoured by
+    /// `rate = 10/s` with `burst = 1`; a larger burst lets more than 600 start within some
+    /// minute-long windows (up to `600 + burst - 1`).
+    ///
+    /// ```
+    /// use inflight::{BudgetConfig, Rate};
+    ///
+    /// let llm = BudgetConfig::new(32).rate(Rate::per_minute(600.0)).burst(5);
+    /// assert_eq!(llm.rate_limit(), Some((Rate::per_second(10.0), 5)));
+    /// ```
+    #[cfg(feature = "rate")]
+    pub fn burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The rate limit and its burst, if the budget has one.
+    pub fn rate_limit(&self) -> Option<(Rate, u32)> {
+        self.rate.map(|r| (r, self.burst.unwrap_or(1)))
     }
 
     /// Lets the limit learn from how calls end, between the adaptive settings' `min` and
@@ -202,9 +251,50 @@ impl BudgetConfig {
                 return invalid(field, message);
             }
         }
+        if let Some(rate) = self.rate {
+            let per_second = rate.events_per_second();
+            if !(per_second.is_finite() && per_second > 0.0) {
+                return invalid(
+                    "rate",
+                    format!("must be a positive finite rate, got {rate}"),
+                );
+            }
+            if per_second > MAX_RATE_PER_SECOND {
+                return invalid(
+                    "rate",
+                    format!("must be at most {MAX_RATE_PER_SECOND}/s, got {rate}"),
+                );
+            }
+            if per_second < MIN_RATE_PER_SECOND {
+                return invalid(
+                    "rate",
+                    format!("must be at least one call a day, got {rate}"),
+                );
+            }
+        }
+        match self.burst {
+            Some(_) if self.rate.is_none() => {
+                return invalid(
+                    "burst",
+                    "only a rate limit takes a burst (add a rate)".into(),
+                )
+            }
+            Some(0) => return invalid("burst", "must be at least 1, got 0".into()),
+            Some(b) if b > MAX_BURST => {
+                return invalid("burst", format!("must be at most {MAX_BURST}, got {b}"))
+            }
+            _ => {}
+        }
         Ok(())
     }
 }
+
+/// The fastest rate a budget enforces: a million calls a second, one per microsecond.
+const MAX_RATE_PER_SECOND: f64 = 1e6;
+/// The slowest: one call a day.
+const MIN_RATE_PER_SECOND: f64 = 1.0 / 86_400.0;
+/// The largest burst.
+const MAX_BURST: u32 = 1_000_000;
 
 /// Builds a [`Budget`] step by step, from [`Budget::builder`]: the settings of [`BudgetConfig`],
 /// plus a [`Limit`] or a shared [`Store`] of its own.
@@ -292,6 +382,20 @@ impl BudgetBuilder {
     #[cfg(feature = "adaptive")]
     pub fn adaptive(mut self, adaptive: crate::limit::Adaptive) -> Self {
         self.config.adaptive = Some(adaptive);
+        self
+    }
+
+    /// See [`BudgetConfig::rate`].
+    #[cfg(feature = "rate")]
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.config.rate = Some(rate);
+        self
+    }
+
+    /// See [`BudgetConfig::burst`].
+    #[cfg(feature = "rate")]
+    pub fn burst(mut self, burst: u32) -> Self {
+        self.config.burst = Some(burst);
         self
     }
 

@@ -6,7 +6,13 @@
 //! 1. **Local permit.** Free and nobody waiting: granted at once (the fast path: no clock read
 //!    unless the limit learns, no lock). Otherwise the caller joins the queue if `max_queued`
 //!    allows, and waits until the permit deadline.
-//! 2. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
+//! 2. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
+//!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
+//!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
+//!    first and followed by a wait for a permit would let several calls whose permits freed
+//!    together start at once, a burst the rate limit promised not to send. The cost is a permit
+//!    held while its caller waits for its slot; when the rate is what binds, permits are not.
+//! 3. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
 //!    so that a process never asks the store for more than its own share, within the same
 //!    deadline.
 //!
@@ -17,6 +23,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
+#[cfg(feature = "rate")]
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::error::{AcquireError, TryAcquireError};
@@ -24,6 +33,8 @@ use super::stats::Stats;
 use super::BudgetConfig;
 use crate::limit::{Limit, LimitChange, Outcome, Sample};
 use crate::padded::CachePadded;
+#[cfg(feature = "rate")]
+use crate::rate::gcra::{Gcra, Slot};
 use crate::store::local::LocalPermits;
 use crate::store::{Lease, Store, StoreError};
 
@@ -34,6 +45,8 @@ pub(crate) struct Engine {
     /// The limit, when it learns from samples; a fixed limit needs no state beyond the permits.
     learner: Option<Mutex<Learner>>,
     store: Option<Arc<dyn Store>>,
+    #[cfg(feature = "rate")]
+    rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
     unavailable: AtomicU64,
     pub(crate) stats: Stats,
@@ -82,6 +95,11 @@ impl Engine {
             permits: LocalPermits::new(initial),
             learner,
             store,
+            #[cfg(feature = "rate")]
+            rate: config.rate.map(|r| {
+                let interval = r.interval().unwrap_or(Duration::from_secs(1));
+                Gcra::new(interval, config.burst.unwrap_or(1))
+            }),
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
             unavailable: AtomicU64::new(0),
@@ -104,12 +122,38 @@ impl Engine {
         self.unavailable.load(Relaxed)
     }
 
+    /// Whether every caller must pass a gate beyond the local permit.
+    #[inline]
+    fn has_more_gates(&self) -> bool {
+        #[cfg(feature = "rate")]
+        if self.rate.is_some() {
+            return true;
+        }
+        self.store.is_some()
+    }
+
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
         if self.store.is_some() {
             self.stats.rejected();
             return Err(TryAcquireError::WouldWait);
+        }
+        #[cfg(feature = "rate")]
+        if let Some(rate) = &self.rate {
+            if !self.permits.try_take() {
+                self.stats.rejected();
+                return Err(TryAcquireError::NoPermits);
+            }
+            let now = Instant::now();
+            return match rate.reserve(now, Some(now)) {
+                Ok(_) => Ok(self.admitted_at_once(Some(now))),
+                Err(_) => {
+                    self.permits.give_back();
+                    self.stats.rate_limited();
+                    Err(TryAcquireError::RateLimited)
+                }
+            };
         }
         match self.grant_at_once() {
             Some(grant) => Ok(grant),
@@ -125,13 +169,19 @@ impl Engine {
         if !self.permits.try_take() {
             return None;
         }
+        Some(self.admitted_at_once(None))
+    }
+
+    /// Counts a permit taken without waiting; `now` if the clock was read already.
+    #[inline]
+    fn admitted_at_once(&self, now: Option<Instant>) -> Grant {
         let in_flight = self.permits.in_flight();
         self.stats.admitted_at_once(in_flight);
-        Some(Grant {
-            granted: self.learner.is_some().then(Instant::now),
+        Grant {
+            granted: now.or_else(|| self.learner.is_some().then(Instant::now)),
             in_flight,
             lease: None,
-        })
+        }
     }
 
     /// Passes every gate, waiting where the budget allows.
@@ -139,7 +189,7 @@ impl Engine {
     /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
     /// while waiting is counted as cancelled.
     pub(crate) async fn grant(&self) -> Result<Grant, AcquireError> {
-        if self.store.is_none() {
+        if !self.has_more_gates() {
             if let Some(grant) = self.grant_at_once() {
                 return Ok(grant);
             }
@@ -164,6 +214,10 @@ impl Engine {
         }
         attempt.holds_local = true;
         let in_flight = self.permits.in_flight();
+        #[cfg(feature = "rate")]
+        if let Some(rate) = &self.rate {
+            self.wait_for_slot(rate, deadline, &mut attempt).await?;
+        }
         let mut lease = None;
         if let Some(store) = &self.store {
             match store.acquire(&self.name, deadline).await {
@@ -235,6 +289,34 @@ impl Engine {
         Ok(())
     }
 
+    /// Reserves the next rate slot and sleeps until it, or refuses at once if it comes after
+    /// `deadline`.
+    #[cfg(feature = "rate")]
+    async fn wait_for_slot(
+        &self,
+        rate: &Gcra,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        let now = Instant::now();
+        let Ok(slot) = rate.reserve(now, deadline) else {
+            attempt.ended = true;
+            self.stats.rate_limited();
+            return Err(AcquireError::RateLimited);
+        };
+        if slot.at > now {
+            let at = slot.at;
+            // A caller dropped while it sleeps gives its slot back if nobody queued behind it.
+            let held = HeldSlot {
+                rate,
+                slot: Some(slot),
+            };
+            tokio::time::sleep_until(at).await;
+            held.used();
+        }
+        Ok(())
+    }
+
     /// Takes back a permit: the lease goes back to the store, the limit learns from the call,
     /// then the local permit is returned.
     pub(crate) fn release(&self, grant: &mut Grant, outcome: Outcome) {
@@ -290,6 +372,29 @@ impl Drop for Attempt<'_> {
         }
         if !self.ended {
             self.engine.stats.cancelled();
+        }
+    }
+}
+
+/// A reserved rate slot not yet reached; given back if its caller leaves first.
+#[cfg(feature = "rate")]
+struct HeldSlot<'a> {
+    rate: &'a Gcra,
+    slot: Option<Slot>,
+}
+
+#[cfg(feature = "rate")]
+impl HeldSlot<'_> {
+    fn used(mut self) {
+        self.slot = None;
+    }
+}
+
+#[cfg(feature = "rate")]
+impl Drop for HeldSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            self.rate.cancel(slot);
         }
     }
 }

@@ -60,6 +60,10 @@ pub enum AcquireError {
     /// The caller waited its whole `permit_timeout` without getting a permit.
     #[error("no permit within permit_timeout")]
     PermitTimeout,
+    /// The budget's rate limit would let the call start only after `permit_timeout`: refused at
+    /// once, without waiting.
+    #[error("the rate limit would let the call start only after permit_timeout")]
+    RateLimited,
     /// The budget keeps its permits in a shared [`Store`](crate::store::Store) that could not be
     /// asked.
     #[error("the permit store is unavailable: {0}")]
@@ -77,6 +81,9 @@ pub enum TryAcquireError {
     /// The budget keeps its permits in a shared store, which cannot be asked without waiting.
     #[error("the budget's permits are in a shared store; use acquire")]
     WouldWait,
+    /// The budget's rate limit lets the next call start only later.
+    #[error("the rate limit lets the next call start only later")]
+    RateLimited,
 }
 
 impl TryAcquireError {
@@ -95,6 +102,11 @@ impl AcquireError {
     /// Whether the caller waited for its whole permit deadline.
     pub fn is_permit_timeout(&self) -> bool {
         matches!(self, AcquireError::PermitTimeout)
+    }
+
+    /// Whether the rate limit refused the caller.
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, AcquireError::RateLimited)
     }
 }
 

@@ -394,6 +394,7 @@ impl Budget {
             admitted: wait.count,
             rejected: counts.rejected,
             permit_timeouts: counts.permit_timeouts,
+            rate_limited: counts.rate_limited,
             cancelled: counts.cancelled,
             unavailable: engine.unavailable(),
             call_timeouts: counts.call_timeouts,

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
-/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts`, `cancelled`
-/// or `unavailable` (or is still `waiting`).
+/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts`,
+/// `rate_limited`, `cancelled` or `unavailable` (or is still `waiting`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BudgetSnapshot {
@@ -30,6 +30,9 @@ pub struct BudgetSnapshot {
     pub rejected: u64,
     /// Callers that waited their whole `permit_timeout`.
     pub permit_timeouts: u64,
+    /// Callers the rate limit refused because their turn would have come after their deadline
+    /// (or, for `try_acquire`, not at once).
+    pub rate_limited: u64,
     /// Callers that stopped waiting (their future was dropped) before an outcome.
     pub cancelled: u64,
     /// Callers refused because the budget's shared store could not be asked.

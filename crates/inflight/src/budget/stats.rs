@@ -14,6 +14,7 @@ pub(crate) struct Stats {
     peak_in_flight: CachePadded<AtomicUsize>,
     rejected: AtomicU64,
     permit_timeouts: AtomicU64,
+    rate_limited: AtomicU64,
     cancelled: AtomicU64,
     call_timeouts: AtomicU64,
     /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
@@ -28,6 +29,7 @@ pub(crate) struct Counts {
     pub(crate) peak_in_flight: usize,
     pub(crate) rejected: u64,
     pub(crate) permit_timeouts: u64,
+    pub(crate) rate_limited: u64,
     pub(crate) cancelled: u64,
     pub(crate) call_timeouts: u64,
 }
@@ -39,6 +41,7 @@ impl Stats {
             peak_in_flight: CachePadded(AtomicUsize::new(0)),
             rejected: AtomicU64::new(0),
             permit_timeouts: AtomicU64::new(0),
+            rate_limited: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             call_timeouts: AtomicU64::new(0),
             wait: CachePadded(Histogram::new()),
@@ -79,6 +82,12 @@ impl Stats {
         self.permit_timeouts.fetch_add(1, Relaxed);
     }
 
+    /// The rate limit refused a caller whose slot would have come too late.
+    #[cfg_attr(not(feature = "rate"), allow(dead_code))]
+    pub(crate) fn rate_limited(&self) {
+        self.rate_limited.fetch_add(1, Relaxed);
+    }
+
     /// A caller stopped waiting (its future was dropped) before an outcome.
     pub(crate) fn cancelled(&self) {
         self.cancelled.fetch_add(1, Relaxed);
@@ -101,6 +110,7 @@ impl Stats {
             peak_in_flight: self.peak_in_flight.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
             permit_timeouts: self.permit_timeouts.load(Relaxed),
+            rate_limited: self.rate_limited.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             call_timeouts: self.call_timeouts.load(Relaxed),
         }

@@ -25,6 +25,17 @@
 //! backoff = 0.75            # the cut on overload, 0.5 to 0.95, default 0.75
 //! ```
 //!
+//! A budget may also limit how fast calls start, next to how many run at once (feature `rate`,
+//! on by default; see [`BudgetConfig::rate`](crate::BudgetConfig::rate)):
+//!
+//! ```toml
+//! [budgets.llm]
+//! max_concurrent = 16
+//! rate = "600/min"          # also "/s", "/ms", "/h"
+//! burst = 1                 # calls that may start back to back after a quiet spell, default 1
+//! permit_timeout = "30s"    # a turn that would come later than this is refused at once
+//! ```
+//!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
 mod parse;

@@ -22,6 +22,8 @@ const FIELDS: &[&str] = &[
     "max",
     "initial",
     "backoff",
+    "rate",
+    "burst",
 ];
 
 /// Keys that only an adaptive limit takes.
@@ -143,6 +145,9 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     if adaptive {
         config = adaptive_limit(config, table, &field)?;
     }
+    if table.contains_key("rate") || table.contains_key("burst") {
+        config = rate_limit(config, table, &field)?;
+    }
     Ok(config)
 }
 
@@ -198,6 +203,36 @@ fn adaptive_limit(
     Err(ConfigError::invalid(
         field("limit"),
         "adaptive limits need the crate's \"adaptive\" feature",
+    ))
+}
+
+#[cfg(feature = "rate")]
+fn rate_limit(
+    mut config: BudgetConfig,
+    table: &Table,
+    field: &dyn Fn(&str) -> String,
+) -> Result<BudgetConfig, ConfigError> {
+    if let Some(v) = table.get("rate") {
+        config = config.rate(rate(&field("rate"), v)?);
+    }
+    if let Some(v) = table.get("burst") {
+        let burst = integer(&field("burst"), v, 1)?;
+        let burst = u32::try_from(burst)
+            .map_err(|_| ConfigError::invalid(field("burst"), format!("is too large: {burst}")))?;
+        config = config.burst(burst);
+    }
+    Ok(config)
+}
+
+#[cfg(not(feature = "rate"))]
+fn rate_limit(
+    _: BudgetConfig,
+    _: &Table,
+    field: &dyn Fn(&str) -> String,
+) -> Result<BudgetConfig, ConfigError> {
+    Err(ConfigError::invalid(
+        field("rate"),
+        "rate limits need the crate's \"rate\" feature",
     ))
 }
 

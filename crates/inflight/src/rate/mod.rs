@@ -1,4 +1,8 @@
-//! [`Rate`]: a throughput, events per unit of time, as budgets files and sizing use it.
+//! [`Rate`]: a throughput, events per unit of time, as budgets files, rate limits and sizing use
+//! it; and the rate gate behind a budget's `rate` (feature `rate`).
+
+#[cfg(feature = "rate")]
+pub(crate) mod gcra;
 
 use std::fmt;
 use std::str::FromStr;

@@ -31,6 +31,8 @@ pub struct Hints {
     pub service_time: Option<Duration>,
     /// The throughput wanted through the budget, if given.
     pub target_rate: Option<Rate>,
+    /// The budget's rate limit and burst, if it has one.
+    pub rate_limit: Option<(Rate, u32)>,
 }
 
 impl Hints {
@@ -40,6 +42,16 @@ impl Hints {
             max_concurrent: config.max_concurrent(),
             service_time: config.service_time_hint(),
             target_rate: config.target_rate_hint(),
+            rate_limit: config.rate_limit(),
+        }
+    }
+
+    /// The calls in flight the rate limit needs to be reached, `rate x service_time`, if the
+    /// budget has a rate limit and a service time is given: a rate of 100/s at 150 ms needs 15.
+    pub fn rate_in_flight(&self) -> Option<f64> {
+        match (self.rate_limit, self.service_time) {
+            (Some((rate, _)), Some(t)) => Some(in_flight_for(rate.events_per_second(), t)),
+            _ => None,
         }
     }
 
@@ -65,6 +77,9 @@ pub struct Assessment {
     pub max_rate: Option<Rate>,
     /// The calls in flight `target_rate` needs, `target_rate x service_time`, if both are given.
     pub needed_concurrency: Option<f64>,
+    /// The calls in flight the rate limit needs to be reached, `rate x service_time`, if both are
+    /// given.
+    pub rate_in_flight: Option<f64>,
     /// Settings that no single-field check catches but that cannot all hold.
     pub warnings: Vec<Warning>,
 }
@@ -94,6 +109,16 @@ pub enum Warning {
     },
     /// `permit_timeout` is set but `max_queued = 0`: nobody ever waits, so the deadline never applies.
     PermitTimeoutWithoutQueue { permit_timeout: Duration },
+    /// `rate x service_time` exceeds `max_concurrent`: the concurrency limit caps the budget below
+    /// its rate limit, which never binds.
+    RateNeedsMoreThanBudget {
+        needed: f64,
+        max_concurrent: usize,
+        rate: Rate,
+        max_rate: Rate,
+    },
+    /// `target_rate` is above the rate limit: the target cannot be met.
+    TargetAboveRateLimit { target_rate: Rate, rate: Rate },
 }
 
 impl fmt::Display for Warning {
@@ -116,6 +141,16 @@ impl fmt::Display for Warning {
                 "call_timeout {} is shorter than service_time {}: a typical call would time out",
                 humantime::format_duration(*call_timeout),
                 humantime::format_duration(*service_time)
+            ),
+            Warning::RateNeedsMoreThanBudget { needed, max_concurrent, rate, max_rate } => write!(
+                f,
+                "rate {rate} needs {needed:.1} calls in flight but max_concurrent is {max_concurrent}: \
+                 the budget passes at most {max_rate}, so the rate limit never binds \
+                 (lower the rate, or raise max_concurrent after measuring)"
+            ),
+            Warning::TargetAboveRateLimit { target_rate, rate } => write!(
+                f,
+                "target_rate {target_rate} is above the rate limit {rate}: the target cannot be met"
             ),
             Warning::PermitTimeoutWithoutQueue { permit_timeout } => write!(
                 f,
@@ -199,9 +234,28 @@ pub fn assess(config: &BudgetConfig) -> Assessment {
     {
         warnings.push(Warning::PermitTimeoutWithoutQueue { permit_timeout });
     }
+    let rate_in_flight = hints.rate_in_flight();
+    if let (Some(needed), Some((rate, _)), Some(max_rate)) =
+        (rate_in_flight, hints.rate_limit, max_rate)
+    {
+        if needed > max_concurrent as f64 + 1e-9 {
+            warnings.push(Warning::RateNeedsMoreThanBudget {
+                needed,
+                max_concurrent,
+                rate,
+                max_rate,
+            });
+        }
+    }
+    if let (Some(target_rate), Some((rate, _))) = (hints.target_rate, hints.rate_limit) {
+        if target_rate.events_per_second() > rate.events_per_second() * (1.0 + 1e-9) {
+            warnings.push(Warning::TargetAboveRateLimit { target_rate, rate });
+        }
+    }
     Assessment {
         max_rate,
         needed_concurrency,
+        rate_in_flight,
         warnings,
     }
 }
@@ -256,6 +310,35 @@ mod assess_tests {
             assess(&c).warnings[..],
             [Warning::PermitTimeoutWithoutQueue { .. }]
         ));
+    }
+
+    #[test]
+    fn a_rate_limit_is_sized_next_to_the_concurrency() {
+        // A rate of 100/s at 150 ms needs 15 in flight: within 32, beyond 6.
+        let c = BudgetConfig::new(32)
+            .rate(Rate::per_second(100.0))
+            .service_time(ms(150));
+        let a = assess(&c);
+        assert_eq!(a.rate_in_flight, Some(15.0));
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        let c = BudgetConfig::new(6)
+            .rate(Rate::per_second(100.0))
+            .service_time(ms(150))
+            .target_rate(Rate::per_second(120.0));
+        let a = assess(&c);
+        assert!(matches!(
+            a.warnings[..],
+            [
+                Warning::TargetExceedsBudget { .. },
+                Warning::RateNeedsMoreThanBudget { .. },
+                Warning::TargetAboveRateLimit { .. }
+            ]
+        ));
+        assert!(
+            a.warnings[1].to_string().contains("at most 40/s"),
+            "{}",
+            a.warnings[1]
+        );
     }
 
     #[test]
