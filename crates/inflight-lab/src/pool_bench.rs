@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use inflight::cpu::{throttle_stats_at, Enforcement, QuotaGroup, ThrottleStats};
+use inflight_cpu::{throttle_stats_at, Enforcement, QuotaGroup, ThrottleStats};
 use serde::{Deserialize, Serialize};
 
 /// The CFS period the reading of the results refers to (the kernel default).

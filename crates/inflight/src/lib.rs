@@ -43,12 +43,9 @@
 //! - [`budget`]: [`Budget`], [`BudgetConfig`], [`Permit`], errors and [`BudgetSnapshot`].
 //! - [`config`]: [`Budgets`], a set of budgets loaded and checked from a TOML file.
 //! - [`sizing`]: Little's law helpers for choosing limits.
-//! - [`cpu`]: the CPU budget of this process (cores, affinity, cgroup quotas) and cgroups with a
-//!   CPU quota for experiments.
 
 pub mod budget;
 pub mod config;
-pub mod cpu;
 pub mod sizing;
 
 pub use budget::{

@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use anyhow::Context;
-use inflight::cpu::{CpuBudget, QuotaGroup};
+use inflight_cpu::{CpuBudget, QuotaGroup};
 use inflight_lab::pool_bench::{self, BenchError, BenchReport, PoolResult};
 
 #[derive(Debug, clap::Args)]
