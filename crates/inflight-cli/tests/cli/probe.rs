@@ -10,7 +10,7 @@ use crate::support::{exits_2, inflight, inflight_path, is_root, run_json, succes
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../inflight/tests/fixtures/cpu")
+        .join("../inflight-cpu/tests/fixtures")
         .join(name)
 }
 
