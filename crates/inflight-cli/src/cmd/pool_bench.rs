@@ -5,7 +5,9 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use anyhow::Context;
-use inflight_bench::pool::{self, BenchError, Cleanup, SweepConfig, SweepEvent, SweepOutcome};
+use inflight_bench::pool::{
+    self, BenchError, BenchReport, Cleanup, SweepConfig, SweepEvent, SweepOutcome,
+};
 use inflight_bench::shutdown::Shutdown;
 use inflight_cpu::Enforcement;
 
@@ -133,7 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Err(anyhow::Error::new(e).context(context));
         }
     };
-    let report = match outcome {
+    match outcome {
         SweepOutcome::Complete { report, cleanup } => {
             if let Cleanup::Failed { path, error } = cleanup {
                 eprintln!(
@@ -141,7 +143,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     path.display()
                 );
             }
-            report
+            print_report(&report, args.duration, args.json)?;
+            Ok(ExitCode::SUCCESS)
         }
         SweepOutcome::Interrupted { cleanup } => {
             match cleanup {
@@ -154,31 +157,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ),
                 Cleanup::NoGroup => eprintln!("interrupted: stopped"),
             }
-            return Ok(ExitCode::from(130));
+            // The shell's status for an interrupted command.
+            Ok(ExitCode::from(130))
         }
-    };
-
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        match (report.cpus, report.enforcement) {
-            (Some(c), Enforcement::None) => {
-                println!("pool-bench: asked for {c} CPUs, NOT enforced (--no-limit)")
-            }
-            (Some(c), e) => println!("pool-bench under a {c} CPU quota ({e})"),
-            (None, _) => println!("pool-bench without a quota of its own (enforcement: none)"),
-        }
-        println!(
-            "task: {:.1} us of arithmetic on an idle CPU; each pool runs {}",
-            report.task_us,
-            humantime::format_duration(args.duration)
-        );
-        println!();
-        print!("{}", pool::render_table(&report));
-        println!();
-        println!("{}", pool::interpret(&report));
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// The results, on stdout: one JSON object, or the table and its reading.
+fn print_report(report: &BenchReport, duration: Duration, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+        return Ok(());
+    }
+    match (report.cpus, report.enforcement) {
+        (Some(c), Enforcement::None) => {
+            println!("pool-bench: asked for {c} CPUs, NOT enforced (--no-limit)")
+        }
+        (Some(c), e) => println!("pool-bench under a {c} CPU quota ({e})"),
+        (None, _) => println!("pool-bench without a quota of its own (enforcement: none)"),
+    }
+    println!(
+        "task: {:.1} us of arithmetic on an idle CPU; each pool runs {}",
+        report.task_us,
+        humantime::format_duration(duration)
+    );
+    println!();
+    print!("{}", pool::render_table(report));
+    println!();
+    println!("{}", pool::interpret(report));
+    Ok(())
 }
 
 /// Progress and warnings, on stderr.
