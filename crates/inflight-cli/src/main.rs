@@ -1,5 +1,6 @@
-//! The `inflight` command: glue between the command line and the `inflight` and `inflight-lab`
-//! libraries. Each subcommand lives in `cmd/<name>.rs` with its `Args` and a `run` function.
+//! The `inflight` command: glue between the command line and the `inflight`, `inflight-cpu`,
+//! `inflight-bench` and `inflight-lab` libraries. Each subcommand lives in `cmd/<name>.rs` with its
+//! `Args` and a `run` function.
 
 use std::process::ExitCode;
 

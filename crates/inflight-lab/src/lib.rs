@@ -1,5 +1,5 @@
-//! The inflight lab: the experiments behind `inflight sim`, `inflight lab run`, `inflight fanout`
-//! and `inflight pool-bench`.
+//! The inflight lab: the experiments behind `inflight sim` and `inflight lab run`. The fan-out and
+//! pool benchmarks live in `inflight-bench`.
 //!
 //! - [`results`]: the results document (`results.json`) and its types.
 //! - [`scenario`]: the scenarios file (`lab/scenarios.toml`): latencies and capacities.
@@ -9,13 +9,9 @@
 //! - [`hypothesis`]: preregistered hypotheses (`lab/hypotheses.toml`) and their evaluation.
 //! - [`report`]: `summary.md`, `runs.csv`, SVG figures and `index.html` from a results document.
 //! - [`orchestrate`]: `inflight lab run`: starts the sim, runs the matrix, summarises, reports.
-//! - [`fanout`]: the fan-out benchmark (`inflight fanout`).
-//! - [`pool_bench`]: the CPU-bound pool benchmark (`inflight pool-bench`).
 
-pub mod fanout;
 pub mod hypothesis;
 pub mod orchestrate;
-pub mod pool_bench;
 pub mod report;
 pub mod results;
 pub mod runner;

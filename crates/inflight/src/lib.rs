@@ -49,17 +49,15 @@
 //! - [`config`] (feature `toml`, on by default): [`Budgets`], a set of budgets loaded and checked
 //!   from a TOML file.
 //! - [`sizing`]: Little's law helpers for choosing limits, and what a budget's settings imply.
-//! - [`Rate`]: a throughput, as budgets files and sizing write it.
+//! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
-//! use `budget`, never the reverse.
-//! - [`cpu`]: the CPU budget of this process (cores, affinity, cgroup quotas) and cgroups with a
-//!   CPU quota for experiments.
+//! use `budget`, never the reverse. The CPU budget of a process (cores, affinity, cgroup quotas)
+//! is the `inflight-cpu` crate's.
 
 pub mod budget;
 #[cfg(feature = "toml")]
 pub mod config;
-pub mod cpu;
 pub mod limit;
 mod padded;
 mod rate;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use inflight_lab::fanout::{self, Delay, FanoutConfig, PreciseTimer, Strategy};
+use inflight_bench::fanout::{self, Delay, FanoutConfig, FanoutStrategy};
+use inflight_bench::timer::PreciseTimer;
 
 /// The longest a whole run may be planned to take.
 const MAX_PLANNED: Duration = Duration::from_secs(600);
@@ -41,7 +42,7 @@ pub struct Args {
         default_value = "unbounded,buffer_unordered,semaphore,joinset,budget",
         value_parser = parse_strategy
     )]
-    strategies: Vec<Strategy>,
+    strategies: Vec<FanoutStrategy>,
 
     /// Print one JSON object instead of the table.
     #[arg(long)]
@@ -60,11 +61,11 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    Strategy::parse(s.trim()).ok_or_else(|| {
+fn parse_strategy(s: &str) -> Result<FanoutStrategy, String> {
+    FanoutStrategy::parse(s.trim()).ok_or_else(|| {
         format!(
             "unknown strategy {s:?}; expected one of: {}",
-            Strategy::ALL.map(|k| k.name()).join(", ")
+            FanoutStrategy::ALL.map(|k| k.name()).join(", ")
         )
     })
 }

@@ -1,13 +1,15 @@
 //! `inflight pool-bench`: a fixed CPU-bound task on thread pools of several sizes, each in a child
 //! process inside a cgroup with a real CPU quota (`--cpus`), with latency percentiles and throttling.
 
-use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use anyhow::Context;
-use inflight::cpu::{CpuBudget, QuotaGroup};
-use inflight_lab::pool_bench::{self, BenchError, BenchReport, PoolResult};
+use inflight_bench::pool::{
+    self, BenchError, BenchReport, Cleanup, SweepConfig, SweepEvent, SweepOutcome,
+};
+use inflight_bench::shutdown::Shutdown;
+use inflight_cpu::Enforcement;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -89,139 +91,127 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let iters = args
             .child_iters
             .context("--child-pool needs --child-iters")?;
-        let run = pool_bench::run_pool(pool, args.duration, iters);
+        let run = pool::run_pool(pool, args.duration, iters);
         println!("{}", serde_json::to_string(&run)?);
         return Ok(ExitCode::SUCCESS);
     }
 
     // From here on Ctrl-C (or SIGTERM) stops the child and removes the cgroup before exiting.
-    pool_bench::catch_interrupts().context("cannot install the Ctrl-C handler")?;
-    let group = match args.cpus {
-        Some(cpus) => match QuotaGroup::create(cpus) {
-            Ok(g) => Some(g),
-            Err(e) if args.no_limit => {
-                eprintln!("warning: cannot enforce --cpus {cpus}: {e}");
-                eprintln!("warning: running without a quota (--no-limit): enforcement is \"none\"");
-                None
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "cannot enforce --cpus {cpus}, so the benchmark would not measure what it claims; pass --no-limit to run without a quota"
-                )))
-            }
-        },
-        None => None,
-    };
-    // Without our own group, throttling is read from the cgroup this process already runs in.
-    let stats_dir: Option<PathBuf> = match &group {
-        Some(g) => Some(g.path().to_path_buf()),
-        None => CpuBudget::detect()
-            .ok()
-            .and_then(|b| b.levels.first().map(|l| l.dir.clone())),
-    };
-    let enforcement = pool_bench::enforcement_of(group.as_ref());
-
-    let (iters, task_time) = pool_bench::calibrate(Duration::from_micros(args.task_us));
-    eprintln!(
-        "task: {iters} rounds of arithmetic, {:.1} us on an idle CPU (median); enforcement: {}{}",
-        task_time.as_secs_f64() * 1e6,
-        enforcement.as_str(),
-        group
-            .as_ref()
-            .map(|g| format!(" ({} CPU quota in {})", g.cpus(), g.path().display()))
-            .unwrap_or_default()
-    );
-
-    if pool_bench::interrupted() {
-        return Ok(interrupted_exit(group));
-    }
-
+    let shutdown =
+        Shutdown::on_signals_in_background().context("cannot install the Ctrl-C handler")?;
     let exe = std::env::current_exe().context("cannot find this program to run the pools")?;
-    let duration_arg = format!("{}ns", args.duration.as_nanos());
-    let mut results = Vec::new();
-    for &pool in &args.pools {
-        let pool = pool as usize;
-        eprintln!(
-            "pool {pool}: running for {}",
-            humantime::format_duration(args.duration)
-        );
+    let config = SweepConfig {
+        cpus: args.cpus,
+        allow_unenforced: args.no_limit,
+        pools: args.pools.iter().map(|&p| p as usize).collect(),
+        duration: args.duration,
+        task: Duration::from_micros(args.task_us),
+    };
+    let child = |spec: &pool::ChildSpec| {
         let mut cmd = Command::new(&exe);
         cmd.args([
             "pool-bench",
             "--child-pool",
-            &pool.to_string(),
+            &spec.pool.to_string(),
             "--child-iters",
-            &iters.to_string(),
+            &spec.iters.to_string(),
             "--duration",
-            &duration_arg,
+            &format!("{}ns", spec.duration.as_nanos()),
         ]);
-        let (run, throttle) = match pool_bench::run_child(
-            cmd,
-            pool,
-            args.duration,
-            group.as_ref(),
-            stats_dir.as_deref(),
-        ) {
-            Ok(r) => r,
-            Err(BenchError::Interrupted { .. }) => return Ok(interrupted_exit(group)),
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("pool {pool} failed"))),
-        };
-        results.push(PoolResult::new(&run, throttle));
-    }
-
-    let report = BenchReport {
-        cpus: args.cpus,
-        enforcement: enforcement.as_str().to_string(),
-        cgroup: group.as_ref().map(|g| g.path().display().to_string()),
-        duration_s: args.duration.as_secs_f64(),
-        task_iters: iters,
-        task_us: task_time.as_secs_f64() * 1e6,
-        results,
+        cmd
     };
-    if let Some(g) = group {
-        let path = g.path().to_path_buf();
-        if let Err(e) = g.remove() {
-            eprintln!("warning: could not remove cgroup {}: {e}", path.display());
+    let outcome = match pool::sweep(&config, child, &shutdown, print_progress) {
+        Ok(outcome) => outcome,
+        Err(BenchError::Quota { cpus, source }) => {
+            return Err(anyhow::Error::new(source).context(format!(
+                "cannot enforce --cpus {cpus}, so the benchmark would not measure what it claims; pass --no-limit to run without a quota"
+            )))
         }
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        match (report.cpus, report.enforcement.as_str()) {
-            (Some(c), "none") => {
-                println!("pool-bench: asked for {c} CPUs, NOT enforced (--no-limit)")
+        Err(e) => {
+            let context = match e.pool() {
+                Some(pool) => format!("pool {pool} failed"),
+                None => "the pool benchmark failed".to_string(),
+            };
+            return Err(anyhow::Error::new(e).context(context));
+        }
+    };
+    match outcome {
+        SweepOutcome::Complete { report, cleanup } => {
+            if let Cleanup::Failed { path, error } = cleanup {
+                eprintln!(
+                    "warning: could not remove cgroup {}: {error}",
+                    path.display()
+                );
             }
-            (Some(c), e) => println!("pool-bench under a {c} CPU quota ({e})"),
-            (None, _) => println!("pool-bench without a quota of its own (enforcement: none)"),
+            print_report(&report, args.duration, args.json)?;
+            Ok(ExitCode::SUCCESS)
         }
-        println!(
-            "task: {:.1} us of arithmetic on an idle CPU; each pool runs {}",
-            report.task_us,
-            humantime::format_duration(args.duration)
-        );
-        println!();
-        print!("{}", pool_bench::render_table(&report));
-        println!();
-        println!("{}", pool_bench::interpret(&report));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Removes the cgroup (the child has already been stopped) and ends with the shell's status for
-/// an interrupted command.
-fn interrupted_exit(group: Option<QuotaGroup>) -> ExitCode {
-    match group {
-        Some(g) => {
-            let path = g.path().to_path_buf();
-            match g.remove() {
-                Ok(()) => eprintln!("interrupted: stopped; removed cgroup {}", path.display()),
-                Err(e) => eprintln!(
-                    "interrupted: stopped; could not remove cgroup {}: {e}",
+        SweepOutcome::Interrupted { cleanup } => {
+            match cleanup {
+                Cleanup::Removed(path) => {
+                    eprintln!("interrupted: stopped; removed cgroup {}", path.display())
+                }
+                Cleanup::Failed { path, error } => eprintln!(
+                    "interrupted: stopped; could not remove cgroup {}: {error}",
                     path.display()
                 ),
+                Cleanup::NoGroup => eprintln!("interrupted: stopped"),
             }
+            // The shell's status for an interrupted command.
+            Ok(ExitCode::from(130))
         }
-        None => eprintln!("interrupted: stopped"),
     }
-    ExitCode::from(130)
+}
+
+/// The results, on stdout: one JSON object, or the table and its reading.
+fn print_report(report: &BenchReport, duration: Duration, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+        return Ok(());
+    }
+    match (report.cpus, report.enforcement) {
+        (Some(c), Enforcement::None) => {
+            println!("pool-bench: asked for {c} CPUs, NOT enforced (--no-limit)")
+        }
+        (Some(c), e) => println!("pool-bench under a {c} CPU quota ({e})"),
+        (None, _) => println!("pool-bench without a quota of its own (enforcement: none)"),
+    }
+    println!(
+        "task: {:.1} us of arithmetic on an idle CPU; each pool runs {}",
+        report.task_us,
+        humantime::format_duration(duration)
+    );
+    println!();
+    print!("{}", pool::render_table(report));
+    println!();
+    println!("{}", pool::interpret(report));
+    Ok(())
+}
+
+/// Progress and warnings, on stderr.
+fn print_progress(event: SweepEvent<'_>) {
+    match event {
+        SweepEvent::Unenforced { cpus, error } => {
+            eprintln!("warning: cannot enforce --cpus {cpus}: {error}");
+            eprintln!("warning: running without a quota (--no-limit): enforcement is \"none\"");
+        }
+        SweepEvent::Calibrated {
+            iters,
+            task_time,
+            enforcement,
+            group,
+        } => eprintln!(
+            "task: {iters} rounds of arithmetic, {:.1} us on an idle CPU (median); enforcement: {}{}",
+            task_time.as_secs_f64() * 1e6,
+            enforcement.as_str(),
+            group
+                .map(|g| format!(" ({} CPU quota in {})", g.cpus(), g.path().display()))
+                .unwrap_or_default()
+        ),
+        SweepEvent::PoolStarted { pool, duration } => eprintln!(
+            "pool {pool}: running for {}",
+            humantime::format_duration(duration)
+        ),
+        _ => {}
+    }
 }

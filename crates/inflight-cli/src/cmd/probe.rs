@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use inflight::cpu::{runtime_choices, CpuBudget, Limit, RuntimeChoice};
+use inflight_cpu::{runtime_choices, CpuBudget, Limit, RuntimeChoice};
 use serde_json::{json, Value};
 
 /// The line about I/O-bound work, shown by both outputs.

@@ -10,7 +10,7 @@ use crate::support::{exits_2, inflight, inflight_path, is_root, run_json, succes
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../inflight/tests/fixtures/cpu")
+        .join("../inflight-cpu/tests/fixtures")
         .join(name)
 }
 
@@ -152,7 +152,7 @@ fn real_cgroup_quota_on_the_parent_is_found() {
         eprintln!("skipping: needs root to create cgroups");
         return;
     }
-    let group = match inflight::cpu::QuotaGroup::create(0.5) {
+    let group = match inflight_cpu::QuotaGroup::create(0.5) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("skipping: cannot create a cgroup here: {e}");

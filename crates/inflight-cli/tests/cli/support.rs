@@ -35,7 +35,7 @@ pub fn can_create_cgroups(cpus: f64) -> bool {
         eprintln!("skipping: needs root to create cgroups");
         return false;
     }
-    if let Err(e) = inflight::cpu::QuotaGroup::create(cpus) {
+    if let Err(e) = inflight_cpu::QuotaGroup::create(cpus) {
         eprintln!("skipping: this machine cannot create a cgroup: {e}");
         return false;
     }

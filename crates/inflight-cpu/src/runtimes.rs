@@ -1,7 +1,7 @@
 //! What common runtimes would pick as their parallelism for a [`CpuBudget`], by their documented
 //! rules, and where a rule misses a parent's quota, rounds a fractional one up or floors it.
 
-use super::detect::CpuBudget;
+use crate::detect::CpuBudget;
 
 /// One runtime's default parallelism for a budget.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +85,7 @@ pub fn runtime_choices(budget: &CpuBudget) -> Vec<RuntimeChoice> {
     };
     if tightest.is_some()
         && leaf != tightest
-        && budget.cpu_controller == Some(super::detect::CpuController::V2)
+        && budget.cpu_controller == Some(crate::detect::CpuController::V2)
     {
         caveats.push(
             "JDK 23 and earlier read only the process's own cgroup on cgroup v2 and would miss the parent's quota"

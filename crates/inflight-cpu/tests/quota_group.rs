@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use inflight::cpu::{Enforcement, QuotaGroup, PERIOD_US};
+use inflight_cpu::{Enforcement, QuotaGroup, PERIOD_US};
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -135,6 +135,7 @@ fn throttle_stats_count_a_busy_child_over_its_quota() {
     assert!(after.throttled > Duration::ZERO, "{after:?}");
 }
 
+#[cfg(feature = "tokio")]
 #[tokio::test]
 async fn tokio_command_joins_the_group() {
     let Some(group) = group_or_skip(1.5) else {

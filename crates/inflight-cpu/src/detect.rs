@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::mounts::{self, FsKind};
+use crate::mounts::{self, FsKind};
 
 /// Which cgroup hierarchies the machine uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::mounts::{self, CgroupMount};
+use crate::mounts::{self, CgroupMount};
 
 /// The CFS period every [`QuotaGroup`] uses: 100 ms, the kernel's default.
 pub const PERIOD_US: u64 = 100_000;
@@ -18,7 +18,14 @@ pub const PERIOD_US: u64 = 100_000;
 const MIN_QUOTA_US: u64 = 1_000;
 
 /// How a CPU limit is enforced.
+///
+/// With the `serde` feature it serializes as [`Enforcement::as_str`] spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub enum Enforcement {
     /// A cgroup v1 `cpu` controller (`cpu.cfs_quota_us`).
     CgroupV1,
@@ -185,7 +192,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 ///
 /// Processes are placed in it with [`QuotaGroup::add_pid`] or, before they run their first
 /// instruction, with [`QuotaGroup::prepare_command`]. For `tokio::process::Command`, use
-/// [`QuotaGroup::prepare_tokio_command`], or prepare a `std::process::Command` and convert it with
+/// `QuotaGroup::prepare_tokio_command` (feature `tokio`, on by default), or prepare a `std::process::Command` and convert it with
 /// `tokio::process::Command::from(std_cmd)`.
 #[derive(Debug)]
 pub struct QuotaGroup {
@@ -412,7 +419,8 @@ impl QuotaGroup {
         }
     }
 
-    /// [`QuotaGroup::prepare_command`] for a `tokio::process::Command`.
+    /// [`QuotaGroup::prepare_command`] for a `tokio::process::Command` (feature `tokio`).
+    #[cfg(feature = "tokio")]
     pub fn prepare_tokio_command(&self, cmd: &mut tokio::process::Command) {
         let procs = self.procs_c.clone();
         // SAFETY: as in `prepare_command`: async-signal-safe calls only, no allocation.
@@ -612,5 +620,19 @@ mod tests {
         assert_eq!(Enforcement::CgroupV1.as_str(), "cgroup-v1");
         assert_eq!(Enforcement::CgroupV2.as_str(), "cgroup-v2");
         assert_eq!(Enforcement::None.to_string(), "none");
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn enforcement_serializes_as_spelled() {
+        for e in [
+            Enforcement::CgroupV1,
+            Enforcement::CgroupV2,
+            Enforcement::None,
+        ] {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(json, format!("\"{}\"", e.as_str()));
+            assert_eq!(serde_json::from_str::<Enforcement>(&json).unwrap(), e);
+        }
     }
 }

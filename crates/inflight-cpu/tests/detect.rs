@@ -1,15 +1,15 @@
-//! `CpuBudget::detect_in` against fixture trees (`tests/fixtures/cpu/<case>`): v2, v1, hybrid,
+//! `CpuBudget::detect_in` against fixture trees (`tests/fixtures/<case>`): v2, v1, hybrid,
 //! nested, unlimited, fractional and broken files; and `runtime_choices` on them.
 
 use std::path::PathBuf;
 
-use inflight::cpu::{
+use inflight_cpu::{
     runtime_choices, CgroupVersion, CpuBudget, CpuController, DetectError, Limit, QuotaStatus,
 };
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/cpu")
+        .join("tests/fixtures")
         .join(name)
 }
 

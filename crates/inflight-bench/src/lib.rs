@@ -1,0 +1,42 @@
+//! Benchmarks of concurrency limits, and the pieces experiments share.
+//!
+//! Two benchmarks back the `inflight` command: [`fanout`] sends many jobs to a stand-in
+//! dependency in five ways (unbounded, `buffer_unordered`, a semaphore, a `JoinSet`, an
+//! `inflight::Budget`) and measures the peak in flight and the wall time against the ideal;
+//! [`pool`] runs a CPU-bound task on thread pools of several sizes under a real cgroup CPU quota
+//! and measures throughput, tail latency and throttling. What both need, and the lab reuses, sits
+//! next to them: a count of work in flight with its peak, a timer finer than tokio's, a shutdown
+//! on Ctrl-C, and the median of repeats.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use inflight_bench::fanout::{run_once, Delay, Downstream, FanoutStrategy};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), inflight_bench::fanout::FanoutError> {
+//! let downstream = Arc::new(Downstream::new(Duration::from_millis(20), Delay::Tokio));
+//! run_once(FanoutStrategy::Budget, &downstream, 40, 8).await?;
+//! assert_eq!(downstream.calls(), 40);
+//! assert_eq!(downstream.peak(), 8); // the budget held the limit
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`fanout`]: the fan-out benchmark (`inflight fanout`).
+//! - [`pool`]: the CPU-bound pool benchmark (`inflight pool-bench`).
+//! - [`gauge`]: [`PeakGauge`](gauge::PeakGauge), calls in flight and the most at once.
+//! - [`timer`]: [`PreciseTimer`](timer::PreciseTimer), sleeps that end within microseconds of
+//!   their deadline.
+//! - [`shutdown`]: [`Shutdown`](shutdown::Shutdown), fired by Ctrl-C, SIGTERM or SIGHUP.
+//! - [`spread`]: [`Spread`](spread::Spread), median, min and max of repeated measurements.
+
+pub mod fanout;
+pub mod gauge;
+pub mod pool;
+pub mod shutdown;
+pub mod spread;
+pub mod timer;
