@@ -49,6 +49,13 @@
 //! - [`config`] (feature `toml`, on by default): [`Budgets`], a set of budgets loaded and checked
 //!   from a TOML file.
 //! - [`sizing`]: Little's law helpers for choosing limits, and what a budget's settings imply.
+//! - `tower` (feature `tower`): `BudgetLayer`, a budget around any `tower::Service`.
+//! - `metrics` (feature `metrics`): every budget's gauges, counters and histograms through the
+//!   `metrics` facade, with Prometheus names and units.
+//!
+//! With the feature `tracing`, permit waits and calls run in `tracing` spans (`inflight.permit_wait`,
+//! `inflight.call`, at debug level) and refusals and call timeouts are events; all silent unless a
+//! subscriber is installed.
 //! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
@@ -59,10 +66,14 @@ pub mod budget;
 #[cfg(feature = "toml")]
 pub mod config;
 pub mod limit;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod padded;
 mod rate;
 pub mod sizing;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use budget::{
     AcquireError, Budget, BudgetBuilder, BudgetConfig, BudgetSnapshot, BuildError, CallError,

@@ -51,6 +51,7 @@ impl Held for OwnedPermit {
 pub(crate) struct CallGuard<P: Held> {
     permit: P,
     start: Instant,
+    ended: bool,
 }
 
 impl<P: Held> CallGuard<P> {
@@ -58,7 +59,11 @@ impl<P: Held> CallGuard<P> {
     /// is, and reading the clock again would cost a read), else now.
     pub(crate) fn start(permit: P) -> CallGuard<P> {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
-        CallGuard { permit, start }
+        CallGuard {
+            permit,
+            start,
+            ended: false,
+        }
     }
 
     /// The call's timeout, if the budget has one.
@@ -66,18 +71,31 @@ impl<P: Held> CallGuard<P> {
         self.permit.engine().config.call_timeout
     }
 
-    /// The call returned, with this outcome.
-    pub(crate) fn finish(mut self, outcome: Outcome) {
-        self.permit.engine().stats.call_ended(self.start.elapsed());
+    /// The call returned (`ok`, or with an error), with this outcome for the limit.
+    pub(crate) fn finish(mut self, ok: bool, outcome: Outcome) {
+        self.ended = true;
+        self.permit
+            .engine()
+            .stats
+            .call_ended(self.start.elapsed(), ok);
         self.permit.set_outcome(outcome);
     }
 
     /// The call ran past its timeout and was dropped: an overload signal.
     pub(crate) fn timed_out(mut self) {
+        self.ended = true;
         self.permit
             .engine()
             .stats
             .call_timed_out(self.start.elapsed());
         self.permit.set_outcome(Outcome::Overload);
+    }
+}
+
+impl<P: Held> Drop for CallGuard<P> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.permit.engine().stats.call_cancelled();
+        }
     }
 }

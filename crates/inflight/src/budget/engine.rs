@@ -90,8 +90,9 @@ impl Engine {
                 }],
             })
         });
+        let name: Arc<str> = Arc::from(name);
         Engine {
-            name: Arc::from(name),
+            name: name.clone(),
             permits: LocalPermits::new(initial),
             learner,
             store,
@@ -103,7 +104,7 @@ impl Engine {
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
             unavailable: AtomicU64::new(0),
-            stats: Stats::new(),
+            stats: Stats::new(name.clone()),
         }
     }
 
@@ -194,6 +195,13 @@ impl Engine {
                 return Ok(grant);
             }
         }
+        #[cfg(feature = "tracing")]
+        {
+            use tracing::Instrument;
+            let span = tracing::debug_span!("inflight.permit_wait", budget = %self.name);
+            self.grant_after_wait().instrument(span).await
+        }
+        #[cfg(not(feature = "tracing"))]
         self.grant_after_wait().await
     }
 
@@ -230,6 +238,7 @@ impl Engine {
                 Err(e) => {
                     attempt.ended = true;
                     self.unavailable.fetch_add(1, Relaxed);
+                    self.stats.unavailable(&e);
                     return Err(AcquireError::Unavailable(e));
                 }
             }

@@ -81,6 +81,15 @@ impl Histogram {
         }
     }
 
+    /// How many zeros were recorded (waits that did not wait).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn zeros(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| s.buckets[0].load(Relaxed))
+            .sum()
+    }
+
     pub(crate) fn summary(&self) -> LatencySummary {
         let mut counts = vec![0u64; BUCKETS];
         let (mut sum, mut max) = (0u128, 0u64);

@@ -44,7 +44,7 @@ pub use snapshot::{BudgetSnapshot, LatencySummary};
 
 use crate::limit::{Limit, LimitChange, Outcome};
 use crate::store::Store;
-use call::CallGuard;
+pub(crate) use call::CallGuard;
 use engine::Engine;
 
 /// A named limit on the calls in flight to one dependency.
@@ -361,17 +361,23 @@ impl Budget {
     {
         let permit = self.acquire().await.map_err(CallError::Rejected)?;
         let guard = CallGuard::start(permit);
+        let call = call();
+        #[cfg(feature = "tracing")]
+        let call = tracing::Instrument::instrument(
+            call,
+            tracing::debug_span!("inflight.call", budget = %self.name()),
+        );
         let result = match guard.timeout() {
-            Some(deadline) => match tokio::time::timeout(deadline, call()).await {
+            Some(deadline) => match tokio::time::timeout(deadline, call).await {
                 Ok(result) => result,
                 Err(_) => {
                     guard.timed_out();
                     return Err(CallError::Timeout);
                 }
             },
-            None => call().await,
+            None => call.await,
         };
-        guard.finish(classify(&result));
+        guard.finish(result.is_ok(), classify(&result));
         result.map_err(CallError::Inner)
     }
 
@@ -398,6 +404,9 @@ impl Budget {
             cancelled: counts.cancelled,
             unavailable: engine.unavailable(),
             call_timeouts: counts.call_timeouts,
+            calls_ok: counts.calls_ok,
+            calls_error: counts.calls_error,
+            calls_cancelled: counts.calls_cancelled,
             wait,
             call: engine.stats.call().summary(),
         }

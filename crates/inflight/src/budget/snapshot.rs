@@ -39,6 +39,12 @@ pub struct BudgetSnapshot {
     pub unavailable: u64,
     /// Calls through [`Budget::call`](super::Budget::call) that ran past `call_timeout`.
     pub call_timeouts: u64,
+    /// Calls through the budget that returned `Ok`.
+    pub calls_ok: u64,
+    /// Calls through the budget that returned an error.
+    pub calls_error: u64,
+    /// Calls through the budget dropped while they ran.
+    pub calls_cancelled: u64,
     /// Time admitted callers waited for their permit (zero when one was free).
     pub wait: LatencySummary,
     /// Time calls through [`Budget::call`](super::Budget::call) held their permit, timeouts included.

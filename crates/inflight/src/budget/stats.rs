@@ -10,6 +10,9 @@ use crate::padded::CachePadded;
 // Each group of atomics sits on its own cache lines: counters written on every wait must not
 // bounce the lines of the semaphore's own state between cores.
 pub(crate) struct Stats {
+    /// The budget's name, for events.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    name: std::sync::Arc<str>,
     peak_waiting: CachePadded<AtomicUsize>,
     peak_in_flight: CachePadded<AtomicUsize>,
     rejected: AtomicU64,
@@ -17,6 +20,11 @@ pub(crate) struct Stats {
     rate_limited: AtomicU64,
     cancelled: AtomicU64,
     call_timeouts: AtomicU64,
+    calls_ok: AtomicU64,
+    calls_error: AtomicU64,
+    calls_cancelled: AtomicU64,
+    #[cfg(feature = "metrics")]
+    exported: crate::metrics::Handles,
     /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
     wait: CachePadded<Histogram>,
     /// Time from permit to result for every call made through `Budget::call`.
@@ -32,11 +40,17 @@ pub(crate) struct Counts {
     pub(crate) rate_limited: u64,
     pub(crate) cancelled: u64,
     pub(crate) call_timeouts: u64,
+    pub(crate) calls_ok: u64,
+    pub(crate) calls_error: u64,
+    pub(crate) calls_cancelled: u64,
 }
 
 impl Stats {
-    pub(crate) fn new() -> Stats {
+    pub(crate) fn new(name: std::sync::Arc<str>) -> Stats {
         Stats {
+            #[cfg(feature = "metrics")]
+            exported: crate::metrics::Handles::new(&name),
+            name,
             peak_waiting: CachePadded(AtomicUsize::new(0)),
             peak_in_flight: CachePadded(AtomicUsize::new(0)),
             rejected: AtomicU64::new(0),
@@ -44,6 +58,9 @@ impl Stats {
             rate_limited: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             call_timeouts: AtomicU64::new(0),
+            calls_ok: AtomicU64::new(0),
+            calls_error: AtomicU64::new(0),
+            calls_cancelled: AtomicU64::new(0),
             wait: CachePadded(Histogram::new()),
             call: CachePadded(Histogram::new()),
         }
@@ -59,6 +76,11 @@ impl Stats {
     /// A caller got a permit after waiting `waited`.
     pub(crate) fn admitted_after(&self, waited: Duration) {
         self.wait.record(waited);
+        // A zero is published with the fast path's zeros, from the histogram's count of them.
+        #[cfg(feature = "metrics")]
+        if !waited.is_zero() {
+            self.exported.waited(waited);
+        }
     }
 
     /// Every permit was held: in flight reached `limit`. Noting it when a caller has to wait
@@ -75,17 +97,31 @@ impl Stats {
     /// A caller was turned away without waiting.
     pub(crate) fn rejected(&self) {
         self.rejected.fetch_add(1, Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(budget = %self.name, "permit refused: the queue is full");
     }
 
     /// A caller waited its whole permit deadline.
     pub(crate) fn permit_timed_out(&self) {
         self.permit_timeouts.fetch_add(1, Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(budget = %self.name, "no permit within permit_timeout");
     }
 
     /// The rate limit refused a caller whose slot would have come too late.
     #[cfg_attr(not(feature = "rate"), allow(dead_code))]
     pub(crate) fn rate_limited(&self) {
         self.rate_limited.fetch_add(1, Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(budget = %self.name, "permit refused: the rate limit's next turn is past the deadline");
+    }
+
+    /// The shared store could not be asked.
+    pub(crate) fn unavailable(&self, reason: &dyn std::fmt::Display) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(budget = %self.name, %reason, "permit refused: the permit store is unavailable");
+        #[cfg(not(feature = "tracing"))]
+        let _ = reason;
     }
 
     /// A caller stopped waiting (its future was dropped) before an outcome.
@@ -93,15 +129,38 @@ impl Stats {
         self.cancelled.fetch_add(1, Relaxed);
     }
 
-    /// A call through the budget returned after holding its permit for `took`.
-    pub(crate) fn call_ended(&self, took: Duration) {
+    /// A call through the budget returned (`ok` or with an error) after holding its permit for
+    /// `took`.
+    pub(crate) fn call_ended(&self, took: Duration, ok: bool) {
+        if ok {
+            self.calls_ok.fetch_add(1, Relaxed);
+        } else {
+            self.calls_error.fetch_add(1, Relaxed);
+        }
         self.call.record(took);
+        #[cfg(feature = "metrics")]
+        self.exported.called(took);
     }
 
     /// A call through the budget ran past its call timeout after holding its permit for `took`.
     pub(crate) fn call_timed_out(&self, took: Duration) {
         self.call_timeouts.fetch_add(1, Relaxed);
         self.call.record(took);
+        #[cfg(feature = "metrics")]
+        self.exported.called(took);
+        #[cfg(feature = "tracing")]
+        tracing::warn!(budget = %self.name, took_ms = took.as_secs_f64() * 1e3, "call timed out");
+    }
+
+    /// A call through the budget was dropped while it ran.
+    pub(crate) fn call_cancelled(&self) {
+        self.calls_cancelled.fetch_add(1, Relaxed);
+    }
+
+    /// Adds the zero waits since the last publish to the exported wait histogram.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn publish_zero_waits(&self) {
+        self.exported.zero_waits(self.wait.zeros());
     }
 
     pub(crate) fn counts(&self) -> Counts {
@@ -113,6 +172,9 @@ impl Stats {
             rate_limited: self.rate_limited.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             call_timeouts: self.call_timeouts.load(Relaxed),
+            calls_ok: self.calls_ok.load(Relaxed),
+            calls_error: self.calls_error.load(Relaxed),
+            calls_cancelled: self.calls_cancelled.load(Relaxed),
         }
     }
 

@@ -1,0 +1,172 @@
+//! Prometheus-style metrics of every budget through the [`metrics`](::metrics) facade (feature
+//! `metrics`).
+//!
+//! One set of names, prefixed `inflight_`, in Prometheus units, labelled with the budget's name
+//! (`budget`) and, on the counters that split by kind, `reason` or `outcome`:
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `inflight_budget_in_flight` | gauge | budget | permits held now |
+//! | `inflight_budget_waiting` | gauge | budget | callers waiting for a permit now |
+//! | `inflight_budget_limit` | gauge | budget | the limit now (moves if it learns) |
+//! | `inflight_budget_admitted_total` | counter | budget | callers granted a permit |
+//! | `inflight_budget_rejections_total` | counter | budget, reason | `queue_full`, `permit_timeout`, `rate_limited`, `unavailable` |
+//! | `inflight_budget_calls_total` | counter | budget, outcome | `ok`, `error`, `timeout`, `cancelled` |
+//! | `inflight_budget_permit_wait_seconds` | histogram | budget | time from asking to holding a permit |
+//! | `inflight_budget_call_duration_seconds` | histogram | budget | time a call held its permit |
+//!
+//! # What the hot path pays
+//!
+//! Nothing on the fast path: a permit granted at once records no metric there. Gauges and
+//! counters are read from the budget's own counters when [`publish`] runs (call it before each
+//! scrape, or every few seconds), and the zero waits of the fast path are added to the wait
+//! histogram then, in one call. Waits that did wait, and calls through `Budget::call`, are
+//! recorded as they end: they read the clock already.
+//!
+//! Install the recorder before building budgets: a budget takes its histogram handles from the
+//! recorder installed when it is built (as every handle of the `metrics` crate does). With
+//! `metrics-exporter-prometheus`, set buckets (`set_buckets`), or the histograms render as
+//! summaries.
+//!
+//! ```
+//! use inflight::{Budget, BudgetConfig};
+//!
+//! let records = Budget::new("records", BudgetConfig::new(6)).unwrap();
+//! inflight::metrics::describe();
+//! // Before each scrape (or on a timer):
+//! inflight::metrics::publish(&records);
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use ::metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Histogram,
+    Unit,
+};
+
+use crate::Budget;
+
+/// Permits held now (gauge).
+pub const IN_FLIGHT: &str = "inflight_budget_in_flight";
+/// Callers waiting for a permit now (gauge).
+pub const WAITING: &str = "inflight_budget_waiting";
+/// The limit now (gauge).
+pub const LIMIT: &str = "inflight_budget_limit";
+/// Callers granted a permit (counter).
+pub const ADMITTED: &str = "inflight_budget_admitted_total";
+/// Callers refused a permit, by `reason` (counter).
+pub const REJECTIONS: &str = "inflight_budget_rejections_total";
+/// Calls through the budget, by `outcome` (counter).
+pub const CALLS: &str = "inflight_budget_calls_total";
+/// Time from asking for a permit to holding it (histogram, seconds).
+pub const PERMIT_WAIT: &str = "inflight_budget_permit_wait_seconds";
+/// Time a call held its permit (histogram, seconds).
+pub const CALL_DURATION: &str = "inflight_budget_call_duration_seconds";
+
+/// Buckets (seconds) that suit both histograms, from 100 µs to 30 s; for an exporter's
+/// `set_buckets`.
+pub const BUCKETS: &[f64] = &[
+    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0,
+];
+
+/// Describes every metric (help text and unit) to the installed recorder.
+pub fn describe() {
+    describe_gauge!(IN_FLIGHT, Unit::Count, "Permits held now, per budget.");
+    describe_gauge!(
+        WAITING,
+        Unit::Count,
+        "Callers waiting for a permit now, per budget."
+    );
+    describe_gauge!(
+        LIMIT,
+        Unit::Count,
+        "The budget's limit now; it moves if the limit learns."
+    );
+    describe_counter!(ADMITTED, Unit::Count, "Callers granted a permit.");
+    describe_counter!(
+        REJECTIONS,
+        Unit::Count,
+        "Callers refused a permit, by reason: queue_full, permit_timeout, rate_limited, unavailable."
+    );
+    describe_counter!(
+        CALLS,
+        Unit::Count,
+        "Calls made through the budget, by outcome: ok, error, timeout, cancelled."
+    );
+    describe_histogram!(
+        PERMIT_WAIT,
+        Unit::Seconds,
+        "Time from asking for a permit to holding it."
+    );
+    describe_histogram!(CALL_DURATION, Unit::Seconds, "Time a call held its permit.");
+}
+
+/// Publishes `budget`'s gauges and counters, and the zero waits since the last publish.
+pub fn publish(budget: &Budget) {
+    let s = budget.snapshot();
+    let name = s.name.clone();
+    gauge!(IN_FLIGHT, "budget" => name.clone()).set(s.in_flight as f64);
+    gauge!(WAITING, "budget" => name.clone()).set(s.waiting as f64);
+    gauge!(LIMIT, "budget" => name.clone()).set(s.limit as f64);
+    counter!(ADMITTED, "budget" => name.clone()).absolute(s.admitted);
+    for (reason, n) in [
+        ("queue_full", s.rejected),
+        ("permit_timeout", s.permit_timeouts),
+        ("rate_limited", s.rate_limited),
+        ("unavailable", s.unavailable),
+    ] {
+        counter!(REJECTIONS, "budget" => name.clone(), "reason" => reason).absolute(n);
+    }
+    for (outcome, n) in [
+        ("ok", s.calls_ok),
+        ("error", s.calls_error),
+        ("timeout", s.call_timeouts),
+        ("cancelled", s.calls_cancelled),
+    ] {
+        counter!(CALLS, "budget" => name.clone(), "outcome" => outcome).absolute(n);
+    }
+    budget.engine().stats.publish_zero_waits();
+}
+
+/// Publishes every budget in `budgets`.
+pub fn publish_all<'a>(budgets: impl IntoIterator<Item = &'a Budget>) {
+    for budget in budgets {
+        publish(budget);
+    }
+}
+
+/// A budget's histogram handles, taken from the recorder installed when it was built.
+pub(crate) struct Handles {
+    wait: Histogram,
+    call: Histogram,
+    /// Zero waits already added to the wait histogram.
+    zero_waits_published: AtomicU64,
+}
+
+impl Handles {
+    pub(crate) fn new(budget: &str) -> Handles {
+        Handles {
+            wait: histogram!(PERMIT_WAIT, "budget" => budget.to_string()),
+            call: histogram!(CALL_DURATION, "budget" => budget.to_string()),
+            zero_waits_published: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn waited(&self, d: Duration) {
+        self.wait.record(d.as_secs_f64());
+    }
+
+    pub(crate) fn called(&self, d: Duration) {
+        self.call.record(d.as_secs_f64());
+    }
+
+    /// Adds the zero waits counted since the last call (`total` so far) to the wait histogram.
+    pub(crate) fn zero_waits(&self, total: u64) {
+        let before = self.zero_waits_published.swap(total, Relaxed);
+        if total > before {
+            self.wait.record_many(0.0, (total - before) as usize);
+        }
+    }
+}

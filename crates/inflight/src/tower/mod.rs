@@ -1,0 +1,54 @@
+//! [`BudgetLayer`]: a [`Budget`](crate::Budget) around any `tower::Service` (feature `tower`).
+//!
+//! Every request through the service takes a permit from the budget (and so passes its queue
+//! bound, permit deadline, rate limit and shared store), then runs under the budget's call
+//! timeout; its outcome feeds the budget's limit if the limit learns.
+//!
+//! # Where the permit is taken
+//!
+//! In the response future, not in `poll_ready`. `poll_ready` is always ready (it forwards only
+//! an error of the inner service's own readiness, which it drives inside the future, under the
+//! permit). So:
+//!
+//! - an idle keep-alive connection holds nothing: hyper calls `poll_ready` before any request
+//!   exists, and a limit that reserved there would give permits to connections that send nothing;
+//! - queue full, permit timeout and rate limit are per-request errors, returned from the response
+//!   future, as [`Budget::call`](crate::Budget::call) returns them;
+//! - there is no backpressure through `poll_ready`: a balancer choosing among endpoints by
+//!   readiness sees every endpoint ready. tower's own `ConcurrencyLimit` reserves in `poll_ready`
+//!   for that case, at the price of idle holders and of a wait with no deadline.
+//!
+//! The response future is boxed (one allocation per request).
+//!
+//! # Examples
+//!
+//! A client whose calls to one dependency go through its budget:
+//!
+//! ```
+//! use std::time::Duration;
+//! use inflight::tower::BudgetLayer;
+//! use inflight::{Budget, BudgetConfig};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let records = Budget::new(
+//!     "records",
+//!     BudgetConfig::new(6).max_queued(6).call_timeout(Duration::from_secs(2)),
+//! )
+//! .unwrap();
+//! // Any service: here one that answers at once.
+//! let write = service_fn(|id: u32| async move { Ok::<_, std::io::Error>(id * 2) });
+//! let svc = BudgetLayer::new(records.clone()).layer(write);
+//! assert_eq!(svc.oneshot(21).await.unwrap(), 42);
+//! assert_eq!(records.snapshot().admitted, 1);
+//! # }
+//! //! ```
+
+mod error;
+mod layer;
+mod service;
+
+pub use error::BudgetError;
+pub use layer::{BudgetLayer, Classify, DefaultClassifier};
+pub use service::BudgetService;

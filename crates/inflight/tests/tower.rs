@@ -1,0 +1,239 @@
+//! `BudgetLayer` against real HTTP on 127.0.0.1: a hyper client whose calls to a server that
+//! holds 6 at once go through a budget, and an axum router that sheds load with 503 once its
+//! budget's queue is full. Plus the layer's contract on paused time.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use inflight::limit::Outcome;
+use inflight::tower::{BudgetError, BudgetLayer};
+use inflight::{AcquireError, Budget, BudgetConfig};
+use tokio::sync::Semaphore;
+use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+
+/// A system of record on 127.0.0.1: serves 6 writes at once (50 ms each), lets 6 more wait,
+/// answers 503 beyond that. Returns its address and its peak of writes in the building.
+async fn system_of_record() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let serving = Arc::new(Semaphore::new(6));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let (p, r) = (peak.clone(), refused.clone());
+    let app = Router::new().route(
+        "/records",
+        post(move || {
+            let (serving, inside, peak, refused) =
+                (serving.clone(), inside.clone(), p.clone(), r.clone());
+            async move {
+                let now = inside.fetch_add(1, SeqCst) + 1;
+                if now > 12 {
+                    inside.fetch_sub(1, SeqCst);
+                    refused.fetch_add(1, SeqCst);
+                    return StatusCode::SERVICE_UNAVAILABLE;
+                }
+                peak.fetch_max(now, SeqCst);
+                let _slot = serving.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inside.fetch_sub(1, SeqCst);
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/records"), peak, refused)
+}
+
+fn write_request(url: &str) -> axum::http::Request<Full<Bytes>> {
+    axum::http::Request::post(url)
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_through_the_layer_never_floods_a_six_slot_server() {
+    let (url, peak, refused) = system_of_record().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let records = Budget::new("records", BudgetConfig::new(6)).unwrap();
+    let svc = BudgetLayer::new(records.clone())
+        .classify(
+            |r: &Result<hyper::Response<hyper::body::Incoming>, _>| match r {
+                Ok(resp) if resp.status() == 503 || resp.status() == 429 => Outcome::Overload,
+                Ok(_) => Outcome::Success,
+                Err(_) => Outcome::Overload,
+            },
+        )
+        .layer(client);
+    let calls: Vec<_> = (0..60)
+        .map(|_| {
+            let (svc, url) = (svc.clone(), url.clone());
+            tokio::spawn(async move {
+                let resp = svc.oneshot(write_request(&url)).await.unwrap();
+                let status = resp.status();
+                resp.into_body().collect().await.unwrap();
+                status
+            })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.await.unwrap(), StatusCode::OK);
+    }
+    assert!(
+        peak.load(SeqCst) <= 6,
+        "the server saw {}",
+        peak.load(SeqCst)
+    );
+    assert_eq!(refused.load(SeqCst), 0);
+    let s = records.snapshot();
+    assert_eq!((s.admitted, s.peak_in_flight, s.in_flight), (60, 6, 0));
+
+    // The same 60 calls without the layer draw 503s: the comparison that makes the above count.
+    let raw = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let calls: Vec<_> = (0..60)
+        .map(|_| {
+            let (raw, url) = (raw.clone(), url.clone());
+            tokio::spawn(async move { raw.request(write_request(&url)).await.unwrap().status() })
+        })
+        .collect();
+    let mut unavailable = 0;
+    for c in calls {
+        if c.await.unwrap() == StatusCode::SERVICE_UNAVAILABLE {
+            unavailable += 1;
+        }
+    }
+    assert!(
+        unavailable > 0,
+        "an unbudgeted burst of 60 should overflow 6 + 6"
+    );
+}
+
+async fn shed(err: BudgetError<Infallible>) -> (StatusCode, String) {
+    match err {
+        BudgetError::Rejected(AcquireError::QueueFull) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "busy, try again".into())
+        }
+        BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "too slow".into()),
+        other => (StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_sheds_load_with_503_once_its_queue_is_full() {
+    let budget = Budget::new("api", BudgetConfig::new(2).max_queued(2)).unwrap();
+    let release = Arc::new(Semaphore::new(0));
+    let gate = release.clone();
+    let app = Router::new()
+        .route(
+            "/work",
+            get(move || {
+                let gate = gate.clone();
+                async move {
+                    gate.acquire().await.unwrap().forget();
+                    "done"
+                }
+            }),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(shed))
+                .layer(BudgetLayer::new(budget.clone())),
+        )
+        .route("/health", get(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let get = |path: &str| {
+        let req = axum::http::Request::get(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        client.request(req)
+    };
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            let f = get("/work");
+            tokio::spawn(f)
+        })
+        .collect();
+    // Wait until two run and two wait.
+    for _ in 0..200 {
+        let s = budget.snapshot();
+        if s.in_flight == 2 && s.waiting == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let s = budget.snapshot();
+    assert_eq!((s.in_flight, s.waiting), (2, 2));
+    for _ in 0..5 {
+        let resp = get("/work").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"busy, try again");
+    }
+    // A route outside the layer is not budgeted.
+    assert_eq!(get("/health").await.unwrap().status(), StatusCode::OK);
+    release.add_permits(4);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let s = budget.snapshot();
+    assert_eq!((s.admitted, s.rejected, s.in_flight), (4, 5, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_readiness_holds_nothing_and_a_timeout_is_an_error() {
+    let budget = Budget::new(
+        "api",
+        BudgetConfig::new(1).call_timeout(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let slow = service_fn(|ms: u64| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok::<_, Infallible>(ms)
+    });
+    let mut svc = BudgetLayer::new(budget.clone()).layer(slow);
+    // Many services made ready and never called hold no permit.
+    let mut idle: Vec<_> = (0..10).map(|_| svc.clone()).collect();
+    for s in &mut idle {
+        s.ready().await.unwrap();
+    }
+    assert_eq!(budget.in_flight(), 0);
+    assert_eq!(svc.ready().await.unwrap().call(10).await.unwrap(), 10);
+    let err = svc.ready().await.unwrap().call(500).await.unwrap_err();
+    assert!(err.is_timeout());
+    let boxed: BoxError = err.into();
+    assert_eq!(boxed.to_string(), "call did not finish within call_timeout");
+    let s = budget.snapshot();
+    assert_eq!((s.call_timeouts, s.in_flight), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_response_future_gives_the_permit_back() {
+    let budget = Budget::new("api", BudgetConfig::new(1)).unwrap();
+    let slow = service_fn(|_: ()| async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, Infallible>(())
+    });
+    let mut svc = BudgetLayer::new(budget.clone()).layer(slow);
+    let fut = svc.call(());
+    let fut = tokio::spawn(fut);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(budget.in_flight(), 1);
+    fut.abort();
+    let _ = fut.await;
+    assert_eq!(budget.in_flight(), 0);
+    assert!(budget.try_acquire().is_ok());
+}
