@@ -141,6 +141,85 @@ pub struct SummaryRow {
     pub incomplete_fraction: Spread,
 }
 
+impl SummaryRow {
+    /// The spread of `metric` in this row.
+    pub fn get(&self, metric: Metric) -> Spread {
+        match metric {
+            Metric::CompletionS => self.completion_s,
+            Metric::AcceptedPerS => self.accepted_per_s,
+            Metric::Complete => self.complete,
+            Metric::Incomplete => self.incomplete,
+            Metric::Rejected => self.rejected,
+            Metric::Failed => self.failed,
+            Metric::Write503s => self.write_503s,
+            Metric::PeakWritesOffered => self.peak_writes_offered,
+            Metric::PeakEnrichmentInFlight => self.peak_enrichment_in_flight,
+            Metric::IncompleteFraction => self.incomplete_fraction,
+        }
+    }
+}
+
+/// A summary metric: the name of a [`SummaryRow`] field, as hypotheses, reference figures and
+/// charts name it (`completion_s`, `write_503s`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    CompletionS,
+    AcceptedPerS,
+    Complete,
+    Incomplete,
+    Rejected,
+    Failed,
+    #[serde(rename = "write_503s")]
+    Write503s,
+    PeakWritesOffered,
+    PeakEnrichmentInFlight,
+    IncompleteFraction,
+}
+
+impl Metric {
+    /// Every metric, in the order of the [`SummaryRow`] fields.
+    pub const ALL: [Metric; 10] = [
+        Metric::CompletionS,
+        Metric::AcceptedPerS,
+        Metric::Complete,
+        Metric::Incomplete,
+        Metric::Rejected,
+        Metric::Failed,
+        Metric::Write503s,
+        Metric::PeakWritesOffered,
+        Metric::PeakEnrichmentInFlight,
+        Metric::IncompleteFraction,
+    ];
+
+    /// The field name, e.g. `accepted_per_s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::CompletionS => "completion_s",
+            Metric::AcceptedPerS => "accepted_per_s",
+            Metric::Complete => "complete",
+            Metric::Incomplete => "incomplete",
+            Metric::Rejected => "rejected",
+            Metric::Failed => "failed",
+            Metric::Write503s => "write_503s",
+            Metric::PeakWritesOffered => "peak_writes_offered",
+            Metric::PeakEnrichmentInFlight => "peak_enrichment_in_flight",
+            Metric::IncompleteFraction => "incomplete_fraction",
+        }
+    }
+
+    /// The metric called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A preregistered hypothesis and what the run found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct HypothesisResult {
@@ -170,5 +249,17 @@ mod tests {
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 10.0]).median, 3.0);
         assert_eq!(Spread::of(&[7.5]).median, 7.5);
         assert_eq!(Spread::of(&[]), Spread::default());
+    }
+
+    #[test]
+    fn metric_names_are_the_summary_field_names() {
+        let row = serde_json::to_value(SummaryRow::default()).unwrap();
+        for metric in Metric::ALL {
+            assert!(row.get(metric.name()).is_some(), "{metric}");
+            let json = serde_json::to_value(metric).unwrap();
+            assert_eq!(json, metric.name());
+            assert_eq!(Metric::from_name(metric.name()), Some(metric));
+        }
+        assert_eq!(Metric::from_name("nope"), None);
     }
 }

@@ -257,7 +257,7 @@ fn terminal_tables_show_every_cell_and_hypothesis() {
     let hyps = report::hypotheses_table(&doc);
     assert!(hyps.contains("H7  FAIL"), "{hyps}");
     assert!(hyps.contains("8 pass, 1 fail, 0 skipped (of 9)"), "{hyps}");
-    let seed = report::seed_table(&doc);
+    let seed = report::Reference::builtin().table(&doc);
     assert!(seed.contains("83.6"), "the seed's C1 figure: {seed}");
     assert!(
         seed.contains("time scale 0.1"),
