@@ -5,10 +5,10 @@
 //! experiment, a [`Reference`]; nothing is measured or invented here.
 //!
 //! - [`table`]: one table model rendered as plain text, Markdown or HTML, and the tables of a run.
-//! - [`csv`]: `runs.csv`.
+//! - [`csv`]: every run on one line, `runs.csv`.
 //! - [`svg`]: the figures, hand-written SVG so the report needs no plotting library.
-//! - [`markdown`]: `summary.md`.
-//! - [`html`]: `index.html`.
+//! - [`markdown`]: the report in Markdown, `summary.md`.
+//! - [`html`]: the report in one page, `index.html`.
 //! - [`reference`]: the earlier experiment's figures (`lab/reference.toml`) next to a run's.
 
 use std::path::Path;

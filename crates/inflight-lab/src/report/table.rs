@@ -243,7 +243,7 @@ pub(crate) fn meta_lines(doc: &ResultsDoc) -> Vec<(String, String)> {
         ("repeats".into(), m.repeats.to_string()),
         ("time scale".into(), m.time_scale.to_string()),
         ("seed".into(), m.seed.to_string()),
-        ("CPU limit enforcement".into(), m.enforcement.clone()),
+        ("CPU limit enforcement".into(), m.enforcement.to_string()),
         ("host CPUs".into(), m.host_cpus.to_string()),
         ("inflight version".into(), m.inflight_version.clone()),
         ("runs".into(), doc.runs.len().to_string()),
