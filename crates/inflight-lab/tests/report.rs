@@ -157,7 +157,7 @@ fn the_report_files_exist_and_are_well_formed() {
     }
     assert!(html.contains("<td class=\"fail\">fail</td>"));
 
-    // summary.md: a table per scenario, the hypotheses, the seed comparison, the figures.
+    // summary.md: a table per scenario, the hypotheses, the reference figures, the figures.
     let md = read(&out, "summary.md");
     for heading in [
         "### healthy",
@@ -196,11 +196,14 @@ fn terminal_tables_show_every_cell_and_hypothesis() {
     let hyps = report::hypotheses_table(&doc);
     assert!(hyps.contains("H7  FAIL"), "{hyps}");
     assert!(hyps.contains("8 pass, 1 fail, 0 skipped (of 9)"), "{hyps}");
-    let seed = report::Reference::builtin().table(&doc);
-    assert!(seed.contains("83.6"), "the seed's C1 figure: {seed}");
+    let reference = report::Reference::builtin().table(&doc);
     assert!(
-        seed.contains("time scale 0.1"),
-        "rescaling is stated: {seed}"
+        reference.contains("83.6"),
+        "the reference C1 figure: {reference}"
+    );
+    assert!(
+        reference.contains("time scale 0.1"),
+        "rescaling is stated: {reference}"
     );
 }
 

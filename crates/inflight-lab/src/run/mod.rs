@@ -94,7 +94,7 @@ impl From<SimProcessError> for LabError {
 }
 
 /// Runs the whole matrix and returns the results document with summaries (hypotheses are
-/// evaluated by [`finish`]). `progress` hears about each run.
+/// evaluated by [`evaluate_hypotheses`]). `progress` hears about each run.
 pub async fn run_matrix(
     opts: &LabOptions,
     shutdown: &Shutdown,
