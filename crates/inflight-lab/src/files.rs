@@ -3,12 +3,15 @@
 //!
 //! `strategies.toml`, `scenarios.toml` and `hypotheses.toml` must all be in the folder used;
 //! `matrix.toml` and `reference.toml` fall back to their built-in copies when it lacks them.
+//! [`LabConfig`] holds them all, loaded, and plans the cells of a run.
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use crate::hypothesis::{self, Hypothesis, HypothesisError};
 use crate::report::{Reference, ReferenceError};
-use crate::run::matrix::{Matrix, MatrixError};
+use crate::run::matrix::{Cell, Matrix, MatrixError};
 use crate::scenario::{ScenarioError, ScenarioSet};
 use crate::strategy::{self, Strategies, StrategyError};
 
@@ -137,6 +140,53 @@ impl LabFiles {
     }
 }
 
+/// Everything the lab folder configures, loaded and checked.
+#[derive(Debug, Clone)]
+pub struct LabConfig {
+    pub files: LabFiles,
+    pub strategies: Strategies,
+    pub scenarios: ScenarioSet,
+    pub hypotheses: Vec<Hypothesis>,
+    pub matrix: Matrix,
+    pub reference: Reference,
+}
+
+impl LabConfig {
+    /// Loads every file of `files`; the error names the file that is wrong.
+    pub fn load(files: LabFiles) -> anyhow::Result<LabConfig> {
+        let strategies = files.strategies()?;
+        let scenarios = files.scenarios()?;
+        let hypotheses = files
+            .hypotheses()
+            .with_context(|| format!("cannot use {}", files.hypotheses_origin()))?;
+        let matrix = files.matrix()?;
+        let reference = files.reference()?;
+        Ok(LabConfig {
+            files,
+            strategies,
+            scenarios,
+            hypotheses,
+            matrix,
+            reference,
+        })
+    }
+
+    /// The cells to run ([`Matrix::plan`]), each checked to name a known strategy and scenario.
+    pub fn plan(
+        &self,
+        strategies: Option<&[String]>,
+        scenarios: Option<&[String]>,
+        cpus: Option<&[f64]>,
+    ) -> anyhow::Result<Vec<Cell>> {
+        let cells = self.matrix.plan(strategies, scenarios, cpus);
+        for cell in &cells {
+            self.strategies.get(&cell.strategy)?;
+            self.scenarios.get(&cell.scenario)?;
+        }
+        Ok(cells)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +227,22 @@ mod tests {
         assert_eq!(files.path(MATRIX), None);
         assert_eq!(files.matrix().unwrap(), Matrix::builtin());
         assert_eq!(files.reference().unwrap(), Reference::builtin());
+    }
+
+    #[test]
+    fn a_plan_names_known_strategies_and_scenarios_only() {
+        let lab = LabConfig::load(LabFiles::builtin()).unwrap();
+        assert_eq!(lab.plan(None, None, None).unwrap().len(), 11);
+        let err = lab
+            .plan(Some(&["c1".into(), "nope".into()]), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown strategy `nope`"), "{err}");
+        let err = lab
+            .plan(None, Some(&["sunny".into()]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown scenario `sunny`"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use inflight::cpu::Enforcement;
-use inflight_lab::files::LabFiles;
+use inflight_lab::files::{LabConfig, LabFiles};
 use inflight_lab::run::{self, LabError, LabOptions, OutDir, ProgressReporter, Shutdown};
 use inflight_lab::runner::{self, RunnerConfig};
 use inflight_lab::strategy;
@@ -234,22 +234,12 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         runner::loopback_base(url)?;
     }
 
-    let files = LabFiles::find(args.lab_dir.as_deref())?;
-    let strategies = files.strategies()?;
-    let scenarios = files.scenarios()?;
-    let hypotheses = files
-        .hypotheses()
-        .with_context(|| format!("cannot use {}", files.hypotheses_origin()))?;
-    let reference = files.reference()?;
-    let cells = files.matrix()?.plan(
+    let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
+    let cells = lab.plan(
         args.strategies.as_deref(),
         args.scenarios.as_deref(),
         args.cpus.as_deref(),
-    );
-    for cell in &cells {
-        strategies.get(&cell.strategy)?;
-        scenarios.get(&cell.scenario)?;
-    }
+    )?;
     let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
     // Made now, so a folder that cannot be written fails before the runs, not after them.
     let out = OutDir::create(&out_dir)?;
@@ -261,8 +251,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         records: args.records,
         time_scale,
         seed: args.seed,
-        strategies_file: files.path(inflight_lab::files::STRATEGIES),
-        scenarios_file: files.path(inflight_lab::files::SCENARIOS),
+        strategies_file: lab.files.path(inflight_lab::files::STRATEGIES),
+        scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
         sim_url: args.sim_url.clone(),
         no_limit: args.no_limit,
     };
@@ -299,8 +289,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             return Err(e.into());
         }
     };
-    run::evaluate_hypotheses(&mut doc, &hypotheses);
-    run::write_outputs(&doc, &reference, &out_dir)?;
+    run::evaluate_hypotheses(&mut doc, &lab.hypotheses);
+    run::write_outputs(&doc, &lab.reference, &out_dir)?;
 
     let summary = inflight_lab::report::summary_table(&doc);
     let hypotheses_table = inflight_lab::report::hypotheses_table(&doc);
