@@ -91,7 +91,10 @@ impl ProgressReporter {
                 result,
             } => {
                 self.line(format!("[{index}/{total}] {}", describe(result)));
-                if let Some(bar) = &self.bar {
+                if index >= total {
+                    // The last run: clear the bar before the sim's goodbye and the tables.
+                    self.finish();
+                } else if let Some(bar) = &self.bar {
                     bar.set_position(index as u64);
                     bar.set_message("");
                 }
