@@ -9,7 +9,7 @@
 //! - [`svg`]: the figures, hand-written SVG so the report needs no plotting library.
 //! - [`markdown`]: the report in Markdown, `summary.md`.
 //! - [`html`]: the report in one page, `index.html`.
-//! - [`reference`]: the earlier experiment's figures (`lab/reference.toml`) next to a run's.
+//! - [`reference`](mod@reference): the earlier experiment's figures (`lab/reference.toml`) next to a run's.
 
 use std::path::Path;
 
