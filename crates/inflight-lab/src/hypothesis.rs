@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::results::{HypothesisResult, ResultsDoc, Spread, SummaryRow};
+use crate::results::{HypothesisResult, Metric, ResultsDoc, Spread, SummaryRow};
 
 /// The hypotheses file the lab uses by default (relative to the working directory).
 pub const DEFAULT_HYPOTHESES_PATH: &str = "lab/hypotheses.toml";
@@ -21,20 +21,6 @@ pub const BUILTIN_HYPOTHESES: &str = include_str!("../../../lab/hypotheses.toml"
 
 /// Equality tolerance: the metrics are counts and seconds, so this only absorbs float noise.
 const EPSILON: f64 = 1e-9;
-
-/// The summary metrics a hypothesis may name.
-pub const METRICS: &[&str] = &[
-    "completion_s",
-    "accepted_per_s",
-    "complete",
-    "incomplete",
-    "rejected",
-    "failed",
-    "write_503s",
-    "peak_writes_offered",
-    "peak_enrichment_in_flight",
-    "incomplete_fraction",
-];
 
 /// Why a hypotheses file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -139,10 +125,10 @@ pub enum Test {
     Between(f64, f64),
 }
 
-/// A (strategy, cpus) cell of the summary.
+/// The (strategy, cpus) cell of the summary a hypothesis divides each value by (`ratio_to`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Cell {
+pub struct Baseline {
     pub strategy: String,
     pub cpus: f64,
 }
@@ -152,13 +138,13 @@ pub struct Cell {
 pub struct Hypothesis {
     pub id: String,
     pub claim: String,
-    pub metric: String,
+    pub metric: Metric,
     pub scenario: String,
     pub stat: Stat,
     pub strategies: Vec<String>,
     pub cpus: Vec<f64>,
     /// If set, each cell's value is divided by this cell's value before the test.
-    pub ratio_to: Option<Cell>,
+    pub ratio_to: Option<Baseline>,
     pub test: Test,
 }
 
@@ -181,7 +167,7 @@ struct RawHypothesis {
     strategies: Vec<String>,
     #[serde(default = "default_cpus")]
     cpus: Vec<f64>,
-    ratio_to: Option<Cell>,
+    ratio_to: Option<Baseline>,
     compare: Option<Compare>,
     threshold: Option<toml::Value>,
     between: Option<Vec<f64>>,
@@ -196,13 +182,14 @@ impl RawHypothesis {
         if self.id.trim().is_empty() {
             return Err("id must not be empty".into());
         }
-        if !METRICS.contains(&self.metric.as_str()) {
+        let Some(metric) = Metric::from_name(&self.metric) else {
+            let known: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
             return Err(format!(
                 "unknown metric `{}`; known metrics: {}",
                 self.metric,
-                METRICS.join(", ")
+                known.join(", ")
             ));
-        }
+        };
         if self.strategies.is_empty() {
             return Err("strategies must name at least one strategy".into());
         }
@@ -249,7 +236,7 @@ impl RawHypothesis {
         Ok(Hypothesis {
             id: self.id,
             claim: self.claim,
-            metric: self.metric,
+            metric,
             scenario: self.scenario,
             stat: self.stat,
             strategies: self.strategies,
@@ -298,23 +285,6 @@ pub fn load(path: &Path) -> Result<Vec<Hypothesis>, HypothesisError> {
 /// The hypotheses compiled into the binary (a copy of `lab/hypotheses.toml`).
 pub fn builtin() -> Vec<Hypothesis> {
     parse(BUILTIN_HYPOTHESES, "built-in").expect("the built-in hypotheses file is valid")
-}
-
-/// The value of `metric` in `row` (`None` for an unknown metric name).
-pub fn metric(row: &SummaryRow, metric: &str) -> Option<Spread> {
-    Some(match metric {
-        "completion_s" => row.completion_s,
-        "accepted_per_s" => row.accepted_per_s,
-        "complete" => row.complete,
-        "incomplete" => row.incomplete,
-        "rejected" => row.rejected,
-        "failed" => row.failed,
-        "write_503s" => row.write_503s,
-        "peak_writes_offered" => row.peak_writes_offered,
-        "peak_enrichment_in_flight" => row.peak_enrichment_in_flight,
-        "incomplete_fraction" => row.incomplete_fraction,
-        _ => return None,
-    })
 }
 
 /// The summary row of (`scenario`, `strategy`, `cpus`), the strategy matched case-insensitively.
@@ -400,16 +370,12 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                 missing.push(cell_name(strategy, cpus));
                 continue;
             };
-            let Some(spread) = metric(row, &h.metric) else {
-                missing.push(format!("metric {}", h.metric));
-                continue;
-            };
-            let value = h.stat.of(spread);
+            let value = h.stat.of(row.get(h.metric));
             let test_text = describe_test(h.test, cpus);
             let name = cell_name(strategy, cpus);
             match (&h.ratio_to, denominator) {
                 (Some(_), Some((cell, den_row))) => {
-                    let den = h.stat.of(metric(den_row, &h.metric).unwrap_or_default());
+                    let den = h.stat.of(den_row.get(h.metric));
                     let den_name = cell_name(&cell.strategy, cell.cpus);
                     if den == 0.0 || !den.is_finite() {
                         all_pass = false;
@@ -513,7 +479,7 @@ mod tests {
     }
 
     #[test]
-    fn builtin_file_is_valid_and_covers_the_seed_claims() {
+    fn builtin_file_is_valid_and_covers_the_reference_claims() {
         let hs = builtin();
         let ids: Vec<_> = hs.iter().map(|h| h.id.as_str()).collect();
         assert_eq!(ids, ["H1", "H2", "H3", "H4", "H5", "H6", "H7", "H8", "H9"]);

@@ -2,6 +2,7 @@
 //!
 //! Durations are in seconds (`*_s`) or milliseconds (`*_ms`) as the field name says.
 
+use inflight_cpu::Enforcement;
 use serde::{Deserialize, Serialize};
 
 /// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
@@ -18,7 +19,7 @@ pub struct ResultsDoc {
 }
 
 /// The settings and environment of a lab run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
     /// RFC 3339 time the run started.
     pub started_at: String,
@@ -26,10 +27,52 @@ pub struct RunMeta {
     pub repeats: u32,
     pub time_scale: f64,
     pub seed: u64,
-    /// `cgroup-v1`, `cgroup-v2` or `none`.
-    pub enforcement: String,
+    /// How the CPU quota was enforced; `cgroup-v1`, `cgroup-v2` or `none` in JSON.
+    #[serde(with = "enforcement_name")]
+    pub enforcement: Enforcement,
     pub host_cpus: usize,
     pub inflight_version: String,
+}
+
+impl Default for RunMeta {
+    fn default() -> RunMeta {
+        RunMeta {
+            started_at: String::new(),
+            records: 0,
+            repeats: 0,
+            time_scale: 0.0,
+            seed: 0,
+            enforcement: Enforcement::None,
+            host_cpus: 0,
+            inflight_version: String::new(),
+        }
+    }
+}
+
+/// [`Enforcement`] as its name (`cgroup-v1`, `cgroup-v2`, `none`).
+mod enforcement_name {
+    use inflight_cpu::Enforcement;
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &Enforcement, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(e.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Enforcement, D::Error> {
+        let name = String::deserialize(d)?;
+        [
+            Enforcement::CgroupV1,
+            Enforcement::CgroupV2,
+            Enforcement::None,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == name)
+        .ok_or_else(|| {
+            de::Error::custom(format!(
+                "unknown enforcement `{name}` (expected cgroup-v1, cgroup-v2 or none)"
+            ))
+        })
+    }
 }
 
 /// One run of one strategy in one scenario at one CPU count.
@@ -141,6 +184,85 @@ pub struct SummaryRow {
     pub incomplete_fraction: Spread,
 }
 
+impl SummaryRow {
+    /// The spread of `metric` in this row.
+    pub fn get(&self, metric: Metric) -> Spread {
+        match metric {
+            Metric::CompletionS => self.completion_s,
+            Metric::AcceptedPerS => self.accepted_per_s,
+            Metric::Complete => self.complete,
+            Metric::Incomplete => self.incomplete,
+            Metric::Rejected => self.rejected,
+            Metric::Failed => self.failed,
+            Metric::Write503s => self.write_503s,
+            Metric::PeakWritesOffered => self.peak_writes_offered,
+            Metric::PeakEnrichmentInFlight => self.peak_enrichment_in_flight,
+            Metric::IncompleteFraction => self.incomplete_fraction,
+        }
+    }
+}
+
+/// A summary metric: the name of a [`SummaryRow`] field, as hypotheses, reference figures and
+/// charts name it (`completion_s`, `write_503s`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    CompletionS,
+    AcceptedPerS,
+    Complete,
+    Incomplete,
+    Rejected,
+    Failed,
+    #[serde(rename = "write_503s")]
+    Write503s,
+    PeakWritesOffered,
+    PeakEnrichmentInFlight,
+    IncompleteFraction,
+}
+
+impl Metric {
+    /// Every metric, in the order of the [`SummaryRow`] fields.
+    pub const ALL: [Metric; 10] = [
+        Metric::CompletionS,
+        Metric::AcceptedPerS,
+        Metric::Complete,
+        Metric::Incomplete,
+        Metric::Rejected,
+        Metric::Failed,
+        Metric::Write503s,
+        Metric::PeakWritesOffered,
+        Metric::PeakEnrichmentInFlight,
+        Metric::IncompleteFraction,
+    ];
+
+    /// The field name, e.g. `accepted_per_s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::CompletionS => "completion_s",
+            Metric::AcceptedPerS => "accepted_per_s",
+            Metric::Complete => "complete",
+            Metric::Incomplete => "incomplete",
+            Metric::Rejected => "rejected",
+            Metric::Failed => "failed",
+            Metric::Write503s => "write_503s",
+            Metric::PeakWritesOffered => "peak_writes_offered",
+            Metric::PeakEnrichmentInFlight => "peak_enrichment_in_flight",
+            Metric::IncompleteFraction => "incomplete_fraction",
+        }
+    }
+
+    /// The metric called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A preregistered hypothesis and what the run found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct HypothesisResult {
@@ -170,5 +292,35 @@ mod tests {
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 10.0]).median, 3.0);
         assert_eq!(Spread::of(&[7.5]).median, 7.5);
         assert_eq!(Spread::of(&[]), Spread::default());
+    }
+
+    #[test]
+    fn enforcement_is_written_by_name() {
+        let meta = RunMeta {
+            enforcement: Enforcement::CgroupV2,
+            ..RunMeta::default()
+        };
+        let json = serde_json::to_value(&meta).unwrap();
+        assert_eq!(json["enforcement"], "cgroup-v2");
+        let back: RunMeta = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, meta);
+        let mut bad = json;
+        bad["enforcement"] = "cgroup-v3".into();
+        let err = serde_json::from_value::<RunMeta>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown enforcement `cgroup-v3`"), "{err}");
+    }
+
+    #[test]
+    fn metric_names_are_the_summary_field_names() {
+        let row = serde_json::to_value(SummaryRow::default()).unwrap();
+        for metric in Metric::ALL {
+            assert!(row.get(metric.name()).is_some(), "{metric}");
+            let json = serde_json::to_value(metric).unwrap();
+            assert_eq!(json, metric.name());
+            assert_eq!(Metric::from_name(metric.name()), Some(metric));
+        }
+        assert_eq!(Metric::from_name("nope"), None);
     }
 }

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inflight::{Budget, BudgetConfig};
+use inflight::{Budget, BudgetConfig, CallError};
 use serde::Serialize;
 
 use crate::results::{RunResult, Timeline};
-use crate::strategy::{available_parallelism, Budgets, Strategy};
+use crate::strategy::{available_parallelism, BudgetPlan, Strategy};
 
-/// The client's timeout for each call at time scale 1, as in the seed's lab.
+/// The client's timeout for each call at time scale 1, as in the reference experiment's lab.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Enrichment calls per record, made one after another.
 pub const ENRICHMENT_CALLS: u32 = 3;
@@ -157,6 +157,7 @@ impl Drop for GaugeGuard<'_> {
 }
 
 /// The budgets that gate each dependency; with a shared budget both are clones of one budget.
+/// Each budget's call timeout is the client's, so it starts once the permit is held.
 #[derive(Clone)]
 struct Gates {
     enrichment: Option<Budget>,
@@ -164,23 +165,24 @@ struct Gates {
 }
 
 impl Gates {
-    fn new(budgets: &Budgets) -> Result<Gates, RunnerError> {
+    fn new(budgets: &BudgetPlan, call_timeout: Duration) -> Result<Gates, RunnerError> {
         let make = |name: &str, n: usize| {
-            Budget::new(name, BudgetConfig::new(n)).map_err(|e| RunnerError::Budget(e.to_string()))
+            Budget::new(name, BudgetConfig::new(n).call_timeout(call_timeout))
+                .map_err(|e| RunnerError::Budget(e.to_string()))
         };
         Ok(match *budgets {
-            Budgets::None => Gates {
+            BudgetPlan::None => Gates {
                 enrichment: None,
                 records: None,
             },
-            Budgets::Shared(n) => {
+            BudgetPlan::Shared(n) => {
                 let shared = make("shared", n)?;
                 Gates {
                     enrichment: Some(shared.clone()),
                     records: Some(shared),
                 }
             }
-            Budgets::PerDependency {
+            BudgetPlan::PerDependency {
                 enrichment,
                 records,
             } => Gates {
@@ -237,8 +239,9 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
     }
 }
 
-/// Acquires the gate's permit (if any), then runs the call under the client timeout, which starts
-/// only once the permit is held.
+/// Runs the call through the gate's [`Budget::call`] (permit, then the client timeout, which
+/// starts only once the permit is held), or under the client timeout alone when the dependency
+/// has no budget.
 async fn gated<F>(
     gate: Option<&Budget>,
     gauge: &Gauge,
@@ -248,12 +251,8 @@ async fn gated<F>(
 where
     F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>>,
 {
-    let _permit = match gate {
-        Some(budget) => Some(budget.acquire().await.map_err(|_| CallFailure::Permit)?),
-        None => None,
-    };
-    let _in_flight = gauge.enter();
     let answered = async {
+        let _in_flight = gauge.enter();
         let response = call
             .await
             .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
@@ -265,9 +264,17 @@ where
             .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
         Ok(status)
     };
-    tokio::time::timeout(timeout, answered)
-        .await
-        .map_err(|_| CallFailure::Timeout)?
+    match gate {
+        Some(budget) => budget.call(|| answered).await.map_err(|e| match e {
+            CallError::Timeout => CallFailure::Timeout,
+            CallError::Inner(failure) => failure,
+            // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
+            _ => CallFailure::Permit,
+        }),
+        None => tokio::time::timeout(timeout, answered)
+            .await
+            .map_err(|_| CallFailure::Timeout)?,
+    }
 }
 
 async fn process(shared: &Shared, id: u64) -> Outcome {
@@ -285,7 +292,7 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
             Ok(200) => {}
             Ok(code) => return Outcome::Failed(CallFailure::Status(code).kind("enrich")),
             Err(CallFailure::Timeout) => {
-                // The seed's lab keeps going: the record is written, marked incomplete.
+                // As in the reference experiment: the record is still written, marked incomplete.
                 shared.enrichment_timeouts.fetch_add(1, Ordering::Relaxed);
                 timed_out = true;
             }
@@ -358,11 +365,12 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         .build()
         .map_err(RunnerError::Client)?;
     let in_flight = config.strategy.records_in_flight.resolve();
+    let call_timeout = CLIENT_TIMEOUT.mul_f64(config.time_scale);
     let shared = Arc::new(Shared {
         client,
         base,
-        gates: Gates::new(&config.strategy.budgets)?,
-        call_timeout: CLIENT_TIMEOUT.mul_f64(config.time_scale),
+        gates: Gates::new(&config.strategy.budgets, call_timeout)?,
+        call_timeout,
         enrichment: Gauge::default(),
         writes: Gauge::default(),
         write_503s: AtomicU64::new(0),
@@ -558,7 +566,7 @@ mod tests {
         (url, stand)
     }
 
-    fn strategy(in_flight: usize, budgets: Budgets) -> Strategy {
+    fn strategy(in_flight: usize, budgets: BudgetPlan) -> Strategy {
         Strategy {
             name: "t".into(),
             description: String::new(),
@@ -570,7 +578,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_record_ends_in_exactly_one_outcome() {
         let (url, stand) = stand().await;
-        let budgets = Budgets::PerDependency {
+        let budgets = BudgetPlan::PerDependency {
             enrichment: Some(8),
             records: Some(2),
         };
@@ -616,7 +624,7 @@ mod tests {
     async fn records_in_flight_bounds_enrichment_calls_and_shared_budget_bounds_all() {
         let (url, _stand) = stand().await;
         let mut config = RunnerConfig {
-            strategy: strategy(3, Budgets::None),
+            strategy: strategy(3, BudgetPlan::None),
             sim_url: url,
             records: 30,
             time_scale: 0.1,
@@ -626,7 +634,7 @@ mod tests {
         assert!(r.peak_enrichment_in_flight <= 3);
         assert!(r.peak_enrichment_in_flight >= 1);
 
-        config.strategy = strategy(12, Budgets::Shared(4));
+        config.strategy = strategy(12, BudgetPlan::Shared(4));
         let r = run(&config).await.unwrap();
         assert_eq!(r.complete + r.incomplete + r.rejected + r.failed, 30);
         let most = r
@@ -651,7 +659,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let config = RunnerConfig {
-            strategy: strategy(2, Budgets::None),
+            strategy: strategy(2, BudgetPlan::None),
             sim_url: format!("http://127.0.0.1:{port}"),
             records: 5,
             time_scale: 0.1,
@@ -664,7 +672,7 @@ mod tests {
     #[tokio::test]
     async fn bad_time_scale_is_refused() {
         let config = RunnerConfig {
-            strategy: strategy(2, Budgets::None),
+            strategy: strategy(2, BudgetPlan::None),
             sim_url: "http://127.0.0.1:1".into(),
             records: 1,
             time_scale: 0.0,

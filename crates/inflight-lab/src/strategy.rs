@@ -16,7 +16,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// The strategies file shipped with the lab, compiled in for runs outside the repository.
+pub const BUILTIN_STRATEGIES: &str = include_str!("../../../lab/strategies.toml");
 
 /// A strategies file that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +72,7 @@ pub fn available_parallelism() -> usize {
 
 /// The budgets a strategy puts around its outbound calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Budgets {
+pub enum BudgetPlan {
     /// No dependency limits: every record's calls go out as soon as the record makes them.
     None,
     /// One budget shared by all outbound calls, whatever the dependency.
@@ -80,12 +84,12 @@ pub enum Budgets {
     },
 }
 
-impl fmt::Display for Budgets {
+impl fmt::Display for BudgetPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Budgets::None => f.write_str("no dependency limits"),
-            Budgets::Shared(n) => write!(f, "one shared budget of {n}"),
-            Budgets::PerDependency {
+            BudgetPlan::None => f.write_str("no dependency limits"),
+            BudgetPlan::Shared(n) => write!(f, "one shared budget of {n}"),
+            BudgetPlan::PerDependency {
                 enrichment,
                 records,
             } => {
@@ -107,7 +111,7 @@ pub struct Strategy {
     pub name: String,
     pub description: String,
     pub records_in_flight: RecordsInFlight,
-    pub budgets: Budgets,
+    pub budgets: BudgetPlan,
 }
 
 /// All strategies of a file, by name.
@@ -144,23 +148,132 @@ pub fn load(path: &Path) -> Result<Strategies, StrategyError> {
     })
 }
 
-const KEYS: &[&str] = &[
-    "description",
-    "records_in_flight",
-    "shared",
-    "enrichment",
-    "records",
-];
+/// The strategies compiled into the binary (a copy of `lab/strategies.toml`).
+pub fn builtin() -> Strategies {
+    parse(BUILTIN_STRATEGIES).expect("the built-in strategies file is valid")
+}
+
+/// One strategy's table as written in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawStrategy {
+    #[serde(default)]
+    description: String,
+    records_in_flight: RecordsInFlight,
+    shared: Option<Count>,
+    enrichment: Option<Count>,
+    records: Option<Count>,
+}
+
+/// The largest count a strategy may give (not absurd for a lab run).
+const MAX_COUNT: i64 = 100_000;
+
+/// A positive integer that fits a `usize` and is at most [`MAX_COUNT`].
+#[derive(Debug, Clone, Copy)]
+struct Count(usize);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+        d.deserialize_any(CountVisitor { or_name: None })
+            .map(|n| Count(n.unwrap_or(0)))
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordsInFlight {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RecordsInFlight, D::Error> {
+        let visitor = CountVisitor {
+            or_name: Some("available_parallelism"),
+        };
+        Ok(match d.deserialize_any(visitor)? {
+            Some(n) => RecordsInFlight::Fixed(n),
+            None => RecordsInFlight::AvailableParallelism,
+        })
+    }
+}
+
+/// Reads a count, or (`None`) the one name allowed instead; its messages say what was found.
+struct CountVisitor {
+    or_name: Option<&'static str>,
+}
+
+impl CountVisitor {
+    fn found<E: de::Error>(&self, what: &str) -> E {
+        match self.or_name {
+            Some(name) => E::custom(format!(
+                "must be a positive integer or \"{name}\", found {what}"
+            )),
+            None => E::custom(format!("must be a positive integer, found {what}")),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for CountVisitor {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a positive integer")
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Option<usize>, E> {
+        if (1..=MAX_COUNT).contains(&n) {
+            Ok(Some(n as usize))
+        } else {
+            Err(E::custom(format!(
+                "must be between 1 and {MAX_COUNT}, found {n}"
+            )))
+        }
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Option<usize>, E> {
+        self.visit_i64(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Option<usize>, E> {
+        match self.or_name {
+            Some(name) if s == name => Ok(None),
+            Some(_) => Err(self.found(&format!("\"{s}\""))),
+            None => Err(self.found("a string")),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<usize>, E> {
+        Err(self.found("a float"))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<usize>, E> {
+        Err(self.found("a boolean"))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Option<usize>, A::Error> {
+        Err(self.found("an array"))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Option<usize>, A::Error> {
+        Err(self.found("a table"))
+    }
+}
 
 /// Parse and validate the text of a strategies file; the error names the strategy and field.
 pub fn parse(text: &str) -> Result<Strategies, String> {
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| format!("not valid TOML: {}", e.message().trim_end()))?;
+    let raw: BTreeMap<String, RawStrategy> =
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let path: Vec<String> = e.path().iter().map(|s| s.to_string()).collect();
+            let message = e.into_inner().to_string();
+            let name = path.first().cloned().unwrap_or_default();
+            match path.get(1) {
+                Some(field) => format!("strategy `{name}`: field `{field}` {message}"),
+                None => format!("strategy `{name}`: {message}"),
+            }
+        })?;
     let mut by_name = BTreeMap::new();
-    for (name, value) in &table {
-        let strategy = parse_one(name, value).map_err(|m| format!("strategy `{name}`: {m}"))?;
-        by_name.insert(name.clone(), strategy);
+    for (name, raw) in raw {
+        let strategy = raw
+            .validate(&name)
+            .map_err(|m| format!("strategy `{name}`: {m}"))?;
+        by_name.insert(name, strategy);
     }
     if by_name.is_empty() {
         return Err("no strategies defined (expected tables like [c1])".to_string());
@@ -168,85 +281,36 @@ pub fn parse(text: &str) -> Result<Strategies, String> {
     Ok(Strategies { by_name })
 }
 
-fn parse_one(name: &str, value: &toml::Value) -> Result<Strategy, String> {
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err("a name may hold only letters, digits, `-` and `_`".to_string());
-    }
-    let table = value
-        .as_table()
-        .ok_or_else(|| format!("expected a table [{name}], found a {}", value.type_str()))?;
-    for key in table.keys() {
-        if !KEYS.contains(&key.as_str()) {
-            return Err(format!(
-                "unknown field `{key}` (expected one of: {})",
-                KEYS.join(", ")
-            ));
+impl RawStrategy {
+    fn validate(self, name: &str) -> Result<Strategy, String> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err("a name may hold only letters, digits, `-` and `_`".to_string());
         }
-    }
-    let description = match table.get("description") {
-        None => String::new(),
-        Some(toml::Value::String(s)) => s.clone(),
-        Some(other) => {
-            return Err(format!(
-                "field `description` must be a string, found a {}",
-                other.type_str()
-            ))
-        }
-    };
-    let records_in_flight = match table.get("records_in_flight") {
-        None => return Err("missing field `records_in_flight`".to_string()),
-        Some(toml::Value::String(s)) if s == "available_parallelism" => {
-            RecordsInFlight::AvailableParallelism
-        }
-        Some(toml::Value::String(s)) => {
-            return Err(format!(
-                "field `records_in_flight` must be a positive integer or \"available_parallelism\", found \"{s}\""
-            ))
-        }
-        Some(v) => RecordsInFlight::Fixed(positive(v, "records_in_flight")?),
-    };
-    let get = |key: &str| table.get(key).map(|v| positive(v, key)).transpose();
-    let shared = get("shared")?;
-    let enrichment = get("enrichment")?;
-    let records = get("records")?;
-    let budgets = match (shared, enrichment, records) {
-        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-            return Err(
-                "field `shared` cannot be combined with `enrichment` or `records` (one shared budget, or one per dependency)"
-                    .to_string(),
-            )
-        }
-        (Some(n), None, None) => Budgets::Shared(n),
-        (None, None, None) => Budgets::None,
-        (None, enrichment, records) => Budgets::PerDependency {
-            enrichment,
-            records,
-        },
-    };
-    Ok(Strategy {
-        name: name.to_string(),
-        description,
-        records_in_flight,
-        budgets,
-    })
-}
-
-/// A positive integer that fits a `usize` (and is not absurd for a lab run).
-fn positive(value: &toml::Value, key: &str) -> Result<usize, String> {
-    const MAX: i64 = 100_000;
-    match value {
-        toml::Value::Integer(n) if *n >= 1 && *n <= MAX => Ok(*n as usize),
-        toml::Value::Integer(n) => Err(format!(
-            "field `{key}` must be between 1 and {MAX}, found {n}"
-        )),
-        other => Err(format!(
-            "field `{key}` must be a positive integer, found a {}",
-            other.type_str()
-        )),
+        let count = |c: Option<Count>| c.map(|Count(n)| n);
+        let budgets = match (count(self.shared), count(self.enrichment), count(self.records)) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                return Err(
+                    "field `shared` cannot be combined with `enrichment` or `records` (one shared budget, or one per dependency)"
+                        .to_string(),
+                )
+            }
+            (Some(n), None, None) => BudgetPlan::Shared(n),
+            (None, None, None) => BudgetPlan::None,
+            (None, enrichment, records) => BudgetPlan::PerDependency {
+                enrichment,
+                records,
+            },
+        };
+        Ok(Strategy {
+            name: name.to_string(),
+            description: self.description,
+            records_in_flight: self.records_in_flight,
+            budgets,
+        })
     }
 }
 
@@ -254,7 +318,7 @@ fn positive(value: &toml::Value, key: &str) -> Result<usize, String> {
 mod tests {
     use super::*;
 
-    const SEED_STRATEGIES: &str = r#"
+    const REFERENCE_STRATEGIES: &str = r#"
         [c1]
         records_in_flight = "available_parallelism"
         [c2]
@@ -270,21 +334,21 @@ mod tests {
     "#;
 
     #[test]
-    fn parses_the_four_seed_strategies() {
-        let s = parse(SEED_STRATEGIES).unwrap();
+    fn parses_the_four_reference_strategies() {
+        let s = parse(REFERENCE_STRATEGIES).unwrap();
         assert_eq!(s.names(), ["c1", "c2", "c3", "c4"]);
         let c1 = s.get("c1").unwrap();
         assert_eq!(c1.records_in_flight, RecordsInFlight::AvailableParallelism);
-        assert_eq!(c1.budgets, Budgets::None);
+        assert_eq!(c1.budgets, BudgetPlan::None);
         assert_eq!(
             s.get("c2").unwrap().records_in_flight,
             RecordsInFlight::Fixed(32)
         );
-        assert_eq!(s.get("c3").unwrap().budgets, Budgets::Shared(30));
+        assert_eq!(s.get("c3").unwrap().budgets, BudgetPlan::Shared(30));
         let c4 = s.get("c4").unwrap();
         assert_eq!(
             c4.budgets,
-            Budgets::PerDependency {
+            BudgetPlan::PerDependency {
                 enrichment: Some(24),
                 records: Some(6)
             }
@@ -293,12 +357,13 @@ mod tests {
     }
 
     #[test]
-    fn the_repository_file_is_valid_and_matches_the_seed() {
+    fn the_repository_file_is_valid_and_matches_the_reference() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/strategies.toml");
         let s = load(&path).unwrap();
-        let seed = parse(SEED_STRATEGIES).unwrap();
+        assert_eq!(s, builtin());
+        let reference = parse(REFERENCE_STRATEGIES).unwrap();
         for name in ["c1", "c2", "c3", "c4"] {
-            let (a, b) = (s.get(name).unwrap(), seed.get(name).unwrap());
+            let (a, b) = (s.get(name).unwrap(), reference.get(name).unwrap());
             assert_eq!(a.records_in_flight, b.records_in_flight, "{name}");
             assert_eq!(a.budgets, b.budgets, "{name}");
         }
@@ -306,7 +371,7 @@ mod tests {
 
     #[test]
     fn unknown_strategy_lists_the_known_ones() {
-        let s = parse(SEED_STRATEGIES).unwrap();
+        let s = parse(REFERENCE_STRATEGIES).unwrap();
         let err = s.get("c9").unwrap_err().to_string();
         assert!(
             err.contains("c9") && err.contains("c1, c2, c3, c4"),
@@ -353,7 +418,7 @@ mod tests {
         let s = parse("[w]\nrecords_in_flight = 8\nrecords = 2").unwrap();
         assert_eq!(
             s.get("w").unwrap().budgets,
-            Budgets::PerDependency {
+            BudgetPlan::PerDependency {
                 enrichment: None,
                 records: Some(2)
             }

@@ -1,17 +1,16 @@
 //! `inflight lab`: run the lab (`lab run`) and, hidden, one runner process (`lab runner`) that
 //! `lab run` starts inside a CPU-quota cgroup.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use inflight_lab::orchestrate::{self, Cell, LabError, LabOptions, Progress, Shutdown};
-use inflight_lab::results::RunResult;
+use inflight_cpu::Enforcement;
+use inflight_lab::files::{LabConfig, LabFiles};
+use inflight_lab::run::{self, LabError, LabOptions, OutDir, ProgressReporter, Shutdown};
 use inflight_lab::runner::{self, RunnerConfig};
-use inflight_lab::scenario::ScenarioSet;
 use inflight_lab::strategy;
 
 /// The lab: strategies x scenarios under a real CPU quota, against simulated dependencies.
@@ -87,8 +86,9 @@ struct RunArgs {
     /// Run without a CPU quota if none can be enforced (C1 then sees all host CPUs).
     #[arg(long)]
     no_limit: bool,
-    /// Folder holding strategies.toml, scenarios.toml and hypotheses.toml (default `lab`, else
-    /// the `lab` folder of the workspace the binary was built in).
+    /// Folder holding strategies.toml, scenarios.toml and hypotheses.toml, and optionally
+    /// matrix.toml and reference.toml (default `lab`, else the `lab` folder of the workspace the
+    /// binary was built in, else the copies built into the binary).
     #[arg(long, value_name = "DIR")]
     lab_dir: Option<PathBuf>,
 }
@@ -107,9 +107,9 @@ struct RunnerArgs {
     /// The strategy to run.
     #[arg(long)]
     strategy: String,
-    /// The strategies file.
+    /// The strategies file (default: the copy built into the binary).
     #[arg(long, value_name = "FILE")]
-    strategies: PathBuf,
+    strategies: Option<PathBuf>,
     /// The sim's loopback URL.
     #[arg(long, value_name = "URL")]
     sim_url: String,
@@ -147,7 +147,10 @@ fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         },
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    inflight_lab::report::write_report(&doc, &dir)
+    let reference = LabFiles::find(None)
+        .unwrap_or_else(|_| LabFiles::builtin())
+        .reference()?;
+    inflight_lab::report::write_report_with(&doc, &reference, &dir)
         .with_context(|| format!("cannot write the report into {}", dir.display()))?;
     print!("{}", inflight_lab::report::summary_table(&doc));
     print!("{}", inflight_lab::report::hypotheses_table(&doc));
@@ -156,7 +159,10 @@ fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
-    let strategies = strategy::load(&args.strategies)?;
+    let strategies = match &args.strategies {
+        Some(path) => strategy::load(path)?,
+        None => strategy::builtin(),
+    };
     let strategy = strategies.get(&args.strategy)?.clone();
     if args.records == 0 {
         bail!("--records must be at least 1");
@@ -182,121 +188,6 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "{json}")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
-}
-
-const ALL_STRATEGIES: [&str; 4] = ["c1", "c2", "c3", "c4"];
-const ALL_SCENARIOS: [&str; 3] = ["healthy", "slow-write", "slow-enrichment"];
-
-/// The lab's three files, found.
-struct LabFiles {
-    strategies: PathBuf,
-    scenarios: PathBuf,
-    hypotheses: PathBuf,
-}
-
-fn find_lab_files(explicit: Option<&Path>) -> anyhow::Result<LabFiles> {
-    let names = ["strategies.toml", "scenarios.toml", "hypotheses.toml"];
-    let candidates: Vec<PathBuf> = match explicit {
-        Some(dir) => vec![dir.to_path_buf()],
-        None => {
-            let mut dirs = vec![PathBuf::from("lab")];
-            // Fall back to the workspace the binary was built in (target/<profile>/inflight).
-            if let Ok(exe) = std::env::current_exe() {
-                if let Some(root) = exe
-                    .ancestors()
-                    .skip(1)
-                    .find(|d| d.join("Cargo.toml").is_file() && d.join("lab").is_dir())
-                {
-                    dirs.push(root.join("lab"));
-                }
-            }
-            dirs
-        }
-    };
-    let dir = candidates
-        .iter()
-        .find(|d| d.join(names[0]).is_file())
-        .or_else(|| candidates.first())
-        .expect("at least one candidate")
-        .clone();
-    for name in names {
-        let path = dir.join(name);
-        if !path.is_file() {
-            let looked: Vec<String> = candidates
-                .iter()
-                .map(|d| d.join(name).display().to_string())
-                .collect();
-            bail!(
-                "lab file not found: {} (looked for {}); pass --lab-dir DIR",
-                name,
-                looked.join(" and ")
-            );
-        }
-    }
-    Ok(LabFiles {
-        strategies: dir.join(names[0]),
-        scenarios: dir.join(names[1]),
-        hypotheses: dir.join(names[2]),
-    })
-}
-
-fn default_out_dir() -> PathBuf {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    PathBuf::from("lab-results").join(now.replace(':', "-"))
-}
-
-/// The report folder, made before the runs start.
-struct OutDir {
-    path: PathBuf,
-    /// Whether this run made it (and so may remove it again if the run ends with nothing in it).
-    made: bool,
-}
-
-impl OutDir {
-    fn create(path: &Path) -> anyhow::Result<OutDir> {
-        if path.exists() && !path.is_dir() {
-            bail!(
-                "--out {} exists and is not a folder; give a folder (made if missing)",
-                path.display()
-            );
-        }
-        let made = !path.exists();
-        std::fs::create_dir_all(path)
-            .with_context(|| format!("cannot create the report folder {}", path.display()))?;
-        let probe = path.join(".inflight-write-test");
-        std::fs::write(&probe, b"")
-            .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
-        let _ = std::fs::remove_file(&probe);
-        Ok(OutDir {
-            path: path.to_path_buf(),
-            made,
-        })
-    }
-
-    /// Removes the folder if this run made it and wrote nothing into it.
-    fn discard_if_empty(&self) {
-        if self.made {
-            // `remove_dir` refuses a folder that is not empty, which is what we want.
-            let _ = std::fs::remove_dir(&self.path);
-        }
-    }
-}
-
-fn plan(args: &RunArgs) -> Vec<Cell> {
-    if args.strategies.is_none() && args.scenarios.is_none() && args.cpus.is_none() {
-        return orchestrate::default_matrix();
-    }
-    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let strategies = args
-        .strategies
-        .clone()
-        .unwrap_or_else(|| owned(&ALL_STRATEGIES));
-    let scenarios = args
-        .scenarios
-        .clone()
-        .unwrap_or_else(|| owned(&ALL_SCENARIOS));
-    let cpus = args.cpus.clone().unwrap_or_else(|| vec![1.0]);
-    orchestrate::cross_product(&strategies, &scenarios, &cpus)
 }
 
 fn dedup(v: &mut Vec<String>) {
@@ -343,17 +234,13 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         runner::loopback_base(url)?;
     }
 
-    let files = find_lab_files(args.lab_dir.as_deref())?;
-    let strategies = strategy::load(&files.strategies)?;
-    let scenarios = ScenarioSet::load(&files.scenarios)?;
-    let hypotheses = inflight_lab::hypothesis::load(&files.hypotheses)
-        .with_context(|| format!("cannot use {}", files.hypotheses.display()))?;
-    let cells = plan(&args);
-    for cell in &cells {
-        strategies.get(&cell.strategy)?;
-        scenarios.get(&cell.scenario)?;
-    }
-    let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+    let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
+    let cells = lab.plan(
+        args.strategies.as_deref(),
+        args.scenarios.as_deref(),
+        args.cpus.as_deref(),
+    )?;
+    let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
     // Made now, so a folder that cannot be written fails before the runs, not after them.
     let out = OutDir::create(&out_dir)?;
 
@@ -364,8 +251,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         records: args.records,
         time_scale,
         seed: args.seed,
-        strategies_file: files.strategies.clone(),
-        scenarios_file: files.scenarios.clone(),
+        strategies_file: lab.files.path(inflight_lab::files::STRATEGIES),
+        scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
         sim_url: args.sim_url.clone(),
         no_limit: args.no_limit,
     };
@@ -383,8 +270,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let rt = super::async_runtime()?;
     let result = rt.block_on(async {
         let shutdown = Shutdown::on_signals();
-        let mut reporter = Reporter::new();
-        let doc = orchestrate::run_matrix(&opts, &shutdown, &mut |p| reporter.report(p)).await;
+        let mut reporter = ProgressReporter::new();
+        let doc = run::run_matrix(&opts, &shutdown, &mut |p| reporter.report(p)).await;
         reporter.finish();
         // Nothing is running any more: a later Ctrl-C simply ends the command.
         shutdown.exit_on_signal();
@@ -402,8 +289,8 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             return Err(e.into());
         }
     };
-    orchestrate::evaluate_hypotheses(&mut doc, &hypotheses);
-    orchestrate::write_outputs(&doc, &out_dir)?;
+    run::evaluate_hypotheses(&mut doc, &lab.hypotheses);
+    run::write_outputs(&doc, &lab.reference, &out_dir)?;
 
     let summary = inflight_lab::report::summary_table(&doc);
     let hypotheses_table = inflight_lab::report::hypotheses_table(&doc);
@@ -414,7 +301,7 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("{summary}\n{hypotheses_table}");
     }
-    if doc.meta.enforcement == "none" {
+    if doc.meta.enforcement == Enforcement::None {
         eprintln!("lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs");
     }
     eprintln!(
@@ -423,127 +310,4 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         out_dir.join("index.html").display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Shows progress on stderr: a bar on a terminal, a line per run otherwise.
-struct Reporter {
-    tty: bool,
-    started: Instant,
-    bar_shown: bool,
-}
-
-impl Reporter {
-    fn new() -> Reporter {
-        Reporter {
-            tty: std::io::stderr().is_terminal(),
-            started: Instant::now(),
-            bar_shown: false,
-        }
-    }
-
-    fn clear_bar(&mut self) {
-        if self.bar_shown {
-            eprint!("\r\x1b[2K");
-            self.bar_shown = false;
-        }
-    }
-
-    fn report(&mut self, progress: Progress<'_>) {
-        match progress {
-            Progress::SimReady { url, started } => {
-                self.clear_bar();
-                let how = if started { "started" } else { "using" };
-                eprintln!("lab: {how} sim at {url}");
-            }
-            Progress::NoLimit { message } => {
-                self.clear_bar();
-                eprintln!("lab: warning: no CPU limit can be enforced, running without one (--no-limit): {message}");
-            }
-            Progress::Warning(message) => {
-                self.clear_bar();
-                eprintln!("lab: warning: {message}");
-            }
-            Progress::RunStarting {
-                index,
-                total,
-                cell,
-                repeat,
-            } => {
-                let what = format!(
-                    "{} {} {} CPU repeat {repeat}",
-                    cell.strategy, cell.scenario, cell.cpus
-                );
-                if self.tty {
-                    self.draw_bar(index - 1, total, &what);
-                } else {
-                    eprintln!("[{index}/{total}] {what} ...");
-                }
-            }
-            Progress::RunDone {
-                index,
-                total,
-                result,
-            } => {
-                self.clear_bar();
-                eprintln!("[{index}/{total}] {}", describe(result));
-                if self.tty && index < total {
-                    self.draw_bar(index, total, "");
-                }
-            }
-        }
-    }
-
-    fn draw_bar(&mut self, done: usize, total: usize, what: &str) {
-        const WIDTH: usize = 30;
-        let filled = (done * WIDTH).checked_div(total).unwrap_or(0).min(WIDTH);
-        let elapsed = self.started.elapsed();
-        let eta = if done > 0 {
-            let left = elapsed.mul_f64((total - done) as f64 / done as f64);
-            format!(
-                " eta {}",
-                humantime::format_duration(Duration::from_secs(left.as_secs()))
-            )
-        } else {
-            String::new()
-        };
-        eprint!(
-            "\r\x1b[2K[{}{}] {done}/{total}{eta} {what}",
-            "=".repeat(filled),
-            " ".repeat(WIDTH - filled)
-        );
-        let _ = std::io::stderr().flush();
-        self.bar_shown = true;
-    }
-
-    fn finish(&mut self) {
-        self.clear_bar();
-    }
-}
-
-fn describe(r: &RunResult) -> String {
-    let mut s = format!(
-        "{} {} {} CPU repeat {}: {:.2} s, {:.2} accepted/s, complete {} incomplete {} rejected {} failed {}, 503s {}, peak writes offered {}, peak enrichment {}",
-        r.strategy,
-        r.scenario,
-        r.cpus,
-        r.repeat,
-        r.completion_s,
-        r.accepted_per_s,
-        r.complete,
-        r.incomplete,
-        r.rejected,
-        r.failed,
-        r.write_503s,
-        r.peak_writes_offered,
-        r.peak_enrichment_in_flight
-    );
-    if !r.failed_by_kind.is_empty() {
-        let kinds: Vec<String> = r
-            .failed_by_kind
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        s.push_str(&format!(" ({})", kinds.join(", ")));
-    }
-    s
 }

@@ -77,7 +77,7 @@ fn small_lab_run_end_to_end() {
     assert_eq!(doc.meta.records, 24);
     if is_root() {
         assert!(
-            doc.meta.enforcement.starts_with("cgroup-"),
+            doc.meta.enforcement.as_str().starts_with("cgroup-"),
             "{}",
             doc.meta.enforcement
         );

@@ -8,6 +8,9 @@
 //! Latencies come from a seeded [`StdRng`] so runs can be repeated; every duration is multiplied
 //! by the time scale. Counters are kept by drop guards so a client that gives up mid-request never
 //! leaves `in_service` high.
+//!
+//! - [`client`]: an HTTP client for the control endpoints, as a lab run uses them.
+//! - [`process`]: a sim started as a child process.
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -28,6 +31,9 @@ use serde_json::json;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
+
+pub mod client;
+pub mod process;
 
 /// How long the server waits for requests in progress after a shutdown signal before it stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);

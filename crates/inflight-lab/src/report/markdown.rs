@@ -1,0 +1,52 @@
+//! `summary.md`: the settings, a table per scenario, the hypotheses, the reference figures and the
+//! figures, in Markdown.
+
+use std::fmt::Write as _;
+
+use super::reference::Reference;
+use super::scenarios;
+use super::svg::Figure;
+use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
+use crate::results::ResultsDoc;
+
+/// `summary.md`: settings, a table per scenario, the hypotheses, the reference figures, figures.
+pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
+    let mut out = String::from("# inflight lab run\n\n");
+    for (k, v) in meta_lines(doc) {
+        let _ = writeln!(out, "- {k}: {v}");
+    }
+    out.push_str("\n## Results\n\n");
+    out.push_str(SPREAD_NOTE);
+    out.push_str("\n\n");
+    if doc.summary.is_empty() {
+        out.push_str("No summary rows: no run finished.\n\n");
+    }
+    for scenario in scenarios(doc) {
+        let table = scenario_table(doc, &scenario);
+        if table.rows.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "### {scenario}\n\n{}\n", table.markdown());
+    }
+    let _ = write!(out, "## Hypotheses\n\nPreregistered in `lab/hypotheses.toml`; {}. A failed hypothesis is a finding, not an error.\n\n", hypotheses_tally(doc));
+    if !doc.hypotheses.is_empty() {
+        out.push_str(&hypotheses_model(doc).markdown());
+        out.push('\n');
+    }
+    let table = reference.model(doc);
+    if !table.rows.is_empty() {
+        let _ = write!(
+            out,
+            "## Next to the {}\n\n{}\n\n{}\n",
+            reference.name,
+            reference.note(doc),
+            table.markdown()
+        );
+    }
+    out.push_str("## Figures\n\n");
+    for f in figures {
+        let _ = write!(out, "![{}]({})\n\n{}\n\n", f.title, f.file, f.caption);
+    }
+    out.push_str("Every run is in `runs.csv` and `results.json`.\n");
+    out
+}

@@ -1,0 +1,182 @@
+//! The report of a lab run: `runs.csv`, `summary.md`, SVG figures and a self-contained `index.html`,
+//! plus the plain-text tables the terminal shows.
+//!
+//! Everything here is drawn from a [`ResultsDoc`] and, for the comparison with an earlier
+//! experiment, a [`Reference`]; nothing is measured or invented here.
+//!
+//! - [`table`]: one table model rendered as plain text, Markdown or HTML, and the tables of a run.
+//! - [`csv`]: every run on one line, `runs.csv`.
+//! - [`svg`]: the figures, hand-written SVG so the report needs no plotting library.
+//! - [`markdown`]: the report in Markdown, `summary.md`.
+//! - [`html`]: the report in one page, `index.html`.
+//! - [`reference`](mod@reference): the earlier experiment's figures (`lab/reference.toml`) next to a run's.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::hypothesis::fmt_num;
+use crate::results::{ResultsDoc, Spread};
+
+pub mod csv;
+pub mod html;
+pub mod markdown;
+pub mod reference;
+pub mod svg;
+pub mod table;
+
+pub use self::csv::{runs_csv, CSV_COLUMNS};
+pub use self::html::index_html;
+pub use self::markdown::summary_md;
+pub use self::reference::{Reference, ReferenceError, ReferenceFigure};
+pub use self::svg::{figures, Figure};
+pub use self::table::{hypotheses_table, summary_table};
+
+/// The files [`write_report`] writes besides the figures.
+pub const RUNS_CSV: &str = "runs.csv";
+pub const SUMMARY_MD: &str = "summary.md";
+pub const INDEX_HTML: &str = "index.html";
+
+/// Writes `runs.csv`, `summary.md`, the SVG figures and `index.html` into `dir` (created if needed),
+/// comparing with the built-in reference figures.
+pub fn write_report(doc: &ResultsDoc, dir: &Path) -> anyhow::Result<()> {
+    write_report_with(doc, &Reference::builtin(), dir)
+}
+
+/// [`write_report`] comparing with `reference`.
+pub fn write_report_with(
+    doc: &ResultsDoc,
+    reference: &Reference,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create report directory {}", dir.display()))?;
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    write(RUNS_CSV, &runs_csv(doc))?;
+    let figures = figures(doc);
+    for figure in &figures {
+        write(&figure.file, &figure.svg)?;
+    }
+    write(SUMMARY_MD, &summary_md(doc, reference, &figures))?;
+    write(INDEX_HTML, &index_html(doc, reference, &figures))?;
+    Ok(())
+}
+
+/// `83.6 (82.9-84.1)`, or just `83.6` when every repeat gave the same value.
+pub fn fmt_spread(s: Spread) -> String {
+    fmt_spread_with(s, fmt_num)
+}
+
+/// A fraction's spread as percentages: `20.0 (18.5-21.0)`.
+pub(crate) fn fmt_pct(s: Spread) -> String {
+    fmt_spread_with(s, |v| format!("{:.1}", v * 100.0))
+}
+
+/// `median (min-max)` with each number written by `fmt`, or just the median when min and max agree.
+pub(crate) fn fmt_spread_with(s: Spread, fmt: impl Fn(f64) -> String) -> String {
+    if (s.max - s.min).abs() < 1e-9 {
+        fmt(s.median)
+    } else {
+        format!("{} ({}-{})", fmt(s.median), fmt(s.min), fmt(s.max))
+    }
+}
+
+pub(crate) fn strategy_label(strategy: &str) -> String {
+    strategy.to_uppercase()
+}
+
+/// Scenarios in order of first appearance (summary first, then runs).
+pub(crate) fn scenarios(doc: &ResultsDoc) -> Vec<String> {
+    first_appearances(
+        doc.summary
+            .iter()
+            .map(|r| &r.scenario)
+            .chain(doc.runs.iter().map(|r| &r.scenario)),
+    )
+}
+
+/// Strategies in order of first appearance.
+pub(crate) fn strategies(doc: &ResultsDoc) -> Vec<String> {
+    first_appearances(
+        doc.summary
+            .iter()
+            .map(|r| &r.strategy)
+            .chain(doc.runs.iter().map(|r| &r.strategy)),
+    )
+}
+
+/// `names` without repeats, each where it first appears.
+fn first_appearances<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
+/// `s` with `&`, `<`, `>` and quotes escaped, for XML text and attribute values.
+pub(crate) fn esc_xml(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` escaped for HTML text and attribute values.
+pub(crate) fn esc_html(s: &str) -> String {
+    esc_xml(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_and_numbers_format_for_people() {
+        assert_eq!(
+            fmt_spread(Spread {
+                median: 200.0,
+                min: 200.0,
+                max: 200.0
+            }),
+            "200"
+        );
+        assert_eq!(
+            fmt_spread(Spread {
+                median: 83.62,
+                min: 82.0,
+                max: 85.456
+            }),
+            "83.62 (82-85.46)"
+        );
+        assert_eq!(
+            fmt_spread(Spread {
+                median: 94.5,
+                min: 0.19,
+                max: 100.0
+            }),
+            "94.5 (0.19-100)"
+        );
+        assert_eq!(
+            fmt_pct(Spread {
+                median: 0.2,
+                min: 0.2,
+                max: 0.2
+            }),
+            "20.0"
+        );
+    }
+}

@@ -1,0 +1,483 @@
+//! The report's figures, hand-written SVG with deterministic output: bars of a metric per cell
+//! with min-max whiskers, and calls in flight over time per scenario.
+
+use std::fmt::Write as _;
+
+use super::{esc_xml, scenarios, strategies, strategy_label};
+use crate::hypothesis::fmt_num;
+use crate::results::{Metric, ResultsDoc, RunResult, SummaryRow};
+
+/// One SVG figure of the report.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// File name inside the report directory, e.g. `accepted_per_s.svg`.
+    pub file: String,
+    pub title: String,
+    pub caption: String,
+    pub svg: String,
+}
+
+const PALETTE: &[&str] = &[
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+];
+const ENRICH_COLOR: &str = "#4e79a7";
+const RECORDS_COLOR: &str = "#e15759";
+
+/// A step of 1, 2 or 5 times a power of ten giving about `target` ticks up to `max`.
+fn nice_step(max: f64, target: f64) -> f64 {
+    if max <= 0.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let raw = max / target;
+    let pow = 10f64.powf(raw.log10().floor());
+    let frac = raw / pow;
+    let nice = if frac <= 1.0 {
+        1.0
+    } else if frac <= 2.0 {
+        2.0
+    } else if frac <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * pow
+}
+
+/// Tick values 0, step, 2 step, ... up to `max`; at most 50 of them whatever the input.
+fn ticks(max: f64, step: f64) -> Vec<f64> {
+    if !(max.is_finite() && step.is_finite() && step > 0.0 && max >= 0.0) {
+        return vec![0.0];
+    }
+    (0..=50)
+        .map(|i| i as f64 * step)
+        .take_while(|t| *t <= max + step * 1e-6)
+        .collect()
+}
+
+fn svg_open(width: f64, height: f64, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<title>{}</title>\n<rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+        esc_xml(title),
+        width / 2.0,
+        esc_xml(title)
+    )
+}
+
+/// Bars of the median per (strategy, cpus) cell, grouped by scenario, with min-max whiskers.
+fn bar_chart(doc: &ResultsDoc, metric: Metric, title: &str, y_label: &str) -> String {
+    let groups: Vec<(String, Vec<&SummaryRow>)> = scenarios(doc)
+        .into_iter()
+        .map(|s| {
+            let rows = doc.summary.iter().filter(|r| r.scenario == s).collect();
+            (s, rows)
+        })
+        .filter(|(_, rows): &(String, Vec<&SummaryRow>)| !rows.is_empty())
+        .collect();
+    let bars: usize = groups.iter().map(|(_, rows)| rows.len()).sum();
+    let (left, right, top, bottom) = (64.0, 20.0, 40.0, 64.0);
+    let bar_w = 34.0;
+    let gap = 26.0;
+    let width = (left + right + bars as f64 * bar_w + groups.len() as f64 * gap).max(420.0);
+    let height = 340.0;
+    let plot_h = height - top - bottom;
+    let mut svg = svg_open(width, height, title);
+    if bars == 0 {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no data</text>\n</svg>",
+            width / 2.0,
+            height / 2.0
+        );
+        return svg;
+    }
+    // A non-finite value (e.g. a rate over a zero completion time) is drawn as 0, never as NaN.
+    let value = |r: &SummaryRow| r.get(metric).map(|v| if v.is_finite() { v } else { 0.0 });
+    let max = groups
+        .iter()
+        .flat_map(|(_, rows)| rows.iter().map(|r| value(r).max))
+        .fold(0.0f64, f64::max);
+    // All-zero (or non-finite) data still gets a 0..1 axis rather than a degenerate one.
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
+    let step = nice_step(max, 5.0);
+    let y_max = (max / step).ceil() * step;
+    let y = |v: f64| top + plot_h - (v / y_max) * plot_h;
+    // Grid and y axis.
+    for tick in ticks(y_max, step) {
+        let ty = y(tick);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" y1=\"{ty:.1}\" x2=\"{:.1}\" y2=\"{ty:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            width - right,
+            left - 6.0,
+            ty + 4.0,
+            fmt_num(tick)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+        top + plot_h / 2.0,
+        esc_xml(y_label)
+    );
+    let strategy_order = strategies(doc);
+    // Centre the bars when the chart is wider than they need (few bars, minimum width).
+    let needed = bars as f64 * bar_w + groups.len() as f64 * gap;
+    let mut x = left + gap / 2.0 + ((width - left - right - needed) / 2.0).max(0.0);
+    for (scenario, rows) in &groups {
+        let group_start = x;
+        for r in rows {
+            let v = value(r);
+            let color_index = strategy_order
+                .iter()
+                .position(|s| s == &r.strategy)
+                .unwrap_or(0);
+            let color = PALETTE[color_index % PALETTE.len()];
+            // A second CPU count of the same strategy is drawn lighter.
+            let opacity = if (r.cpus - 1.0).abs() < 1e-9 {
+                1.0
+            } else {
+                0.55
+            };
+            let (y0, y1) = (y(v.median), y(0.0));
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"{opacity}\"><title>{} {} CPU{}: median {} (min {}, max {})</title></rect>",
+                x + 3.0,
+                bar_w - 6.0,
+                (y1 - y0).max(0.0),
+                esc_xml(&strategy_label(&r.strategy)),
+                fmt_num(r.cpus),
+                if (r.cpus - 1.0).abs() < 1e-9 { "" } else { "s" },
+                fmt_num(v.median),
+                fmt_num(v.min),
+                fmt_num(v.max)
+            );
+            let cx = x + bar_w / 2.0;
+            let (ymin, ymax) = (y(v.min), y(v.max));
+            let _ = writeln!(
+                svg,
+                "<path d=\"M{cx:.1} {ymin:.1} V{ymax:.1} M{:.1} {ymin:.1} H{:.1} M{:.1} {ymax:.1} H{:.1}\" stroke=\"#222\" stroke-width=\"1.2\" fill=\"none\"/>",
+                cx - 5.0,
+                cx + 5.0,
+                cx - 5.0,
+                cx + 5.0
+            );
+            let _ = writeln!(
+                svg,
+                "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"9\">{}</text>",
+                ymax - 4.0,
+                esc_xml(&fmt_num(v.median))
+            );
+            let label = if (r.cpus - 1.0).abs() < 1e-9 {
+                strategy_label(&r.strategy)
+            } else {
+                format!("{} {}c", strategy_label(&r.strategy), fmt_num(r.cpus))
+            };
+            let _ = writeln!(
+                svg,
+                "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                top + plot_h + 14.0,
+                esc_xml(&label)
+            );
+            x += bar_w;
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>",
+            (group_start + x) / 2.0,
+            top + plot_h + 32.0,
+            esc_xml(scenario)
+        );
+        x += gap;
+    }
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#444\"/>",
+        y(0.0),
+        width - right,
+        y(0.0)
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"{left}\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">bars: median over repeats; whiskers: min-max; \"2c\": 2 CPUs</text>",
+        height - 8.0
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Keeps at most `max_points` points, each the maximum of its bucket so peaks survive.
+fn downsample(values: &[u32], max_points: usize) -> Vec<(usize, u32)> {
+    if values.len() <= max_points {
+        return values.iter().copied().enumerate().collect();
+    }
+    let bucket = values.len().div_ceil(max_points);
+    values
+        .chunks(bucket)
+        .enumerate()
+        .map(|(i, chunk)| (i * bucket, chunk.iter().copied().max().unwrap_or(0)))
+        .collect()
+}
+
+/// The run drawn for a strategy in a scenario: fewest CPUs, then first repeat, with a timeline.
+fn timeline_run<'a>(doc: &'a ResultsDoc, scenario: &str, strategy: &str) -> Option<&'a RunResult> {
+    doc.runs
+        .iter()
+        .filter(|r| r.scenario == scenario && r.strategy == strategy)
+        .filter(|r| !r.timeline.enrichment.is_empty() || !r.timeline.records.is_empty())
+        .min_by(|a, b| a.cpus.total_cmp(&b.cpus).then(a.repeat.cmp(&b.repeat)))
+}
+
+/// Calls in flight per dependency over time: one panel per strategy, one run each.
+fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
+    let runs: Vec<&RunResult> = strategies(doc)
+        .iter()
+        .filter_map(|s| timeline_run(doc, scenario, s))
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let seconds = |r: &RunResult| {
+        let interval = if r.timeline.interval_ms > 0.0 {
+            r.timeline.interval_ms
+        } else {
+            10.0
+        };
+        r.timeline.enrichment.len().max(r.timeline.records.len()) as f64 * interval / 1000.0
+    };
+    let longest = runs.iter().map(|r| seconds(r)).fold(0.0f64, f64::max);
+    let shortest = runs
+        .iter()
+        .map(|r| seconds(r))
+        .fold(f64::INFINITY, f64::min);
+    // One time axis for all panels makes them comparable, but when one run is far longer (C1 at
+    // one CPU takes ~80 s, the others ~3 s) the short ones shrink to a sliver: then each panel
+    // gets its own axis, and the figure says so.
+    let shared_axis = longest <= 3.0 * shortest.max(1e-3);
+    let x_axis = |secs: f64| {
+        let raw = secs.max(1e-3);
+        let step = nice_step(raw, 8.0);
+        (((raw / step).ceil() * step), step)
+    };
+    let (left, right, top, panel_h, panel_gap) = (56.0, 20.0, 70.0, 110.0, 44.0);
+    let width = 780.0;
+    let height = top + runs.len() as f64 * (panel_h + panel_gap) + 20.0;
+    let plot_w = width - left - right;
+    let title = format!("Calls in flight per dependency over time: {scenario}");
+    let mut svg = svg_open(width, height, &title);
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{left}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{ENRICH_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">enrichment calls in flight</text><line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{RECORDS_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">writes in flight</text>",
+        left + 20.0,
+        left + 26.0,
+        left + 200.0,
+        left + 220.0,
+        left + 226.0
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let py = top + i as f64 * (panel_h + panel_gap);
+        let (x_max, x_step) = x_axis(if shared_axis { longest } else { seconds(run) });
+        let interval_s = if run.timeline.interval_ms > 0.0 {
+            run.timeline.interval_ms / 1000.0
+        } else {
+            0.01
+        };
+        let peak = run
+            .timeline
+            .enrichment
+            .iter()
+            .chain(&run.timeline.records)
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(1) as f64;
+        // Calls in flight are whole numbers: no tick at 0.5.
+        let y_step = nice_step(peak, 3.0).max(1.0);
+        let y_max = (peak / y_step).ceil() * y_step;
+        let x = |t: f64| left + t / x_max * plot_w;
+        let y = |v: f64| py + panel_h - v / y_max * panel_h;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{left}\" y=\"{:.1}\" font-weight=\"bold\">{} ({} CPU{}, repeat {}): peak {} enrichment, {} writes in flight; {} accepted/s</text>",
+            py - 14.0,
+            esc_xml(&strategy_label(&run.strategy)),
+            fmt_num(run.cpus),
+            if (run.cpus - 1.0).abs() < 1e-9 { "" } else { "s" },
+            run.repeat,
+            run.timeline.enrichment.iter().max().copied().unwrap_or(0),
+            run.timeline.records.iter().max().copied().unwrap_or(0),
+            fmt_num(run.accepted_per_s)
+        );
+        for tick in ticks(y_max, y_step) {
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                y(tick),
+                width - right,
+                y(tick),
+                left - 6.0,
+                y(tick) + 4.0,
+                fmt_num(tick)
+            );
+        }
+        for t in ticks(x_max, x_step) {
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#444\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"9\">{}</text>",
+                x(t),
+                py + panel_h,
+                x(t),
+                py + panel_h + 4.0,
+                x(t),
+                py + panel_h + 14.0,
+                fmt_num(t)
+            );
+        }
+        for (series, color) in [
+            (&run.timeline.enrichment, ENRICH_COLOR),
+            (&run.timeline.records, RECORDS_COLOR),
+        ] {
+            if series.is_empty() {
+                continue;
+            }
+            let mut points = String::new();
+            for (idx, v) in downsample(series, 900) {
+                let _ = write!(
+                    points,
+                    "{:.1},{:.1} ",
+                    x(idx as f64 * interval_s),
+                    y(v as f64)
+                );
+            }
+            let _ = writeln!(
+                svg,
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.3\"/>",
+                points.trim_end()
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#444\"/>",
+            py + panel_h,
+            width - right,
+            py + panel_h
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">seconds since the first record started{}</text>",
+        left + plot_w / 2.0,
+        height - 4.0,
+        if shared_axis {
+            ""
+        } else {
+            " (each panel has its own time axis)"
+        }
+    );
+    svg.push_str("</svg>\n");
+    Some(svg)
+}
+
+/// File-name-safe form of a scenario name.
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The report's figures: accepted/s and 503s bars, and one timeline figure per scenario.
+pub fn figures(doc: &ResultsDoc) -> Vec<Figure> {
+    let mut out = vec![
+        Figure {
+            file: "accepted_per_s.svg".into(),
+            title: "Accepted records per second".into(),
+            caption: "Median accepted records/s (complete + incomplete, divided by completion time) per strategy and scenario; whiskers span the min and max over the repeats.".into(),
+            svg: bar_chart(doc, Metric::AcceptedPerS, "Accepted records per second", "accepted records/s"),
+        },
+        Figure {
+            file: "write_503s.svg".into(),
+            title: "503s from the system of record".into(),
+            caption: "Median writes answered 503 per run, per strategy and scenario; whiskers span the min and max over the repeats.".into(),
+            svg: bar_chart(doc, Metric::Write503s, "503s from the system of record per run", "write 503s per run"),
+        },
+    ];
+    for scenario in scenarios(doc) {
+        if let Some(svg) = timeline_chart(doc, &scenario) {
+            out.push(Figure {
+                file: format!("timeline-{}.svg", slug(&scenario)),
+                title: format!("Calls in flight over time: {scenario}"),
+                caption: format!(
+                    "Enrichment calls and writes the runner had in flight, sampled every 10 ms, for one run of each strategy in {scenario} (fewest CPUs, first repeat)."
+                ),
+                svg,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Spread;
+
+    #[test]
+    fn nice_steps_are_1_2_5() {
+        assert_eq!(nice_step(10.0, 5.0), 2.0);
+        assert_eq!(nice_step(67.0, 5.0), 20.0);
+        assert_eq!(nice_step(0.3, 3.0), 0.1);
+        assert_eq!(nice_step(0.0, 5.0), 1.0);
+    }
+
+    #[test]
+    fn ticks_are_bounded_whatever_the_input() {
+        assert_eq!(ticks(1.0, 0.5), vec![0.0, 0.5, 1.0]);
+        assert_eq!(ticks(1.0, 1e-10).len(), 51);
+        assert_eq!(ticks(f64::INFINITY, 1.0), vec![0.0]);
+        assert_eq!(ticks(1.0, 0.0), vec![0.0]);
+    }
+
+    #[test]
+    fn all_zero_and_non_finite_bars_draw_quickly() {
+        let row = |v: f64| SummaryRow {
+            strategy: "c1".into(),
+            scenario: "s".into(),
+            cpus: 1.0,
+            write_503s: Spread {
+                median: v,
+                min: v,
+                max: v,
+            },
+            ..Default::default()
+        };
+        for v in [0.0, f64::INFINITY, f64::NAN, 1e-12] {
+            let doc = ResultsDoc {
+                summary: vec![row(v)],
+                ..Default::default()
+            };
+            let svg = bar_chart(&doc, Metric::Write503s, "t", "y");
+            assert!(svg.len() < 20_000, "{v}: {} bytes", svg.len());
+            assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        }
+    }
+
+    #[test]
+    fn downsampling_keeps_peaks() {
+        let mut v = vec![0u32; 10_000];
+        v[4321] = 17;
+        let d = downsample(&v, 900);
+        assert!(d.len() <= 900);
+        assert_eq!(d.iter().map(|(_, v)| *v).max(), Some(17));
+        assert_eq!(downsample(&[1, 2], 900), vec![(0, 1), (1, 2)]);
+    }
+}

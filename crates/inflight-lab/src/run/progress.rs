@@ -1,0 +1,196 @@
+//! What a lab run reports while it runs ([`Progress`]), and [`ProgressReporter`], which shows it on
+//! stderr: a progress bar on a terminal, one plain line per run otherwise.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::matrix::Cell;
+use crate::results::RunResult;
+
+/// What the lab reports while it runs.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// The sim is listening (started by the lab or given with `--sim-url`).
+    SimReady { url: &'a str, started: bool },
+    /// No CPU quota can be enforced and `--no-limit` was given.
+    NoLimit { message: &'a str },
+    /// Run `index` (1-based) of `total` is starting.
+    RunStarting {
+        index: usize,
+        total: usize,
+        cell: &'a Cell,
+        repeat: u32,
+    },
+    /// Run `index` of `total` ended with this result.
+    RunDone {
+        index: usize,
+        total: usize,
+        result: &'a RunResult,
+    },
+    /// Something worth a warning that does not stop the lab.
+    Warning(String),
+}
+
+/// Shows [`Progress`] on stderr. On a terminal, a bar (sized to the terminal, with an ETA) sits
+/// below the finished runs' lines; otherwise each run gets one line when it starts and one when
+/// it ends, and nothing is redrawn.
+#[derive(Debug)]
+pub struct ProgressReporter {
+    terminal: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl Default for ProgressReporter {
+    fn default() -> Self {
+        ProgressReporter::new()
+    }
+}
+
+impl ProgressReporter {
+    /// A reporter that draws a bar if stderr is a terminal.
+    pub fn new() -> ProgressReporter {
+        ProgressReporter {
+            terminal: std::io::stderr().is_terminal(),
+            bar: None,
+        }
+    }
+
+    /// Reports one event.
+    pub fn report(&mut self, progress: Progress<'_>) {
+        match progress {
+            Progress::SimReady { url, started } => {
+                let how = if started { "started" } else { "using" };
+                self.line(format!("lab: {how} sim at {url}"));
+            }
+            Progress::NoLimit { message } => {
+                self.line(format!("lab: warning: no CPU limit can be enforced, running without one (--no-limit): {message}"));
+            }
+            Progress::Warning(message) => self.line(format!("lab: warning: {message}")),
+            Progress::RunStarting {
+                index,
+                total,
+                cell,
+                repeat,
+            } => {
+                let what = format!(
+                    "{} {} {} CPU repeat {repeat}",
+                    cell.strategy, cell.scenario, cell.cpus
+                );
+                if self.terminal {
+                    let bar = self.bar(total);
+                    bar.set_position(index as u64 - 1);
+                    bar.set_message(what);
+                } else {
+                    eprintln!("[{index}/{total}] {what} ...");
+                }
+            }
+            Progress::RunDone {
+                index,
+                total,
+                result,
+            } => {
+                self.line(format!("[{index}/{total}] {}", describe(result)));
+                if index >= total {
+                    // The last run: clear the bar before the sim's goodbye and the tables.
+                    self.finish();
+                } else if let Some(bar) = &self.bar {
+                    bar.set_position(index as u64);
+                    bar.set_message("");
+                }
+            }
+        }
+    }
+
+    /// Removes the bar; call when the runs are over.
+    pub fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// The bar, made on first use.
+    fn bar(&mut self, total: usize) -> &ProgressBar {
+        self.bar.get_or_insert_with(|| {
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("[{bar:30}] {pos}/{len} eta {eta} {wide_msg}")
+                .expect("the progress template is valid")
+                .progress_chars("=> ");
+            bar.set_style(style);
+            bar
+        })
+    }
+
+    /// A whole line on stderr, above the bar if there is one.
+    fn line(&self, text: String) {
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("{text}")),
+            None => eprintln!("{text}"),
+        }
+    }
+}
+
+impl Drop for ProgressReporter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// One line about a finished run: its cell, times, outcome counts and peaks.
+pub fn describe(r: &RunResult) -> String {
+    let mut s = format!(
+        "{} {} {} CPU repeat {}: {:.2} s, {:.2} accepted/s, complete {} incomplete {} rejected {} failed {}, 503s {}, peak writes offered {}, peak enrichment {}",
+        r.strategy,
+        r.scenario,
+        r.cpus,
+        r.repeat,
+        r.completion_s,
+        r.accepted_per_s,
+        r.complete,
+        r.incomplete,
+        r.rejected,
+        r.failed,
+        r.write_503s,
+        r.peak_writes_offered,
+        r.peak_enrichment_in_flight
+    );
+    if !r.failed_by_kind.is_empty() {
+        let kinds: Vec<String> = r
+            .failed_by_kind
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        s.push_str(&format!(" ({})", kinds.join(", ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_described_on_one_line_with_its_failures_by_kind() {
+        let mut r = RunResult {
+            strategy: "c4".into(),
+            scenario: "slow-write".into(),
+            cpus: 1.0,
+            repeat: 2,
+            records: 10,
+            complete: 8,
+            failed: 2,
+            completion_s: 1.5,
+            accepted_per_s: 5.333,
+            ..RunResult::default()
+        };
+        r.failed_by_kind.insert("write_timeout".into(), 2);
+        let line = describe(&r);
+        assert!(
+            line.starts_with("c4 slow-write 1 CPU repeat 2: 1.50 s, 5.33 accepted/s, complete 8"),
+            "{line}"
+        );
+        assert!(line.ends_with(" (write_timeout 2)"), "{line}");
+        assert!(!line.contains('\n'));
+    }
+}

@@ -1,0 +1,104 @@
+//! The repeats of each cell summarised: median, min and max of every metric.
+
+use std::collections::BTreeMap;
+
+use crate::results::{RunResult, Spread, SummaryRow};
+
+/// One summary row per (strategy, scenario, cpus), in the order the cells first appear.
+pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
+    let mut order: Vec<(String, String, u64)> = Vec::new();
+    let mut groups: BTreeMap<(String, String, u64), Vec<&RunResult>> = BTreeMap::new();
+    for run in runs {
+        let key = (
+            run.strategy.clone(),
+            run.scenario.clone(),
+            run.cpus.to_bits(),
+        );
+        if !groups.contains_key(&key) {
+            order.push(key.clone());
+        }
+        groups.entry(key).or_default().push(run);
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let group = &groups[&key];
+            let metric = |f: &dyn Fn(&RunResult) -> f64| {
+                Spread::of(&group.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
+            SummaryRow {
+                strategy: key.0.clone(),
+                scenario: key.1.clone(),
+                cpus: f64::from_bits(key.2),
+                repeats: group.len() as u32,
+                completion_s: metric(&|r| r.completion_s),
+                accepted_per_s: metric(&|r| r.accepted_per_s),
+                complete: metric(&|r| r.complete as f64),
+                incomplete: metric(&|r| r.incomplete as f64),
+                rejected: metric(&|r| r.rejected as f64),
+                failed: metric(&|r| r.failed as f64),
+                write_503s: metric(&|r| r.write_503s as f64),
+                peak_writes_offered: metric(&|r| r.peak_writes_offered as f64),
+                peak_enrichment_in_flight: metric(&|r| r.peak_enrichment_in_flight as f64),
+                incomplete_fraction: metric(&|r| {
+                    if r.records == 0 {
+                        0.0
+                    } else {
+                        r.incomplete as f64 / r.records as f64
+                    }
+                }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(strategy: &str, scenario: &str, cpus: f64, repeat: u32, secs: f64) -> RunResult {
+        RunResult {
+            strategy: strategy.into(),
+            scenario: scenario.into(),
+            cpus,
+            repeat,
+            records: 10,
+            complete: 6,
+            incomplete: 2,
+            rejected: 1,
+            failed: 1,
+            completion_s: secs,
+            accepted_per_s: 8.0 / secs,
+            write_503s: 1,
+            peak_writes_offered: repeat as u64 + 5,
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn summary_groups_by_strategy_scenario_and_cpus_in_order() {
+        let runs = vec![
+            run("c1", "healthy", 1.0, 1, 4.0),
+            run("c1", "healthy", 2.0, 1, 2.0),
+            run("c1", "healthy", 1.0, 2, 8.0),
+            run("c1", "healthy", 2.0, 2, 2.2),
+            run("c1", "healthy", 1.0, 3, 5.0),
+        ];
+        let rows = summarize(&runs);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].cpus, rows[0].repeats), (1.0, 3));
+        assert_eq!((rows[1].cpus, rows[1].repeats), (2.0, 2));
+        assert_eq!(
+            rows[0].completion_s,
+            Spread {
+                median: 5.0,
+                min: 4.0,
+                max: 8.0
+            }
+        );
+        assert_eq!(rows[0].accepted_per_s.median, 8.0 / 5.0);
+        assert!((rows[1].completion_s.median - 2.1).abs() < 1e-12);
+        assert_eq!(rows[0].peak_writes_offered.max, 8.0);
+        assert_eq!(rows[0].incomplete_fraction.median, 0.2);
+    }
+}
