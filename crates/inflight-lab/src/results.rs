@@ -124,45 +124,8 @@ pub struct Timeline {
     pub records: Vec<u32>,
 }
 
-/// Median, min and max of one metric over the repeats.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    /// `f` applied to the median, the min and the max.
-    pub fn map(self, f: impl Fn(f64) -> f64) -> Spread {
-        Spread {
-            median: f(self.median),
-            min: f(self.min),
-            max: f(self.max),
-        }
-    }
-
-    /// Median, min and max of `values` (the median of an even count is the mean of the middle
-    /// two); all zero for an empty list.
-    pub fn of(values: &[f64]) -> Spread {
-        if values.is_empty() {
-            return Spread::default();
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Spread {
-            median,
-            min: v[0],
-            max: v[n - 1],
-        }
-    }
-}
+/// Median, min and max of one metric over the repeats (the benchmarks' type, one definition).
+pub use inflight_bench::spread::Spread;
 
 /// The repeats of one (strategy, scenario, cpus) cell, summarised.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inflight::{Budget, BudgetConfig, CallError};
+use inflight_bench::gauge::PeakGauge;
 use serde::Serialize;
 
 use crate::results::{RunResult, Timeline};
@@ -124,38 +125,6 @@ impl Tally {
     }
 }
 
-/// A count of calls in flight with its peak.
-#[derive(Debug, Default)]
-struct Gauge {
-    now: AtomicU64,
-    peak: AtomicU64,
-}
-
-impl Gauge {
-    fn enter(&self) -> GaugeGuard<'_> {
-        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        GaugeGuard(self)
-    }
-
-    fn now(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
-    }
-
-    fn peak(&self) -> u64 {
-        self.peak.load(Ordering::SeqCst)
-    }
-}
-
-/// Leaves the gauge when dropped, so a call dropped by its timeout is counted out too.
-struct GaugeGuard<'a>(&'a Gauge);
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.0.now.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// The budgets that gate each dependency; with a shared budget both are clones of one budget.
 /// Each budget's call timeout is the client's, so it starts once the permit is held.
 #[derive(Clone)]
@@ -199,8 +168,8 @@ struct Shared {
     base: String,
     gates: Gates,
     call_timeout: Duration,
-    enrichment: Gauge,
-    writes: Gauge,
+    enrichment: PeakGauge,
+    writes: PeakGauge,
     write_503s: AtomicU64,
     enrichment_timeouts: AtomicU64,
     next_id: AtomicU64,
@@ -244,7 +213,7 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
 /// has no budget.
 async fn gated<F>(
     gate: Option<&Budget>,
-    gauge: &Gauge,
+    gauge: &PeakGauge,
     timeout: Duration,
     call: F,
 ) -> Result<u16, CallFailure>
@@ -371,8 +340,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         base,
         gates: Gates::new(&config.strategy.budgets, call_timeout)?,
         call_timeout,
-        enrichment: Gauge::default(),
-        writes: Gauge::default(),
+        enrichment: PeakGauge::new(),
+        writes: PeakGauge::new(),
         write_503s: AtomicU64::new(0),
         enrichment_timeouts: AtomicU64::new(0),
         next_id: AtomicU64::new(0),
@@ -454,8 +423,8 @@ async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline
     while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
         ticks.tick().await;
         let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        timeline.enrichment.push(clamp(shared.enrichment.now()));
-        timeline.records.push(clamp(shared.writes.now()));
+        timeline.enrichment.push(clamp(shared.enrichment.current()));
+        timeline.records.push(clamp(shared.writes.current()));
     }
     timeline
 }
@@ -522,7 +491,7 @@ mod tests {
     /// is reached and can be counted exactly.
     #[derive(Clone, Default)]
     struct Stand {
-        writes: Arc<Gauge>,
+        writes: Arc<PeakGauge>,
     }
 
     async fn enrich(Path(id): Path<u64>) -> (StatusCode, &'static str) {

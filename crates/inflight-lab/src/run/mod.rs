@@ -32,8 +32,8 @@ pub use self::matrix::{cross_product, Cell, Matrix};
 pub use self::out_dir::{default_out_dir, OutDir};
 pub use self::progress::{Progress, ProgressReporter};
 pub use self::scheduler::{check_outcomes, probe_enforcement, run_deadline, run_seed};
-pub use inflight_bench::shutdown::Shutdown;
 pub use self::summary::summarize;
+pub use inflight_bench::shutdown::Shutdown;
 
 use self::scheduler::run_cells;
 

@@ -24,6 +24,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use inflight_bench::gauge::PeakGauge;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -136,10 +137,10 @@ struct Counters {
     seen: AtomicU64,
     accepted: AtomicU64,
     rejected_503: AtomicU64,
-    in_service: AtomicU64,
-    peak_in_service: AtomicU64,
-    inside: AtomicU64,
-    peak_offered: AtomicU64,
+    /// Requests being served now, and the most at once.
+    in_service: PeakGauge,
+    /// Requests inside the server now (served, waiting, or about to be refused), and the most.
+    inside: PeakGauge,
 }
 
 impl Counters {
@@ -148,9 +149,9 @@ impl Counters {
             seen: self.seen.load(Ordering::SeqCst),
             accepted: self.accepted.load(Ordering::SeqCst),
             rejected_503: self.rejected_503.load(Ordering::SeqCst),
-            in_service: self.in_service.load(Ordering::SeqCst),
-            peak_in_service: self.peak_in_service.load(Ordering::SeqCst),
-            peak_offered: self.peak_offered.load(Ordering::SeqCst),
+            in_service: self.in_service.current(),
+            peak_in_service: self.in_service.peak(),
+            peak_offered: self.inside.peak(),
         }
     }
 
@@ -159,29 +160,8 @@ impl Counters {
         self.seen.store(0, Ordering::SeqCst);
         self.accepted.store(0, Ordering::SeqCst);
         self.rejected_503.store(0, Ordering::SeqCst);
-        self.peak_in_service
-            .store(self.in_service.load(Ordering::SeqCst), Ordering::SeqCst);
-        self.peak_offered
-            .store(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
-    }
-}
-
-/// Increments a gauge and its peak; decrements the gauge when dropped (also on cancellation).
-struct GaugeGuard<'a> {
-    gauge: &'a AtomicU64,
-}
-
-impl<'a> GaugeGuard<'a> {
-    fn enter(gauge: &'a AtomicU64, peak: &AtomicU64) -> (Self, u64) {
-        let now = gauge.fetch_add(1, Ordering::SeqCst) + 1;
-        peak.fetch_max(now, Ordering::SeqCst);
-        (Self { gauge }, now)
-    }
-}
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.gauge.fetch_sub(1, Ordering::SeqCst);
+        self.in_service.reset_peak();
+        self.inside.reset_peak();
     }
 }
 
@@ -336,8 +316,8 @@ async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Respon
         latency.mul_f64(*time_scale)
     };
     // Every enrichment call is in service at once: there is no queue and no refusal.
-    let (_in_service, _) = GaugeGuard::enter(&counters.in_service, &counters.peak_in_service);
-    let (_inside, _) = GaugeGuard::enter(&counters.inside, &counters.peak_offered);
+    let _in_service = counters.in_service.enter();
+    let _inside = counters.inside.enter();
     tokio::time::sleep(delay).await;
     counters.accepted.fetch_add(1, Ordering::SeqCst);
     Json(json!({ "id": id, "score": score(id) })).into_response()
@@ -395,7 +375,8 @@ async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
             scenario.records.queue as u64,
         )
     };
-    let (_inside, inside_now) = GaugeGuard::enter(&counters.inside, &counters.peak_offered);
+    let _inside = counters.inside.enter();
+    let inside_now = _inside.count();
     if inside_now > capacity + queue {
         counters.rejected_503.fetch_add(1, Ordering::SeqCst);
         return error(
@@ -406,7 +387,7 @@ async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
     let Ok(_slot) = slots.acquire_owned().await else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "system of record closed");
     };
-    let (_in_service, _) = GaugeGuard::enter(&counters.in_service, &counters.peak_in_service);
+    let _in_service = counters.in_service.enter();
     tokio::time::sleep(delay).await;
     counters.accepted.fetch_add(1, Ordering::SeqCst);
     Json(json!({ "id": record.id, "accepted": true, "complete": record.complete })).into_response()
@@ -571,8 +552,8 @@ mod tests {
     #[test]
     fn counters_reset_keeps_peaks_true_to_what_is_inside() {
         let c = Counters::default();
-        let (g1, _) = GaugeGuard::enter(&c.in_service, &c.peak_in_service);
-        let (g2, _) = GaugeGuard::enter(&c.in_service, &c.peak_in_service);
+        let g1 = c.in_service.enter();
+        let g2 = c.in_service.enter();
         c.seen.store(5, Ordering::SeqCst);
         drop(g2);
         assert_eq!(c.snapshot().peak_in_service, 2);
