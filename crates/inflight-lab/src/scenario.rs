@@ -76,6 +76,45 @@ pub struct RecordsSpec {
     pub latency: Latency,
     pub capacity: usize,
     pub queue: usize,
+    /// Changes of capacity and queue during a run, in time order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<Phase>,
+}
+
+/// From `at` after the run's first request on, the system of record serves `capacity` at once
+/// and lets `queue` wait.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Phase {
+    #[serde(with = "duration_str")]
+    pub at: Duration,
+    pub capacity: usize,
+    pub queue: usize,
+}
+
+/// A rate the enrichment API enforces: calls beyond it are answered 429 at once.
+///
+/// A GCRA: calls spaced `1 / per_second` apart, of which `burst` may come back to back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Quota {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+/// The enrichment API: latency, and an optional quota.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnrichmentSpec {
+    #[serde(flatten)]
+    pub latency: Latency,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
+}
+
+impl std::ops::Deref for EnrichmentSpec {
+    type Target = Latency;
+
+    fn deref(&self) -> &Latency {
+        &self.latency
+    }
 }
 
 /// One named scenario.
@@ -83,7 +122,7 @@ pub struct RecordsSpec {
 pub struct Scenario {
     pub name: String,
     pub description: String,
-    pub enrichment: Latency,
+    pub enrichment: EnrichmentSpec,
     pub records: RecordsSpec,
 }
 
@@ -114,8 +153,10 @@ impl ScenarioSet {
                 scenario: name.clone(),
                 message,
             };
+            let quota = raw_scenario.enrichment.quota().map_err(invalid)?;
             let enrichment = raw_scenario
                 .enrichment
+                .latency()
                 .into_latency("enrichment")
                 .map_err(invalid)?;
             let records_latency = raw_scenario
@@ -126,16 +167,21 @@ impl ScenarioSet {
             if raw_scenario.records.capacity == 0 {
                 return Err(invalid("records.capacity must be at least 1".into()));
             }
+            let schedule = raw_scenario.records.schedule().map_err(invalid)?;
             scenarios.insert(
                 name.clone(),
                 Scenario {
                     name: name.clone(),
                     description: raw_scenario.description,
-                    enrichment,
+                    enrichment: EnrichmentSpec {
+                        latency: enrichment,
+                        quota,
+                    },
                     records: RecordsSpec {
                         latency: records_latency,
                         capacity: raw_scenario.records.capacity,
                         queue: raw_scenario.records.queue,
+                        schedule,
                     },
                 },
             );
@@ -199,8 +245,69 @@ struct RawFile {
 struct RawScenario {
     #[serde(default)]
     description: String,
-    enrichment: RawLatency,
+    enrichment: RawEnrichment,
     records: RawRecords,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnrichment {
+    median: String,
+    #[serde(default)]
+    sigma: f64,
+    #[serde(default)]
+    hang_probability: f64,
+    hang: Option<String>,
+    quota: Option<String>,
+    quota_burst: Option<u32>,
+}
+
+impl RawEnrichment {
+    fn latency(&self) -> RawLatency {
+        RawLatency {
+            median: self.median.clone(),
+            sigma: self.sigma,
+            hang_probability: self.hang_probability,
+            hang: self.hang.clone(),
+        }
+    }
+
+    fn quota(&self) -> Result<Option<Quota>, String> {
+        let Some(text) = &self.quota else {
+            if self.quota_burst.is_some() {
+                return Err("enrichment.quota_burst needs enrichment.quota".into());
+            }
+            return Ok(None);
+        };
+        let rate: inflight::Rate = text
+            .parse()
+            .map_err(|e| format!("enrichment.quota: {e}"))?;
+        let per_second = rate.events_per_second();
+        if !(0.01..=1e6).contains(&per_second) {
+            return Err(format!(
+                "enrichment.quota must be between 0.01/s and 1000000/s, got {text:?}"
+            ));
+        }
+        // Default burst: a tenth of a second's worth, so that calls paced at exactly the quota
+        // still pass when the network bunches a few of them.
+        let burst = self
+            .quota_burst
+            .unwrap_or_else(|| ((per_second / 10.0).round() as u32).max(1));
+        if !(1..=1_000_000).contains(&burst) {
+            return Err(format!(
+                "enrichment.quota_burst must be between 1 and 1000000, got {burst}"
+            ));
+        }
+        Ok(Some(Quota { per_second, burst }))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPhase {
+    at: String,
+    capacity: usize,
+    queue: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,9 +332,40 @@ struct RawRecords {
     hang: Option<String>,
     capacity: usize,
     queue: usize,
+    #[serde(default)]
+    schedule: Vec<RawPhase>,
 }
 
 impl RawRecords {
+    fn schedule(&self) -> Result<Vec<Phase>, String> {
+        let mut phases: Vec<Phase> = Vec::new();
+        for (i, raw) in self.schedule.iter().enumerate() {
+            let at = parse_duration(&raw.at).map_err(|e| format!("records.schedule[{i}].at: {e}"))?;
+            if at > MAX_LATENCY {
+                return Err(format!("records.schedule[{i}].at must be at most 1h"));
+            }
+            if raw.capacity == 0 {
+                return Err(format!("records.schedule[{i}].capacity must be at least 1"));
+            }
+            if raw.capacity > 100_000 || raw.queue > 100_000 {
+                return Err(format!(
+                    "records.schedule[{i}]: capacity and queue must be at most 100000"
+                ));
+            }
+            if phases.last().is_some_and(|p| p.at >= at) {
+                return Err(format!(
+                    "records.schedule[{i}].at must come after the phase before it"
+                ));
+            }
+            phases.push(Phase {
+                at,
+                capacity: raw.capacity,
+                queue: raw.queue,
+            });
+        }
+        Ok(phases)
+    }
+
     fn latency(&self) -> RawLatency {
         RawLatency {
             median: self.median.clone(),
@@ -313,12 +451,28 @@ mod tests {
     use rand::SeedableRng;
 
     #[test]
-    fn builtin_file_has_the_three_scenarios_with_documented_values() {
+    fn builtin_file_has_the_scenarios_with_documented_values() {
         let set = ScenarioSet::builtin();
         assert_eq!(
             set.names(),
-            vec!["healthy", "slow-enrichment", "slow-write"]
+            vec!["degrading", "healthy", "quota", "slow-enrichment", "slow-write"]
         );
+        let degrading = set.get("degrading").unwrap();
+        let phases: Vec<_> = degrading
+            .records
+            .schedule
+            .iter()
+            .map(|p| (p.at, p.capacity, p.queue))
+            .collect();
+        assert_eq!(
+            phases,
+            [
+                (Duration::from_millis(1500), 3, 1),
+                (Duration::from_millis(3500), 6, 6)
+            ]
+        );
+        let quota = set.get("quota").unwrap().enrichment.quota.unwrap();
+        assert_eq!((quota.per_second, quota.burst), (50.0, 5));
         let healthy = set.get("healthy").unwrap();
         assert_eq!(healthy.enrichment.median, Duration::from_millis(120));
         assert_eq!(healthy.records.latency.median, Duration::from_millis(30));
@@ -343,7 +497,7 @@ mod tests {
         let err = ScenarioSet::builtin().get("nope").unwrap_err().to_string();
         assert!(err.contains("unknown scenario `nope`"), "{err}");
         assert!(
-            err.contains("healthy, slow-enrichment, slow-write"),
+            err.contains("degrading, healthy, quota, slow-enrichment, slow-write"),
             "{err}"
         );
     }

@@ -29,12 +29,15 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use tokio::sync::{oneshot, Notify};
 
 use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
 
 pub mod client;
+mod gates;
 pub mod process;
+
+use gates::{QuotaGate, RecordsGate};
 
 /// How long the server waits for requests in progress after a shutdown signal before it stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -95,6 +98,9 @@ pub struct EndpointStats {
     pub accepted: u64,
     /// Requests answered 503 because capacity and queue were full.
     pub rejected_503: u64,
+    /// Requests answered 429 because they came faster than the scenario's quota.
+    #[serde(default)]
+    pub rejected_429: u64,
     /// Requests being served right now (for records: holding one of the `capacity` slots).
     pub in_service: u64,
     /// Most requests in service at once.
@@ -137,6 +143,7 @@ struct Counters {
     seen: AtomicU64,
     accepted: AtomicU64,
     rejected_503: AtomicU64,
+    rejected_429: AtomicU64,
     /// Requests being served now, and the most at once.
     in_service: PeakGauge,
     /// Requests inside the server now (served, waiting, or about to be refused), and the most.
@@ -149,6 +156,7 @@ impl Counters {
             seen: self.seen.load(Ordering::SeqCst),
             accepted: self.accepted.load(Ordering::SeqCst),
             rejected_503: self.rejected_503.load(Ordering::SeqCst),
+            rejected_429: self.rejected_429.load(Ordering::SeqCst),
             in_service: self.in_service.current(),
             peak_in_service: self.in_service.peak(),
             peak_offered: self.inside.peak(),
@@ -160,6 +168,7 @@ impl Counters {
         self.seen.store(0, Ordering::SeqCst);
         self.accepted.store(0, Ordering::SeqCst);
         self.rejected_503.store(0, Ordering::SeqCst);
+        self.rejected_429.store(0, Ordering::SeqCst);
         self.in_service.reset_peak();
         self.inside.reset_peak();
     }
@@ -171,7 +180,9 @@ struct Current {
     time_scale: f64,
     rng: StdRng,
     /// Replaced on a scenario switch so a new capacity takes effect for new requests.
-    record_slots: Arc<Semaphore>,
+    records_gate: Arc<RecordsGate>,
+    /// The enrichment quota, if the scenario has one; replaced on a switch.
+    quota: Option<Arc<QuotaGate>>,
 }
 
 struct Inner {
@@ -191,7 +202,11 @@ impl SimState {
         let time_scale = check_time_scale(config.time_scale)?;
         let scenario = config.scenarios.get(&config.scenario)?.clone();
         let current = Current {
-            record_slots: Arc::new(Semaphore::new(scenario.records.capacity)),
+            records_gate: RecordsGate::new(&scenario.records, time_scale),
+            quota: scenario
+                .enrichment
+                .quota
+                .map(|q| Arc::new(QuotaGate::new(q, time_scale))),
             scenario,
             seed: config.seed,
             time_scale,
@@ -247,7 +262,11 @@ impl SimState {
                 None => current.time_scale,
             };
             let seed = switch.seed.unwrap_or(current.seed);
-            current.record_slots = Arc::new(Semaphore::new(scenario.records.capacity));
+            current.records_gate = RecordsGate::new(&scenario.records, time_scale);
+            current.quota = scenario
+                .enrichment
+                .quota
+                .map(|q| Arc::new(QuotaGate::new(q, time_scale)));
             current.scenario = scenario;
             current.seed = seed;
             current.time_scale = time_scale;
@@ -304,17 +323,26 @@ async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Respon
             format!("enrichment id must be an integer, got `{id}`"),
         );
     };
-    let delay = {
+    let (delay, quota) = {
         let mut current = state.lock();
+        current.records_gate.start_schedule();
         let Current {
             scenario,
             rng,
             time_scale,
+            quota,
             ..
         } = &mut *current;
         let (latency, _hang) = scenario.enrichment.sample(rng);
-        latency.mul_f64(*time_scale)
+        (latency.mul_f64(*time_scale), quota.clone())
     };
+    if quota.is_some_and(|q| !q.admit()) {
+        counters.rejected_429.fetch_add(1, Ordering::SeqCst);
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "enrichment quota exceeded: slow down",
+        );
+    }
     // Every enrichment call is in service at once: there is no queue and no refusal.
     let _in_service = counters.in_service.enter();
     let _inside = counters.inside.enter();
@@ -358,23 +386,21 @@ async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
             )
         }
     };
-    let (delay, slots, capacity, queue) = {
+    let (delay, gate) = {
         let mut current = state.lock();
+        current.records_gate.start_schedule();
         let Current {
             scenario,
             rng,
             time_scale,
-            record_slots,
+            records_gate,
             ..
         } = &mut *current;
         let (latency, _hang) = scenario.records.latency.sample(rng);
-        (
-            latency.mul_f64(*time_scale),
-            record_slots.clone(),
-            scenario.records.capacity as u64,
-            scenario.records.queue as u64,
-        )
+        (latency.mul_f64(*time_scale), records_gate.clone())
     };
+    let (capacity, queue) = gate.limits();
+    let slots = gate.slots();
     let _inside = counters.inside.enter();
     let inside_now = _inside.count();
     if inside_now > capacity + queue {
@@ -577,7 +603,7 @@ mod tests {
         config.time_scale = 1.0;
         config.scenario = "nope".into();
         let err = SimState::new(config).err().unwrap().to_string();
-        assert!(err.contains("known scenarios: healthy"), "{err}");
+        assert!(err.contains("known scenarios: degrading, healthy"), "{err}");
     }
 
     #[test]
