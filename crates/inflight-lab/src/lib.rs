@@ -14,6 +14,7 @@
 //! - [`files`]: the lab folder and its files, with built-in copies for runs elsewhere.
 
 pub mod files;
+mod gate;
 pub mod hypothesis;
 pub mod report;
 pub mod results;

@@ -122,6 +122,12 @@ pub struct Timeline {
     pub enrichment: Vec<u32>,
     /// Writes in flight at each sample.
     pub records: Vec<u32>,
+    /// The enrichment gate's limit at each sample, when it moves (an adaptive limit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enrichment_limit: Vec<u32>,
+    /// The records gate's limit at each sample, when it moves (an adaptive limit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records_limit: Vec<u32>,
 }
 
 /// Median, min and max of one metric over the repeats (the benchmarks' type, one definition).

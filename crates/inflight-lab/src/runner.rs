@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inflight::{Budget, BudgetConfig, CallError};
 use inflight_bench::gauge::PeakGauge;
 use serde::Serialize;
 
+use crate::gate::{CallFailure, Gate};
 use crate::results::{RunResult, Timeline};
-use crate::strategy::{available_parallelism, BudgetPlan, Strategy};
+use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
 
 /// The client's timeout for each call at time scale 1, as in the reference experiment's lab.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -125,27 +125,26 @@ impl Tally {
     }
 }
 
-/// The budgets that gate each dependency; with a shared budget both are clones of one budget.
-/// Each budget's call timeout is the client's, so it starts once the permit is held.
+/// The gates of each dependency; with a shared budget both are clones of one budget. Each
+/// budget's call timeout is the client's, so it starts once the permit is held.
 #[derive(Clone)]
 struct Gates {
-    enrichment: Option<Budget>,
-    records: Option<Budget>,
+    enrichment: Option<Gate>,
+    records: Option<Gate>,
 }
 
 impl Gates {
     fn new(budgets: &BudgetPlan, call_timeout: Duration) -> Result<Gates, RunnerError> {
-        let make = |name: &str, n: usize| {
-            Budget::new(name, BudgetConfig::new(n).call_timeout(call_timeout))
-                .map_err(|e| RunnerError::Budget(e.to_string()))
+        let make = |name: &str, spec: &GateSpec| {
+            Gate::new(name, spec, call_timeout).map_err(RunnerError::Budget)
         };
-        Ok(match *budgets {
+        Ok(match budgets {
             BudgetPlan::None => Gates {
                 enrichment: None,
                 records: None,
             },
             BudgetPlan::Shared(n) => {
-                let shared = make("shared", n)?;
+                let shared = make("shared", &GateSpec::Fixed(*n))?;
                 Gates {
                     enrichment: Some(shared.clone()),
                     records: Some(shared),
@@ -155,8 +154,11 @@ impl Gates {
                 enrichment,
                 records,
             } => Gates {
-                enrichment: enrichment.map(|n| make("enrichment", n)).transpose()?,
-                records: records.map(|n| make("records", n)).transpose()?,
+                enrichment: enrichment
+                    .as_ref()
+                    .map(|g| make("enrichment", g))
+                    .transpose()?,
+                records: records.as_ref().map(|g| make("records", g)).transpose()?,
             },
         })
     }
@@ -168,32 +170,13 @@ struct Shared {
     base: String,
     gates: Gates,
     call_timeout: Duration,
-    enrichment: PeakGauge,
-    writes: PeakGauge,
+    enrichment: Arc<PeakGauge>,
+    writes: Arc<PeakGauge>,
     write_503s: AtomicU64,
     enrichment_timeouts: AtomicU64,
     next_id: AtomicU64,
     records: u64,
     tally: Mutex<Tally>,
-}
-
-/// How a single call ended, when it did not answer as hoped.
-enum CallFailure {
-    Timeout,
-    Status(u16),
-    Transport(&'static str),
-    Permit,
-}
-
-impl CallFailure {
-    fn kind(&self, dependency: &str) -> String {
-        match self {
-            CallFailure::Timeout => format!("{dependency}_timeout"),
-            CallFailure::Status(code) => format!("{dependency}_status_{code}"),
-            CallFailure::Transport(what) => format!("{dependency}_{what}"),
-            CallFailure::Permit => format!("{dependency}_permit"),
-        }
-    }
 }
 
 fn transport_kind(err: &reqwest::Error) -> &'static str {
@@ -208,19 +191,20 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
     }
 }
 
-/// Runs the call through the gate's [`Budget::call`] (permit, then the client timeout, which
-/// starts only once the permit is held), or under the client timeout alone when the dependency
-/// has no budget.
+/// Runs the call through the dependency's gate (permit or peer limiter, then the client timeout,
+/// which starts only once the call is admitted), or under the client timeout alone when the
+/// dependency has no gate.
 async fn gated<F>(
-    gate: Option<&Budget>,
-    gauge: &PeakGauge,
+    gate: Option<&Gate>,
+    gauge: &Arc<PeakGauge>,
     timeout: Duration,
     call: F,
 ) -> Result<u16, CallFailure>
 where
-    F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>>,
+    F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>> + Send + 'static,
 {
-    let answered = async {
+    let gauge = gauge.clone();
+    let answered = async move {
         let _in_flight = gauge.enter();
         let response = call
             .await
@@ -234,12 +218,7 @@ where
         Ok(status)
     };
     match gate {
-        Some(budget) => budget.call(|| answered).await.map_err(|e| match e {
-            CallError::Timeout => CallFailure::Timeout,
-            CallError::Inner(failure) => failure,
-            // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
-            _ => CallFailure::Permit,
-        }),
+        Some(gate) => gate.call(Box::pin(answered)).await,
         None => tokio::time::timeout(timeout, answered)
             .await
             .map_err(|_| CallFailure::Timeout)?,
@@ -340,8 +319,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         base,
         gates: Gates::new(&config.strategy.budgets, call_timeout)?,
         call_timeout,
-        enrichment: PeakGauge::new(),
-        writes: PeakGauge::new(),
+        enrichment: Arc::new(PeakGauge::new()),
+        writes: Arc::new(PeakGauge::new()),
         write_503s: AtomicU64::new(0),
         enrichment_timeouts: AtomicU64::new(0),
         next_id: AtomicU64::new(0),
@@ -415,9 +394,9 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
 async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline {
     let mut timeline = Timeline {
         interval_ms: TIMELINE_INTERVAL.as_secs_f64() * 1000.0,
-        enrichment: Vec::new(),
-        records: Vec::new(),
+        ..Timeline::default()
     };
+    let limit_of = |gate: &Option<Gate>| gate.as_ref().and_then(Gate::limit);
     let mut ticks = tokio::time::interval(TIMELINE_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
@@ -425,6 +404,12 @@ async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline
         let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         timeline.enrichment.push(clamp(shared.enrichment.current()));
         timeline.records.push(clamp(shared.writes.current()));
+        if let Some(limit) = limit_of(&shared.gates.enrichment) {
+            timeline.enrichment_limit.push(clamp(limit as u64));
+        }
+        if let Some(limit) = limit_of(&shared.gates.records) {
+            timeline.records_limit.push(clamp(limit as u64));
+        }
     }
     timeline
 }
@@ -548,8 +533,8 @@ mod tests {
     async fn every_record_ends_in_exactly_one_outcome() {
         let (url, stand) = stand().await;
         let budgets = BudgetPlan::PerDependency {
-            enrichment: Some(8),
-            records: Some(2),
+            enrichment: Some(GateSpec::Fixed(8)),
+            records: Some(GateSpec::Fixed(2)),
         };
         let config = RunnerConfig {
             strategy: strategy(16, budgets),

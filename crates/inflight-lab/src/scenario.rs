@@ -279,9 +279,7 @@ impl RawEnrichment {
             }
             return Ok(None);
         };
-        let rate: inflight::Rate = text
-            .parse()
-            .map_err(|e| format!("enrichment.quota: {e}"))?;
+        let rate: inflight::Rate = text.parse().map_err(|e| format!("enrichment.quota: {e}"))?;
         let per_second = rate.events_per_second();
         if !(0.01..=1e6).contains(&per_second) {
             return Err(format!(
@@ -340,7 +338,8 @@ impl RawRecords {
     fn schedule(&self) -> Result<Vec<Phase>, String> {
         let mut phases: Vec<Phase> = Vec::new();
         for (i, raw) in self.schedule.iter().enumerate() {
-            let at = parse_duration(&raw.at).map_err(|e| format!("records.schedule[{i}].at: {e}"))?;
+            let at =
+                parse_duration(&raw.at).map_err(|e| format!("records.schedule[{i}].at: {e}"))?;
             if at > MAX_LATENCY {
                 return Err(format!("records.schedule[{i}].at must be at most 1h"));
             }
@@ -455,7 +454,13 @@ mod tests {
         let set = ScenarioSet::builtin();
         assert_eq!(
             set.names(),
-            vec!["degrading", "healthy", "quota", "slow-enrichment", "slow-write"]
+            vec![
+                "degrading",
+                "healthy",
+                "quota",
+                "slow-enrichment",
+                "slow-write"
+            ]
         );
         let degrading = set.get("degrading").unwrap();
         let phases: Vec<_> = degrading

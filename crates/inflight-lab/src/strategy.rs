@@ -71,17 +71,123 @@ pub fn available_parallelism() -> usize {
 }
 
 /// The budgets a strategy puts around its outbound calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum BudgetPlan {
     /// No dependency limits: every record's calls go out as soon as the record makes them.
     None,
     /// One budget shared by all outbound calls, whatever the dependency.
     Shared(usize),
-    /// One budget per dependency; `None` leaves that dependency unlimited.
+    /// One gate per dependency; `None` leaves that dependency unlimited.
     PerDependency {
-        enrichment: Option<usize>,
-        records: Option<usize>,
+        enrichment: Option<GateSpec>,
+        records: Option<GateSpec>,
     },
+}
+
+/// What limits the calls to one dependency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum GateSpec {
+    /// An `inflight` budget with a fixed limit of this many calls (`records = 6`).
+    Fixed(usize),
+    /// An `inflight` budget from a budgets-file table (`records = { limit = "adaptive" }`),
+    /// kept as written; it was checked when the file was read.
+    Budget(String),
+    /// A peer crate's adaptive limiter (`records = { peer = "tower-acc", algorithm = "vegas" }`).
+    Peer(Peer),
+}
+
+/// The peer limiters the lab runs side by side with `inflight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Peer {
+    /// `tower-acc`'s Gradient2.
+    TowerAccGradient2,
+    /// `tower-acc`'s Vegas.
+    TowerAccVegas,
+    /// `tower-resilience-adaptive`'s AIMD.
+    TowerResilienceAimd,
+    /// `tower-resilience-adaptive`'s Vegas.
+    TowerResilienceVegas,
+}
+
+impl Peer {
+    fn parse(krate: &str, algorithm: &str) -> Result<Peer, String> {
+        Ok(match (krate, algorithm) {
+            ("tower-acc", "gradient2") => Peer::TowerAccGradient2,
+            ("tower-acc", "vegas") => Peer::TowerAccVegas,
+            ("tower-resilience-adaptive", "aimd") => Peer::TowerResilienceAimd,
+            ("tower-resilience-adaptive", "vegas") => Peer::TowerResilienceVegas,
+            _ => {
+                return Err(format!(
+                    "unknown peer limiter {krate:?} with algorithm {algorithm:?} (known: tower-acc with gradient2 or vegas, tower-resilience-adaptive with aimd or vegas)"
+                ))
+            }
+        })
+    }
+
+    /// The crate and algorithm, as a strategy file names them.
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::TowerAccGradient2 => "tower-acc gradient2",
+            Peer::TowerAccVegas => "tower-acc vegas",
+            Peer::TowerResilienceAimd => "tower-resilience-adaptive aimd",
+            Peer::TowerResilienceVegas => "tower-resilience-adaptive vegas",
+        }
+    }
+}
+
+impl GateSpec {
+    /// The `inflight` budget configuration of this gate, if it is one.
+    pub fn budget_config(&self, dependency: &str) -> Option<inflight::BudgetConfig> {
+        match self {
+            GateSpec::Fixed(n) => Some(inflight::BudgetConfig::new(*n)),
+            GateSpec::Budget(table) => Some(
+                budget_table(dependency, table)
+                    .expect("a budget table is checked when the strategies file is read"),
+            ),
+            GateSpec::Peer(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for GateSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateSpec::Fixed(n) => write!(f, "{n}"),
+            GateSpec::Budget(table) => {
+                let config = budget_table("x", table).map_err(|_| fmt::Error)?;
+                write!(f, "{}", describe_budget(&config))
+            }
+            GateSpec::Peer(peer) => f.write_str(peer.name()),
+        }
+    }
+}
+
+/// A budget table's configuration, in short: `adaptive (vegas) up to 64`, `24 at 50/s`.
+fn describe_budget(config: &inflight::BudgetConfig) -> String {
+    let mut text = match config.adaptive_limit() {
+        Some(a) => format!(
+            "adaptive ({}) up to {}",
+            a.algorithm(),
+            config.max_concurrent()
+        ),
+        None => config.max_concurrent().to_string(),
+    };
+    if let Some((rate, burst)) = config.rate_limit() {
+        text.push_str(&format!(" at {rate}"));
+        if burst > 1 {
+            text.push_str(&format!(" (burst {burst})"));
+        }
+    }
+    text
+}
+
+/// Parses one dependency's budget table with the budgets-file parser, so a strategy's budget
+/// means what the same table means in a budgets file.
+fn budget_table(dependency: &str, table: &str) -> Result<inflight::BudgetConfig, String> {
+    let text = format!("[budgets.{dependency}]\n{table}");
+    let budgets = inflight::Budgets::from_toml_str(&text).map_err(|e| e.to_string())?;
+    let budget = budgets.get(dependency).expect("the one budget just parsed");
+    Ok(budget.config().clone())
 }
 
 impl fmt::Display for BudgetPlan {
@@ -93,7 +199,10 @@ impl fmt::Display for BudgetPlan {
                 enrichment,
                 records,
             } => {
-                let show = |v: &Option<usize>| v.map_or("unlimited".to_string(), |n| n.to_string());
+                let show = |v: &Option<GateSpec>| {
+                    v.as_ref()
+                        .map_or("unlimited".to_string(), |g| g.to_string())
+                };
                 write!(
                     f,
                     "enrichment budget {}, records budget {}",
@@ -161,8 +270,60 @@ struct RawStrategy {
     description: String,
     records_in_flight: RecordsInFlight,
     shared: Option<Count>,
-    enrichment: Option<Count>,
-    records: Option<Count>,
+    enrichment: Option<RawGate>,
+    records: Option<RawGate>,
+}
+
+/// One dependency's gate as written: a count, or a table.
+#[derive(Debug)]
+enum RawGate {
+    Count(Count),
+    Table(toml::Table),
+}
+
+impl<'de> Deserialize<'de> for RawGate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawGate, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::Table(table) => Ok(RawGate::Table(table)),
+            // A count's own messages ("must be a positive integer, found 0").
+            other => Count::deserialize(other)
+                .map(RawGate::Count)
+                .map_err(de::Error::custom),
+        }
+    }
+}
+
+impl RawGate {
+    fn validate(self, dependency: &str) -> Result<GateSpec, String> {
+        match self {
+            RawGate::Count(Count(n)) => Ok(GateSpec::Fixed(n)),
+            RawGate::Table(mut table) => {
+                if let Some(peer) = table.remove("peer") {
+                    let krate = peer
+                        .as_str()
+                        .ok_or_else(|| format!("field `{dependency}.peer` must be a string"))?;
+                    let algorithm = table
+                        .remove("algorithm")
+                        .and_then(|a| a.as_str().map(str::to_string))
+                        .ok_or_else(|| {
+                            format!("field `{dependency}.algorithm` is required with a peer")
+                        })?;
+                    if let Some(key) = table.keys().next() {
+                        return Err(format!(
+                            "field `{dependency}.{key}` is not taken with a peer (only peer and algorithm)"
+                        ));
+                    }
+                    return Peer::parse(krate, &algorithm)
+                        .map(GateSpec::Peer)
+                        .map_err(|e| format!("field `{dependency}`: {e}"));
+                }
+                let text = toml::to_string(&table).map_err(|e| e.to_string())?;
+                budget_table(dependency, &text)
+                    .map_err(|e| format!("field `{dependency}`: {e}"))?;
+                Ok(GateSpec::Budget(text))
+            }
+        }
+    }
 }
 
 /// The largest count a strategy may give (not absurd for a lab run).
@@ -291,7 +452,12 @@ impl RawStrategy {
             return Err("a name may hold only letters, digits, `-` and `_`".to_string());
         }
         let count = |c: Option<Count>| c.map(|Count(n)| n);
-        let budgets = match (count(self.shared), count(self.enrichment), count(self.records)) {
+        let enrichment = self
+            .enrichment
+            .map(|g| g.validate("enrichment"))
+            .transpose()?;
+        let records = self.records.map(|g| g.validate("records")).transpose()?;
+        let budgets = match (count(self.shared), enrichment, records) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                 return Err(
                     "field `shared` cannot be combined with `enrichment` or `records` (one shared budget, or one per dependency)"
@@ -349,8 +515,8 @@ mod tests {
         assert_eq!(
             c4.budgets,
             BudgetPlan::PerDependency {
-                enrichment: Some(24),
-                records: Some(6)
+                enrichment: Some(GateSpec::Fixed(24)),
+                records: Some(GateSpec::Fixed(6))
             }
         );
         assert_eq!(c4.description, "per dependency");
@@ -420,8 +586,71 @@ mod tests {
             s.get("w").unwrap().budgets,
             BudgetPlan::PerDependency {
                 enrichment: None,
-                records: Some(2)
+                records: Some(GateSpec::Fixed(2))
             }
         );
+    }
+
+    #[test]
+    fn gates_may_be_budget_tables_or_peers() {
+        let s = parse(
+            r#"
+            [a]
+            records_in_flight = 64
+            enrichment = { limit = "adaptive", algorithm = "aimd" }
+            records = { peer = "tower-acc", algorithm = "vegas" }
+            [r]
+            records_in_flight = 8
+            enrichment = { max_concurrent = 24, rate = "50/s" }
+            "#,
+        )
+        .unwrap();
+        let a = s.get("a").unwrap();
+        assert_eq!(
+            a.budgets.to_string(),
+            "enrichment budget adaptive (aimd) up to 100, records budget tower-acc vegas"
+        );
+        let BudgetPlan::PerDependency { enrichment, .. } = &s.get("r").unwrap().budgets else {
+            panic!("per dependency");
+        };
+        let config = enrichment
+            .as_ref()
+            .unwrap()
+            .budget_config("enrichment")
+            .unwrap();
+        assert_eq!(config.rate_limit().unwrap().0.events_per_second(), 50.0);
+        for (gate, says) in [
+            ("{ limit = \"adaptive\", min = 0 }", "budgets.records.min"),
+            ("{ max_concurrent = 0 }", "budgets.records.max_concurrent"),
+            (
+                "{ peer = \"tower-acc\", algorithm = \"aimd\" }",
+                "unknown peer",
+            ),
+            ("{ peer = \"tower-acc\" }", "algorithm` is required"),
+            (
+                "{ peer = \"tower-acc\", algorithm = \"vegas\", min = 1 }",
+                "not taken with a peer",
+            ),
+        ] {
+            let e = err_of(&format!("[x]\nrecords_in_flight = 4\nrecords = {gate}"));
+            assert!(e.contains("records") && e.contains(says), "{gate}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_builtin_file_has_the_adaptive_peer_and_rate_strategies() {
+        let names = builtin().names();
+        for name in [
+            "c2-64",
+            "c4-64",
+            "c5",
+            "c4r",
+            "tower-acc-gradient2",
+            "tower-acc-vegas",
+            "tower-resilience-aimd",
+            "tower-resilience-vegas",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing");
+        }
     }
 }

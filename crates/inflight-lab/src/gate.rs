@@ -1,0 +1,201 @@
+//! What stands between a record and a dependency: an `inflight` [`Budget`], or a peer crate's
+//! adaptive limiter, each fed the same calls and the same overload signals.
+//!
+//! Overload signals are the same for every gate: a 503 or 429 answer, a transport failure, and a
+//! call past the client timeout. An `inflight` budget learns them through `Budget::call_with`'s
+//! classifier; a peer limiter, which learns only from errors, sees them as errors (and the runner
+//! turns them back into answers).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::limit::Outcome;
+use inflight::{Budget, CallError};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt};
+
+use crate::strategy::{GateSpec, Peer};
+
+/// How a single call ended, when it did not answer as hoped.
+#[derive(Debug)]
+pub(crate) enum CallFailure {
+    Timeout,
+    Status(u16),
+    Transport(&'static str),
+    Permit,
+}
+
+impl CallFailure {
+    pub(crate) fn kind(&self, dependency: &str) -> String {
+        match self {
+            CallFailure::Timeout => format!("{dependency}_timeout"),
+            CallFailure::Status(code) => format!("{dependency}_status_{code}"),
+            CallFailure::Transport(what) => format!("{dependency}_{what}"),
+            CallFailure::Permit => format!("{dependency}_permit"),
+        }
+    }
+}
+
+/// One call to a dependency: its answer's status, or why there was none.
+pub(crate) type CallFuture =
+    Pin<Box<dyn Future<Output = Result<u16, CallFailure>> + Send + 'static>>;
+
+/// A call as a peer limiter's request (a named type, so that the service's request type carries
+/// no trait-object lifetime for the compiler to generalise over).
+pub(crate) struct Call(CallFuture);
+
+/// What an answer tells a limit: 503 and 429 are overload, like a transport failure.
+fn classify(result: &Result<u16, CallFailure>) -> Outcome {
+    match result {
+        Ok(503 | 429) | Err(_) => Outcome::Overload,
+        Ok(_) => Outcome::Success,
+    }
+}
+
+/// The gate of one dependency.
+#[derive(Clone)]
+pub(crate) enum Gate {
+    Budget(Budget),
+    Peer(PeerGate),
+}
+
+/// A peer limiter around a service that awaits the call it is given.
+#[derive(Clone)]
+pub(crate) struct PeerGate {
+    service: BoxCloneSyncService<Call, u16, CallFailure>,
+    limit: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+}
+
+impl Gate {
+    /// The gate `spec` describes for `dependency`; every call gets `call_timeout` once admitted.
+    pub(crate) fn new(
+        dependency: &str,
+        spec: &GateSpec,
+        call_timeout: Duration,
+    ) -> Result<Gate, String> {
+        match spec {
+            GateSpec::Peer(peer) => Ok(Gate::Peer(PeerGate::new(*peer, call_timeout)?)),
+            budget => {
+                let config = budget
+                    .budget_config(dependency)
+                    .expect("a spec that is not a peer is a budget")
+                    .call_timeout(call_timeout);
+                Budget::new(dependency, config)
+                    .map(Gate::Budget)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Runs `call` through the gate.
+    pub(crate) async fn call(&self, call: CallFuture) -> Result<u16, CallFailure> {
+        match self {
+            Gate::Budget(budget) => {
+                budget
+                    .call_with(classify, || call)
+                    .await
+                    .map_err(|e| match e {
+                        CallError::Timeout => CallFailure::Timeout,
+                        CallError::Inner(failure) => failure,
+                        // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
+                        _ => CallFailure::Permit,
+                    })
+            }
+            Gate::Peer(peer) => match peer.service.clone().oneshot(Call(call)).await {
+                Ok(status) => Ok(status),
+                // The peer saw an overload answer as an error; the record sees the answer.
+                Err(CallFailure::Status(code)) => Ok(code),
+                Err(other) => Err(other),
+            },
+        }
+    }
+
+    /// The gate's limit now, if it has one that moves and shows it.
+    pub(crate) fn limit(&self) -> Option<usize> {
+        match self {
+            Gate::Budget(budget) => budget.config().adaptive_limit().map(|_| budget.limit()),
+            Gate::Peer(peer) => peer.limit.as_ref().map(|f| f()),
+        }
+    }
+}
+
+impl PeerGate {
+    /// `peer` configured as its documentation shows for a client (floors lowered to 1 where the
+    /// example's floor is above what a six-slot dependency holds, and a latency threshold no
+    /// shorter than the client timeout, so a slow but successful call is not a failure).
+    fn new(peer: Peer, call_timeout: Duration) -> Result<PeerGate, String> {
+        let inner = tower::service_fn(move |Call(call): Call| async move {
+            match tokio::time::timeout(call_timeout, call).await {
+                Err(_) => Err(CallFailure::Timeout),
+                Ok(Ok(code @ (429 | 503))) => Err(CallFailure::Status(code)),
+                Ok(other) => other,
+            }
+        });
+        Ok(match peer {
+            Peer::TowerAccGradient2 => {
+                let algorithm = tower_acc::Gradient2::builder()
+                    .initial_limit(20)
+                    .min_limit(1)
+                    .max_limit(200)
+                    .smoothing(0.2)
+                    .rtt_tolerance(1.5)
+                    .long_window(600)
+                    .build();
+                PeerGate {
+                    service: BoxCloneSyncService::new(
+                        tower_acc::ConcurrencyLimitLayer::new(algorithm).layer(inner),
+                    ),
+                    limit: None,
+                }
+            }
+            Peer::TowerAccVegas => PeerGate {
+                service: BoxCloneSyncService::new(
+                    tower_acc::ConcurrencyLimitLayer::new(tower_acc::Vegas::default()).layer(inner),
+                ),
+                limit: None,
+            },
+            Peer::TowerResilienceAimd => {
+                let algorithm = tower_resilience_adaptive::Aimd::builder()
+                    .initial_limit(10)
+                    .min_limit(1)
+                    .max_limit(100)
+                    .increase_by(1)
+                    .decrease_factor(0.5)
+                    .latency_threshold(call_timeout)
+                    .build()
+                    .map_err(|e| format!("tower-resilience-adaptive aimd: {e}"))?;
+                resilience(algorithm, inner)
+            }
+            Peer::TowerResilienceVegas => {
+                let algorithm = tower_resilience_adaptive::Vegas::builder()
+                    .initial_limit(10)
+                    .alpha(3)
+                    .beta(6)
+                    .build()
+                    .map_err(|e| format!("tower-resilience-adaptive vegas: {e}"))?;
+                resilience(algorithm, inner)
+            }
+        })
+    }
+}
+
+/// A tower-resilience-adaptive limiter, whose errors wrap the inner service's.
+fn resilience<A, S>(algorithm: A, inner: S) -> PeerGate
+where
+    A: tower_resilience_adaptive::ConcurrencyAlgorithm + 'static,
+    S: tower::Service<Call, Response = u16, Error = CallFailure> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    let service = tower_resilience_adaptive::AdaptiveLimiterLayer::new(algorithm).layer(inner);
+    let watched = service.clone();
+    let service = service.map_err(|e| match e {
+        tower_resilience_adaptive::AdaptiveError::Service(failure) => failure,
+        tower_resilience_adaptive::AdaptiveError::LimitReached => CallFailure::Permit,
+    });
+    PeerGate {
+        service: BoxCloneSyncService::new(service),
+        limit: Some(Arc::new(move || watched.limit())),
+    }
+}
