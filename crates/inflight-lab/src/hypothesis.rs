@@ -145,6 +145,9 @@ pub struct Hypothesis {
     pub cpus: Vec<f64>,
     /// If set, each cell's value is divided by this cell's value before the test.
     pub ratio_to: Option<Baseline>,
+    /// If set, this cell's value is subtracted from each cell's value before the test (for
+    /// counts that may be zero, where a ratio is undefined).
+    pub minus: Option<Baseline>,
     pub test: Test,
 }
 
@@ -168,6 +171,7 @@ struct RawHypothesis {
     #[serde(default = "default_cpus")]
     cpus: Vec<f64>,
     ratio_to: Option<Baseline>,
+    minus: Option<Baseline>,
     compare: Option<Compare>,
     threshold: Option<toml::Value>,
     between: Option<Vec<f64>>,
@@ -199,10 +203,15 @@ impl RawHypothesis {
                 self.cpus
             ));
         }
-        if let Some(cell) = &self.ratio_to {
-            if !cell.cpus.is_finite() || cell.cpus <= 0.0 {
-                return Err(format!("ratio_to.cpus must be above 0, got {}", cell.cpus));
+        for (field, cell) in [("ratio_to", &self.ratio_to), ("minus", &self.minus)] {
+            if let Some(cell) = cell {
+                if !cell.cpus.is_finite() || cell.cpus <= 0.0 {
+                    return Err(format!("{field}.cpus must be above 0, got {}", cell.cpus));
+                }
             }
+        }
+        if self.ratio_to.is_some() && self.minus.is_some() {
+            return Err("give ratio_to or minus, not both".into());
         }
         let test = match (self.compare, self.threshold, self.between) {
             (Some(op), Some(threshold), None) => {
@@ -242,6 +251,7 @@ impl RawHypothesis {
             strategies: self.strategies,
             cpus: self.cpus,
             ratio_to: self.ratio_to,
+            minus: self.minus,
             test,
         })
     }
@@ -354,7 +364,8 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
     let mut missing = Vec::new();
     let mut parts = Vec::new();
     let mut all_pass = true;
-    let denominator = match &h.ratio_to {
+    let other = h.ratio_to.as_ref().or(h.minus.as_ref());
+    let denominator = match other {
         Some(cell) => match find_row(doc, &h.scenario, &cell.strategy, cell.cpus) {
             Some(row) => Some((cell, row)),
             None => {
@@ -373,7 +384,21 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
             let value = h.stat.of(row.get(h.metric));
             let test_text = describe_test(h.test, cpus);
             let name = cell_name(strategy, cpus);
-            match (&h.ratio_to, denominator) {
+            match (other, denominator) {
+                (Some(_), Some((cell, other_row))) if h.minus.is_some() => {
+                    let subtrahend = h.stat.of(other_row.get(h.metric));
+                    let other_name = cell_name(&cell.strategy, cell.cpus);
+                    let difference = value - subtrahend;
+                    let ok = passes(h.test, difference, cpus);
+                    all_pass &= ok;
+                    parts.push(format!(
+                        "{name} {} - {other_name} {} = {} ({test_text}: {})",
+                        fmt_num(value),
+                        fmt_num(subtrahend),
+                        fmt_num(difference),
+                        if ok { "ok" } else { "no" }
+                    ));
+                }
                 (Some(_), Some((cell, den_row))) => {
                     let den = h.stat.of(den_row.get(h.metric));
                     let den_name = cell_name(&cell.strategy, cell.cpus);
@@ -482,7 +507,13 @@ mod tests {
     fn builtin_file_is_valid_and_covers_the_reference_claims() {
         let hs = builtin();
         let ids: Vec<_> = hs.iter().map(|h| h.id.as_str()).collect();
-        assert_eq!(ids, ["H1", "H2", "H3", "H4", "H5", "H6", "H7", "H8", "H9"]);
+        assert_eq!(
+            ids[..9],
+            ["H1", "H2", "H3", "H4", "H5", "H6", "H7", "H8", "H9"]
+        );
+        for id in ["H12", "H13", "H17", "H20", "H21", "H22", "H23"] {
+            assert!(ids.contains(&id), "{id} missing");
+        }
     }
 
     #[test]
@@ -512,6 +543,50 @@ threshold = 1.8
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "skipped");
         assert!(r.observed.contains("C1 @2 CPUs"), "{}", r.observed);
+    }
+
+    #[test]
+    fn a_difference_works_where_a_ratio_is_undefined() {
+        let h = one(r#"[[hypothesis]]
+id = "m"
+claim = "c"
+metric = "write_503s"
+scenario = "healthy"
+strategies = ["c5"]
+minus = { strategy = "peer", cpus = 1 }
+compare = "<="
+threshold = 0
+"#);
+        let mut a = row("c5", "healthy", 1.0);
+        a.write_503s = spread(0.0);
+        let mut b = row("peer", "healthy", 1.0);
+        b.write_503s = spread(0.0);
+        let mut doc = summary_doc(vec![a, b]);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "pass", "{r:?}");
+        assert!(
+            r.observed.contains("C5 @1 CPU 0 - PEER @1 CPU 0 = 0"),
+            "{}",
+            r.observed
+        );
+        doc.summary[0].write_503s = spread(3.0);
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail");
+        let both = parse(
+            r#"[[hypothesis]]
+id = "b"
+claim = "c"
+metric = "write_503s"
+scenario = "healthy"
+strategies = ["c5"]
+minus = { strategy = "peer", cpus = 1 }
+ratio_to = { strategy = "peer", cpus = 1 }
+compare = "<="
+threshold = 0
+"#,
+            "t.toml",
+        )
+        .unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct RunResult {
     /// Enrichment calls that hit the client timeout.
     #[serde(default)]
     pub enrichment_timeouts: u64,
+    /// Enrichment calls answered 429 (over the enrichment API's quota).
+    #[serde(default)]
+    pub enrichment_429s: u64,
     /// Calls in flight per dependency, sampled every `timeline_interval_ms`.
     #[serde(default)]
     pub timeline: Timeline,
@@ -151,6 +154,12 @@ pub struct SummaryRow {
     pub peak_enrichment_in_flight: Spread,
     /// Fraction of records marked incomplete (median over repeats).
     pub incomplete_fraction: Spread,
+    /// Writes answered 503, as a fraction of the records started.
+    #[serde(default)]
+    pub write_503_fraction: Spread,
+    /// Enrichment calls answered 429 (over the enrichment API's quota).
+    #[serde(default)]
+    pub enrichment_429s: Spread,
 }
 
 impl SummaryRow {
@@ -167,6 +176,8 @@ impl SummaryRow {
             Metric::PeakWritesOffered => self.peak_writes_offered,
             Metric::PeakEnrichmentInFlight => self.peak_enrichment_in_flight,
             Metric::IncompleteFraction => self.incomplete_fraction,
+            Metric::Write503Fraction => self.write_503_fraction,
+            Metric::Enrichment429s => self.enrichment_429s,
         }
     }
 }
@@ -187,11 +198,15 @@ pub enum Metric {
     PeakWritesOffered,
     PeakEnrichmentInFlight,
     IncompleteFraction,
+    #[serde(rename = "write_503_fraction")]
+    Write503Fraction,
+    #[serde(rename = "enrichment_429s")]
+    Enrichment429s,
 }
 
 impl Metric {
     /// Every metric, in the order of the [`SummaryRow`] fields.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 12] = [
         Metric::CompletionS,
         Metric::AcceptedPerS,
         Metric::Complete,
@@ -202,6 +217,8 @@ impl Metric {
         Metric::PeakWritesOffered,
         Metric::PeakEnrichmentInFlight,
         Metric::IncompleteFraction,
+        Metric::Write503Fraction,
+        Metric::Enrichment429s,
     ];
 
     /// The field name, e.g. `accepted_per_s`.
@@ -217,6 +234,8 @@ impl Metric {
             Metric::PeakWritesOffered => "peak_writes_offered",
             Metric::PeakEnrichmentInFlight => "peak_enrichment_in_flight",
             Metric::IncompleteFraction => "incomplete_fraction",
+            Metric::Write503Fraction => "write_503_fraction",
+            Metric::Enrichment429s => "enrichment_429s",
         }
     }
 

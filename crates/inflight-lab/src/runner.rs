@@ -174,6 +174,7 @@ struct Shared {
     writes: Arc<PeakGauge>,
     write_503s: AtomicU64,
     enrichment_timeouts: AtomicU64,
+    enrichment_429s: AtomicU64,
     next_id: AtomicU64,
     records: u64,
     tally: Mutex<Tally>,
@@ -238,7 +239,12 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
         .await;
         match result {
             Ok(200) => {}
-            Ok(code) => return Outcome::Failed(CallFailure::Status(code).kind("enrich")),
+            Ok(code) => {
+                if code == 429 {
+                    shared.enrichment_429s.fetch_add(1, Ordering::Relaxed);
+                }
+                return Outcome::Failed(CallFailure::Status(code).kind("enrich"));
+            }
             Err(CallFailure::Timeout) => {
                 // As in the reference experiment: the record is still written, marked incomplete.
                 shared.enrichment_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -323,6 +329,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         writes: Arc::new(PeakGauge::new()),
         write_503s: AtomicU64::new(0),
         enrichment_timeouts: AtomicU64::new(0),
+        enrichment_429s: AtomicU64::new(0),
         next_id: AtomicU64::new(0),
         records: config.records,
         tally: Mutex::new(Tally::default()),
@@ -386,6 +393,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         peak_enrichment_in_flight: shared.enrichment.peak(),
         peak_writes_in_flight: shared.writes.peak(),
         enrichment_timeouts: shared.enrichment_timeouts.load(Ordering::SeqCst),
+        enrichment_429s: shared.enrichment_429s.load(Ordering::SeqCst),
         timeline,
     })
 }

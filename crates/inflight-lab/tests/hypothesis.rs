@@ -42,7 +42,13 @@ fn the_committed_hypotheses_evaluate_on_the_fixture() {
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
     .collect();
-    assert_eq!(outcomes(&results), expected);
+    let got = outcomes(&results);
+    assert_eq!(got[..9], expected);
+    // The later hypotheses are about strategies and scenarios the fixture's run did not include.
+    assert!(
+        got[9..].iter().all(|(_, outcome)| outcome == "skipped"),
+        "{got:?}"
+    );
 
     // The observed text carries the fixture's numbers, not the thresholds alone.
     let h1 = &results[0];
@@ -62,8 +68,8 @@ fn the_committed_hypotheses_evaluate_on_the_fixture() {
     for cell in ["C2 @1 CPU 0.215", "C3 @1 CPU 0.19 ", "C4 @1 CPU 0.205"] {
         assert!(h9.observed.contains(cell), "{cell} in {}", h9.observed);
     }
-    // The same outcomes the lab recorded when it made the fixture.
-    assert_eq!(outcomes(&results), outcomes(&doc.hypotheses));
+    // The same outcomes the lab recorded when it made the fixture (which had only H1-H9).
+    assert_eq!(outcomes(&results)[..9], outcomes(&doc.hypotheses));
 }
 
 #[test]

@@ -204,19 +204,26 @@ pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
     )
 }
 
-/// The hypotheses and their outcomes as plain text: one line per hypothesis, observed values below.
+/// The hypotheses and their outcomes as plain text: one line per hypothesis evaluated, observed
+/// values below; those skipped because the run lacks their cells are counted in one line (the
+/// files list them all).
 pub fn hypotheses_table(doc: &ResultsDoc) -> String {
     if doc.hypotheses.is_empty() {
         return "no hypotheses evaluated\n".to_string();
     }
-    let id_width = doc
+    let shown: Vec<_> = doc
         .hypotheses
+        .iter()
+        .filter(|h| h.outcome != "skipped")
+        .collect();
+    let id_width = shown
         .iter()
         .map(|h| h.id.chars().count())
         .max()
         .unwrap_or(0);
     let mut out = String::new();
-    for h in &doc.hypotheses {
+    let hidden = doc.hypotheses.len() - shown.len();
+    for h in shown {
         let _ = writeln!(
             out,
             "{:<id_width$}  {:<7}  {}",
@@ -225,6 +232,12 @@ pub fn hypotheses_table(doc: &ResultsDoc) -> String {
             h.claim
         );
         let _ = writeln!(out, "{:<id_width$}  {:<7}  {}", "", "", h.observed);
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "{hidden} skipped: their cells are not in this run (summary.md lists them)"
+        );
     }
     let _ = writeln!(
         out,

@@ -40,16 +40,20 @@ pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
                 write_503s: metric(&|r| r.write_503s as f64),
                 peak_writes_offered: metric(&|r| r.peak_writes_offered as f64),
                 peak_enrichment_in_flight: metric(&|r| r.peak_enrichment_in_flight as f64),
-                incomplete_fraction: metric(&|r| {
-                    if r.records == 0 {
-                        0.0
-                    } else {
-                        r.incomplete as f64 / r.records as f64
-                    }
-                }),
+                incomplete_fraction: metric(&|r| fraction(r.incomplete, r.records)),
+                write_503_fraction: metric(&|r| fraction(r.write_503s, r.records)),
+                enrichment_429s: metric(&|r| r.enrichment_429s as f64),
             }
         })
         .collect()
+}
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
 }
 
 #[cfg(test)]
