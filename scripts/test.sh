@@ -35,9 +35,13 @@ cargo fmt --all --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The library's optional integrations (tower, metrics, tracing) and its smallest build.
+cargo clippy -p inflight --all-targets --all-features --locked -- -D warnings
+cargo clippy -p inflight --no-default-features --locked -- -D warnings
 
 step "cargo test"
 cargo test --workspace --locked
+cargo test -p inflight --all-features --locked
 
 step "cargo check --benches"
 cargo check --workspace --benches --locked

@@ -8,10 +8,12 @@ use super::{Limit, Outcome, Sample};
 
 /// A loss-based limit: additive increase, multiplicative decrease, with a slow start.
 ///
-/// - **Grows only while in use.** A success whose call found the limit full (its permit was the
-///   last one free) raises the limit: by one per success until the first overload (slow start,
-///   so a limit starting low reaches the demand in a few round trips), then by one per limit's
-///   worth of successes, about one per round trip. A limit the work never fills does not grow.
+/// - **Grows only while in use.** A success whose call found at least half the limit in use
+///   raises the limit: by one per success until the first overload (slow start: the limit
+///   doubles per round trip, so one starting low reaches the demand in a few round trips), then
+///   by one per limit's worth of successes, about one per round trip. A limit the work never
+///   fills to half does not grow, so it settles at no more than twice the demand. (Half, not all:
+///   a call granted before the last raise found the limit at its old value.)
 /// - **Cuts on overload.** An [`Outcome::Overload`] (a 503 or 429, a call timeout) multiplies the
 ///   limit by `backoff`, at most once per round trip: overloads from calls granted before the
 ///   last cut were already answered by it, so a burst of 503s costs one cut, not one each.
@@ -28,9 +30,9 @@ use super::{Limit, Outcome, Sample};
 /// # async fn main() {
 /// let mut limit = Aimd::new(1, 4, 32);
 /// let ms = Duration::from_millis(30);
-/// limit.on_sample(&Sample::new(ms, 4, Outcome::Success)); // the limit was full: grow
+/// limit.on_sample(&Sample::new(ms, 4, Outcome::Success)); // the limit was in use: grow
 /// assert_eq!(limit.current(), 5);
-/// limit.on_sample(&Sample::new(ms, 2, Outcome::Success)); // not full: stay
+/// limit.on_sample(&Sample::new(ms, 2, Outcome::Success)); // under half in use: stay
 /// assert_eq!(limit.current(), 5);
 /// limit.on_sample(&Sample::new(ms, 5, Outcome::Overload));
 /// assert_eq!(limit.current(), 3); // 5 x 0.75, rounded down
@@ -95,7 +97,7 @@ impl Limit for Aimd {
                 self.slow_start = false;
                 self.last_cut = Some(now);
             }
-            Outcome::Success if sample.in_flight >= self.current() => {
+            Outcome::Success if sample.in_flight * 2 >= self.current() => {
                 let step = if self.slow_start {
                     1.0
                 } else {
