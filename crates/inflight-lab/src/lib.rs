@@ -11,11 +11,13 @@
 //!   next to an earlier experiment's figures (`lab/reference.toml`).
 //! - [`run`]: `inflight lab run`: starts the sim, runs the matrix (`lab/matrix.toml`), summarises,
 //!   reports, and shows progress.
+//! - [`metrics`]: Prometheus text at `/metrics` for the sim and the runner.
 //! - [`files`]: the lab folder and its files, with built-in copies for runs elsewhere.
 
 pub mod files;
 mod gate;
 pub mod hypothesis;
+pub mod metrics;
 pub mod report;
 pub mod results;
 pub mod run;

@@ -36,6 +36,8 @@ pub struct RunnerConfig {
     pub records: u64,
     /// Multiplies the client timeout (the sim scales its own latencies).
     pub time_scale: f64,
+    /// Serve the budgets' metrics as Prometheus text at `GET /metrics` here while the run lasts.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Why a run could not be carried out (as opposed to records that failed, which are counted).
@@ -45,6 +47,8 @@ pub enum RunnerError {
     NotLoopback(String),
     #[error("time scale must be a number above 0 and at most 100, got {0}")]
     BadTimeScale(f64),
+    #[error("{0}")]
+    Metrics(String),
     #[error("cannot build a budget: {0}")]
     Budget(String),
     #[error("cannot build the HTTP client")]
@@ -161,6 +165,21 @@ impl Gates {
                 records: records.as_ref().map(|g| make("records", g)).transpose()?,
             },
         })
+    }
+}
+
+impl Gates {
+    /// The distinct `inflight` budgets among the gates (a shared budget once).
+    fn budgets(&self) -> Vec<inflight::Budget> {
+        let mut out: Vec<inflight::Budget> = Vec::new();
+        for gate in [&self.enrichment, &self.records].into_iter().flatten() {
+            if let Gate::Budget(b) = gate {
+                if !out.iter().any(|o| o.name() == b.name()) {
+                    out.push(b.clone());
+                }
+            }
+        }
+        out
     }
 }
 
@@ -320,6 +339,18 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         .map_err(RunnerError::Client)?;
     let in_flight = config.strategy.records_in_flight.resolve();
     let call_timeout = CLIENT_TIMEOUT.mul_f64(config.time_scale);
+    // The recorder first: budgets take their histogram handles from it when they are built.
+    let metrics_listener = match config.metrics_addr {
+        Some(addr) => {
+            crate::metrics::runner_recorder();
+            Some(
+                crate::metrics::bind_loopback(addr)
+                    .await
+                    .map_err(RunnerError::Metrics)?,
+            )
+        }
+        None => None,
+    };
     let shared = Arc::new(Shared {
         client,
         base,
@@ -333,6 +364,14 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         next_id: AtomicU64::new(0),
         records: config.records,
         tally: Mutex::new(Tally::default()),
+    });
+
+    let metrics_server = metrics_listener.map(|listener| {
+        let budgets = shared.gates.budgets();
+        crate::metrics::serve(listener, move || {
+            inflight::metrics::publish_all(&budgets);
+            crate::metrics::runner_recorder().render()
+        })
     });
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -352,6 +391,9 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let completion = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let timeline = sampler.await.unwrap_or_default();
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
 
     let tally = shared.tally.lock().expect("tally lock").clone();
     tally.check().map_err(|m| {
@@ -549,6 +591,7 @@ mod tests {
             sim_url: url,
             records: 40,
             time_scale: 0.25,
+            metrics_addr: None,
         };
         let r = run(&config).await.unwrap();
         // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
@@ -590,6 +633,7 @@ mod tests {
             sim_url: url,
             records: 30,
             time_scale: 0.1,
+            metrics_addr: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.records, 30);
@@ -625,6 +669,7 @@ mod tests {
             sim_url: format!("http://127.0.0.1:{port}"),
             records: 5,
             time_scale: 0.1,
+            metrics_addr: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.failed, 5);
@@ -638,6 +683,7 @@ mod tests {
             sim_url: "http://127.0.0.1:1".into(),
             records: 1,
             time_scale: 0.0,
+            metrics_addr: None,
         };
         assert!(matches!(
             run(&config).await,

@@ -83,6 +83,11 @@ struct RunArgs {
     /// Time scale 0.1 and 3 repeats: the default matrix in under two minutes.
     #[arg(long)]
     quick: bool,
+    /// Each runner serves its budgets' metrics as Prometheus text at http://ADDR/metrics while
+    /// its run lasts (a loopback address, e.g. 127.0.0.1:9464); the sim serves its own at
+    /// <sim url>/metrics.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// Run without a CPU quota if none can be enforced (C1 then sees all host CPUs).
     #[arg(long)]
     no_limit: bool,
@@ -124,6 +129,10 @@ struct RunnerArgs {
     /// Exit when stdin closes, so a killed lab never leaves a runner behind.
     #[arg(long)]
     exit_on_stdin_close: bool,
+    /// Serve the budgets' metrics as Prometheus text at http://ADDR/metrics while the run lasts
+    /// (a loopback address, e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -179,6 +188,7 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         sim_url: args.sim_url,
         records: args.records,
         time_scale: args.time_scale,
+        metrics_addr: args.metrics_addr,
     };
     // Built with defaults, like a service's runtime, so its worker count follows the CPU quota.
     let rt = super::async_runtime()?;
@@ -255,6 +265,7 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
         sim_url: args.sim_url.clone(),
         no_limit: args.no_limit,
+        metrics_addr: args.metrics_addr,
     };
     let total = opts.cells.len() * repeats as usize;
     eprintln!(

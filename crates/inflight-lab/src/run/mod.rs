@@ -56,6 +56,8 @@ pub struct LabOptions {
     pub sim_url: Option<String>,
     /// Run without a CPU quota when none can be enforced.
     pub no_limit: bool,
+    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Why the lab stopped.

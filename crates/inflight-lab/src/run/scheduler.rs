@@ -159,8 +159,11 @@ async fn run_one(
         .arg("--time-scale")
         .arg(opts.time_scale.to_string())
         .arg("--seed")
-        .arg(seed.to_string())
-        .stdin(Stdio::piped())
+        .arg(seed.to_string());
+    if let Some(addr) = opts.metrics_addr {
+        cmd.arg("--metrics-addr").arg(addr.to_string());
+    }
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(group) = &group {

@@ -285,6 +285,7 @@ pub fn router(state: SimState) -> Router {
         .route("/stats", get(stats))
         .route("/stats/reset", post(reset_stats))
         .route("/scenario", get(get_scenario).post(post_scenario))
+        .route("/metrics", get(metrics_text))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -298,7 +299,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         format!(
-            "no such path {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario",
+            "no such path {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario, GET /metrics",
             uri.path()
         ),
     )
@@ -308,7 +309,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     error(
         StatusCode::METHOD_NOT_ALLOWED,
         format!(
-            "{method} is not served on {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario",
+            "{method} is not served on {}; the sim serves GET /enrich/{{id}}, POST /records, GET /stats, POST /stats/reset, GET|POST /scenario, GET /metrics",
             uri.path()
         ),
     )
@@ -421,6 +422,17 @@ async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
 
 async fn stats(State(state): State<SimState>) -> Json<SimStats> {
     Json(state.stats())
+}
+
+async fn metrics_text(State(state): State<SimState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        crate::metrics::render_sim(&state.stats()),
+    )
+        .into_response()
 }
 
 async fn reset_stats(State(state): State<SimState>) -> Json<SimStats> {
