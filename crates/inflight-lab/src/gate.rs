@@ -70,18 +70,25 @@ pub(crate) struct PeerGate {
 
 impl Gate {
     /// The gate `spec` describes for `dependency`; every call gets `call_timeout` once admitted.
+    /// Times in the spec are scaled like the sim's: a rate is divided by `time_scale`.
     pub(crate) fn new(
         dependency: &str,
         spec: &GateSpec,
         call_timeout: Duration,
+        time_scale: f64,
     ) -> Result<Gate, String> {
         match spec {
             GateSpec::Peer(peer) => Ok(Gate::Peer(PeerGate::new(*peer, call_timeout)?)),
             budget => {
-                let config = budget
+                let mut config = budget
                     .budget_config(dependency)
                     .expect("a spec that is not a peer is a budget")
                     .call_timeout(call_timeout);
+                if let Some((rate, _)) = config.rate_limit() {
+                    config = config.rate(inflight::Rate::per_second(
+                        rate.events_per_second() / time_scale,
+                    ));
+                }
                 Budget::new(dependency, config)
                     .map(Gate::Budget)
                     .map_err(|e| e.to_string())

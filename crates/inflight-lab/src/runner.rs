@@ -138,9 +138,13 @@ struct Gates {
 }
 
 impl Gates {
-    fn new(budgets: &BudgetPlan, call_timeout: Duration) -> Result<Gates, RunnerError> {
+    fn new(
+        budgets: &BudgetPlan,
+        call_timeout: Duration,
+        time_scale: f64,
+    ) -> Result<Gates, RunnerError> {
         let make = |name: &str, spec: &GateSpec| {
-            Gate::new(name, spec, call_timeout).map_err(RunnerError::Budget)
+            Gate::new(name, spec, call_timeout, time_scale).map_err(RunnerError::Budget)
         };
         Ok(match budgets {
             BudgetPlan::None => Gates {
@@ -354,7 +358,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let shared = Arc::new(Shared {
         client,
         base,
-        gates: Gates::new(&config.strategy.budgets, call_timeout)?,
+        gates: Gates::new(&config.strategy.budgets, call_timeout, config.time_scale)?,
         call_timeout,
         enrichment: Arc::new(PeakGauge::new()),
         writes: Arc::new(PeakGauge::new()),

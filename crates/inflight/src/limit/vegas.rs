@@ -11,9 +11,9 @@ use super::{Limit, Outcome, Sample};
 /// A latency-based limit: keeps the queue it builds at the dependency between `alpha` and `beta`
 /// calls, and also cuts on overload.
 ///
-/// Calls are taken in windows of `max(limit, 8)` successes, counting only calls granted after the
-/// window began, so that a window measures the limit it was opened under. At the end of each
-/// window:
+/// Calls are taken in windows of `max(limit, 8)` successes (`limit` in slow start, below),
+/// counting only calls granted after the window began, so that a window measures the limit it was
+/// opened under. At the end of each window:
 ///
 /// - **The window's mean latency** is compared with the **baseline**, the latency without load.
 ///   The estimated queue is `limit x (1 - baseline / mean)`: the calls waiting at the dependency
@@ -204,7 +204,14 @@ impl Limit for Vegas {
                 }
                 self.window_full |= sample.in_flight >= self.limit;
                 self.window.push(sample.latency);
-                if self.window.len() >= self.limit.max(MIN_WINDOW) {
+                // Slow start only decides whether to grow, and a queue shows at once: one round
+                // trip's worth of calls is enough there.
+                let size = if self.slow_start {
+                    self.limit
+                } else {
+                    self.limit.max(MIN_WINDOW)
+                };
+                if self.window.len() >= size {
                     self.end_window(now);
                 }
             }
