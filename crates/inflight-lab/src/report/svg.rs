@@ -271,7 +271,7 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
     let mut svg = svg_open(width, height, &title);
     let _ = writeln!(
         svg,
-        "<line x1=\"{left}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{ENRICH_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">enrichment calls in flight</text><line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{RECORDS_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">writes in flight</text>",
+        "<line x1=\"{left}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{ENRICH_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">enrichment calls in flight</text><line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{RECORDS_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">writes in flight (dashed: the adaptive limit)</text>",
         left + 20.0,
         left + 26.0,
         left + 200.0,
@@ -295,6 +295,14 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
             .max()
             .unwrap_or(0)
             .max(1) as f64;
+        // An adaptive limit is drawn dashed over its calls in flight, clipped a quarter above
+        // their peak (an unused limit climbing to its maximum would flatten the calls).
+        let peak =
+            if run.timeline.enrichment_limit.is_empty() && run.timeline.records_limit.is_empty() {
+                peak
+            } else {
+                (peak * 1.25).ceil()
+            };
         // Calls in flight are whole numbers: no tick at 0.5.
         let y_step = nice_step(peak, 3.0).max(1.0);
         let y_max = (peak / y_step).ceil() * y_step;
@@ -337,9 +345,19 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
                 fmt_num(t)
             );
         }
-        for (series, color) in [
-            (&run.timeline.enrichment, ENRICH_COLOR),
-            (&run.timeline.records, RECORDS_COLOR),
+        for (series, color, dash) in [
+            (&run.timeline.enrichment, ENRICH_COLOR, ""),
+            (&run.timeline.records, RECORDS_COLOR, ""),
+            (
+                &run.timeline.enrichment_limit,
+                ENRICH_COLOR,
+                " stroke-dasharray=\"5 3\"",
+            ),
+            (
+                &run.timeline.records_limit,
+                RECORDS_COLOR,
+                " stroke-dasharray=\"5 3\"",
+            ),
         ] {
             if series.is_empty() {
                 continue;
@@ -350,12 +368,12 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
                     points,
                     "{:.1},{:.1} ",
                     x(idx as f64 * interval_s),
-                    y(v as f64)
+                    y((v as f64).min(y_max))
                 );
             }
             let _ = writeln!(
                 svg,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.3\"/>",
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.3\"{dash}/>",
                 points.trim_end()
             );
         }
