@@ -440,3 +440,36 @@ async fn try_acquire_never_waits_and_never_overtakes_a_waiter() {
     assert_eq!((s.admitted, s.rejected, s.in_flight), (2, 2, 0));
     assert!(b.try_acquire().is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_handed_a_permit_counts_as_waiting_until_its_task_takes_it() {
+    let b = budget(BudgetConfig::new(1).max_queued(1));
+    let held = b.acquire_owned().await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let _p = b.acquire().await.unwrap();
+            sleep(ms(10)).await;
+        })
+    };
+    settle().await;
+    assert_eq!(b.snapshot().waiting, 1);
+    // The release hands the permit to the waiter, whose task has not run yet.
+    drop(held);
+    assert_eq!(b.snapshot().waiting, 1, "still counted until its task takes the permit");
+    assert!(matches!(b.acquire().await, Err(AcquireError::QueueFull)));
+    assert!(b.try_acquire().is_err(), "the permit is the waiter's");
+    // Once the waiter's task has run, nobody waits and a newcomer may queue again.
+    settle().await;
+    let s = b.snapshot();
+    assert_eq!((s.waiting, s.in_flight), (0, 1));
+    let newcomer = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire().await.map(drop) })
+    };
+    settle().await;
+    assert_eq!(b.snapshot().waiting, 1);
+    waiter.await.unwrap();
+    newcomer.await.unwrap().unwrap();
+    assert_eq!(b.snapshot().rejected, 2);
+}

@@ -130,6 +130,12 @@ impl BudgetConfig {
     /// Turns callers away at once, with [`AcquireError::QueueFull`](crate::AcquireError::QueueFull),
     /// when this many are already waiting. `0` fails fast whenever all permits are held.
     /// Default: unbounded.
+    ///
+    /// A caller counts as waiting until its own task takes the permit handed to it. In the moment
+    /// between a release and the woken waiter's task running, the queue still counts that waiter,
+    /// so a newcomer arriving right then is turned away as if the queue were full: the bound
+    /// never lets more than `max_queued` callers be waiting or about to take a handed permit.
+    /// (The permit itself never goes to the newcomer: it belongs to the waiter.)
     pub fn max_queued(mut self, max_queued: usize) -> Self {
         self.max_queued = Some(max_queued);
         self

@@ -19,7 +19,8 @@ pub struct BudgetSnapshot {
     pub in_flight: usize,
     /// The most permits held at once since the budget was created.
     pub peak_in_flight: usize,
-    /// Callers waiting for a permit now.
+    /// Callers waiting for a permit now, counting one whose permit was handed over but whose
+    /// task has not run yet to take it.
     pub waiting: usize,
     /// The most callers waiting at once.
     pub peak_waiting: usize,
