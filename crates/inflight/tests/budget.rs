@@ -456,7 +456,11 @@ async fn a_waiter_handed_a_permit_counts_as_waiting_until_its_task_takes_it() {
     assert_eq!(b.snapshot().waiting, 1);
     // The release hands the permit to the waiter, whose task has not run yet.
     drop(held);
-    assert_eq!(b.snapshot().waiting, 1, "still counted until its task takes the permit");
+    assert_eq!(
+        b.snapshot().waiting,
+        1,
+        "still counted until its task takes the permit"
+    );
     assert!(matches!(b.acquire().await, Err(AcquireError::QueueFull)));
     assert!(b.try_acquire().is_err(), "the permit is the waiter's");
     // Once the waiter's task has run, nobody waits and a newcomer may queue again.

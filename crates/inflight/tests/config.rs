@@ -218,3 +218,46 @@ fn names_that_are_not_bare_keys_are_quoted_in_messages() {
     let err = refused("[budgets.records-v2]\nmax_concurrent = 0\n");
     assert_eq!(err.field(), Some("budgets.records-v2.max_concurrent"));
 }
+
+#[test]
+fn every_mistake_is_reported_and_absurd_values_name_their_bound() {
+    let err = Budgets::from_toml_str(
+        "[budgets.a]\nmax_concurrent = 0\n[budgets.b]\nmax_concurrent = 1\nbogus = 2\ncall_timeout = \"x\"\n",
+    )
+    .unwrap_err();
+    let fields: Vec<_> = err.errors().iter().filter_map(|e| e.field()).collect();
+    assert_eq!(
+        fields,
+        [
+            "budgets.a.max_concurrent",
+            "budgets.b.bogus",
+            "budgets.b.call_timeout"
+        ]
+    );
+    assert!(matches!(err, ConfigError::Several { .. }));
+    assert!(err.to_string().starts_with("3 errors:"), "{err}");
+    for (text, field, says) in [
+        ("call_timeout = \"8days\"", "call_timeout", "at most 7 days"),
+        (
+            "target_rate = \"1e300/s\"",
+            "target_rate",
+            "at most 1000000/s",
+        ),
+        (
+            "service_time = \"1e3s\"",
+            "service_time",
+            "without an exponent",
+        ),
+        (
+            "permit_timeout = \"0.0000001ms\"",
+            "permit_timeout",
+            "at least 1ns",
+        ),
+    ] {
+        let err = refused(&format!("[budgets.r]\nmax_concurrent = 1\n{text}"));
+        assert_eq!(err.field(), Some(&*format!("budgets.r.{field}")), "{text}");
+        assert!(err.to_string().contains(says), "{text}: {err}");
+    }
+    let err = Budgets::from_path("/nonexistent/budgets.toml").unwrap_err();
+    assert!(err.to_string().contains("No such file"), "{err}");
+}

@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
 ///
-/// Exit status: 0 when the file is valid (warnings included), 2 when it is not (the message on
-/// stderr names the budget and the field).
+/// Exit status: 0 when the file is valid (warnings included, unless --deny-warnings), 1 when it
+/// has warnings and --deny-warnings is given, 2 when it is not valid (stderr names every budget
+/// and field that is wrong).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Little's law: calls in flight = throughput x time per call.
@@ -21,51 +22,99 @@ Little's law: calls in flight = throughput x time per call.
 
 Example:
   inflight check-config examples/budgets.toml
-  inflight check-config budgets.toml --json | jq '.budgets[] | {name, max_rate_per_s}'")]
+  inflight check-config budgets.toml --json | jq '.budgets[] | {name, max_rate_per_s}'
+  generate-budgets | inflight check-config - --deny-warnings   # in CI")]
 pub struct Args {
-    /// The budgets file (TOML, one [budgets.<name>] table per dependency).
+    /// The budgets file (TOML, one [budgets.<name>] table per dependency); `-` reads stdin.
     pub file: PathBuf,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Exit 1 when the file is valid but has warnings (for CI).
+    #[arg(long)]
+    pub deny_warnings: bool,
+}
+
+/// The most bytes read from stdin: a budgets file is small.
+const MAX_STDIN: u64 = 16 * 1024 * 1024;
+
+/// The budgets of `file`, or of stdin for `-`.
+fn load(file: &std::path::Path) -> anyhow::Result<Result<Budgets, inflight::ConfigError>> {
+    if file.as_os_str() != "-" {
+        return Ok(Budgets::from_path(file));
+    }
+    use std::io::Read;
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX_STDIN + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| anyhow::anyhow!("cannot read the budgets file from stdin: {e}"))?;
+    if text.len() as u64 > MAX_STDIN {
+        anyhow::bail!("the budgets file on stdin is larger than 16 MiB");
+    }
+    Ok(Budgets::from_toml_str(&text))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let budgets = match Budgets::from_path(&args.file) {
+    let shown_file = if args.file.as_os_str() == "-" {
+        "<stdin>".to_string()
+    } else {
+        args.file.display().to_string()
+    };
+    let budgets = match load(&args.file)? {
         Ok(b) => b,
         Err(err) => {
             // The message names the file once, here: the error's own text is what is wrong in it.
             let err = err.without_path();
+            let all = err.errors();
             if args.json {
                 let doc = json!({
-                    "file": args.file.display().to_string(),
+                    "file": shown_file,
                     "valid": false,
                     "error": err.to_string(),
                     "field": err.field(),
+                    "errors": all
+                        .iter()
+                        .map(|e| json!({ "field": e.field(), "error": e.to_string() }))
+                        .collect::<Vec<_>>(),
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             }
-            let message = format!("{}: {err}", args.file.display());
-            return Err(match std::error::Error::source(&err) {
-                Some(cause) => anyhow::anyhow!("{message}: {cause}"),
-                None => anyhow::anyhow!(message),
-            });
+            let message = match err {
+                // A file that cannot be read names itself, with the reason.
+                inflight::ConfigError::Read { .. } => err.to_string(),
+                _ if all.len() > 1 => format!(
+                    "{shown_file}: {} errors:\n{}",
+                    all.len(),
+                    all.iter()
+                        .map(|e| format!("  {e}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+                _ => format!("{shown_file}: {err}"),
+            };
+            return Err(anyhow::anyhow!(message));
         }
     };
     let reports: Vec<BudgetReport<'_>> = budgets
         .iter()
         .map(|b| BudgetReport::new(b.name(), b.config()))
         .collect();
+    let warnings: usize = reports.iter().map(|r| r.warnings.len()).sum();
     if args.json {
         let doc = json!({
-            "file": args.file.display().to_string(),
+            "file": shown_file,
             "valid": true,
             "warnings": reports.iter().map(|r| r.warnings.len()).sum::<usize>(),
             "budgets": reports.iter().map(BudgetReport::to_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", render(&args.file.display().to_string(), &reports));
+        print!("{}", render(&shown_file, &reports));
+    }
+    if args.deny_warnings && warnings > 0 {
+        eprintln!("error: {shown_file}: {warnings} warning(s), and --deny-warnings was given");
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -140,7 +189,7 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
     );
     for r in reports {
         let c = r.config;
-        let _ = writeln!(out, "\n[{}]", r.name);
+        let _ = writeln!(out, "\n[{}]", shown_name(r.name));
         let _ = writeln!(out, "  max_concurrent  {}", c.max_concurrent());
         if let Some(adaptive) = adaptive_line(c) {
             let _ = writeln!(out, "  limit           {adaptive}");
@@ -235,6 +284,19 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
         }
     }
     out
+}
+
+/// A budget's name as a terminal should show it: bare when it is a plain key, else quoted with
+/// newlines and control characters escaped.
+fn shown_name(name: &str) -> String {
+    let bare = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare && !name.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
 }
 
 /// `fixed` or `adaptive`, as a budgets file names it.

@@ -183,3 +183,128 @@ fn a_slow_budget_shows_its_rate_not_zero() {
     assert_eq!(doc["budgets"][0]["call_timeout_ms"], 1e-6);
     assert_eq!(doc["budgets"][0]["service_time_ms"], 300_000.0);
 }
+
+#[test]
+fn every_mistake_in_a_file_is_reported_at_once() {
+    let f = file(
+        "[budgets.a]\nmax_concurrent = 0\n[budgets.b]\nmax_concurrent = 2\ncall_timeout = \"soon\"\nbogus = 1\n",
+    );
+    let out = inflight()
+        .args(["check-config", f.path().to_str().unwrap()])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "3 errors",
+        "budgets.a.max_concurrent: must be at least 1",
+        "budgets.b.call_timeout: cannot parse \"soon\"",
+        "budgets.b.bogus: unknown key",
+    ] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+    let out = inflight()
+        .args(["check-config", f.path().to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["valid"], false);
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn stdin_and_deny_warnings() {
+    let warned = "[budgets.r]\nmax_concurrent = 2\nmax_queued = 0\npermit_timeout = \"1s\"\n";
+    inflight()
+        .args(["check-config", "-"])
+        .write_stdin(warned)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "<stdin>: valid, 1 budget, 1 warning",
+        ));
+    inflight()
+        .args(["check-config", "-", "--deny-warnings"])
+        .write_stdin(warned)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("--deny-warnings"));
+    inflight()
+        .args(["check-config", "-", "--deny-warnings"])
+        .write_stdin("[budgets.r]\nmax_concurrent = 2\n")
+        .assert()
+        .success();
+}
+
+#[test]
+fn what_is_echoed_back_is_bounded_and_escaped() {
+    let long = format!("[budgets.r]\nmax_concurrent = 2 {}\n", "x".repeat(200_000));
+    let f = file(&long);
+    let out = inflight()
+        .args(["check-config", f.path().to_str().unwrap()])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    assert!(
+        out.stderr.len() < 4_000,
+        "{} bytes on stderr",
+        out.stderr.len()
+    );
+    let f = file("[budgets.\"a\\nb\\u001b[31m\"]\nmax_concurrent = 2\n");
+    let out = inflight()
+        .args(["check-config", f.path().to_str().unwrap()])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    assert!(stdout.contains("[\"a\\nb\\u{1b}[31m\"]"), "{stdout}");
+    exits_2(["check-config", "-"], "");
+}
+
+#[test]
+fn absurd_values_are_refused_with_the_bound() {
+    for (text, needle) in [
+        (
+            "target_rate = \"1e300/s\"",
+            "target_rate: must be at most 1000000/s",
+        ),
+        ("call_timeout = \"18446744073709551615s\"", "call_timeout"),
+        (
+            "call_timeout = \"30days\"",
+            "call_timeout: must be at most 7 days",
+        ),
+        ("call_timeout = \"1e400s\"", "without an exponent"),
+        ("permit_timeout = \"0.0000001ms\"", "must be at least 1ns"),
+    ] {
+        let f = file(&format!("[budgets.r]\nmax_concurrent = 2\n{text}\n"));
+        let out = inflight()
+            .args(["check-config", f.path().to_str().unwrap()])
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{text}: {stderr}");
+    }
+    let f = file("[budgets.\"  \"]\nmax_concurrent = 2\n");
+    inflight()
+        .args(["check-config", f.path().to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("must not be empty or blank"));
+}
+
+#[test]
+fn a_missing_file_says_why() {
+    inflight()
+        .args(["check-config", "/nonexistent/budgets.toml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/budgets.toml: No such file or directory",
+        ));
+}

@@ -242,12 +242,27 @@ impl BudgetConfig {
             if value == Some(Duration::ZERO) {
                 return invalid(field, "must be greater than zero, got 0s".into());
             }
+            if let Some(d) = value.filter(|d| *d > MAX_DURATION) {
+                return invalid(
+                    field,
+                    format!(
+                        "must be at most 7 days, got {}",
+                        humantime::format_duration(d)
+                    ),
+                );
+            }
         }
         if let Some(rate) = self.target_rate {
             if !(rate.events_per_second() > 0.0 && rate.events_per_second().is_finite()) {
                 return invalid(
                     "target_rate",
                     format!("must be a positive finite rate, got {rate}"),
+                );
+            }
+            if rate.events_per_second() > MAX_RATE_PER_SECOND {
+                return invalid(
+                    "target_rate",
+                    format!("must be at most {MAX_RATE_PER_SECOND}/s, got {rate}"),
                 );
             }
         }
@@ -295,6 +310,8 @@ impl BudgetConfig {
     }
 }
 
+/// The longest timeout or service time a budget takes: a week.
+const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The fastest rate a budget enforces: a million calls a second, one per microsecond.
 const MAX_RATE_PER_SECOND: f64 = 1e6;
 /// The slowest: one call a day.

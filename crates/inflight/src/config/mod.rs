@@ -62,12 +62,15 @@ pub enum ConfigError {
     #[error("invalid TOML: {0}")]
     Toml(String),
     /// The file could not be read.
-    #[error("cannot read {}", path.display())]
+    #[error("cannot read {}: {source}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// Several mistakes, each on its own (in file order).
+    #[error("{} errors:\n{}", errors.len(), errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Several { errors: Vec<ConfigError> },
     /// The file at `path` was read but is refused for this reason.
     #[error("{}: {error}", path.display())]
     InFile {
@@ -81,6 +84,31 @@ impl ConfigError {
         ConfigError::Invalid {
             field: field.into(),
             message: message.into(),
+        }
+    }
+
+    /// `None` for no errors, the error itself for one, [`ConfigError::Several`] for more.
+    pub(crate) fn all(errors: Vec<ConfigError>) -> Option<ConfigError> {
+        let mut errors: Vec<ConfigError> = errors
+            .into_iter()
+            .flat_map(|e| match e {
+                ConfigError::Several { errors } => errors,
+                other => vec![other],
+            })
+            .collect();
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Several { errors }),
+        }
+    }
+
+    /// Every mistake this error reports, one by one.
+    pub fn errors(&self) -> Vec<&ConfigError> {
+        match self {
+            ConfigError::Several { errors } => errors.iter().flat_map(|e| e.errors()).collect(),
+            ConfigError::InFile { error, .. } => error.errors(),
+            other => vec![other],
         }
     }
 
@@ -99,6 +127,7 @@ impl ConfigError {
         match self {
             ConfigError::Invalid { field, .. } => Some(field),
             ConfigError::InFile { error, .. } => error.field(),
+            ConfigError::Several { errors } => errors.first().and_then(|e| e.field()),
             _ => None,
         }
     }

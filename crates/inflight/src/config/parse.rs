@@ -35,7 +35,7 @@ pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
 pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, ConfigError> {
     let root: Table = text
         .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string().trim_end().to_string()))?;
+        .map_err(|e: toml::de::Error| ConfigError::Toml(capped(e.to_string().trim_end())))?;
     for key in root.keys() {
         if key != "budgets" {
             return Err(ConfigError::invalid(
@@ -65,26 +65,55 @@ pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, 
             "no budgets defined (add a [budgets.<name>] table with max_concurrent)",
         ));
     }
-    budgets
-        .iter()
-        .map(|(name, value)| {
-            let table = value.as_table().ok_or_else(|| {
-                ConfigError::invalid(
-                    budget_path(name),
-                    format!("must be a table, got {}", value.type_str()),
-                )
-            })?;
-            Ok((name.clone(), budget_config(name, table)?))
+    // Every budget is checked, so a file with several mistakes names them all at once.
+    let mut configs = Vec::new();
+    let mut errors = Vec::new();
+    for (name, value) in budgets {
+        let Some(table) = value.as_table() else {
+            errors.push(ConfigError::invalid(
+                budget_path(name),
+                format!("must be a table, got {}", value.type_str()),
+            ));
+            continue;
+        };
+        match budget_config(name, table) {
+            Ok(config) => configs.push((name.clone(), config)),
+            Err(e) => errors.push(e),
+        }
+    }
+    match ConfigError::all(errors) {
+        Some(e) => Err(e),
+        None => Ok(configs),
+    }
+}
+
+/// The most characters of one line of a TOML error echoed back: a file of one 5 MB line must not
+/// put 5 MB on a terminal.
+const MAX_ECHOED_LINE: usize = 200;
+
+/// `message` with every line cut to [`MAX_ECHOED_LINE`] characters.
+fn capped(message: &str) -> String {
+    message
+        .lines()
+        .map(|line| {
+            if line.chars().count() > MAX_ECHOED_LINE {
+                let cut: String = line.chars().take(MAX_ECHOED_LINE).collect();
+                format!("{cut}... ({} characters in all)", line.chars().count())
+            } else {
+                line.to_string()
+            }
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError> {
     let path = budget_path(name);
     let field = |f: &str| format!("{path}.{f}");
+    let mut errors = Vec::new();
     for key in table.keys() {
         if !FIELDS.contains(&key.as_str()) {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 field(key),
                 format!("unknown key (expected one of {})", FIELDS.join(", ")),
             ));
@@ -95,60 +124,78 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
         Some(Value::String(kind)) if kind == "fixed" => false,
         Some(Value::String(kind)) if kind == "adaptive" => true,
         Some(other) => {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 field("limit"),
                 format!("must be \"fixed\" or \"adaptive\", got {}", shown(other)),
-            ))
+            ));
+            false
         }
     };
-    if !adaptive {
-        if let Some(key) = ADAPTIVE_FIELDS.iter().find(|k| table.contains_key(**k)) {
-            return Err(ConfigError::invalid(
+    if !adaptive
+        && table
+            .get("limit")
+            .is_none_or(|v| v.as_str() == Some("fixed"))
+    {
+        for key in ADAPTIVE_FIELDS.iter().filter(|k| table.contains_key(**k)) {
+            errors.push(ConfigError::invalid(
                 field(key),
                 "only an adaptive limit takes this (add limit = \"adaptive\")",
             ));
         }
     }
     let max_concurrent = match (table.get("max_concurrent"), table.get("max")) {
-        (Some(v), None) => integer(&field("max_concurrent"), v, 1)?,
-        (None, Some(v)) => integer(&field("max"), v, 1)?,
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                field("max"),
-                "give max or max_concurrent, not both (they are the same number)",
-            ))
-        }
-        (None, None) if adaptive => DEFAULT_ADAPTIVE_MAX,
-        (None, None) => {
-            return Err(ConfigError::invalid(
-                field("max_concurrent"),
-                "missing (every budget needs a limit of at least 1)",
-            ))
-        }
+        (Some(v), None) => integer(&field("max_concurrent"), v, 1),
+        (None, Some(v)) => integer(&field("max"), v, 1),
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            field("max"),
+            "give max or max_concurrent, not both (they are the same number)",
+        )),
+        (None, None) if adaptive => Ok(DEFAULT_ADAPTIVE_MAX),
+        (None, None) => Err(ConfigError::invalid(
+            field("max_concurrent"),
+            "missing (every budget needs a limit of at least 1)",
+        )),
     };
-    let mut config = BudgetConfig::new(max_concurrent);
+    let mut config = BudgetConfig::new(*max_concurrent.as_ref().unwrap_or(&1));
+    if let Err(e) = max_concurrent {
+        errors.push(e);
+    }
+    let mut take = |r: Result<BudgetConfig, ConfigError>, config: &mut BudgetConfig| match r {
+        Ok(c) => *config = c,
+        Err(e) => errors.push(e),
+    };
     if let Some(v) = table.get("max_queued") {
-        config = config.max_queued(integer(&field("max_queued"), v, 0)?);
+        let r = integer(&field("max_queued"), v, 0).map(|n| config.clone().max_queued(n));
+        take(r, &mut config);
     }
     if let Some(v) = table.get("permit_timeout") {
-        config = config.permit_timeout(duration(&field("permit_timeout"), v)?);
+        let r = duration(&field("permit_timeout"), v).map(|d| config.clone().permit_timeout(d));
+        take(r, &mut config);
     }
     if let Some(v) = table.get("call_timeout") {
-        config = config.call_timeout(duration(&field("call_timeout"), v)?);
+        let r = duration(&field("call_timeout"), v).map(|d| config.clone().call_timeout(d));
+        take(r, &mut config);
     }
     if let Some(v) = table.get("service_time") {
-        config = config.service_time(duration(&field("service_time"), v)?);
+        let r = duration(&field("service_time"), v).map(|d| config.clone().service_time(d));
+        take(r, &mut config);
     }
     if let Some(v) = table.get("target_rate") {
-        config = config.target_rate(rate(&field("target_rate"), v)?);
+        let r = rate(&field("target_rate"), v).map(|t| config.clone().target_rate(t));
+        take(r, &mut config);
     }
     if adaptive {
-        config = adaptive_limit(config, table, &field)?;
+        let r = adaptive_limit(config.clone(), table, &field);
+        take(r, &mut config);
     }
     if table.contains_key("rate") || table.contains_key("burst") {
-        config = rate_limit(config, table, &field)?;
+        let r = rate_limit(config.clone(), table, &field);
+        take(r, &mut config);
     }
-    Ok(config)
+    match ConfigError::all(errors) {
+        Some(e) => Err(e),
+        None => Ok(config),
+    }
 }
 
 #[cfg(feature = "adaptive")]
@@ -270,11 +317,30 @@ fn duration(field: &str, value: &Value) -> Result<Duration, ConfigError> {
             format!("must not be negative, got {text:?}"),
         ));
     }
-    let d = humantime::parse_duration(text).map_err(|e| {
-        ConfigError::invalid(
+    let shown_text = short(text);
+    let number_end = text
+        .trim_start()
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+'))
+        .unwrap_or(text.trim_start().len());
+    let number = &text.trim_start()[..number_end];
+    if number.contains(['e', 'E']) && number.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(ConfigError::invalid(
             field,
-            format!("cannot parse {text:?} as a duration like \"500ms\" or \"2s\": {e}"),
-        )
+            format!(
+                "write the number without an exponent, like \"500ms\" or \"2s\", got {shown_text}"
+            ),
+        ));
+    }
+    let d = humantime::parse_duration(text).map_err(|e| {
+        // A fraction too fine for nanoseconds reads as "too large" to humantime.
+        let below_a_nanosecond = number.parse::<f64>().is_ok_and(|n| n > 0.0 && n < 1.0)
+            && matches!(e, humantime::DurationError::NumberOverflow);
+        let why = if below_a_nanosecond {
+            "must be at least 1ns".to_string()
+        } else {
+            format!("cannot parse {shown_text} as a duration like \"500ms\" or \"2s\": {e}")
+        };
+        ConfigError::invalid(field, why)
     })?;
     if d.is_zero() {
         return Err(ConfigError::invalid(
@@ -308,6 +374,16 @@ fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
         ));
     }
     Ok(rate)
+}
+
+/// `text` quoted for a message, cut to [`MAX_ECHOED_LINE`] characters.
+fn short(text: &str) -> String {
+    if text.chars().count() > MAX_ECHOED_LINE {
+        let cut: String = text.chars().take(MAX_ECHOED_LINE).collect();
+        format!("{cut:?}... ({} characters in all)", text.chars().count())
+    } else {
+        format!("{text:?}")
+    }
 }
 
 /// A value of the wrong type, for a message: its type and its text as written (`integer 500`,
