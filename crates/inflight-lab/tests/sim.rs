@@ -292,3 +292,40 @@ async fn a_client_that_gives_up_does_not_leave_in_service_high() {
     assert!(s.enrich.peak_in_service >= 1);
     sim.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn oversized_bodies_get_a_json_413_and_silent_connections_are_closed() {
+    let sim = start("fast").await;
+    let c = client();
+    let big = vec![b'x'; 100 * 1024];
+    let resp = c
+        .post(format!("{}/records", sim.url()))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("at most"),
+        "{body}"
+    );
+
+    // A connection that never sends its headers is closed after the read timeout (5 s).
+    use tokio::io::AsyncReadExt;
+    let mut silent = tokio::net::TcpStream::connect(sim.local_addr())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(20), silent.read(&mut buf))
+        .await
+        .expect("the sim closes a silent connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -55,9 +55,14 @@ impl SimClient {
             .await
             .map_err(|e| self.error(with_causes(&e)))?;
         if !status.is_success() {
-            return Err(self.error(format!("{status}: {}", text.trim())));
+            return Err(self.error(format!("{status}: {}", excerpt(text.trim()))));
         }
-        serde_json::from_str(&text).map_err(|e| self.error(format!("bad JSON ({e}): {text}")))
+        serde_json::from_str(&text).map_err(|e| {
+            self.error(format!(
+                "not the sim? its answer is not JSON ({e}): {}",
+                excerpt(text.trim())
+            ))
+        })
     }
 
     /// `GET /stats`.
@@ -98,6 +103,21 @@ impl SimClient {
     }
 }
 
+/// The most of another server's answer an error quotes.
+const MAX_EXCERPT: usize = 200;
+
+/// `text` cut to [`MAX_EXCERPT`] characters, on one line.
+fn excerpt(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let count = one_line.chars().count();
+    if count > MAX_EXCERPT {
+        let cut: String = one_line.chars().take(MAX_EXCERPT).collect();
+        format!("{cut}... ({count} characters in all)")
+    } else {
+        one_line
+    }
+}
+
 /// An error with its causes, `a: b: c`, for errors (like reqwest's) whose message leaves them out.
 fn with_causes(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
@@ -116,4 +136,19 @@ fn with_causes(err: &dyn std::error::Error) -> String {
 /// The number at `v[a][b]`, if there is one.
 pub fn u64_at(v: &serde_json::Value, a: &str, b: &str) -> Option<u64> {
     v.get(a)?.get(b)?.as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::excerpt;
+
+    #[test]
+    fn another_servers_page_is_quoted_in_short() {
+        let page = format!("<html>\n<body>{}</body></html>", "word ".repeat(10_000));
+        let e = excerpt(&page);
+        assert!(e.len() < 300, "{}", e.len());
+        assert!(e.starts_with("<html> <body>word"), "{e}");
+        assert!(e.ends_with("characters in all)"), "{e}");
+        assert_eq!(excerpt("short"), "short");
+    }
 }

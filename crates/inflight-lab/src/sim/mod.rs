@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
 
@@ -41,6 +41,13 @@ use gates::{QuotaGate, RecordsGate};
 
 /// How long the server waits for requests in progress after a shutdown signal before it stops anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a connection may take to send a request's headers, and a request its body: a client
+/// that opens connections and sends nothing must not hold them open.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest request body the sim reads.
+const MAX_BODY: usize = 64 * 1024;
 
 /// Largest time scale accepted: beyond this a hanging call would outlive any sensible run.
 const MAX_TIME_SCALE: f64 = 100.0;
@@ -375,9 +382,37 @@ fn parse_record(body: &[u8]) -> Result<RecordBody, String> {
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
-async fn write_record(State(state): State<SimState>, body: Bytes) -> Response {
+/// Reads a request body within [`READ_TIMEOUT`] and [`MAX_BODY`]; a JSON error otherwise.
+async fn read_body(body: axum::body::Body) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(body, MAX_BODY);
+    match tokio::time::timeout(READ_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body must be at most {MAX_BODY} bytes"),
+        )),
+        Ok(Err(e)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the body: {e}"),
+        )),
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {}",
+                humantime::format_duration(READ_TIMEOUT)
+            ),
+        )),
+    }
+}
+
+async fn write_record(State(state): State<SimState>, body: axum::body::Body) -> Response {
     let counters = &state.0.records;
     counters.seen.fetch_add(1, Ordering::SeqCst);
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let record = match parse_record(&body) {
         Ok(record) => record,
         Err(e) => {
@@ -444,7 +479,11 @@ async fn get_scenario(State(state): State<SimState>) -> Json<CurrentScenario> {
     Json(state.current())
 }
 
-async fn post_scenario(State(state): State<SimState>, body: Bytes) -> Response {
+async fn post_scenario(State(state): State<SimState>, body: axum::body::Body) -> Response {
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let switch: ScenarioSwitch = match serde_json::from_slice(&body) {
         Ok(switch) => switch,
         Err(e) => {
@@ -504,21 +543,41 @@ impl Sim {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let stopping = Arc::new(Notify::new());
-        let notify = stopping.clone();
-        let server =
-            axum::serve(self.listener, router(self.state)).with_graceful_shutdown(async move {
-                shutdown.await;
-                notify.notify_one();
-            });
-        // Graceful shutdown would wait for hanging calls (8 s each); cap the wait instead.
-        tokio::select! {
-            result = server => result,
-            _ = async {
-                stopping.notified().await;
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-            } => Ok(()),
+        let app = router(self.state);
+        let open = Arc::new(PeakGauge::new());
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        // Out of file descriptors or a connection reset before accept: go on.
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                    let open = open.clone();
+                    tokio::spawn(async move {
+                        let _open = open.enter();
+                        let mut http = hyper::server::conn::http1::Builder::new();
+                        http.timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(READ_TIMEOUT);
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                _ = &mut shutdown => break,
+            }
         }
+        // Hanging calls (8 s each) would hold a graceful stop; wait a little, then stop anyway.
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while open.current() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 
     /// Serves in a background task of the current runtime; the returned handle stops it.
