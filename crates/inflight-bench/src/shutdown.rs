@@ -2,7 +2,7 @@
 //! stop its child processes and remove its cgroups before the process ends.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -33,6 +33,8 @@ use tokio::sync::watch;
 pub struct Shutdown {
     rx: watch::Receiver<bool>,
     exit_now: Arc<AtomicBool>,
+    /// The signal that fired the shutdown (0 before one did, or when fired by a channel).
+    signal: Arc<AtomicI32>,
 }
 
 impl Shutdown {
@@ -45,24 +47,31 @@ impl Shutdown {
         let (tx, rx) = watch::channel(false);
         let exit_now = Arc::new(AtomicBool::new(false));
         let exit = Arc::clone(&exit_now);
+        let signal_seen = Arc::new(AtomicI32::new(0));
+        let seen = Arc::clone(&signal_seen);
         // Registered before returning, so a signal that arrives next is already caught.
         let mut interrupt = signal(SignalKind::interrupt()).ok();
         let mut terminate = signal(SignalKind::terminate()).ok();
         let mut hangup = signal(SignalKind::hangup()).ok();
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    _ = next(&mut interrupt) => {}
-                    _ = next(&mut terminate) => {}
-                    _ = next(&mut hangup) => {}
-                }
+                let signo = tokio::select! {
+                    _ = next(&mut interrupt) => libc_signal::SIGINT,
+                    _ = next(&mut terminate) => libc_signal::SIGTERM,
+                    _ = next(&mut hangup) => libc_signal::SIGHUP,
+                };
                 if exit.load(Ordering::SeqCst) || *tx.borrow() {
-                    std::process::exit(130);
+                    std::process::exit(128 + signo);
                 }
+                seen.store(signo, Ordering::SeqCst);
                 let _ = tx.send(true);
             }
         });
-        Shutdown { rx, exit_now }
+        Shutdown {
+            rx,
+            exit_now,
+            signal: signal_seen,
+        }
     }
 
     /// [`Shutdown::on_signals`] for a program without a tokio runtime: the signals are received
@@ -101,6 +110,7 @@ impl Shutdown {
         Shutdown {
             rx,
             exit_now: Arc::new(AtomicBool::new(false)),
+            signal: Arc::new(AtomicI32::new(0)),
         }
     }
 
@@ -116,6 +126,25 @@ impl Shutdown {
     }
 
     /// Whether the shutdown has fired.
+    /// The exit status a shell gives a command ended by the signal that fired: 130 for Ctrl-C
+    /// (SIGINT), 143 for SIGTERM, 129 for SIGHUP; 130 when the shutdown fired another way.
+    pub fn exit_code(&self) -> u8 {
+        match self.signal.load(Ordering::SeqCst) {
+            0 => 130,
+            signo => u8::try_from(128 + signo).unwrap_or(130),
+        }
+    }
+
+    /// The name of the signal that fired, if one did.
+    pub fn signal_name(&self) -> Option<&'static str> {
+        match self.signal.load(Ordering::SeqCst) {
+            libc_signal::SIGINT => Some("SIGINT"),
+            libc_signal::SIGTERM => Some("SIGTERM"),
+            libc_signal::SIGHUP => Some("SIGHUP"),
+            _ => None,
+        }
+    }
+
     pub fn fired(&self) -> bool {
         *self.rx.borrow()
     }
@@ -135,6 +164,13 @@ impl Shutdown {
 
 /// The next delivery of `signal`; pending forever if it could not be registered or its stream
 /// has ended.
+/// The numbers of the signals a shutdown listens for (the same on every Linux architecture).
+mod libc_signal {
+    pub const SIGHUP: i32 = 1;
+    pub const SIGINT: i32 = 2;
+    pub const SIGTERM: i32 = 15;
+}
+
 async fn next(signal: &mut Option<Signal>) {
     if let Some(s) = signal {
         if s.recv().await.is_some() {

@@ -279,8 +279,10 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     );
 
     let rt = super::async_runtime()?;
+    let shutdown_seen = std::sync::OnceLock::new();
     let result = rt.block_on(async {
         let shutdown = Shutdown::on_signals();
+        let _ = shutdown_seen.set(shutdown.clone());
         let mut reporter = ProgressReporter::new();
         let doc = run::run_matrix(&opts, &shutdown, &mut |p| reporter.report(p)).await;
         reporter.finish();
@@ -292,8 +294,15 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(doc) => doc,
         Err(LabError::Interrupted) => {
             out.discard_if_empty();
-            eprintln!("lab: interrupted; stopped the runner and the sim and removed the cgroups");
-            return Ok(ExitCode::from(130));
+            let (code, by) = match shutdown_seen.get() {
+                Some(s) => (s.exit_code(), s.signal_name().unwrap_or("a signal")),
+                None => (130, "a signal"),
+            };
+            // On its own line, whatever the progress bar left on the terminal.
+            eprintln!(
+                "\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups"
+            );
+            return Ok(ExitCode::from(code));
         }
         Err(e) => {
             out.discard_if_empty();

@@ -157,8 +157,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ),
                 Cleanup::NoGroup => eprintln!("interrupted: stopped"),
             }
-            // The shell's status for an interrupted command.
-            Ok(ExitCode::from(130))
+            // The shell's status for a command ended by that signal (130 for Ctrl-C).
+            Ok(ExitCode::from(shutdown.exit_code()))
         }
     }
 }

@@ -191,6 +191,33 @@ fn read_until(reader: &mut impl BufRead, needle: &str, limit: Duration) -> Vec<S
 }
 
 #[test]
+fn sigterm_ends_the_lab_as_interrupted_with_status_143() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small_run_args(&dir.path().join("r"));
+    let i = args.iter().position(|a| a == "0.05").unwrap();
+    args[i] = "1.0".into();
+    let i = args.iter().position(|a| a == "24").unwrap();
+    args[i] = "200".into();
+    let mut child = std::process::Command::new(inflight_path())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let lines = read_until(&mut stderr, "[1/4]", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    send_signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGTERM");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert_eq!(status.code(), Some(143), "stderr: {lines:?} {rest}");
+    assert!(rest.contains("interrupted by SIGTERM"), "{rest}");
+    assert!(!rest.contains("the runner failed"), "{rest}");
+}
+
+#[test]
 fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = small_run_args(&dir.path().join("r"));

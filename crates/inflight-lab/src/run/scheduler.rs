@@ -219,6 +219,14 @@ async fn run_one(
     let out = out_task.await.unwrap_or_default();
     let err = err_task.await.unwrap_or_default();
     let err_text = String::from_utf8_lossy(&err).trim().to_string();
+    // A runner ended by Ctrl-C, SIGTERM or SIGHUP (sent to the whole process group, or to it
+    // alone) was interrupted, not broken.
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if matches!(status.signal(), Some(1 | 2 | 15)) {
+            return Err(LabError::Interrupted);
+        }
+    }
     if !status.success() {
         return Err(runner_err(format!(
             "exited with {status}: {}",
