@@ -1,10 +1,13 @@
 //! What stands between a record and a dependency: an `inflight` [`Budget`], or a peer crate's
 //! adaptive limiter, each fed the same calls and the same overload signals.
 //!
-//! Overload signals are the same for every gate: a 503 or 429 answer, a transport failure, and a
-//! call past the client timeout. An `inflight` budget learns them through `Budget::call_with`'s
-//! classifier; a peer limiter, which learns only from errors, sees them as errors (and the runner
-//! turns them back into answers).
+//! Overload signals are the same for every gate: a 503 or 429 answer, and a transport failure. A
+//! call past the client timeout is not one here: the sim's hangs are drawn per call whatever the
+//! load, so a limit that shrank on them would throttle a dependency that is not full (in a service,
+//! `inflight` counts a call timeout as overload by default). An `inflight` budget learns the
+//! signals through `Budget::call_with`'s classifier; a peer limiter, which learns only from errors,
+//! sees them as errors (and the runner turns them back into answers), and sees a timed-out call as
+//! a success that took the whole timeout.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,13 +49,19 @@ pub(crate) type CallFuture =
 /// no trait-object lifetime for the compiler to generalise over).
 pub(crate) struct Call(CallFuture);
 
-/// What an answer tells a limit: 503 and 429 are overload, like a transport failure.
+/// What an answer tells a limit: 503 and 429 are overload, like a transport failure; a timeout
+/// says nothing (see the module docs).
 fn classify(result: &Result<u16, CallFailure>) -> Outcome {
     match result {
+        Err(CallFailure::Timeout) => Outcome::Ignore,
         Ok(503 | 429) | Err(_) => Outcome::Overload,
         Ok(_) => Outcome::Success,
     }
 }
+
+/// The status a peer's inner service answers for a call past the client timeout, so that the
+/// peer does not count it as an error; the gate turns it back into a timeout.
+const TIMED_OUT: u16 = 0;
 
 /// The gate of one dependency.
 #[derive(Clone)]
@@ -80,10 +89,11 @@ impl Gate {
         match spec {
             GateSpec::Peer(peer) => Ok(Gate::Peer(PeerGate::new(*peer, call_timeout)?)),
             budget => {
+                // The gate applies the client timeout itself (see `call`).
+                let _ = call_timeout;
                 let mut config = budget
                     .budget_config(dependency)
-                    .expect("a spec that is not a peer is a budget")
-                    .call_timeout(call_timeout);
+                    .expect("a spec that is not a peer is a budget");
                 if let Some((rate, _)) = config.rate_limit() {
                     config = config.rate(inflight::Rate::per_second(
                         rate.events_per_second() / time_scale,
@@ -96,12 +106,22 @@ impl Gate {
         }
     }
 
-    /// Runs `call` through the gate.
-    pub(crate) async fn call(&self, call: CallFuture) -> Result<u16, CallFailure> {
+    /// Runs `call` through the gate, with `timeout` started once the call is admitted.
+    pub(crate) async fn call(
+        &self,
+        call: CallFuture,
+        timeout: Duration,
+    ) -> Result<u16, CallFailure> {
         match self {
             Gate::Budget(budget) => {
+                // The timeout runs inside the call, so the classifier sees it (as nothing).
+                let timed = async move {
+                    tokio::time::timeout(timeout, call)
+                        .await
+                        .unwrap_or(Err(CallFailure::Timeout))
+                };
                 budget
-                    .call_with(classify, || call)
+                    .call_with(classify, || timed)
                     .await
                     .map_err(|e| match e {
                         CallError::Timeout => CallFailure::Timeout,
@@ -111,6 +131,7 @@ impl Gate {
                     })
             }
             Gate::Peer(peer) => match peer.service.clone().oneshot(Call(call)).await {
+                Ok(TIMED_OUT) => Err(CallFailure::Timeout),
                 Ok(status) => Ok(status),
                 // The peer saw an overload answer as an error; the record sees the answer.
                 Err(CallFailure::Status(code)) => Ok(code),
@@ -135,7 +156,7 @@ impl PeerGate {
     fn new(peer: Peer, call_timeout: Duration) -> Result<PeerGate, String> {
         let inner = tower::service_fn(move |Call(call): Call| async move {
             match tokio::time::timeout(call_timeout, call).await {
-                Err(_) => Err(CallFailure::Timeout),
+                Err(_) => Ok(TIMED_OUT),
                 Ok(Ok(code @ (429 | 503))) => Err(CallFailure::Status(code)),
                 Ok(other) => other,
             }

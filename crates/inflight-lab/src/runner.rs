@@ -242,7 +242,7 @@ where
         Ok(status)
     };
     match gate {
-        Some(gate) => gate.call(Box::pin(answered)).await,
+        Some(gate) => gate.call(Box::pin(answered), timeout).await,
         None => tokio::time::timeout(timeout, answered)
             .await
             .map_err(|_| CallFailure::Timeout)?,
