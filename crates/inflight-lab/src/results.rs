@@ -133,6 +133,33 @@ pub struct Timeline {
     pub records_limit: Vec<u32>,
 }
 
+/// A run with made-up figures, for tests of what is computed from runs.
+#[cfg(test)]
+pub(crate) fn sample_run(
+    strategy: &str,
+    scenario: &str,
+    cpus: f64,
+    repeat: u32,
+    secs: f64,
+) -> RunResult {
+    RunResult {
+        strategy: strategy.into(),
+        scenario: scenario.into(),
+        cpus,
+        repeat,
+        records: 10,
+        complete: 6,
+        incomplete: 2,
+        rejected: 1,
+        failed: 1,
+        completion_s: secs,
+        accepted_per_s: 8.0 / secs,
+        write_503s: 1,
+        peak_writes_offered: repeat as u64 + 5,
+        ..RunResult::default()
+    }
+}
+
 /// Median, min and max of one metric over the repeats (the benchmarks' type, one definition).
 pub use inflight_bench::spread::Spread;
 
@@ -266,21 +293,6 @@ pub struct HypothesisResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_gives_median_min_max() {
-        assert_eq!(
-            Spread::of(&[3.0, 1.0, 2.0]),
-            Spread {
-                median: 2.0,
-                min: 1.0,
-                max: 3.0
-            }
-        );
-        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 10.0]).median, 3.0);
-        assert_eq!(Spread::of(&[7.5]).median, 7.5);
-        assert_eq!(Spread::of(&[]), Spread::default());
-    }
 
     #[test]
     fn enforcement_is_written_by_name() {

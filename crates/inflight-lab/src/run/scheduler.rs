@@ -274,24 +274,7 @@ async fn run_one(
 mod tests {
     use super::*;
 
-    fn run(strategy: &str, scenario: &str, cpus: f64, repeat: u32, secs: f64) -> RunResult {
-        RunResult {
-            strategy: strategy.into(),
-            scenario: scenario.into(),
-            cpus,
-            repeat,
-            records: 10,
-            complete: 6,
-            incomplete: 2,
-            rejected: 1,
-            failed: 1,
-            completion_s: secs,
-            accepted_per_s: 8.0 / secs,
-            write_503s: 1,
-            peak_writes_offered: repeat as u64 + 5,
-            ..RunResult::default()
-        }
-    }
+    use crate::results::sample_run as run;
 
     #[test]
     fn outcome_check_names_the_run() {
