@@ -1,0 +1,160 @@
+//! The Lua scripts a fleet budget runs on the Redis server: acquire, renew, release, and the GCRA
+//! of a fleet rate limit. Each reads the server's clock (`TIME`), never a client's.
+//!
+//! Every key a script touches is passed in `KEYS` and carries the budget's hash tag
+//! (`inflight:{name}:...`), so the scripts run on Redis Cluster too. Since Redis 5 scripts are
+//! replicated by their effects, so reading `TIME` inside one is safe.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Takes a lease for `ARGV[1]` if fewer than `ARGV[2]` unexpired leases are held.
+///
+/// `KEYS[1]`: the holders, a sorted set of lease id to expiry (server milliseconds).
+/// `ARGV`: lease id, limit, lease in milliseconds.
+///
+/// Expired leases are reclaimed first (a holder killed with SIGKILL frees its permits within one
+/// lease). Idempotent: an id already holding an unexpired lease is granted again, with its expiry
+/// pushed back, so a retry after a lost reply never takes a second permit.
+///
+/// Returns `{granted (0|1), holders after, reclaimed, ms until the earliest lease expires}`.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
+local reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local granted = 0
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[1])
+  granted = 1
+elseif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], 'NX', now + lease, ARGV[1])
+  granted = 1
+end
+local holders = redis.call('ZCARD', KEYS[1])
+if granted == 1 then
+  redis.call('PEXPIRE', KEYS[1], lease + 1000)
+  return {1, holders, reclaimed, 0}
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait = 0
+if first[2] then wait = tonumber(first[2]) - now end
+return {0, holders, reclaimed, wait}
+"#,
+    )
+});
+
+/// Pushes back the expiry of each unexpired lease in `ARGV[2..]`; an expired one is removed.
+///
+/// `KEYS[1]`: the holders. `ARGV`: lease in milliseconds, then the lease ids.
+///
+/// Returns the ids that were no longer held (expired, reclaimed, or gone with a restart): their
+/// holders have lost them.
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local lost = {}
+for i = 2, #ARGV do
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if expiry and tonumber(expiry) > now then
+    redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i])
+  else
+    if expiry then redis.call('ZREM', KEYS[1], ARGV[i]) end
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+if #lost < #ARGV - 1 then redis.call('PEXPIRE', KEYS[1], lease + 1000) end
+return lost
+"#,
+    )
+});
+
+/// Gives back lease `ARGV[1]` and, if it was held, says so on channel `ARGV[2]` so that waiters
+/// look again.
+///
+/// `KEYS[1]`: the holders. Only the id's own entry is removed: a holder whose lease expired and
+/// was taken by someone else removes nothing.
+///
+/// Returns 1 if the lease was held, 0 otherwise.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 then redis.call('PUBLISH', ARGV[2], ARGV[1]) end
+return removed
+"#,
+    )
+});
+
+/// GCRA: lets one event through if the theoretical arrival time allows it.
+///
+/// `KEYS[1]`: the budget's theoretical arrival time (server microseconds).
+/// `ARGV`: emission interval in microseconds, burst (events that may pass back to back).
+///
+/// Returns `{allowed (0|1), µs to wait before the next event would be allowed}`.
+pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - interval * burst
+if allow_at > now then
+  return {0, allow_at - now}
+end
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
+return {1, 0}
+"#,
+    )
+});
+
+/// The sorted set of a budget's lease holders.
+pub(crate) fn holders_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:holders")
+}
+
+/// The channel a budget's releases are announced on.
+pub(crate) fn released_channel(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:released")
+}
+
+/// The pattern that matches every budget's release channel.
+pub(crate) const RELEASED_PATTERN: &str = "inflight:{*}:released";
+
+/// The budget a release channel belongs to.
+pub(crate) fn budget_of_channel(channel: &str) -> Option<&str> {
+    channel.strip_prefix("inflight:{")?.strip_suffix("}:released")
+}
+
+/// The key of a fleet rate limit's theoretical arrival time.
+pub(crate) fn rate_key(name: &str) -> String {
+    format!("inflight:{{{name}}}:rate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_budget_hash_tag() {
+        assert_eq!(holders_key("records"), "inflight:{records}:holders");
+        assert_eq!(released_channel("records"), "inflight:{records}:released");
+        assert_eq!(rate_key("records"), "inflight:{records}:rate");
+        assert_eq!(
+            budget_of_channel(&released_channel("a.b")),
+            Some("a.b"),
+            "a channel names its budget"
+        );
+        assert_eq!(budget_of_channel("other"), None);
+    }
+}
