@@ -132,8 +132,9 @@ impl ChildProcess {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(said) = line.strip_prefix("child: ") {
-                    if tx.send(said.to_string()).is_err() {
+                // The harness may print its own words on the same line first.
+                if let Some(at) = line.find("child: ") {
+                    if tx.send(line[at + "child: ".len()..].to_string()).is_err() {
                         return;
                     }
                 }
