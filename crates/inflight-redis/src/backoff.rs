@@ -37,7 +37,10 @@ mod tests {
         let mut backoff = Backoff::new(ms(10), ms(200));
         for nominal in [10, 20, 40, 80, 160, 200, 200] {
             let pause = backoff.pause();
-            assert!(pause >= ms(nominal) / 2 && pause <= ms(nominal), "{pause:?}");
+            assert!(
+                pause >= ms(nominal) / 2 && pause <= ms(nominal),
+                "{pause:?}"
+            );
         }
     }
 }

@@ -176,9 +176,7 @@ impl Engine {
             self.counters
                 .reclaimed
                 .fetch_add(acquired.reclaimed, Relaxed);
-            self.counters
-                .fleet_holders
-                .store(acquired.holders, Relaxed);
+            self.counters.fleet_holders.store(acquired.holders, Relaxed);
             if acquired.granted {
                 pending.armed = false;
                 self.counters.acquired.fetch_add(1, Relaxed);
@@ -251,7 +249,10 @@ impl Engine {
     fn recovered(&self) {
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         if down.take().is_some() {
-            tracing::info!(address = self.server.address(), "fleet budget: redis is back");
+            tracing::info!(
+                address = self.server.address(),
+                "fleet budget: redis is back"
+            );
         }
     }
 
@@ -320,10 +321,9 @@ impl Engine {
 
     fn round_trip(&self, took: Duration) {
         self.counters.round_trips.fetch_add(1, Relaxed);
-        self.counters.round_trip_micros.fetch_add(
-            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-            Relaxed,
-        );
+        self.counters
+            .round_trip_micros
+            .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {
@@ -353,7 +353,10 @@ impl Engine {
                 if now.duration_since(h.confirmed) >= self.settings.lease {
                     expired.push(id.clone());
                 } else {
-                    by_budget.entry(h.budget.clone()).or_default().push(id.clone());
+                    by_budget
+                        .entry(h.budget.clone())
+                        .or_default()
+                        .push(id.clone());
                 }
             }
             for id in expired {
@@ -470,5 +473,216 @@ fn min_deadline(deadline: Option<Instant>, other: Instant) -> Instant {
     match deadline {
         Some(d) => d.min(other),
         None => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use inflight::{AcquireError, Budget};
+
+    use super::*;
+    use crate::fake::Shared;
+    use crate::RedisStore;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn store(server: &Shared, limit: usize, fail: Fail) -> RedisStore {
+        RedisStore::from_engine(Engine::new(
+            Arc::new(server.clone()),
+            Settings {
+                limit,
+                lease: ms(300),
+                fail,
+                op_timeout: ms(100),
+                retry_after: ms(200),
+                first_pause: ms(5),
+                max_pause: ms(150),
+            },
+        ))
+    }
+
+    fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
+        Budget::builder("records")
+            .max_concurrent(local)
+            .permit_timeout(ms(timeout))
+            .store(Arc::new(store.clone()))
+            .build()
+            .unwrap()
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_fleet_times_out_exactly_at_the_deadline() {
+        let server = Shared::default();
+        let (a, b) = (
+            store(&server, 1, Fail::Closed),
+            store(&server, 1, Fail::Closed),
+        );
+        let held = budget(&a, 1, 100).acquire_owned().await.unwrap();
+        let start = Instant::now();
+        let err = budget(&b, 1, 100).acquire().await.unwrap_err();
+        assert_eq!(err, AcquireError::PermitTimeout);
+        assert_eq!(start.elapsed(), ms(100));
+        assert_eq!(b.snapshot().timeouts, 1);
+        // Pauses are jittered and doubling: a handful of asks, not a tight loop.
+        let asks = server.0.calls.load(Relaxed);
+        assert!(asks <= 10, "{asks} asks in 100 ms");
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_wakes_a_waiter_before_its_pause_ends() {
+        let server = Shared::default();
+        let (a, b) = (
+            store(&server, 1, Fail::Closed),
+            store(&server, 1, Fail::Closed),
+        );
+        let held = budget(&a, 1, 1000).acquire_owned().await.unwrap();
+        let waiter = budget(&b, 1, 1000);
+        let task = tokio::spawn(async move {
+            let start = Instant::now();
+            let permit = waiter.acquire_owned().await.unwrap();
+            (start.elapsed(), permit)
+        });
+        // Long enough for the waiter's pauses to have grown to the cap.
+        tokio::time::sleep(ms(250)).await;
+        drop(held);
+        let (waited, permit) = task.await.unwrap();
+        assert!(waited < ms(260), "woken by the release, waited {waited:?}");
+        assert!(!permit.lease().unwrap().is_lost());
+        assert_eq!(server.0.holders("records"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_cannot_renew_loses_its_lease_after_one_lease() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let records = budget(&a, 1, 1000);
+        let permit = records.acquire().await.unwrap();
+        // Renewals keep it alive well past one lease.
+        tokio::time::sleep(ms(900)).await;
+        assert!(!permit.lease().unwrap().is_lost());
+        assert_eq!(server.0.holders("records"), 1);
+        server.0.stalled.store(true, Relaxed);
+        tokio::time::sleep(ms(450)).await;
+        settle().await;
+        assert!(permit.lease().unwrap().is_lost());
+        assert_eq!(a.snapshot().lost, 1);
+        assert_eq!(server.0.holders("records"), 0, "expired on the server too");
+        // Giving back a lost lease sends nothing.
+        let sent = server.0.calls.load(Relaxed);
+        drop(permit);
+        settle().await;
+        assert_eq!(server.0.calls.load(Relaxed), sent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_that_drops_the_lease_is_told_to_its_holder() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let permit = records.acquire().await.unwrap();
+        server.0.wipe();
+        tokio::time::sleep(ms(101)).await;
+        settle().await;
+        assert!(permit.lease().unwrap().is_lost());
+        let other = records.acquire().await.unwrap();
+        assert_eq!(server.0.holders("records"), 1, "nothing double-counted");
+        drop(permit);
+        settle().await;
+        assert_eq!(
+            server.0.holders("records"),
+            1,
+            "the lost lease removed nothing"
+        );
+        drop(other);
+        settle().await;
+        assert_eq!(server.0.holders("records"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_closed_refuses_at_once_and_skips_the_server_for_a_while() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        server.0.down.store(true, Relaxed);
+        let start = Instant::now();
+        let err = records.acquire().await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(
+            err.to_string(),
+            "the permit store is unavailable: fleet budget \"records\": redis at fake:0 cannot be \
+             reached: connection refused"
+        );
+        let asked = server.0.calls.load(Relaxed);
+        assert!(records.acquire().await.is_err());
+        assert_eq!(server.0.calls.load(Relaxed), asked, "skipped while down");
+        assert_eq!(records.snapshot().unavailable, 2);
+        server.0.down.store(false, Relaxed);
+        tokio::time::sleep(ms(200)).await;
+        assert!(
+            records.acquire().await.is_ok(),
+            "asks again after retry_after"
+        );
+        assert!(!a.snapshot().redis_down);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_server_counts_as_down_after_the_round_trip_timeout() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Local(1));
+        let records = budget(&a, 2, 1000);
+        server.0.delay_ms.store(5000, Relaxed);
+        let start = Instant::now();
+        let permit = records.acquire().await.unwrap();
+        assert_eq!(
+            start.elapsed(),
+            ms(100),
+            "one round-trip timeout, then the fallback"
+        );
+        assert!(permit.lease().unwrap().id().starts_with(LOCAL_PREFIX));
+        let start = Instant::now();
+        assert_eq!(
+            records.acquire().await.unwrap_err(),
+            AcquireError::PermitTimeout
+        );
+        assert_eq!(
+            start.elapsed(),
+            ms(1000),
+            "the local limit waits within the deadline"
+        );
+        drop(permit);
+        assert_eq!(a.snapshot().fallbacks, 2);
+        assert_eq!(a.snapshot().local_held, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_acquire_releases_its_id_in_the_background() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let records = budget(&a, 1, 1000);
+        server.0.delay_ms.store(50, Relaxed);
+        // Cancelled while its script is on the way: the outcome is unknown, so the id is
+        // released.
+        let attempt = tokio::time::timeout(ms(20), records.acquire()).await;
+        assert!(attempt.is_err());
+        settle().await;
+        assert_eq!(
+            server.0.released.load(Relaxed),
+            1,
+            "the unheard-of lease went back"
+        );
+        settle().await;
+        assert_eq!(server.0.holders("records"), 0);
+        assert_eq!(records.in_flight(), 0);
     }
 }

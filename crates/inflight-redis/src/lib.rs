@@ -66,6 +66,8 @@ mod backoff;
 mod config;
 mod engine;
 mod error;
+#[cfg(test)]
+mod fake;
 mod fleet;
 mod rate;
 mod scripts;

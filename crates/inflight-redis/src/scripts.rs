@@ -133,7 +133,9 @@ pub(crate) const RELEASED_PATTERN: &str = "inflight:{*}:released";
 
 /// The budget a release channel belongs to.
 pub(crate) fn budget_of_channel(channel: &str) -> Option<&str> {
-    channel.strip_prefix("inflight:{")?.strip_suffix("}:released")
+    channel
+        .strip_prefix("inflight:{")?
+        .strip_suffix("}:released")
 }
 
 /// The key of a fleet rate limit's theoretical arrival time.

@@ -210,12 +210,18 @@ struct Wakers {
 
 impl Wakers {
     fn get(&self, budget: &str) -> Arc<Notify> {
-        let mut map = self.by_budget.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .by_budget
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.entry(budget.into()).or_default().clone()
     }
 
     fn wake(&self, budget: &str) {
-        let map = self.by_budget.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self
+            .by_budget
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(notify) = map.get(budget) {
             notify.notify_waiters();
         }

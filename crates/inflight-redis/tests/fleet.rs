@@ -48,7 +48,10 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
     assert_eq!(server.holders("records").len(), 3);
     let short = budget("records", 3, ms(300), &b_store);
     let start = Instant::now();
-    assert_eq!(short.acquire().await.unwrap_err(), AcquireError::PermitTimeout);
+    assert_eq!(
+        short.acquire().await.unwrap_err(),
+        AcquireError::PermitTimeout
+    );
     assert!(start.elapsed() >= ms(290), "waited its whole deadline");
     assert_eq!(short.in_flight(), 0, "the local permit went back");
     let waiter = tokio::spawn({
@@ -120,7 +123,14 @@ async fn a_free_permit_costs_two_round_trips() {
         .query(&mut server.conn())
         .unwrap();
     let calls = |line: &str| -> u64 {
-        line.split("calls=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap()
+        line.split("calls=")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let mut evalsha = 0;
     let mut other = 0;
@@ -131,7 +141,10 @@ async fn a_free_permit_costs_two_round_trips() {
             other += calls(line);
         }
     }
-    assert_eq!(evalsha, 200, "one script to acquire, one to release: {stats}");
+    assert_eq!(
+        evalsha, 200,
+        "one script to acquire, one to release: {stats}"
+    );
     assert_eq!(other, 0, "nothing else: {stats}");
 }
 
@@ -158,7 +171,10 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
         };
         let message = e.to_string();
         assert!(message.contains("fleet budget \"records\""), "{message}");
-        assert!(message.contains("127.0.0.1:"), "names the address: {message}");
+        assert!(
+            message.contains("127.0.0.1:"),
+            "names the address: {message}"
+        );
     }
     assert_eq!(records.snapshot().unavailable, 3);
     assert_eq!(store.snapshot().unavailable, 3);
@@ -271,7 +287,9 @@ async fn the_fleet_rate_limit_spaces_calls_on_the_server_clock() {
     };
     let fleet = fleet(&server, ms(5000));
     let a = fleet.rate("llm", ms(200), 2);
-    let b = RedisFleet::new(&server.url()).unwrap().rate("llm", ms(200), 2);
+    let b = RedisFleet::new(&server.url())
+        .unwrap()
+        .rate("llm", ms(200), 2);
     a.try_acquire().await.unwrap();
     b.try_acquire().await.unwrap();
     let Err(RateError::NotUntil(wait)) = a.try_acquire().await else {
@@ -323,7 +341,14 @@ max_concurrent = 8
     assert_eq!(server.holders("records").len(), 2);
     assert!(a.lease().is_some() && b.lease().is_some());
     assert!(budgets.get("enrichment").unwrap().try_acquire().is_ok());
-    std::fs::write(&path, "[fleet]\nurl = \"http://x\"\n[budgets.r]\nmax_concurrent = 1\nscope = \"fleet\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "[fleet]\nurl = \"http://x\"\n[budgets.r]\nmax_concurrent = 1\nscope = \"fleet\"\n",
+    )
+    .unwrap();
     let err = inflight_redis::load(&path).unwrap_err();
-    assert!(err.to_string().starts_with("fleet: invalid redis url"), "{err}");
+    assert!(
+        err.to_string().starts_with("fleet: invalid redis url"),
+        "{err}"
+    );
 }

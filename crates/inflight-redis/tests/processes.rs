@@ -55,18 +55,14 @@ fn child() {
 /// them back and says `released`.
 async fn hold() {
     let limit = env_u64("LIMIT") as usize;
-    let budget = fleet_budget(
-        &env("URL"),
-        limit,
-        ms(env_u64("LEASE_MS")),
-        ms(5000),
-    );
+    let budget = fleet_budget(&env("URL"), limit, ms(env_u64("LEASE_MS")), ms(5000));
     let mut held = Vec::new();
     for _ in 0..env_u64("HOLD") {
         held.push(budget.acquire().await.unwrap());
     }
     println!("child: held");
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
     while let Ok(Some(line)) = lines.next_line().await {
         if line == "release" {
             let lost: Vec<bool> = held.iter().map(|p| p.lease().unwrap().is_lost()).collect();
@@ -263,6 +259,9 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
         [my_id],
         "the stalled holder did not release the lease that replaced its own"
     );
-    assert!(!mine.lease().unwrap().is_lost(), "this process kept renewing");
+    assert!(
+        !mine.lease().unwrap().is_lost(),
+        "this process kept renewing"
+    );
     drop(mine);
 }

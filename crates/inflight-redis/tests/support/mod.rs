@@ -60,7 +60,10 @@ impl RedisServer {
             }
             std::thread::sleep(ms(20));
         }
-        panic!("redis-server on port {} did not answer within 10 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        );
     }
 
     pub fn url(&self) -> String {
