@@ -139,13 +139,17 @@ impl Engine {
             id: id.clone(),
             armed: false,
         };
-        let releases = self.server.releases(&budget);
+        // Asked for on the first refusal: a process that never waits never subscribes.
+        let mut releases = None;
         let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
         loop {
             // Listen before asking, so that a release between the answer and the pause counts.
-            let released = releases.notified();
+            let listening: Option<Arc<tokio::sync::Notify>> = releases.clone();
+            let released = listening.as_ref().map(|r| r.notified());
             tokio::pin!(released);
-            released.as_mut().enable();
+            if let Some(released) = released.as_mut().as_pin_mut() {
+                released.enable();
+            }
             let asked = Instant::now();
             let op_deadline = min_deadline(deadline, asked + self.settings.op_timeout);
             pending.armed = true;
@@ -199,9 +203,15 @@ impl Engine {
                 pause = pause.min(acquired.retry_in + Duration::from_millis(1));
             }
             let wake = min_deadline(deadline, answered + pause);
-            tokio::select! {
-                () = tokio::time::sleep_until(wake) => {}
-                () = &mut released => {}
+            match released.as_mut().as_pin_mut() {
+                Some(released) => tokio::select! {
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = released => {}
+                },
+                None => {
+                    releases = Some(self.server.releases(&budget));
+                    tokio::time::sleep_until(wake).await;
+                }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 self.counters.timeouts.fetch_add(1, Relaxed);

@@ -12,11 +12,15 @@ use redis::Script;
 /// Takes a lease for `ARGV[1]` if fewer than `ARGV[2]` unexpired leases are held.
 ///
 /// `KEYS[1]`: the holders, a sorted set of lease id to expiry (server milliseconds).
-/// `ARGV`: lease id, limit, lease in milliseconds.
+/// `KEYS[2]`: the waiting flag, set on a refusal (for `ARGV[4]` ms) so that releases are
+/// announced only while someone waits.
+/// `ARGV`: lease id, limit, lease in milliseconds, waiting flag lifetime in milliseconds.
 ///
-/// Expired leases are reclaimed first (a holder killed with SIGKILL frees its permits within one
-/// lease). Idempotent: an id already holding an unexpired lease is granted again, with its expiry
-/// pushed back, so a retry after a lost reply never takes a second permit.
+/// Expired leases are reclaimed whenever they are what stands in the way (a holder killed with
+/// SIGKILL frees its permits within one lease); while the set has room, they are left for later,
+/// which keeps the common case to four commands. Idempotent: an id already holding a lease is
+/// granted again with its expiry pushed back, so a retry after a lost reply never takes a second
+/// permit.
 ///
 /// Returns `{granted (0|1), holders after, reclaimed, ms until the earliest lease expires}`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -24,25 +28,29 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
-local reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local granted = 0
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+local reclaimed = 0
+local n = redis.call('ZCARD', KEYS[1])
+if n >= limit then
+  reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  n = n - reclaimed
+end
+local added = 0
+if n < limit then
+  added = redis.call('ZADD', KEYS[1], 'NX', now + lease, ARGV[1])
+  n = n + added
+elseif redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, n, reclaimed, tonumber(first[2]) - now}
+end
+if added == 0 then
+  -- Held already (a retry after a lost reply): its expiry moves to a full lease from now.
   redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[1])
-  granted = 1
-elseif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], 'NX', now + lease, ARGV[1])
-  granted = 1
 end
-local holders = redis.call('ZCARD', KEYS[1])
-if granted == 1 then
-  redis.call('PEXPIRE', KEYS[1], lease + 1000)
-  return {1, holders, reclaimed, 0}
-end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local wait = 0
-if first[2] then wait = tonumber(first[2]) - now end
-return {0, holders, reclaimed, wait}
+redis.call('PEXPIRE', KEYS[1], lease + 1000)
+return {1, n, reclaimed, 0}
 "#,
     )
 });
@@ -75,10 +83,10 @@ return lost
     )
 });
 
-/// Gives back lease `ARGV[1]` and, if it was held, says so on channel `ARGV[2]` so that waiters
-/// look again.
+/// Gives back lease `ARGV[1]` and, if it was held and someone waits, says so on channel
+/// `ARGV[2]` so that waiters look again.
 ///
-/// `KEYS[1]`: the holders. Only the id's own entry is removed: a holder whose lease expired and
+/// `KEYS[1]`: the holders; `KEYS[2]`: the waiting flag. Only the id's own entry is removed: a holder whose lease expired and
 /// was taken by someone else removes nothing.
 ///
 /// Returns 1 if the lease was held, 0 otherwise.
@@ -86,7 +94,9 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 1 then redis.call('PUBLISH', ARGV[2], ARGV[1]) end
+if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
+end
 return removed
 "#,
     )
@@ -123,6 +133,11 @@ pub(crate) fn holders_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:holders")
 }
 
+/// The flag that says someone waits for a lease of the budget.
+pub(crate) fn waiting_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:waiting")
+}
+
 /// The channel a budget's releases are announced on.
 pub(crate) fn released_channel(budget: &str) -> String {
     format!("inflight:{{{budget}}}:released")
@@ -152,6 +167,7 @@ mod tests {
         assert_eq!(holders_key("records"), "inflight:{records}:holders");
         assert_eq!(released_channel("records"), "inflight:{records}:released");
         assert_eq!(rate_key("records"), "inflight:{records}:rate");
+        assert_eq!(waiting_key("records"), "inflight:{records}:waiting");
         assert_eq!(
             budget_of_channel(&released_channel("a.b")),
             Some("a.b"),

@@ -88,6 +88,10 @@ impl fmt::Debug for RedisServer {
     }
 }
 
+/// How long a refusal marks a budget as waited for: longer than the longest pause between two
+/// asks of a waiter, so the flag stays up while anyone still waits.
+const WAITING_FLAG_MS: u64 = 2_000;
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -127,7 +131,11 @@ impl Server for RedisServer {
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let conn = self.conn();
         let mut call = scripts::ACQUIRE.key(scripts::holders_key(budget));
-        call.arg(id).arg(limit).arg(millis(lease));
+        call.key(scripts::waiting_key(budget))
+            .arg(id)
+            .arg(limit)
+            .arg(millis(lease))
+            .arg(WAITING_FLAG_MS);
         Box::pin(async move {
             let mut conn = conn?;
             let (granted, holders, reclaimed, wait): (u8, u64, u64, i64) =
@@ -159,7 +167,9 @@ impl Server for RedisServer {
     fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>> {
         let conn = self.conn();
         let mut call = scripts::RELEASE.key(scripts::holders_key(budget));
-        call.arg(id).arg(scripts::released_channel(budget));
+        call.key(scripts::waiting_key(budget))
+            .arg(id)
+            .arg(scripts::released_channel(budget));
         Box::pin(async move {
             let removed: u8 = call.invoke_async(&mut conn?).await.map_err(server_error)?;
             Ok(removed == 1)

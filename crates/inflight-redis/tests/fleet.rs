@@ -93,6 +93,8 @@ const SCRIPT_COMMANDS: &[&str] = &[
     "cmdstat_zrange:",
     "cmdstat_zrem:",
     "cmdstat_publish:",
+    "cmdstat_exists:",
+    "cmdstat_set:",
     "cmdstat_config",
 ];
 
