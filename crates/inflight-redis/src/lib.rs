@@ -61,6 +61,7 @@
 //! - [`RedisStore`]: a budget's permits in Redis; [`Fail`]; [`FleetSnapshot`], its counters.
 //! - [`FleetRate`]: a fleet rate limit, a GCRA on the server's clock.
 //! - [`load`] and [`attach`]: budgets files with a `[fleet]` table.
+//! - `metrics` (feature `metrics`): a store's gauges and counters through the `metrics` facade.
 
 mod backoff;
 mod config;
@@ -69,6 +70,8 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod fleet;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod rate;
 mod scripts;
 mod server;

@@ -245,7 +245,7 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
     let budget = fleet_budget(&server.url(), 1, lease, ms(5000));
     let mine = budget.acquire().await.unwrap();
     let my_id = mine.lease().unwrap().id().to_string();
-    assert_eq!(server.holders("records"), [my_id.clone()]);
+    assert_eq!(server.holders("records"), std::slice::from_ref(&my_id));
     tokio::time::sleep(lease / 2).await;
     holder.signal(libc::SIGCONT);
     // Its renewal runs within a third of a lease of waking up.
