@@ -43,12 +43,36 @@ pub const ROUND_TRIP: &str = "inflight_fleet_redis_round_trip_seconds";
 
 /// Describes every metric to the installed recorder (names, units, help).
 pub fn describe() {
-    describe_gauge!(LEASES_HELD, Unit::Count, "Fleet leases this process holds now.");
-    describe_gauge!(HOLDERS, Unit::Count, "Leases held across the fleet, as last seen.");
-    describe_counter!(RECLAIMED, Unit::Count, "Expired leases taken back from here.");
-    describe_counter!(LOST, Unit::Count, "Leases of this process that ended early.");
-    describe_counter!(FALLBACKS, Unit::Count, "Acquires served by the local fallback.");
-    describe_counter!(UNAVAILABLE, Unit::Count, "Acquires refused: Redis unreachable.");
+    describe_gauge!(
+        LEASES_HELD,
+        Unit::Count,
+        "Fleet leases this process holds now."
+    );
+    describe_gauge!(
+        HOLDERS,
+        Unit::Count,
+        "Leases held across the fleet, as last seen."
+    );
+    describe_counter!(
+        RECLAIMED,
+        Unit::Count,
+        "Expired leases taken back from here."
+    );
+    describe_counter!(
+        LOST,
+        Unit::Count,
+        "Leases of this process that ended early."
+    );
+    describe_counter!(
+        FALLBACKS,
+        Unit::Count,
+        "Acquires served by the local fallback."
+    );
+    describe_counter!(
+        UNAVAILABLE,
+        Unit::Count,
+        "Acquires refused: Redis unreachable."
+    );
     describe_gauge!(ROUND_TRIP, Unit::Seconds, "Mean Redis round trip so far.");
 }
 
