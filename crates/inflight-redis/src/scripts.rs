@@ -18,7 +18,8 @@ use redis::Script;
 ///
 /// Expired leases are reclaimed whenever they are what stands in the way (a holder killed with
 /// SIGKILL frees its permits within one lease); while the set has room, they are left for later,
-/// which keeps the common case to four commands. Idempotent: an id already holding a lease is
+/// which keeps the common case to three commands. The set never holds more than `limit` entries,
+/// so it needs no expiry of its own (one that lapsed while a lease was held would drop it). Idempotent: an id already holding a lease is
 /// granted again with its expiry pushed back, so a retry after a lost reply never takes a second
 /// permit.
 ///
@@ -49,7 +50,6 @@ if added == 0 then
   -- Held already (a retry after a lost reply): its expiry moves to a full lease from now.
   redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[1])
 end
-redis.call('PEXPIRE', KEYS[1], lease + 1000)
 return {1, n, reclaimed, 0}
 "#,
     )
@@ -77,7 +77,6 @@ for i = 2, #ARGV do
     lost[#lost + 1] = ARGV[i]
   end
 end
-if #lost < #ARGV - 1 then redis.call('PEXPIRE', KEYS[1], lease + 1000) end
 return lost
 "#,
     )
@@ -160,7 +159,139 @@ pub(crate) fn rate_key(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
     use super::*;
+
+    /// A `redis-server` on a free loopback port, killed on drop.
+    struct Server(Child, redis::Connection);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn server() -> Option<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let Ok(child) = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        else {
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        };
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(conn) = client.get_connection() {
+                return Some(Server(child, conn));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn acquire(
+        conn: &mut redis::Connection,
+        id: &str,
+        limit: u64,
+        lease_ms: u64,
+    ) -> (u8, u64, u64, i64) {
+        ACQUIRE
+            .key(holders_key("b"))
+            .key(waiting_key("b"))
+            .arg(id)
+            .arg(limit)
+            .arg(lease_ms)
+            .arg(2000)
+            .invoke(conn)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_scripts_keep_the_limit_and_touch_only_their_own_lease() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        assert_eq!(acquire(conn, "a", 2, 200).0, 1);
+        // A retry with the same id (a reply lost) is granted again, not twice.
+        assert_eq!(acquire(conn, "a", 2, 200), (1, 1, 0, 0));
+        assert_eq!(acquire(conn, "b", 2, 200).0, 1);
+        let (granted, holders, _, wait) = acquire(conn, "c", 2, 200);
+        assert_eq!((granted, holders), (0, 2));
+        assert!(wait > 0 && wait <= 200, "{wait}");
+        // Full, but a holder retrying is still granted.
+        assert_eq!(acquire(conn, "b", 2, 200).0, 1);
+        // Releasing someone else's id, or one not held, removes nothing.
+        let released: u8 = RELEASE
+            .key(holders_key("b"))
+            .key(waiting_key("b"))
+            .arg("zzz")
+            .arg(released_channel("b"))
+            .invoke(conn)
+            .unwrap();
+        assert_eq!(released, 0);
+        // Renew keeps "a"; "gone" was never held and is reported lost.
+        let lost: Vec<String> = RENEW
+            .key(holders_key("b"))
+            .arg(200)
+            .arg("a")
+            .arg("gone")
+            .invoke(conn)
+            .unwrap();
+        assert_eq!(lost, ["gone"]);
+        // After a lease with no renewal, both expire: the next acquirer reclaims them.
+        std::thread::sleep(Duration::from_millis(250));
+        let (granted, holders, reclaimed, _) = acquire(conn, "c", 2, 200);
+        assert_eq!((granted, holders, reclaimed), (1, 1, 2));
+        let lost: Vec<String> = RENEW
+            .key(holders_key("b"))
+            .arg(200)
+            .arg("a")
+            .arg("c")
+            .invoke(conn)
+            .unwrap();
+        assert_eq!(lost, ["a"], "an expired lease is lost to its holder");
+        let released: u8 = RELEASE
+            .key(holders_key("b"))
+            .key(waiting_key("b"))
+            .arg("c")
+            .arg(released_channel("b"))
+            .invoke(conn)
+            .unwrap();
+        assert_eq!(released, 1);
+    }
+
+    #[test]
+    fn gcra_lets_a_burst_through_then_spaces_calls() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        let mut check = || -> (u8, i64) {
+            GCRA.key(rate_key("r"))
+                .arg(100_000) // 100 ms
+                .arg(2)
+                .invoke(conn)
+                .unwrap()
+        };
+        assert_eq!(check(), (1, 0));
+        assert_eq!(check(), (1, 0));
+        let (allowed, wait) = check();
+        assert_eq!(allowed, 0);
+        assert!(wait > 0 && wait <= 100_000, "{wait}");
+    }
 
     #[test]
     fn keys_share_the_budget_hash_tag() {

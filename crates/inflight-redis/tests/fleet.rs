@@ -89,7 +89,6 @@ const SCRIPT_COMMANDS: &[&str] = &[
     "cmdstat_zscore:",
     "cmdstat_zcard:",
     "cmdstat_zadd:",
-    "cmdstat_pexpire:",
     "cmdstat_zrange:",
     "cmdstat_zrem:",
     "cmdstat_publish:",
