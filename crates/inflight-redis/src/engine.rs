@@ -345,7 +345,10 @@ impl Engine {
         if self.renewing.load(Relaxed) || self.renewing.swap(true, Relaxed) {
             return;
         }
-        let runtime = Handle::current();
+        let Ok(runtime) = Handle::try_current() else {
+            self.renewing.store(false, Relaxed);
+            return;
+        };
         let _ = self.runtime.set(runtime.clone());
         runtime.spawn(renew(Arc::downgrade(self)));
     }

@@ -44,7 +44,9 @@ if n < limit then
 elseif redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then
   redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, n, reclaimed, tonumber(first[2]) - now}
+  local wait = 0
+  if first[2] then wait = tonumber(first[2]) - now end
+  return {0, n, reclaimed, wait}
 end
 if added == 0 then
   -- Held already (a retry after a lost reply): its expiry moves to a full lease from now.
@@ -233,6 +235,17 @@ mod tests {
         assert!(wait > 0 && wait <= 200, "{wait}");
         // Full, but a holder retrying is still granted.
         assert_eq!(acquire(conn, "b", 2, 200).0, 1);
+        // A limit of 0 grants nothing, and says so.
+        let zero: (u8, u64, u64, i64) = ACQUIRE
+            .key(holders_key("none"))
+            .key(waiting_key("none"))
+            .arg("a")
+            .arg(0)
+            .arg(200)
+            .arg(2000)
+            .invoke(conn)
+            .unwrap();
+        assert_eq!(zero, (0, 0, 0, 0));
         // Releasing someone else's id, or one not held, removes nothing.
         let released: u8 = RELEASE
             .key(holders_key("b"))
