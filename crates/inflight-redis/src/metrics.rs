@@ -1,4 +1,4 @@
-//! A fleet store's gauges and counters through the [`metrics`](::metrics) facade (feature
+//! A fleet store's gauges and counters through the [`metrics`] facade (feature
 //! `metrics`), next to the budget's own (`inflight::metrics`).
 //!
 //! | name | type | labels | what |
