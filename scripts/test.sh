@@ -30,6 +30,19 @@ else
     echo "  not root: tests that create cgroups will be skipped"
 fi
 
+step "redis-server (the fleet budget's tests run against a real one on loopback)"
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+    else
+        echo "  redis-server missing and cannot be installed here: its tests will say they skipped"
+    fi
+fi
+if command -v redis-server >/dev/null; then
+    redis-server --version
+fi
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

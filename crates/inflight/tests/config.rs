@@ -261,3 +261,137 @@ fn every_mistake_is_reported_and_absurd_values_name_their_bound() {
     let err = Budgets::from_path("/nonexistent/budgets.toml").unwrap_err();
     assert!(err.to_string().contains("No such file"), "{err}");
 }
+
+#[test]
+fn fleet_budgets_keep_their_scope_and_the_fleet_table() {
+    use inflight::config::{FleetFail, Scope};
+    let budgets = Budgets::from_toml_str(
+        r#"
+        [fleet]
+        url = "redis://127.0.0.1:6379"
+        lease = "5s"
+
+        [budgets.records]
+        max_concurrent = 6
+        scope = "fleet"
+
+        [budgets.search]
+        max_concurrent = 4
+        scope = "fleet"
+        fail = "local"
+        local_limit = 2
+
+        [budgets.enrichment]
+        max_concurrent = 24
+        scope = "local"
+        "#,
+    )
+    .unwrap();
+    let fleet = budgets.fleet().unwrap();
+    assert_eq!(fleet.url(), "redis://127.0.0.1:6379");
+    assert_eq!(fleet.lease(), Some(std::time::Duration::from_secs(5)));
+    assert_eq!(
+        budgets.scope("records"),
+        Some(Scope::Fleet {
+            fail: FleetFail::Closed
+        })
+    );
+    assert_eq!(
+        budgets.scope("search"),
+        Some(Scope::Fleet {
+            fail: FleetFail::Local(2)
+        })
+    );
+    assert_eq!(budgets.scope("enrichment"), Some(Scope::Local));
+    assert_eq!(budgets.scope("missing"), None);
+}
+
+#[test]
+fn fleet_keys_are_checked() {
+    let fleet = "[fleet]\nurl = \"redis://127.0.0.1:6379\"\n";
+    let cases = [
+        (
+            "[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\n".to_string(),
+            "budgets.r.scope",
+            "[fleet]",
+        ),
+        (
+            format!("{fleet}[budgets.r]\nmax_concurrent = 2\nscope = \"world\"\n"),
+            "budgets.r.scope",
+            "\"local\" or \"fleet\"",
+        ),
+        (
+            format!("{fleet}[budgets.r]\nmax_concurrent = 2\nfail = \"local\"\n"),
+            "budgets.r.fail",
+            "scope = \"fleet\"",
+        ),
+        (
+            format!("{fleet}[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\nfail = \"open\"\n"),
+            "budgets.r.fail",
+            "\"closed\" or \"local\"",
+        ),
+        (
+            format!("{fleet}[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\nfail = \"local\"\n"),
+            "budgets.r.local_limit",
+            "missing",
+        ),
+        (
+            format!(
+                "{fleet}[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\nfail = \"local\"\nlocal_limit = 3\n"
+            ),
+            "budgets.r.local_limit",
+            "max_concurrent",
+        ),
+        (
+            format!("{fleet}[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\nlocal_limit = 1\n"),
+            "budgets.r.local_limit",
+            "fail = \"local\"",
+        ),
+        (
+            "[fleet]\nlease = \"5s\"\n[budgets.r]\nmax_concurrent = 2\n".to_string(),
+            "fleet.url",
+            "missing",
+        ),
+        (
+            format!("{fleet}hosts = 3\n[budgets.r]\nmax_concurrent = 2\n"),
+            "fleet.hosts",
+            "unknown key",
+        ),
+        (
+            format!("{fleet}lease = \"0s\"\n[budgets.r]\nmax_concurrent = 2\n"),
+            "fleet.lease",
+            "greater than zero",
+        ),
+    ];
+    for (text, field, says) in cases {
+        let err = refused(&text);
+        assert_eq!(err.field(), Some(field), "{text}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
+#[test]
+fn a_store_can_be_attached_to_a_loaded_budget() {
+    use std::sync::Arc;
+    let budgets = Budgets::from_toml_str(
+        "[budgets.records]\nmax_concurrent = 3\npermit_timeout = \"1s\"\n[budgets.other]\nmax_concurrent = 1\n",
+    )
+    .unwrap();
+    let store = Arc::new(inflight::store::MemoryStore::new(1));
+    let budgets = budgets.with_store("records", store).unwrap();
+    let records = budgets.get("records").unwrap();
+    assert_eq!(records.limit(), 3);
+    assert_eq!(
+        records.permit_timeout(),
+        Some(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(
+        records.try_acquire().unwrap_err(),
+        inflight::TryAcquireError::WouldWait,
+        "the rebuilt budget has the store"
+    );
+    let err = budgets
+        .with_store("missing", Arc::new(inflight::store::MemoryStore::new(1)))
+        .unwrap_err();
+    assert_eq!(err.field(), Some("budgets.missing"));
+}

@@ -123,3 +123,45 @@ async fn a_store_that_is_down_refuses_with_its_reason() {
     assert_eq!((s.unavailable, s.admitted, s.in_flight), (1, 0, 0));
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
+
+/// A store whose leases it can mark lost, as a remote store does when one expires.
+#[derive(Debug, Default)]
+struct Forgetful {
+    watches: std::sync::Mutex<Vec<inflight::store::LeaseWatch>>,
+}
+
+impl Store for Forgetful {
+    fn acquire<'a>(
+        &'a self,
+        _budget: &'a str,
+        _deadline: Option<Instant>,
+    ) -> StoreFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(async move {
+            let watch = inflight::store::LeaseWatch::new();
+            self.watches.lock().unwrap().push(watch.clone());
+            Ok(Lease::watched("only", watch))
+        })
+    }
+
+    fn release(&self, _budget: &str, _lease: Lease) {}
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_sees_that_its_lease_was_lost() {
+    let store = Arc::new(Forgetful::default());
+    let a = shared_budget("a", 1, store.clone());
+    let permit = a.acquire().await.unwrap();
+    let lease = permit.lease().expect("a store-backed permit holds a lease");
+    assert!(!lease.is_lost());
+    let waiter = {
+        let lease = lease.clone();
+        tokio::spawn(async move { lease.lost().await })
+    };
+    settle().await;
+    assert!(!waiter.is_finished());
+    store.watches.lock().unwrap()[0].mark_lost();
+    assert!(permit.lease().unwrap().is_lost());
+    waiter.await.unwrap();
+    let plain = Budget::builder("plain").max_concurrent(1).build().unwrap();
+    assert!(plain.acquire().await.unwrap().lease().is_none());
+}

@@ -73,6 +73,13 @@ pub(crate) struct Grant {
     lease: Option<Lease>,
 }
 
+impl Grant {
+    /// The lease taken from the budget's store, if it has one.
+    pub(crate) fn lease(&self) -> Option<&Lease> {
+        self.lease.as_ref()
+    }
+}
+
 impl Engine {
     pub(crate) fn new(
         name: &str,

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, Grant};
 use super::Budget;
 use crate::limit::Outcome;
+use crate::store::Lease;
 
 /// A permit from a [`Budget`]; the permit goes back when this is dropped.
 ///
@@ -69,6 +70,12 @@ impl<'a> Permit<'a> {
         self.grant.granted
     }
 
+    /// The lease this permit holds in the budget's shared [`Store`](crate::store::Store), if the
+    /// budget has one: [`Lease::is_lost`] says whether the store took it back early.
+    pub fn lease(&self) -> Option<&Lease> {
+        self.grant.lease()
+    }
+
     pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
         self.outcome = outcome;
     }
@@ -102,6 +109,12 @@ impl OwnedPermit {
     /// [`Permit::granted_at`]).
     pub fn granted_at(&self) -> Option<Instant> {
         self.grant.granted
+    }
+
+    /// The lease this permit holds in the budget's shared store, if it has one (see
+    /// [`Permit::lease`]).
+    pub fn lease(&self) -> Option<&Lease> {
+        self.grant.lease()
     }
 
     /// The budget this permit is from.

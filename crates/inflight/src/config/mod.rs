@@ -36,13 +36,33 @@
 //! permit_timeout = "30s"    # a turn that would come later than this is refused at once
 //! ```
 //!
+//! A budget can keep its permits where every replica of a service sees them: `scope = "fleet"`,
+//! with the shared store named once in a `[fleet]` table. This crate only reads and checks these
+//! keys ([`Budgets::fleet`], [`Budgets::scope`]); a store crate such as `inflight-redis` attaches
+//! the store (see [`Budgets::with_store`]).
+//!
+//! ```toml
+//! [fleet]
+//! url = "redis://127.0.0.1:6379"
+//! lease = "5s"              # optional: a crashed holder's permits free within this time
+//!
+//! [budgets.records]
+//! max_concurrent = 6        # the limit across the whole fleet
+//! scope = "fleet"           # "local" (the default) or "fleet"
+//! fail = "local"            # while the store is unreachable: "closed" (the default) or "local"
+//! local_limit = 2           # with fail = "local": the limit per process meanwhile
+//! ```
+//!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
 mod parse;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::budget::{Budget, BuildError};
+use crate::store::Store;
 
 /// Why a budget or a budgets file was refused.
 ///
@@ -193,6 +213,51 @@ pub(crate) fn budget_path(name: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Budgets {
     budgets: Vec<Budget>,
+    scopes: Vec<Scope>,
+    fleet: Option<FleetConfig>,
+}
+
+/// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    pub(crate) url: String,
+    pub(crate) lease: Option<Duration>,
+}
+
+impl FleetConfig {
+    /// The store's URL, as written (`redis://127.0.0.1:6379`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// How long a lease lasts without renewal, if the file says.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+}
+
+/// Where a budget's permits live (`scope` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Scope {
+    /// In this process only (the default).
+    #[default]
+    Local,
+    /// In the fleet's shared store (`scope = "fleet"`), taken after the local permit.
+    Fleet {
+        /// What happens while the store cannot be reached.
+        fail: FleetFail,
+    },
+}
+
+/// What a fleet budget does while its store cannot be reached (`fail` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FleetFail {
+    /// Refuse calls (`fail = "closed"`, the default).
+    Closed,
+    /// Admit at most this many at once per process (`fail = "local"`, `local_limit = n`).
+    Local(usize),
 }
 
 impl Budgets {
@@ -204,11 +269,70 @@ impl Budgets {
     /// missing or zero `max_concurrent`, negative numbers, unparsable durations or rates, zero
     /// timeouts, or a file with no budgets.
     pub fn from_toml_str(text: &str) -> Result<Budgets, ConfigError> {
-        let budgets = parse::budget_configs(text)?
-            .into_iter()
-            .map(|(name, config)| Budget::new(&name, config).map_err(ConfigError::from_build))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Budgets { budgets })
+        let parsed = parse::budgets_file(text)?;
+        let mut budgets = Vec::with_capacity(parsed.budgets.len());
+        let mut scopes = Vec::with_capacity(parsed.budgets.len());
+        for (name, config, scope) in parsed.budgets {
+            budgets.push(Budget::new(&name, config).map_err(ConfigError::from_build)?);
+            scopes.push(scope);
+        }
+        Ok(Budgets {
+            budgets,
+            scopes,
+            fleet: parsed.fleet,
+        })
+    }
+
+    /// The file's `[fleet]` table, if it has one.
+    pub fn fleet(&self) -> Option<&FleetConfig> {
+        self.fleet.as_ref()
+    }
+
+    /// Where budget `name` keeps its permits, if there is such a budget.
+    ///
+    /// ```
+    /// use inflight::config::{FleetFail, Scope};
+    /// use inflight::Budgets;
+    ///
+    /// let budgets = Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis://127.0.0.1:6379"
+    ///
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     scope = "fleet"
+    ///     fail = "local"
+    ///     local_limit = 2
+    ///
+    ///     [budgets.enrichment]
+    ///     max_concurrent = 24
+    /// "#).unwrap();
+    /// assert_eq!(budgets.fleet().unwrap().url(), "redis://127.0.0.1:6379");
+    /// assert_eq!(budgets.scope("records"), Some(Scope::Fleet { fail: FleetFail::Local(2) }));
+    /// assert_eq!(budgets.scope("enrichment"), Some(Scope::Local));
+    /// ```
+    pub fn scope(&self, name: &str) -> Option<Scope> {
+        let i = self.budgets.iter().position(|b| b.name() == name)?;
+        self.scopes.get(i).copied()
+    }
+
+    /// The same budgets, with budget `name` built again to keep its permits in `store` as well
+    /// (its settings unchanged). A budget of another name is left as it is.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the budget when there is no budget `name`.
+    pub fn with_store(mut self, name: &str, store: Arc<dyn Store>) -> Result<Budgets, ConfigError> {
+        let Some(i) = self.budgets.iter().position(|b| b.name() == name) else {
+            return Err(ConfigError::invalid(budget_path(name), "no such budget"));
+        };
+        let old = &self.budgets[i];
+        self.budgets[i] = Budget::builder(name)
+            .config(old.config().clone())
+            .store(store)
+            .build()
+            .map_err(ConfigError::from_build)?;
+        Ok(self)
     }
 
     /// Reads, parses and validates a budgets file.

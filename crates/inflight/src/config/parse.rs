@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
-use super::{budget_path, ConfigError};
+use super::{budget_path, ConfigError, FleetConfig, FleetFail, Scope};
 use crate::budget::BudgetConfig;
 use crate::rate::{ParseRateError, Rate};
 
@@ -24,7 +24,13 @@ const FIELDS: &[&str] = &[
     "backoff",
     "rate",
     "burst",
+    "scope",
+    "fail",
+    "local_limit",
 ];
+
+/// Keys of the `[fleet]` table.
+const FLEET_FIELDS: &[&str] = &["url", "lease"];
 
 /// Keys that only an adaptive limit takes.
 const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backoff"];
@@ -32,18 +38,25 @@ const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backof
 /// The most calls at once an adaptive limit may reach when the file gives no `max`.
 pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
 
-pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, ConfigError> {
+/// A budgets file, checked: each budget with its scope, and the `[fleet]` table if any.
+pub(super) struct Parsed {
+    pub(super) budgets: Vec<(String, BudgetConfig, Scope)>,
+    pub(super) fleet: Option<FleetConfig>,
+}
+
+pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
     let root: Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::Toml(capped(e.to_string().trim_end())))?;
     for key in root.keys() {
-        if key != "budgets" {
+        if key != "budgets" && key != "fleet" {
             return Err(ConfigError::invalid(
                 key.as_str(),
-                "unknown top-level key (expected only [budgets.<name>] tables)",
+                "unknown top-level key (expected only [budgets.<name>] tables and [fleet])",
             ));
         }
     }
+    let fleet = root.get("fleet").map(fleet_config).transpose()?;
     let budgets = match root.get("budgets") {
         None => {
             return Err(ConfigError::invalid(
@@ -76,14 +89,21 @@ pub(super) fn budget_configs(text: &str) -> Result<Vec<(String, BudgetConfig)>, 
             ));
             continue;
         };
-        match budget_config(name, table) {
-            Ok(config) => configs.push((name.clone(), config)),
+        let checked = budget_config(name, table).and_then(|config| {
+            let scope = scope(name, table, &config, fleet.is_some())?;
+            Ok((config, scope))
+        });
+        match checked {
+            Ok((config, scope)) => configs.push((name.clone(), config, scope)),
             Err(e) => errors.push(e),
         }
     }
     match ConfigError::all(errors) {
         Some(e) => Err(e),
-        None => Ok(configs),
+        None => Ok(Parsed {
+            budgets: configs,
+            fleet,
+        }),
     }
 }
 
@@ -105,6 +125,125 @@ fn capped(message: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The `[fleet]` table: where fleet-scoped budgets keep their permits.
+fn fleet_config(value: &Value) -> Result<FleetConfig, ConfigError> {
+    let table = value.as_table().ok_or_else(|| {
+        ConfigError::invalid(
+            "fleet",
+            format!("must be a table, got {}", value.type_str()),
+        )
+    })?;
+    for key in table.keys() {
+        if !FLEET_FIELDS.contains(&key.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("fleet.{key}"),
+                format!("unknown key (expected one of {})", FLEET_FIELDS.join(", ")),
+            ));
+        }
+    }
+    let url = match table.get("url") {
+        Some(Value::String(url)) if !url.trim().is_empty() => url.clone(),
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "fleet.url",
+                format!(
+                    "must be a URL string like \"redis://127.0.0.1:6379\", got {}",
+                    shown(other)
+                ),
+            ))
+        }
+        None => {
+            return Err(ConfigError::invalid(
+                "fleet.url",
+                "missing (where the fleet keeps its permits, e.g. \"redis://127.0.0.1:6379\")",
+            ))
+        }
+    };
+    let lease = table
+        .get("lease")
+        .map(|v| duration("fleet.lease", v))
+        .transpose()?;
+    Ok(FleetConfig { url, lease })
+}
+
+/// Where a budget's permits live: `scope`, and for a fleet budget `fail` and `local_limit`.
+fn scope(
+    name: &str,
+    table: &Table,
+    config: &BudgetConfig,
+    has_fleet: bool,
+) -> Result<Scope, ConfigError> {
+    let path = budget_path(name);
+    let field = |f: &str| format!("{path}.{f}");
+    let fleet = match table.get("scope") {
+        None => false,
+        Some(Value::String(s)) if s == "local" => false,
+        Some(Value::String(s)) if s == "fleet" => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                field("scope"),
+                format!("must be \"local\" or \"fleet\", got {}", shown(other)),
+            ))
+        }
+    };
+    if !fleet {
+        if let Some(key) = ["fail", "local_limit"]
+            .iter()
+            .find(|k| table.contains_key(**k))
+        {
+            return Err(ConfigError::invalid(
+                field(key),
+                "only a fleet budget takes this (add scope = \"fleet\")",
+            ));
+        }
+        return Ok(Scope::Local);
+    }
+    if !has_fleet {
+        return Err(ConfigError::invalid(
+            field("scope"),
+            "a fleet budget needs a [fleet] table with url",
+        ));
+    }
+    let local = match table.get("fail") {
+        None => false,
+        Some(Value::String(s)) if s == "closed" => false,
+        Some(Value::String(s)) if s == "local" => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                field("fail"),
+                format!("must be \"closed\" or \"local\", got {}", shown(other)),
+            ))
+        }
+    };
+    let fail = match (local, table.get("local_limit")) {
+        (false, None) => FleetFail::Closed,
+        (false, Some(_)) => {
+            return Err(ConfigError::invalid(
+                field("local_limit"),
+                "only fail = \"local\" takes this",
+            ))
+        }
+        (true, None) => return Err(ConfigError::invalid(
+            field("local_limit"),
+            "missing (fail = \"local\" needs the limit per process while the fleet is unreachable)",
+        )),
+        (true, Some(v)) => {
+            let n = integer(&field("local_limit"), v, 1)?;
+            if n > config.max_concurrent() {
+                return Err(ConfigError::invalid(
+                    field("local_limit"),
+                    format!(
+                        "must not exceed max_concurrent ({}), got {n}",
+                        config.max_concurrent()
+                    ),
+                ));
+            }
+            FleetFail::Local(n)
+        }
+    };
+    Ok(Scope::Fleet { fail })
 }
 
 fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError> {

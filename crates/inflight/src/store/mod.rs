@@ -35,8 +35,10 @@ mod memory;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use memory::MemoryStore;
@@ -66,20 +68,117 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 }
 
 /// A permit held in a [`Store`], named by an id the store chose.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// A remote store's lease can end before its holder gives it back: it expired while the holder
+/// was stalled, or the store lost it. Such a store hands out leases made with
+/// [`Lease::watched`] and marks them lost through the [`LeaseWatch`] it keeps; the holder sees
+/// it with [`Lease::is_lost`] (through [`Permit::lease`](crate::Permit::lease)).
+///
+/// ```
+/// use inflight::store::{Lease, LeaseWatch};
+///
+/// let watch = LeaseWatch::new();
+/// let lease = Lease::watched("7f3a", watch.clone());
+/// assert!(!lease.is_lost());
+/// watch.mark_lost();
+/// assert!(lease.is_lost());
+/// ```
+#[derive(Debug, Clone)]
 pub struct Lease {
     id: Box<str>,
+    watch: Option<LeaseWatch>,
 }
 
 impl Lease {
-    /// A lease with this id.
+    /// A lease with this id, that is never lost.
     pub fn new(id: impl Into<Box<str>>) -> Lease {
-        Lease { id: id.into() }
+        Lease {
+            id: id.into(),
+            watch: None,
+        }
+    }
+
+    /// A lease with this id, that the store can mark lost through `watch`.
+    pub fn watched(id: impl Into<Box<str>>, watch: LeaseWatch) -> Lease {
+        Lease {
+            id: id.into(),
+            watch: Some(watch),
+        }
     }
 
     /// The lease's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Whether the store has said this lease ended before it was given back: its permit may now
+    /// be someone else's.
+    pub fn is_lost(&self) -> bool {
+        self.watch.as_ref().is_some_and(LeaseWatch::is_lost)
+    }
+
+    /// Waits until the store says this lease was lost; never returns for a lease that cannot be.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn lost(&self) {
+        match &self.watch {
+            Some(watch) => watch.lost().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl PartialEq for Lease {
+    fn eq(&self, other: &Lease) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Lease {}
+
+impl std::hash::Hash for Lease {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+/// The store's side of a [`Lease`] that can be lost: cloned into the lease, kept by the store.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseWatch(Arc<WatchState>);
+
+#[derive(Debug, Default)]
+struct WatchState {
+    lost: AtomicBool,
+    notify: Notify,
+}
+
+impl LeaseWatch {
+    /// A watch of a lease not lost.
+    pub fn new() -> LeaseWatch {
+        LeaseWatch::default()
+    }
+
+    /// Says the lease was lost, to its holder and to anyone waiting in [`Lease::lost`].
+    pub fn mark_lost(&self) {
+        self.0.lost.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+
+    /// Whether [`mark_lost`](Self::mark_lost) was called.
+    pub fn is_lost(&self) -> bool {
+        self.0.lost.load(Ordering::Acquire)
+    }
+
+    async fn lost(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            if self.is_lost() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

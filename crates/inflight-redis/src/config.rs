@@ -1,0 +1,90 @@
+//! Budgets files with a `[fleet]` table: [`load`] and [`attach`] give each fleet-scoped budget
+//! a [`RedisStore`](crate::RedisStore).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use inflight::config::{FleetFail, Scope};
+use inflight::{Budgets, ConfigError};
+
+use crate::{Fail, FleetError, RedisFleet};
+
+/// Why a budgets file with fleet budgets could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read, or is refused (see [`Budgets::from_path`]).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The `[fleet]` table names no usable Redis.
+    #[error("fleet: {0}")]
+    Fleet(#[from] FleetError),
+}
+
+/// Reads a budgets file and gives each budget with `scope = "fleet"` its permits in the Redis
+/// of the file's `[fleet]` table.
+///
+/// Does not connect: the connection opens on the first call (see [`RedisFleet`]).
+///
+/// # Errors
+///
+/// [`LoadError::Config`] for a file that cannot be read or is refused;
+/// [`LoadError::Fleet`] when `[fleet] url` is not a Redis URL or the lease is too short.
+pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
+    attach(Budgets::from_path(path)?)
+}
+
+/// Gives each budget with `scope = "fleet"` in `budgets` its permits in the Redis of their
+/// `[fleet]` table: the budget's `max_concurrent` becomes the fleet's limit, its `fail` the
+/// policy while Redis cannot be reached. Other budgets are left as they are.
+///
+/// ```
+/// use inflight::Budgets;
+///
+/// let budgets = Budgets::from_toml_str(r#"
+///     [fleet]
+///     url = "redis://127.0.0.1:6379"
+///     lease = "5s"
+///
+///     [budgets.records]
+///     max_concurrent = 6
+///     permit_timeout = "500ms"
+///     scope = "fleet"
+///     fail = "closed"
+/// "#).unwrap();
+/// let budgets = inflight_redis::attach(budgets).unwrap();
+/// // A fleet budget never grants without asking Redis.
+/// assert!(budgets.get("records").unwrap().try_acquire().is_err());
+/// ```
+///
+/// # Errors
+///
+/// [`LoadError::Fleet`] when `[fleet] url` is not a Redis URL or the lease is too short.
+pub fn attach(budgets: Budgets) -> Result<Budgets, LoadError> {
+    let Some(config) = budgets.fleet() else {
+        return Ok(budgets);
+    };
+    let mut builder = RedisFleet::builder(config.url());
+    if let Some(lease) = config.lease() {
+        builder = builder.lease(lease);
+    }
+    let fleet = builder.build()?;
+    let fleet_budgets: Vec<(String, usize, Fail)> = budgets
+        .iter()
+        .filter_map(|b| match budgets.scope(b.name()) {
+            Some(Scope::Fleet { fail }) => {
+                let fail = match fail {
+                    FleetFail::Local(n) => Fail::Local(n),
+                    _ => Fail::Closed,
+                };
+                Some((b.name().to_string(), b.config().max_concurrent(), fail))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut budgets = budgets;
+    for (name, limit, fail) in fleet_budgets {
+        budgets = budgets.with_store(&name, Arc::new(fleet.store(limit, fail)))?;
+    }
+    Ok(budgets)
+}

@@ -1,0 +1,701 @@
+//! The engine behind [`RedisStore`](crate::RedisStore): the wait for a fleet lease, the leases
+//! held by this process and their renewal, the fallback when the server cannot be asked, and the
+//! counters.
+//!
+//! An acquire is one script call when a permit is free; a release is one more, sent in the
+//! background. While the fleet is full, a caller waits a jittered pause (shortened by a release
+//! notification, or by the time until the earliest lease expires) and asks again, until its
+//! deadline. A reply that never came leaves the outcome unknown: the lease id is the caller's
+//! own, so a retry with it is granted at most once, and an abandoned id is released in the
+//! background (its expiry is the backstop).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use inflight::store::{Lease, LeaseWatch, StoreError};
+use tokio::runtime::Handle;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::error::FleetUnavailable;
+use crate::server::{Server, ServerError};
+use crate::snapshot::FleetSnapshot;
+use crate::Fail;
+
+/// Lease ids given by the fallback start with this; fleet lease ids are hex.
+const LOCAL_PREFIX: &str = "local:";
+
+/// How a store is set up.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) limit: usize,
+    pub(crate) lease: Duration,
+    pub(crate) fail: Fail,
+    /// The longest one round trip may take when the caller has no nearer deadline.
+    pub(crate) op_timeout: Duration,
+    /// After a failure, how long calls skip the server before it is asked again.
+    pub(crate) retry_after: Duration,
+    pub(crate) first_pause: Duration,
+    pub(crate) max_pause: Duration,
+}
+
+pub(crate) struct Engine {
+    server: Arc<dyn Server>,
+    settings: Settings,
+    fallback: Semaphore,
+    held: Mutex<HashMap<Arc<str>, Held>>,
+    down: Mutex<Option<Down>>,
+    renewing: AtomicBool,
+    runtime: OnceLock<Handle>,
+    next_local: AtomicU64,
+    counters: Counters,
+}
+
+/// A fleet lease held by this process.
+struct Held {
+    budget: Arc<str>,
+    watch: LeaseWatch,
+    /// When the server last confirmed the lease (its reply came): it ends no later than one
+    /// lease after this.
+    confirmed: Instant,
+}
+
+/// The server failed: skip it until `until`.
+struct Down {
+    until: Instant,
+    reason: ServerError,
+}
+
+#[derive(Default)]
+struct Counters {
+    acquired: AtomicU64,
+    released: AtomicU64,
+    reclaimed: AtomicU64,
+    lost: AtomicU64,
+    fallbacks: AtomicU64,
+    unavailable: AtomicU64,
+    timeouts: AtomicU64,
+    fleet_holders: AtomicU64,
+    round_trips: AtomicU64,
+    round_trip_micros: AtomicU64,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("address", &self.server.address())
+            .field("limit", &self.settings.limit)
+            .field("lease", &self.settings.lease)
+            .field("fail", &self.settings.fail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> Engine {
+        let fallback = match settings.fail {
+            Fail::Local(n) => n.min(Semaphore::MAX_PERMITS),
+            Fail::Closed => 0,
+        };
+        Engine {
+            server,
+            fallback: Semaphore::new(fallback),
+            settings,
+            held: Mutex::new(HashMap::new()),
+            down: Mutex::new(None),
+            renewing: AtomicBool::new(false),
+            runtime: OnceLock::new(),
+            next_local: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn address(&self) -> &str {
+        self.server.address()
+    }
+
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        budget: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Lease, StoreError> {
+        self.start_renewing();
+        if let Some(reason) = self.skipping() {
+            return self.when_down(budget, deadline, reason).await;
+        }
+        let id: Arc<str> = Arc::from(format!("{:032x}", rand::random::<u128>()));
+        let budget: Arc<str> = Arc::from(budget);
+        let mut pending = Pending {
+            engine: self,
+            budget: budget.clone(),
+            id: id.clone(),
+            armed: false,
+        };
+        // Asked for on the first refusal: a process that never waits never subscribes.
+        let mut releases = None;
+        let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
+        loop {
+            // Listen before asking, so that a release between the answer and the pause counts.
+            let listening: Option<Arc<tokio::sync::Notify>> = releases.clone();
+            let released = listening.as_ref().map(|r| r.notified());
+            tokio::pin!(released);
+            if let Some(released) = released.as_mut().as_pin_mut() {
+                released.enable();
+            }
+            let asked = Instant::now();
+            let op_deadline = min_deadline(deadline, asked + self.settings.op_timeout);
+            pending.armed = true;
+            let answer = tokio::time::timeout_at(
+                op_deadline,
+                self.server
+                    .acquire(&budget, &id, self.settings.limit, self.settings.lease),
+            )
+            .await;
+            let answered = Instant::now();
+            let acquired = match answer {
+                Ok(Ok(acquired)) => acquired,
+                Ok(Err(error)) => return self.failed(&budget, deadline, error).await,
+                Err(_) if deadline.is_some_and(|d| answered >= d) => {
+                    self.counters.timeouts.fetch_add(1, Relaxed);
+                    return Err(StoreError::Timeout);
+                }
+                Err(_) => {
+                    let error: ServerError = Arc::new(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {:?}", self.settings.op_timeout),
+                    ));
+                    return self.failed(&budget, deadline, error).await;
+                }
+            };
+            self.round_trip(answered - asked);
+            self.recovered();
+            self.counters
+                .reclaimed
+                .fetch_add(acquired.reclaimed, Relaxed);
+            self.counters.fleet_holders.store(acquired.holders, Relaxed);
+            if acquired.granted {
+                pending.armed = false;
+                self.counters.acquired.fetch_add(1, Relaxed);
+                let watch = LeaseWatch::new();
+                self.lock_held().insert(
+                    id.clone(),
+                    Held {
+                        budget,
+                        watch: watch.clone(),
+                        confirmed: answered,
+                    },
+                );
+                return Ok(Lease::watched(&*id, watch));
+            }
+            // Refused: the id holds nothing.
+            pending.armed = false;
+            let mut pause = backoff.pause();
+            if !acquired.retry_in.is_zero() {
+                // An expiry is the surest moment a permit frees when nobody releases.
+                pause = pause.min(acquired.retry_in + Duration::from_millis(1));
+            }
+            let wake = min_deadline(deadline, answered + pause);
+            match released.as_mut().as_pin_mut() {
+                Some(released) => tokio::select! {
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = released => {}
+                },
+                None => {
+                    releases = Some(self.server.releases(&budget));
+                    tokio::time::sleep_until(wake).await;
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                self.counters.timeouts.fetch_add(1, Relaxed);
+                return Err(StoreError::Timeout);
+            }
+        }
+    }
+
+    /// The server failed a call: skip it for a while, then apply the fail policy.
+    async fn failed(
+        &self,
+        budget: &str,
+        deadline: Option<Instant>,
+        error: ServerError,
+    ) -> Result<Lease, StoreError> {
+        let was_down = {
+            let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+            let was_down = down.is_some();
+            *down = Some(Down {
+                until: Instant::now() + self.settings.retry_after,
+                reason: error.clone(),
+            });
+            was_down
+        };
+        if !was_down {
+            tracing::warn!(
+                budget,
+                address = self.server.address(),
+                error = %error,
+                fail = ?self.settings.fail,
+                "fleet budget: redis cannot be reached"
+            );
+        }
+        self.when_down(budget, deadline, error).await
+    }
+
+    /// The last failure, if calls should skip the server for now.
+    fn skipping(&self) -> Option<ServerError> {
+        let down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        down.as_ref()
+            .filter(|d| Instant::now() < d.until)
+            .map(|d| d.reason.clone())
+    }
+
+    fn recovered(&self) {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        if down.take().is_some() {
+            tracing::info!(
+                address = self.server.address(),
+                "fleet budget: redis is back"
+            );
+        }
+    }
+
+    /// Applies the fail policy while the server cannot be asked.
+    async fn when_down(
+        &self,
+        budget: &str,
+        deadline: Option<Instant>,
+        reason: ServerError,
+    ) -> Result<Lease, StoreError> {
+        match self.settings.fail {
+            Fail::Closed => {
+                self.counters.unavailable.fetch_add(1, Relaxed);
+                Err(StoreError::unavailable(FleetUnavailable::new(
+                    budget,
+                    self.server.address(),
+                    reason,
+                )))
+            }
+            Fail::Local(_) => {
+                self.counters.fallbacks.fetch_add(1, Relaxed);
+                let permit = match deadline {
+                    Some(at) => tokio::time::timeout_at(at, self.fallback.acquire())
+                        .await
+                        .map_err(|_| StoreError::Timeout)?,
+                    None => self.fallback.acquire().await,
+                };
+                permit
+                    .map_err(|e| StoreError::unavailable(e.to_string()))?
+                    .forget();
+                let n = self.next_local.fetch_add(1, Relaxed);
+                Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")))
+            }
+        }
+    }
+
+    pub(crate) fn release(&self, budget: &str, lease: Lease) {
+        if lease.id().starts_with(LOCAL_PREFIX) {
+            self.fallback.add_permits(1);
+            return;
+        }
+        // A lease already lost is someone else's now, or nobody's: nothing to give back.
+        let Some(held) = self.lock_held().remove(lease.id()) else {
+            return;
+        };
+        if held.watch.is_lost() {
+            return;
+        }
+        self.counters.released.fetch_add(1, Relaxed);
+        self.send_release(budget, lease.id());
+    }
+
+    /// Sends a release in the background; if it fails, the lease's expiry frees it.
+    fn send_release(&self, budget: &str, id: &str) {
+        let release = self.server.release(budget, id);
+        let timeout = self.settings.op_timeout;
+        let task = async move {
+            let _ = tokio::time::timeout(timeout, release).await;
+        };
+        if let Ok(runtime) = Handle::try_current() {
+            runtime.spawn(task);
+        } else if let Some(runtime) = self.runtime.get() {
+            runtime.spawn(task);
+        }
+    }
+
+    fn round_trip(&self, took: Duration) {
+        self.counters.round_trips.fetch_add(1, Relaxed);
+        self.counters
+            .round_trip_micros
+            .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the renewal task once, on the runtime of the first acquire.
+    fn start_renewing(self: &Arc<Self>) {
+        if self.renewing.load(Relaxed) || self.renewing.swap(true, Relaxed) {
+            return;
+        }
+        let Ok(runtime) = Handle::try_current() else {
+            self.renewing.store(false, Relaxed);
+            return;
+        };
+        let _ = self.runtime.set(runtime.clone());
+        runtime.spawn(renew(Arc::downgrade(self)));
+    }
+
+    /// One renewal round: leases whose confirmation is older than a lease are lost without
+    /// asking; the others are renewed, one script call per budget, and those the server no
+    /// longer holds are lost.
+    async fn renew_once(&self) {
+        let now = Instant::now();
+        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        {
+            let mut held = self.lock_held();
+            let mut expired = Vec::new();
+            for (id, h) in held.iter() {
+                if now.duration_since(h.confirmed) >= self.settings.lease {
+                    expired.push(id.clone());
+                } else {
+                    by_budget
+                        .entry(h.budget.clone())
+                        .or_default()
+                        .push(id.clone());
+                }
+            }
+            for id in expired {
+                if let Some(h) = held.remove(&id) {
+                    self.lose(&h, &id, "its lease expired before it could be renewed");
+                }
+            }
+        }
+        for (budget, ids) in by_budget {
+            let asked = Instant::now();
+            let answer = tokio::time::timeout(
+                self.settings.op_timeout.min(self.settings.lease / 3),
+                self.server.renew(&budget, ids.clone(), self.settings.lease),
+            )
+            .await;
+            let answered = Instant::now();
+            let Ok(Ok(lost)) = answer else {
+                continue;
+            };
+            self.round_trip(answered - asked);
+            let mut held = self.lock_held();
+            for id in &ids {
+                if lost.iter().any(|l| **l == **id) {
+                    if let Some(h) = held.remove(id) {
+                        self.lose(&h, id, "the server no longer holds its lease");
+                    }
+                } else if let Some(h) = held.get_mut(id) {
+                    h.confirmed = answered;
+                }
+            }
+        }
+    }
+
+    fn lose(&self, held: &Held, id: &str, why: &str) {
+        held.watch.mark_lost();
+        self.counters.lost.fetch_add(1, Relaxed);
+        tracing::warn!(budget = %held.budget, lease = id, "fleet budget: lease lost: {why}");
+    }
+
+    pub(crate) fn snapshot(&self) -> FleetSnapshot {
+        let c = &self.counters;
+        let round_trips = c.round_trips.load(Relaxed);
+        FleetSnapshot {
+            held: self.lock_held().len(),
+            local_held: self.settings_fallback_held(),
+            fleet_holders: c.fleet_holders.load(Relaxed),
+            acquired: c.acquired.load(Relaxed),
+            released: c.released.load(Relaxed),
+            reclaimed: c.reclaimed.load(Relaxed),
+            lost: c.lost.load(Relaxed),
+            fallbacks: c.fallbacks.load(Relaxed),
+            unavailable: c.unavailable.load(Relaxed),
+            timeouts: c.timeouts.load(Relaxed),
+            round_trips,
+            mean_round_trip: Duration::from_micros(
+                c.round_trip_micros
+                    .load(Relaxed)
+                    .checked_div(round_trips)
+                    .unwrap_or(0),
+            ),
+            redis_down: self
+                .down
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some(),
+        }
+    }
+
+    fn settings_fallback_held(&self) -> usize {
+        match self.settings.fail {
+            Fail::Local(n) => n
+                .min(Semaphore::MAX_PERMITS)
+                .saturating_sub(self.fallback.available_permits()),
+            Fail::Closed => 0,
+        }
+    }
+}
+
+/// Renews this process's leases every third of a lease, until the store is dropped.
+async fn renew(engine: Weak<Engine>) {
+    let every = match engine.upgrade() {
+        Some(e) => (e.settings.lease / 3).max(Duration::from_millis(1)),
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        engine.renew_once().await;
+    }
+}
+
+/// A lease id asked for whose outcome is not known yet; released in the background if the
+/// caller leaves (or fails) before learning it.
+struct Pending<'a> {
+    engine: &'a Engine,
+    budget: Arc<str>,
+    id: Arc<str>,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine.send_release(&self.budget, &self.id);
+        }
+    }
+}
+
+fn min_deadline(deadline: Option<Instant>, other: Instant) -> Instant {
+    match deadline {
+        Some(d) => d.min(other),
+        None => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use inflight::{AcquireError, Budget};
+
+    use super::*;
+    use crate::fake::Shared;
+    use crate::RedisStore;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn store(server: &Shared, limit: usize, fail: Fail) -> RedisStore {
+        RedisStore::from_engine(Engine::new(
+            Arc::new(server.clone()),
+            Settings {
+                limit,
+                lease: ms(300),
+                fail,
+                op_timeout: ms(100),
+                retry_after: ms(200),
+                first_pause: ms(5),
+                max_pause: ms(150),
+            },
+        ))
+    }
+
+    fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
+        Budget::builder("records")
+            .max_concurrent(local)
+            .permit_timeout(ms(timeout))
+            .store(Arc::new(store.clone()))
+            .build()
+            .unwrap()
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_fleet_times_out_exactly_at_the_deadline() {
+        let server = Shared::default();
+        let (a, b) = (
+            store(&server, 1, Fail::Closed),
+            store(&server, 1, Fail::Closed),
+        );
+        let held = budget(&a, 1, 100).acquire_owned().await.unwrap();
+        let start = Instant::now();
+        let err = budget(&b, 1, 100).acquire().await.unwrap_err();
+        assert_eq!(err, AcquireError::PermitTimeout);
+        assert_eq!(start.elapsed(), ms(100));
+        assert_eq!(b.snapshot().timeouts, 1);
+        // Pauses are jittered and doubling: a handful of asks, not a tight loop.
+        let asks = server.0.calls.load(Relaxed);
+        assert!(asks <= 10, "{asks} asks in 100 ms");
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_wakes_a_waiter_before_its_pause_ends() {
+        let server = Shared::default();
+        let (a, b) = (
+            store(&server, 1, Fail::Closed),
+            store(&server, 1, Fail::Closed),
+        );
+        let held = budget(&a, 1, 1000).acquire_owned().await.unwrap();
+        let waiter = budget(&b, 1, 1000);
+        let task = tokio::spawn(async move {
+            let start = Instant::now();
+            let permit = waiter.acquire_owned().await.unwrap();
+            (start.elapsed(), permit)
+        });
+        // Long enough for the waiter's pauses to have grown to the cap.
+        tokio::time::sleep(ms(250)).await;
+        drop(held);
+        let (waited, permit) = task.await.unwrap();
+        assert!(waited < ms(260), "woken by the release, waited {waited:?}");
+        assert!(!permit.lease().unwrap().is_lost());
+        assert_eq!(server.0.holders("records"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_cannot_renew_loses_its_lease_after_one_lease() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let records = budget(&a, 1, 1000);
+        let permit = records.acquire().await.unwrap();
+        // Renewals keep it alive well past one lease.
+        tokio::time::sleep(ms(900)).await;
+        assert!(!permit.lease().unwrap().is_lost());
+        assert_eq!(server.0.holders("records"), 1);
+        server.0.stalled.store(true, Relaxed);
+        tokio::time::sleep(ms(450)).await;
+        settle().await;
+        assert!(permit.lease().unwrap().is_lost());
+        assert_eq!(a.snapshot().lost, 1);
+        assert_eq!(server.0.holders("records"), 0, "expired on the server too");
+        // Giving back a lost lease sends nothing.
+        let sent = server.0.calls.load(Relaxed);
+        drop(permit);
+        settle().await;
+        assert_eq!(server.0.calls.load(Relaxed), sent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_that_drops_the_lease_is_told_to_its_holder() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let permit = records.acquire().await.unwrap();
+        server.0.wipe();
+        tokio::time::sleep(ms(101)).await;
+        settle().await;
+        assert!(permit.lease().unwrap().is_lost());
+        let other = records.acquire().await.unwrap();
+        assert_eq!(server.0.holders("records"), 1, "nothing double-counted");
+        drop(permit);
+        settle().await;
+        assert_eq!(
+            server.0.holders("records"),
+            1,
+            "the lost lease removed nothing"
+        );
+        drop(other);
+        settle().await;
+        assert_eq!(server.0.holders("records"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_closed_refuses_at_once_and_skips_the_server_for_a_while() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        server.0.down.store(true, Relaxed);
+        let start = Instant::now();
+        let err = records.acquire().await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(
+            err.to_string(),
+            "the permit store is unavailable: fleet budget \"records\": redis at fake:0 cannot be \
+             reached: connection refused"
+        );
+        let asked = server.0.calls.load(Relaxed);
+        assert!(records.acquire().await.is_err());
+        assert_eq!(server.0.calls.load(Relaxed), asked, "skipped while down");
+        assert_eq!(records.snapshot().unavailable, 2);
+        server.0.down.store(false, Relaxed);
+        tokio::time::sleep(ms(200)).await;
+        assert!(
+            records.acquire().await.is_ok(),
+            "asks again after retry_after"
+        );
+        assert!(!a.snapshot().redis_down);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_server_counts_as_down_after_the_round_trip_timeout() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Local(1));
+        let records = budget(&a, 2, 1000);
+        server.0.delay_ms.store(5000, Relaxed);
+        let start = Instant::now();
+        let permit = records.acquire().await.unwrap();
+        assert_eq!(
+            start.elapsed(),
+            ms(100),
+            "one round-trip timeout, then the fallback"
+        );
+        assert!(permit.lease().unwrap().id().starts_with(LOCAL_PREFIX));
+        let start = Instant::now();
+        assert_eq!(
+            records.acquire().await.unwrap_err(),
+            AcquireError::PermitTimeout
+        );
+        assert_eq!(
+            start.elapsed(),
+            ms(1000),
+            "the local limit waits within the deadline"
+        );
+        drop(permit);
+        assert_eq!(a.snapshot().fallbacks, 2);
+        assert_eq!(a.snapshot().local_held, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_acquire_releases_its_id_in_the_background() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let records = budget(&a, 1, 1000);
+        server.0.delay_ms.store(50, Relaxed);
+        // Cancelled while its script is on the way: the outcome is unknown, so the id is
+        // released.
+        let attempt = tokio::time::timeout(ms(20), records.acquire()).await;
+        assert!(attempt.is_err());
+        settle().await;
+        assert_eq!(
+            server.0.released.load(Relaxed),
+            1,
+            "the unheard-of lease went back"
+        );
+        settle().await;
+        assert_eq!(server.0.holders("records"), 0);
+        assert_eq!(records.in_flight(), 0);
+    }
+}

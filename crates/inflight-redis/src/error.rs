@@ -1,0 +1,73 @@
+//! Errors: [`FleetUnavailable`], what a call refused under `fail = "closed"` carries, and
+//! [`FleetError`], why a fleet could not be set up.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Redis could not be asked for a fleet lease, so the call was refused (`fail = "closed"`).
+///
+/// It is the source of [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable)'s
+/// [`StoreError`](inflight::store::StoreError), and names the budget and the server:
+/// `fleet budget "records": redis at redis://127.0.0.1:6379 cannot be reached: ...`.
+#[derive(Debug, Clone)]
+pub struct FleetUnavailable {
+    budget: String,
+    address: String,
+    reason: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+impl FleetUnavailable {
+    pub(crate) fn new(
+        budget: &str,
+        address: &str,
+        reason: Arc<dyn std::error::Error + Send + Sync>,
+    ) -> FleetUnavailable {
+        FleetUnavailable {
+            budget: budget.to_string(),
+            address: address.to_string(),
+            reason,
+        }
+    }
+
+    /// The budget whose call was refused.
+    pub fn budget(&self) -> &str {
+        &self.budget
+    }
+
+    /// The Redis address that could not be reached.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+impl fmt::Display for FleetUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fleet budget {:?}: redis at {} cannot be reached: {}",
+            self.budget, self.address, self.reason
+        )
+    }
+}
+
+impl std::error::Error for FleetUnavailable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.reason)
+    }
+}
+
+/// Why a [`RedisFleet`](crate::RedisFleet) could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// The URL is not a Redis URL.
+    #[error("invalid redis url {url:?}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A setting is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}

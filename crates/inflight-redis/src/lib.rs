@@ -1,0 +1,86 @@
+//! Fleet-wide budgets: one concurrency limit for a dependency, shared through Redis by every
+//! replica of a service.
+//!
+//! A service scaled to N replicas, each with a local budget of 6 for its system of record, offers
+//! it 6 × N calls at once. A [`RedisStore`] keeps the budget's permits in Redis instead, behind
+//! the same [`Budget`](inflight::Budget) API: each call takes its local permit first (so a
+//! process never asks Redis for more than its share), then a fleet lease.
+//!
+//! - **Leases that expire.** Each lease has an expiry on the Redis server's clock; holders renew
+//!   theirs in the background while their call runs, and the next acquirer reclaims expired
+//!   ones, so a process killed with SIGKILL frees its permits within one lease time.
+//! - **Atomic and idempotent.** Acquire, renew and release are Lua scripts (run by `EVALSHA`,
+//!   loaded again after a restart empties the script cache). The lease id is chosen by the
+//!   caller, so an acquire whose reply was lost is never granted twice.
+//! - **Waiting** honours the budget's `permit_timeout`, `max_queued` and `call_timeout`, with
+//!   jittered pauses shortened by a release notification, never a tight loop.
+//! - **When Redis is down**, [`Fail::Closed`] refuses calls with an error naming the budget and
+//!   the Redis address, and [`Fail::Local`] falls back to a local limit; either is logged
+//!   (through `tracing`), counted in [`FleetSnapshot`], and never waits past a deadline.
+//! - **Redis Cluster.** All keys of a budget share one hash tag (`inflight:{records}:holders`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use inflight::Budget;
+//! use inflight_redis::{Fail, RedisFleet};
+//!
+//! let fleet = RedisFleet::builder("redis://127.0.0.1:6379")
+//!     .lease(Duration::from_secs(5))
+//!     .build()
+//!     .unwrap();
+//! let records = Budget::builder("records")
+//!     .max_concurrent(6)
+//!     .permit_timeout(Duration::from_millis(500))
+//!     .store(Arc::new(fleet.store(6, Fail::Local(2))))
+//!     .build()
+//!     .unwrap();
+//! // records.call(..) now admits at most 6 calls at once across every process on this Redis,
+//! // and 2 per process while Redis is unreachable.
+//! # drop(records);
+//! ```
+//!
+//! Budgets files name the fleet once and mark the budgets it keeps (see [`load`]):
+//!
+//! ```toml
+//! [fleet]
+//! url = "redis://127.0.0.1:6379"
+//! lease = "5s"
+//!
+//! [budgets.records]
+//! max_concurrent = 6
+//! permit_timeout = "500ms"
+//! scope = "fleet"
+//! fail = "local"      # or "closed" (the default)
+//! local_limit = 2     # with fail = "local": the limit per process while Redis is down
+//! ```
+//!
+//! # Modules
+//!
+//! - [`RedisFleet`]: the Redis a fleet shares and its settings; makes stores and rate limits.
+//! - [`RedisStore`]: a budget's permits in Redis; [`Fail`]; [`FleetSnapshot`], its counters.
+//! - [`FleetRate`]: a fleet rate limit, a GCRA on the server's clock.
+//! - [`load`] and [`attach`]: budgets files with a `[fleet]` table.
+//! - `metrics` (feature `metrics`): a store's gauges and counters through the `metrics` facade.
+
+mod backoff;
+mod config;
+mod engine;
+mod error;
+#[cfg(test)]
+mod fake;
+mod fleet;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+mod rate;
+mod scripts;
+mod server;
+mod snapshot;
+mod store;
+
+pub use config::{attach, load, LoadError};
+pub use error::{FleetError, FleetUnavailable};
+pub use fleet::{FleetBuilder, RedisFleet};
+pub use rate::{FleetRate, RateError};
+pub use snapshot::FleetSnapshot;
+pub use store::{Fail, RedisStore};

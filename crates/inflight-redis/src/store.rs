@@ -1,0 +1,102 @@
+//! [`RedisStore`]: a budget's permits shared through Redis, and [`Fail`], what happens while
+//! Redis cannot be reached.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::store::{Lease, Store, StoreError, StoreFuture};
+use tokio::time::Instant;
+
+use crate::engine::Engine;
+use crate::snapshot::FleetSnapshot;
+
+/// A [`Store`] whose permits live in Redis, shared by every process that uses a budget of the
+/// same name on the same Redis: one limit for a dependency across a whole fleet.
+///
+/// Made by [`RedisFleet::store`](crate::RedisFleet::store) and given to a budget with
+/// [`BudgetBuilder::store`](inflight::BudgetBuilder::store). The budget takes its local permit
+/// first, so a process never asks Redis for more than its own share; then a fleet lease.
+///
+/// # Guarantees
+///
+/// - **Limit.** At most `limit` leases of a budget are held at once across the fleet, counted
+///   on the server's clock. A holder that stops renewing (killed, stalled) loses its lease one
+///   lease time after its last renewal, and the next acquirer reclaims it.
+/// - **Lost leases are told.** A holder whose lease ended early learns it through
+///   [`Lease::is_lost`] (see [`Permit::lease`](inflight::Permit::lease)), and giving it back
+///   never removes anyone else's lease.
+/// - **Deadlines.** An acquire returns by the budget's permit deadline, and no later than one
+///   round-trip timeout when Redis does not answer.
+/// - **Cost.** Two round trips per call when a permit is free: one script to acquire, one
+///   (sent in the background) to release. Renewal costs one round trip per budget per third of a
+///   lease, whatever the number of calls.
+///
+/// # What the fleet does not promise
+///
+/// The local budget serves waiters in arrival order; the fleet does not. Waiters in different
+/// processes ask again after jittered pauses (shortened when a release is announced), and the
+/// first to ask after a permit frees takes it. A waiter can therefore be overtaken by a newer
+/// one elsewhere, and under sustained contention its wait is bounded only by its deadline.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    engine: Arc<Engine>,
+}
+
+/// What a fleet budget does while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fail {
+    /// Refuse calls with [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable),
+    /// whose error names the budget and the Redis address (`fail = "closed"`).
+    Closed,
+    /// Admit at most this many calls at once from this process, without Redis
+    /// (`fail = "local"`); the fleet's limit comes back once Redis answers again.
+    Local(usize),
+}
+
+impl RedisStore {
+    pub(crate) fn from_engine(engine: Engine) -> RedisStore {
+        RedisStore {
+            engine: Arc::new(engine),
+        }
+    }
+
+    /// The permits shared by the fleet.
+    pub fn limit(&self) -> usize {
+        self.engine.settings().limit
+    }
+
+    /// How long a lease lasts without renewal.
+    pub fn lease(&self) -> Duration {
+        self.engine.settings().lease
+    }
+
+    /// What happens while Redis cannot be reached.
+    pub fn fail(&self) -> Fail {
+        self.engine.settings().fail
+    }
+
+    /// The Redis address.
+    pub fn address(&self) -> &str {
+        self.engine.address()
+    }
+
+    /// The store's counters now.
+    pub fn snapshot(&self) -> FleetSnapshot {
+        self.engine.snapshot()
+    }
+}
+
+impl Store for RedisStore {
+    fn acquire<'a>(
+        &'a self,
+        budget: &'a str,
+        deadline: Option<Instant>,
+    ) -> StoreFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(self.engine.acquire(budget, deadline))
+    }
+
+    fn release(&self, budget: &str, lease: Lease) {
+        self.engine.release(budget, lease);
+    }
+}

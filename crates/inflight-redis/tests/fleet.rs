@@ -1,0 +1,355 @@
+//! A fleet budget against a real `redis-server` on loopback, in one process: the shared limit,
+//! waiters woken by releases, round trips per call, Redis stopped and restarted under each fail
+//! policy, the fleet rate limit, and budgets files.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::{AcquireError, Budget};
+use inflight_redis::{Fail, RateError, RedisFleet, RedisStore};
+use support::{ms, RedisServer};
+use tokio::time::Instant;
+
+fn fleet(server: &RedisServer, lease: Duration) -> RedisFleet {
+    RedisFleet::builder(&server.url())
+        .lease(lease)
+        .op_timeout(ms(300))
+        .retry_after(ms(200))
+        .build()
+        .unwrap()
+}
+
+fn budget(name: &str, local: usize, timeout: Duration, store: &RedisStore) -> Budget {
+    Budget::builder(name)
+        .max_concurrent(local)
+        .permit_timeout(timeout)
+        .store(Arc::new(store.clone()))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    // Two replicas: their own connections, their own local budgets of 3, one fleet limit of 3.
+    let a_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
+    let b_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
+    let a = budget("records", 3, ms(300), &a_store);
+    let b = budget("records", 3, ms(5000), &b_store);
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| a.acquire()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(server.holders("records").len(), 3);
+    let short = budget("records", 3, ms(300), &b_store);
+    let start = Instant::now();
+    assert_eq!(
+        short.acquire().await.unwrap_err(),
+        AcquireError::PermitTimeout
+    );
+    assert!(start.elapsed() >= ms(290), "waited its whole deadline");
+    assert_eq!(short.in_flight(), 0, "the local permit went back");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire_owned().await }
+    });
+    tokio::time::sleep(ms(100)).await;
+    assert!(!waiter.is_finished(), "the fleet is full");
+    drop(held);
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("a release lets the waiter in well before its deadline")
+        .unwrap()
+        .unwrap();
+    assert!(!got.lease().unwrap().is_lost());
+    drop(got);
+    // Releases are sent in the background.
+    for _ in 0..100 {
+        if server.holders("records").is_empty() {
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(server.holders("records").is_empty());
+    let snapshot = a_store.snapshot();
+    assert_eq!((snapshot.acquired, snapshot.released), (3, 3));
+    assert_eq!(b_store.snapshot().timeouts, 1);
+}
+
+/// Commands the scripts run inside the server (counted by INFO, but no round trip), and the
+/// test's own.
+const SCRIPT_COMMANDS: &[&str] = &[
+    "cmdstat_time:",
+    "cmdstat_zremrangebyscore:",
+    "cmdstat_zscore:",
+    "cmdstat_zcard:",
+    "cmdstat_zadd:",
+    "cmdstat_zrange:",
+    "cmdstat_zrem:",
+    "cmdstat_publish:",
+    "cmdstat_exists:",
+    "cmdstat_set:",
+    "cmdstat_config",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_permit_costs_two_round_trips() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server, ms(5000)).store(4, Fail::Closed);
+    let records = budget("records", 4, ms(1000), &store);
+    drop(records.acquire().await.unwrap()); // scripts loaded, listener subscribed
+    tokio::time::sleep(ms(100)).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    for _ in 0..100 {
+        drop(records.acquire().await.unwrap());
+    }
+    for _ in 0..100 {
+        if server.holders("records").is_empty() {
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    let calls = |line: &str| -> u64 {
+        line.split("calls=")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut evalsha = 0;
+    let mut other = 0;
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        if line.starts_with("cmdstat_evalsha:") {
+            evalsha += calls(line);
+        } else if !SCRIPT_COMMANDS.iter().any(|c| line.starts_with(c)) {
+            other += calls(line);
+        }
+    }
+    assert_eq!(
+        evalsha, 200,
+        "one script to acquire, one to release: {stats}"
+    );
+    assert_eq!(other, 0, "nothing else: {stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server, ms(900)).store(2, Fail::Closed);
+    let records = budget("records", 2, ms(500), &store);
+    drop(records.acquire().await.unwrap());
+    let held = records.acquire().await.unwrap();
+    server.stop();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let err = records.acquire().await.unwrap_err();
+        assert!(
+            start.elapsed() < ms(1500),
+            "refused within its deadlines, took {:?}",
+            start.elapsed()
+        );
+        let AcquireError::Unavailable(e) = &err else {
+            panic!("unexpected {err:?}");
+        };
+        let message = e.to_string();
+        assert!(message.contains("fleet budget \"records\""), "{message}");
+        assert!(
+            message.contains("127.0.0.1:"),
+            "names the address: {message}"
+        );
+    }
+    assert_eq!(records.snapshot().unavailable, 3);
+    assert_eq!(store.snapshot().unavailable, 3);
+    assert_eq!(store.snapshot().fallbacks, 0);
+    // Back, empty: no data, no scripts (EVALSHA answers NOSCRIPT and the script is loaded again).
+    server.restart();
+    let start = Instant::now();
+    let again = loop {
+        assert!(start.elapsed() < Duration::from_secs(10), "recovered");
+        match records.acquire().await {
+            Ok(permit) => break permit,
+            Err(AcquireError::Unavailable(_)) => tokio::time::sleep(ms(50)).await,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    };
+    assert!(!again.lease().unwrap().is_lost());
+    // The lease held across the restart is gone from the server: its holder learns it.
+    let start = Instant::now();
+    while !held.lease().unwrap().is_lost() {
+        assert!(start.elapsed() < Duration::from_secs(5), "the loss is seen");
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(store.snapshot().lost >= 1);
+    drop(held);
+    assert_eq!(server.holders("records").len(), 1, "nothing double-counted");
+    drop(again);
+    let start = Instant::now();
+    while !server.holders("records").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(3));
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server, ms(900)).store(4, Fail::Local(1));
+    let records = budget("records", 4, ms(400), &store);
+    drop(records.acquire().await.unwrap());
+    server.stop();
+    let first = records.acquire().await.unwrap();
+    assert!(first.lease().unwrap().id().starts_with("local:"));
+    let start = Instant::now();
+    assert_eq!(
+        records.acquire().await.unwrap_err(),
+        AcquireError::PermitTimeout,
+        "the local limit of 1 holds while redis is down"
+    );
+    assert!(start.elapsed() < ms(1500), "took {:?}", start.elapsed());
+    drop(first);
+    let snapshot = store.snapshot();
+    assert!(snapshot.fallbacks >= 2, "{snapshot:?}");
+    assert_eq!(snapshot.local_held, 0);
+    assert!(snapshot.redis_down);
+    server.restart();
+    let start = Instant::now();
+    let back = loop {
+        assert!(start.elapsed() < Duration::from_secs(10), "recovered");
+        let permit = records.acquire().await.unwrap();
+        if !permit.lease().unwrap().id().starts_with("local:") {
+            break permit;
+        }
+        drop(permit);
+        tokio::time::sleep(ms(50)).await;
+    };
+    assert_eq!(server.holders("records").len(), 1);
+    drop(back);
+    assert!(!store.snapshot().redis_down);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_never_waits_past_its_deadline_for_an_unreachable_redis() {
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let fleet = RedisFleet::builder(&format!("redis://127.0.0.1:{port}"))
+        .op_timeout(ms(300))
+        .build()
+        .unwrap();
+    let records = Budget::builder("records")
+        .max_concurrent(2)
+        .permit_timeout(ms(200))
+        .store(Arc::new(fleet.store(2, Fail::Closed)))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = records.acquire().await.unwrap_err();
+    assert!(matches!(err, AcquireError::Unavailable(_)), "{err:?}");
+    assert!(start.elapsed() < ms(1000), "took {:?}", start.elapsed());
+    // With no permit deadline, the round-trip timeout bounds the wait.
+    let records = Budget::builder("records")
+        .max_concurrent(2)
+        .store(Arc::new(fleet.store(2, Fail::Closed)))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    assert!(records.acquire().await.is_err());
+    assert!(start.elapsed() < ms(2000), "took {:?}", start.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_rate_limit_spaces_calls_on_the_server_clock() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let fleet = fleet(&server, ms(5000));
+    let a = fleet.rate("llm", ms(200), 2);
+    let b = RedisFleet::new(&server.url())
+        .unwrap()
+        .rate("llm", ms(200), 2);
+    a.try_acquire().await.unwrap();
+    b.try_acquire().await.unwrap();
+    let Err(RateError::NotUntil(wait)) = a.try_acquire().await else {
+        panic!("a burst of 2 is used up");
+    };
+    assert!(wait > Duration::ZERO && wait <= ms(200), "{wait:?}");
+    let start = Instant::now();
+    b.acquire(Some(Instant::now() + Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() >= ms(100), "waited for its slot");
+    assert!(matches!(
+        a.acquire(Some(Instant::now() + ms(10))).await,
+        Err(RateError::NotUntil(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgets_file_attaches_fleet_stores() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[fleet]
+url = "{}"
+lease = "2s"
+
+[budgets.records]
+max_concurrent = 2
+permit_timeout = "200ms"
+scope = "fleet"
+
+[budgets.enrichment]
+max_concurrent = 8
+"#,
+            server.url()
+        ),
+    )
+    .unwrap();
+    let budgets = inflight_redis::load(&path).unwrap();
+    let records = budgets.get("records").unwrap();
+    let a = records.acquire().await.unwrap();
+    let b = records.acquire().await.unwrap();
+    assert_eq!(server.holders("records").len(), 2);
+    assert!(a.lease().is_some() && b.lease().is_some());
+    assert!(budgets.get("enrichment").unwrap().try_acquire().is_ok());
+    std::fs::write(
+        &path,
+        "[fleet]\nurl = \"http://x\"\n[budgets.r]\nmax_concurrent = 1\nscope = \"fleet\"\n",
+    )
+    .unwrap();
+    let err = inflight_redis::load(&path).unwrap_err();
+    assert!(
+        err.to_string().starts_with("fleet: invalid redis url"),
+        "{err}"
+    );
+}

@@ -1,0 +1,267 @@
+//! Fleet budgets across real processes (copies of this test binary) on one loopback
+//! `redis-server`: a holder killed with SIGKILL, many processes racing for the last permits, and
+//! a holder stalled with SIGSTOP for longer than its lease.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::Budget;
+use inflight_redis::{Fail, RedisFleet};
+use support::{ms, ChildProcess, RedisServer};
+use tokio::time::Instant;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set for a child"))
+}
+
+fn env_u64(name: &str) -> u64 {
+    env(name).parse().unwrap()
+}
+
+fn fleet_budget(url: &str, limit: usize, lease: Duration, permit_timeout: Duration) -> Budget {
+    let fleet = RedisFleet::builder(url).lease(lease).build().unwrap();
+    Budget::builder("records")
+        .max_concurrent(limit)
+        .permit_timeout(permit_timeout)
+        .store(Arc::new(fleet.store(limit, Fail::Closed)))
+        .build()
+        .unwrap()
+}
+
+/// The body of a child process; a no-op when the test harness runs it as a test.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var("INFLIGHT_REDIS_CHILD") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        match role.as_str() {
+            "hold" => hold().await,
+            "race" => race().await,
+            other => panic!("unknown role {other}"),
+        }
+    });
+}
+
+/// Takes `HOLD` permits, says `held`, and on `release` says whether each lease was lost, gives
+/// them back and says `released`.
+async fn hold() {
+    let limit = env_u64("LIMIT") as usize;
+    let budget = fleet_budget(&env("URL"), limit, ms(env_u64("LEASE_MS")), ms(5000));
+    let mut held = Vec::new();
+    for _ in 0..env_u64("HOLD") {
+        held.push(budget.acquire().await.unwrap());
+    }
+    println!("child: held");
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line == "release" {
+            let lost: Vec<bool> = held.iter().map(|p| p.lease().unwrap().is_lost()).collect();
+            println!("child: lost {lost:?}");
+            held.clear();
+            // Give the background releases time to go out before the process ends.
+            tokio::time::sleep(ms(200)).await;
+            println!("child: released");
+            return;
+        }
+    }
+}
+
+/// `TASKS` tasks, each `ROUNDS` times: take a permit, count itself in on an independent Redis
+/// counter, hold `HOLD_MS`, count itself out, give the permit back. Says the highest count seen.
+async fn race() {
+    let url = env("URL");
+    let limit = env_u64("LIMIT") as usize;
+    let budget = fleet_budget(&url, limit, ms(2000), ms(20_000));
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    let peak = Arc::new(AtomicUsize::new(0));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..env_u64("TASKS"))
+        .map(|_| {
+            let (budget, mut conn) = (budget.clone(), conn.clone());
+            let (peak, admitted) = (peak.clone(), admitted.clone());
+            let (rounds, hold) = (env_u64("ROUNDS"), ms(env_u64("HOLD_MS")));
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let permit = budget.acquire().await.unwrap();
+                    let now: usize = redis::cmd("INCR")
+                        .arg("probe:in_flight")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    peak.fetch_max(now, Ordering::Relaxed);
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(hold).await;
+                    let _: i64 = redis::cmd("DECR")
+                        .arg("probe:in_flight")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    drop(permit);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    println!(
+        "child: peak {} admitted {}",
+        peak.load(Ordering::Relaxed),
+        admitted.load(Ordering::Relaxed)
+    );
+}
+
+/// Samples the number of holders on the server until `stop`, returning the most seen.
+fn watch_holders(server: &RedisServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    let mut conn = server.conn();
+    std::thread::spawn(move || {
+        let mut most = 0;
+        let start = std::time::Instant::now();
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(120) {
+            let n: usize = redis::cmd("ZCARD")
+                .arg("inflight:{records}:holders")
+                .query(&mut conn)
+                .unwrap_or(0);
+            most = most.max(n);
+            std::thread::sleep(ms(2));
+        }
+        most
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_with_sigkill_frees_its_permits_within_one_lease() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let lease = ms(1000);
+    let holder = ChildProcess::spawn(
+        "hold",
+        &[
+            ("URL", server.url()),
+            ("LIMIT", "3".into()),
+            ("HOLD", "3".into()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    assert_eq!(holder.expect_line(Duration::from_secs(30)), "held");
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = watch_holders(&server, stop.clone());
+    // Let the holder renew at least once, so the lease it loses is a renewed one.
+    tokio::time::sleep(lease / 2).await;
+    holder.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    let budget = fleet_budget(&server.url(), 3, lease, ms(10_000));
+    let mut mine = Vec::new();
+    for _ in 0..3 {
+        mine.push(budget.acquire().await.unwrap());
+    }
+    let took = killed.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    assert!(most.join().unwrap() <= 3, "the limit held throughout");
+    // Its leases were last renewed at most a third of a lease before the kill.
+    assert!(
+        took <= lease + lease / 2,
+        "the permits came back within about one lease, took {took:?}"
+    );
+    assert!(
+        took >= lease / 2,
+        "they were not free before the lease ran out, took {took:?}"
+    );
+    drop(mine);
+    let _ = holder.wait(ms(100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_processes_racing_for_the_last_permits_never_exceed_the_limit() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (processes, tasks, rounds) = (5, 4, 15);
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = watch_holders(&server, stop.clone());
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            ChildProcess::spawn(
+                "race",
+                &[
+                    ("URL", server.url()),
+                    ("LIMIT", "3".into()),
+                    ("TASKS", tasks.to_string()),
+                    ("ROUNDS", rounds.to_string()),
+                    ("HOLD_MS", "3".into()),
+                ],
+            )
+        })
+        .collect();
+    let mut total = 0;
+    for child in children {
+        let line = child.expect_line(Duration::from_secs(90));
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words[0], "peak", "{line}");
+        let peak: usize = words[1].parse().unwrap();
+        assert!(peak <= 3, "a process saw {peak} calls in flight: {line}");
+        total += words[3].parse::<usize>().unwrap();
+        assert!(child.wait(Duration::from_secs(10)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(most.join().unwrap() <= 3);
+    assert_eq!(total, processes * tasks * rounds, "every call got its turn");
+    let left: i64 = redis::cmd("GET")
+        .arg("probe:in_flight")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_of_others() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let lease = ms(600);
+    let mut holder = ChildProcess::spawn(
+        "hold",
+        &[
+            ("URL", server.url()),
+            ("LIMIT", "1".into()),
+            ("HOLD", "1".into()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+        ],
+    );
+    assert_eq!(holder.expect_line(Duration::from_secs(30)), "held");
+    holder.signal(libc::SIGSTOP);
+    let budget = fleet_budget(&server.url(), 1, lease, ms(5000));
+    let mine = budget.acquire().await.unwrap();
+    let my_id = mine.lease().unwrap().id().to_string();
+    assert_eq!(server.holders("records"), std::slice::from_ref(&my_id));
+    tokio::time::sleep(lease / 2).await;
+    holder.signal(libc::SIGCONT);
+    // Its renewal runs within a third of a lease of waking up.
+    tokio::time::sleep(lease).await;
+    holder.say("release");
+    assert_eq!(holder.expect_line(Duration::from_secs(10)), "lost [true]");
+    assert_eq!(holder.expect_line(Duration::from_secs(10)), "released");
+    assert!(holder.wait(Duration::from_secs(10)));
+    assert_eq!(
+        server.holders("records"),
+        [my_id],
+        "the stalled holder did not release the lease that replaced its own"
+    );
+    assert!(
+        !mine.lease().unwrap().is_lost(),
+        "this process kept renewing"
+    );
+    drop(mine);
+}
