@@ -1,4 +1,4 @@
-//! Prometheus-style metrics of every budget through the [`metrics`](::metrics) facade (feature
+//! Prometheus-style metrics of every budget through the `metrics` facade (feature
 //! `metrics`).
 //!
 //! One set of names, prefixed `inflight_`, in Prometheus units, labelled with the budget's name

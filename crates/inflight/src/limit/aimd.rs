@@ -1,9 +1,6 @@
 //! [`Aimd`]: a loss-based limit. It grows while the limit is in use and cuts itself on overload.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
-
+use super::round_trip::Cuts;
 use super::{Limit, Outcome, Sample};
 
 /// A loss-based limit: additive increase, multiplicative decrease, with a slow start.
@@ -45,7 +42,7 @@ pub struct Aimd {
     max: usize,
     backoff: f64,
     slow_start: bool,
-    last_cut: Option<Instant>,
+    cuts: Cuts,
 }
 
 impl Aimd {
@@ -62,7 +59,7 @@ impl Aimd {
             max,
             backoff: Aimd::DEFAULT_BACKOFF,
             slow_start: true,
-            last_cut: None,
+            cuts: Cuts::default(),
         }
     }
 
@@ -89,13 +86,10 @@ impl Limit for Aimd {
     fn on_sample(&mut self, sample: &Sample) {
         match sample.outcome {
             Outcome::Overload => {
-                let now = Instant::now();
-                if already_answered(self.last_cut, now, sample.latency) {
-                    return;
+                if self.cuts.allow(sample.latency).is_some() {
+                    self.limit = (self.limit * self.backoff).max(self.min as f64);
+                    self.slow_start = false;
                 }
-                self.limit = (self.limit * self.backoff).max(self.min as f64);
-                self.slow_start = false;
-                self.last_cut = Some(now);
             }
             Outcome::Success if sample.in_flight * 2 >= self.current() => {
                 let step = if self.slow_start {
@@ -107,15 +101,5 @@ impl Limit for Aimd {
             }
             _ => {}
         }
-    }
-}
-
-/// Whether an overload from a call that took `latency` and ended `now` was granted no later than
-/// the last cut, and so was already answered by it.
-pub(super) fn already_answered(last_cut: Option<Instant>, now: Instant, latency: Duration) -> bool {
-    match (last_cut, now.checked_sub(latency)) {
-        (Some(cut), Some(granted)) => granted <= cut,
-        (Some(_), None) => true,
-        (None, _) => false,
     }
 }

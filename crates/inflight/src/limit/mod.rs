@@ -20,9 +20,11 @@
 //! `max`, grow only while the limit is in use, and read time from tokio's clock, so tests can
 //! drive them on paused time.
 //!
-//! [`BudgetConfig`]: crate::BudgetConfig A limit that does change is applied at once:
-//! growing admits waiters straight away; shrinking never takes a permit back from a caller that
-//! holds one, so new callers wait until the calls in flight fall under the new limit.
+//! A limit that does change is applied at once: growing admits waiters straight away; shrinking
+//! never takes a permit back from a caller that holds one, so new callers wait until the calls in
+//! flight fall under the new limit.
+//!
+//! [`BudgetConfig`]: crate::BudgetConfig
 //!
 //! ```
 //! use std::time::Duration;
@@ -64,6 +66,8 @@ mod adaptive;
 #[cfg(feature = "adaptive")]
 mod aimd;
 mod fixed;
+#[cfg(feature = "adaptive")]
+mod round_trip;
 #[cfg(feature = "adaptive")]
 mod vegas;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::aimd::already_answered;
+use super::round_trip::{granted_by, Cuts};
 use super::{Limit, Outcome, Sample};
 
 /// A latency-based limit: keeps the queue it builds at the dependency between `alpha` and `beta`
@@ -79,7 +79,7 @@ pub struct Vegas {
     window: Vec<Duration>,
     window_full: bool,
     window_start: Option<Instant>,
-    last_cut: Option<Instant>,
+    cuts: Cuts,
 }
 
 /// Successes per window, at the least.
@@ -109,7 +109,7 @@ impl Vegas {
             window: Vec::with_capacity(MIN_WINDOW),
             window_full: false,
             window_start: None,
-            last_cut: None,
+            cuts: Cuts::default(),
         }
     }
 
@@ -187,18 +187,15 @@ impl Limit for Vegas {
     fn on_sample(&mut self, sample: &Sample) {
         match sample.outcome {
             Outcome::Overload => {
-                let now = Instant::now();
-                if already_answered(self.last_cut, now, sample.latency) {
-                    return;
+                if let Some(now) = self.cuts.allow(sample.latency) {
+                    self.limit = ((self.limit as f64 * self.backoff) as usize).max(self.min);
+                    self.slow_start = false;
+                    self.restart_window(now);
                 }
-                self.limit = ((self.limit as f64 * self.backoff) as usize).max(self.min);
-                self.slow_start = false;
-                self.last_cut = Some(now);
-                self.restart_window(now);
             }
             Outcome::Success => {
                 let now = Instant::now();
-                if already_answered(self.window_start, now, sample.latency) {
+                if granted_by(self.window_start, now, sample.latency) {
                     // Granted before this window began: it measured an earlier limit.
                     return;
                 }
