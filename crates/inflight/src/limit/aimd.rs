@@ -85,11 +85,10 @@ impl Limit for Aimd {
 
     fn on_sample(&mut self, sample: &Sample) {
         match sample.outcome {
-            Outcome::Overload => {
-                if self.cuts.allow(sample.latency).is_some() {
-                    self.limit = (self.limit * self.backoff).max(self.min as f64);
-                    self.slow_start = false;
-                }
+            // The guard records the cut it allows.
+            Outcome::Overload if self.cuts.allow(sample.latency).is_some() => {
+                self.limit = (self.limit * self.backoff).max(self.min as f64);
+                self.slow_start = false;
             }
             Outcome::Success if sample.in_flight * 2 >= self.current() => {
                 let step = if self.slow_start {
