@@ -1,0 +1,197 @@
+//! [`CapacityReport`]: the levels, the knee, the suggested budget; as JSON or a table.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::knee::{find_knee, Evidence, KneeRules, Point, Verdict};
+use crate::level::Level;
+use crate::suggest::{suggest, Basis, Measured, Suggestion};
+use crate::sweep::{Caps, Stop};
+use crate::target::Target;
+
+/// The result of a sweep. Serialized, it is the `--json` document: `url`, `levels` (each with
+/// `concurrency`, `requests`, `throughput_per_s`, `p50_ms`, `p99_ms`, `max_ms`, `errors`),
+/// `capacity`, `service_time_ms`, `max_rate_per_s` and `suggested`, with more around them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapacityReport {
+    pub url: String,
+    pub method: String,
+    /// The levels measured, by concurrency.
+    pub levels: Vec<Level>,
+    /// The smallest concurrency at the plateau before calls wait or fail; `null` without a knee.
+    pub capacity: Option<u32>,
+    /// Median latency at the lowest level, in milliseconds.
+    pub service_time_ms: Option<f64>,
+    /// The highest throughput of a level under the error threshold, calls per second.
+    pub max_rate_per_s: Option<f64>,
+    /// What the levels say: a knee (and what showed it), no knee up to a level, or refused.
+    pub verdict: Verdict,
+    /// How sharp the knee is: the capacity level's plateau share and efficiency, the smaller
+    /// (1 = throughput on the plateau with no wait).
+    pub fit: Option<f64>,
+    /// The tolerance and error threshold used.
+    pub rules: KneeRules,
+    /// The run's caps.
+    pub caps: Caps,
+    /// Why the climb ended early, if it did.
+    pub stopped: Option<Stop>,
+    /// The budget to paste, `null` when nothing clean was measured or the run was interrupted.
+    pub suggested: Option<Suggestion>,
+    /// Where the suggestion could not be made although there was data (should not happen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggest_error: Option<String>,
+}
+
+impl CapacityReport {
+    /// The report of `levels` measured against `target` (levels in any order).
+    pub fn build(
+        target: &Target,
+        name: String,
+        mut levels: Vec<Level>,
+        rules: KneeRules,
+        caps: Caps,
+        stopped: Option<Stop>,
+    ) -> CapacityReport {
+        levels.sort_by_key(|l| l.concurrency);
+        let points: Vec<Point> = levels.iter().map(Point::from).collect();
+        let knee = find_knee(&points, &rules);
+        let at = |c: u32| levels.iter().find(|l| l.concurrency == c);
+        let basis = match knee.verdict {
+            Verdict::Knee { capacity, .. } => Some((capacity, Basis::Knee)),
+            Verdict::NoKnee { up_to } => Some((up_to, Basis::LowerBound)),
+            _ => None,
+        };
+        let url = target.url().to_string();
+        let mut suggest_error = None;
+        let suggested = match (basis, knee.service_time_ms, knee.max_rate_per_s, &stopped) {
+            (_, _, _, Some(Stop::Interrupted)) => None,
+            (Some((c, basis)), Some(service_time_ms), Some(max_rate_per_s), _) => {
+                let measured = Measured {
+                    max_concurrent: c,
+                    basis,
+                    service_time_ms,
+                    p99_ms: at(c).and_then(|l| l.p99_ms).unwrap_or(service_time_ms),
+                    max_rate_per_s,
+                };
+                match suggest(&name, &url, &measured) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        suggest_error = Some(e.to_string());
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        CapacityReport {
+            url,
+            method: target.method_name().to_string(),
+            capacity: knee.capacity(),
+            service_time_ms: knee.service_time_ms,
+            max_rate_per_s: knee.max_rate_per_s,
+            verdict: knee.verdict,
+            fit: knee.fit,
+            levels,
+            rules,
+            caps,
+            stopped,
+            suggested,
+            suggest_error,
+        }
+    }
+
+    /// The lowest level measured (its p50 is the service time).
+    fn base(&self) -> Option<&Level> {
+        self.levels.first()
+    }
+
+    /// The verdict in one plain sentence.
+    pub fn conclusion(&self) -> String {
+        let tol = self.rules.tolerance * 100.0;
+        match self.verdict {
+            Verdict::Knee { capacity, evidence } => {
+                let why = match evidence {
+                    Evidence::Queueing => "above it throughput stops growing and calls wait",
+                    Evidence::Errors => "above it calls fail",
+                };
+                format!("capacity {capacity} calls in flight: {why} (tolerance {tol:.0}%)")
+            }
+            Verdict::NoKnee { up_to } => format!(
+                "no knee up to concurrency {up_to}: throughput kept growing with concurrency, so the capacity is above {up_to} (measure higher with --max or --levels)"
+            ),
+            Verdict::AllRefused { first } => format!(
+                "no capacity: every level from concurrency {first} up had more than {:.0}% of calls failing",
+                self.rules.stop_on_errors * 100.0
+            ),
+            Verdict::NoData => "no capacity: no call finished".to_string(),
+        }
+    }
+
+    /// The table, the conclusion and the suggested budget, as the command prints them.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} {}", self.method, self.url);
+        let _ = writeln!(
+            out,
+            "{:>11}  {:>8}  {:>10}  {:>8}  {:>8}  {:>8}  errors",
+            "concurrency", "requests", "ok/s", "p50 ms", "p99 ms", "max ms"
+        );
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        for l in &self.levels {
+            let mark = match (Some(l.concurrency) == self.capacity, l.refined) {
+                (true, _) => " <- knee",
+                (false, true) => " (probe)",
+                _ => "",
+            };
+            let errors = if l.errors.total == 0 {
+                "0".to_string()
+            } else {
+                format!(
+                    "{} ({:.1}%: {})",
+                    l.errors.total,
+                    l.error_rate() * 100.0,
+                    l.errors.describe()
+                )
+            };
+            let _ = writeln!(
+                out,
+                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {errors}{mark}{}",
+                l.concurrency,
+                l.requests,
+                l.throughput_per_s,
+                ms(l.p50_ms),
+                ms(l.p99_ms),
+                ms(l.max_ms),
+                if l.interrupted { " (interrupted)" } else { "" }
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", self.conclusion());
+        if let (Some(t), Some(base)) = (self.service_time_ms, self.base()) {
+            let _ = writeln!(
+                out,
+                "service time {t:.1} ms (median at concurrency {})",
+                base.concurrency
+            );
+        }
+        if let Some(rate) = self.max_rate_per_s {
+            let _ = writeln!(out, "max rate {rate:.1}/s (the most a clean level passed)");
+        }
+        if let Some(stop) = &self.stopped {
+            let _ = writeln!(out, "{stop}");
+        }
+        if let Some(first) = self.levels.iter().find_map(|l| l.first_error.as_ref()) {
+            let _ = writeln!(out, "first failure: {first}");
+        }
+        if let Some(s) = &self.suggested {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "Suggested budget (paste into a budgets file; `inflight check-config` takes it without warnings):"
+            );
+            out.push_str(&s.toml);
+        }
+        out
+    }
+}
