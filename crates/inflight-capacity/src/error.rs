@@ -9,6 +9,14 @@ pub enum CapacityError {
     /// A setting is out of range (a zero duration, a tolerance outside 0..1).
     #[error("{0}")]
     Setting(String),
+    /// The calls per level leave too few per caller at the highest level for a steady
+    /// measurement (each caller's first call only warms up).
+    #[error("{per_level} calls per level is below {} per caller at the highest level {level} ({needed}): each caller's first call only warms up", crate::sweep::MIN_CALLS_PER_CALLER)]
+    TooFewRequests {
+        per_level: u64,
+        level: u32,
+        needed: u64,
+    },
     /// The budget name cannot head a `[budgets.NAME]` table.
     #[error(transparent)]
     Name(#[from] crate::suggest::SuggestError),

@@ -53,5 +53,5 @@ pub use error::CapacityError;
 pub use level::{ErrorCounts, Level};
 pub use levels::{Levels, LevelsError, MAX_CONCURRENCY};
 pub use report::CapacityReport;
-pub use sweep::{Caps, Progress, Stop, Sweep, MAX_PROBES};
+pub use sweep::{Caps, Progress, Stop, Sweep, MAX_PROBES, MIN_CALLS_PER_CALLER};
 pub use target::{BodyTemplate, Target, TargetError};

@@ -2,7 +2,7 @@
 //! calls and a time, the whole run by a total of both, and stops on errors or Ctrl-C.
 
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,11 @@ use crate::target::Target;
 
 /// Levels added between measured ones to pin down the knee, at most.
 pub const MAX_PROBES: u32 = 8;
+
+/// The fewest calls per caller a level's request bound must allow: the first call of each
+/// caller warms up (connection, the target's first burst) and is not measured, so a level needs
+/// a few more to measure a steady state.
+pub const MIN_CALLS_PER_CALLER: u64 = 3;
 
 /// What bounds a whole run, shown before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +218,13 @@ impl Sweep {
         &self.levels
     }
 
+    /// The name of the suggested budget.
+    pub fn budget_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.target.default_name())
+    }
+
     /// The caps of the run: every level and probe at its bounds, plus the first check call,
     /// or lower ones if set.
     pub fn caps(&self) -> Caps {
@@ -230,7 +242,15 @@ impl Sweep {
         }
     }
 
-    fn check(&self) -> Result<(), CapacityError> {
+    /// Checks the settings; [`Sweep::run`] does too, before any call.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError::Setting`] for a zero duration or timeout, or a tolerance or error
+    /// threshold out of range; [`CapacityError::TooFewRequests`] for fewer calls per level
+    /// than [`MIN_CALLS_PER_CALLER`] per caller at the highest level; [`CapacityError::Name`]
+    /// for a budget name that cannot head a table.
+    pub fn check(&self) -> Result<(), CapacityError> {
         let bad = |m: String| Err(CapacityError::Setting(m));
         if self.duration_per_level.is_zero() {
             return bad("the time per level must be above 0".into());
@@ -245,6 +265,15 @@ impl Sweep {
                 t * 100.0
             ));
         }
+        let needed = MIN_CALLS_PER_CALLER * u64::from(self.levels.max());
+        if self.requests_per_level.get() < needed {
+            return Err(CapacityError::TooFewRequests {
+                per_level: self.requests_per_level.get(),
+                level: self.levels.max(),
+                needed,
+            });
+        }
+        crate::suggest::check_name(&self.budget_name())?;
         let e = self.rules.stop_on_errors;
         if !(0.0..1.0).contains(&e) {
             return bad(format!(
@@ -401,7 +430,10 @@ impl Sweep {
             started,
             deadline: (started + self.duration_per_level).min(run.deadline),
             cap: self.requests_per_level.get(),
+            concurrency,
             issued: AtomicU64::new(0),
+            warmed: AtomicU32::new(0),
+            window_start: OnceLock::new(),
             stopped_at: OnceLock::new(),
             acc: Mutex::new(Acc::new()),
         });
@@ -409,9 +441,14 @@ impl Sweep {
         for _ in 0..concurrency {
             let (caller, run, state) = (caller.clone(), run.clone(), state.clone());
             callers.spawn(async move {
+                let mut first = true;
                 while state.claim(&run) {
                     let (outcome, latency) = caller.call().await;
-                    state.record(outcome, latency);
+                    state.record(outcome, latency, first);
+                    if first {
+                        state.warmed_up();
+                        first = false;
+                    }
                 }
             });
         }
@@ -464,20 +501,33 @@ impl RunBounds {
 }
 
 /// One level while it runs.
+///
+/// Throughput is counted over a steady window: from the moment every caller has finished its
+/// first call (connections open, the first burst absorbed) to the moment the level stopped
+/// sending calls (after that, fewer calls are in flight while the last ones drain). Latencies
+/// are those of the calls after the warm-up. A level without a full round of answers in that
+/// window (its time bound came first, or fast refusals used up its calls) is measured over its
+/// whole length and all its calls instead.
 struct LevelState {
     started: Instant,
     deadline: Instant,
     cap: u64,
+    concurrency: u32,
     issued: AtomicU64,
-    /// When the level stopped sending calls: throughput is counted up to here, while every
-    /// caller was busy.
+    /// Callers whose first call has ended.
+    warmed: AtomicU32,
+    /// When the last caller's first call ended.
+    window_start: OnceLock<Instant>,
+    /// When the level stopped sending calls.
     stopped_at: OnceLock<Instant>,
     acc: Mutex<Acc>,
 }
 
 struct Acc {
-    /// Latency of 2xx answers, in microseconds.
-    latency_us: Histogram<u64>,
+    /// Latency of 2xx answers after the warm-up, in microseconds.
+    steady_us: Histogram<u64>,
+    /// Latency of every 2xx answer, in microseconds.
+    all_us: Histogram<u64>,
     requests: u64,
     ok: u64,
     ok_in_window: u64,
@@ -488,9 +538,8 @@ struct Acc {
 impl Acc {
     fn new() -> Acc {
         Acc {
-            // 1 us to an hour at 3 significant digits; the bounds are constants that hold.
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .expect("valid histogram bounds"),
+            steady_us: histogram(),
+            all_us: histogram(),
             requests: 0,
             ok: 0,
             ok_in_window: 0,
@@ -500,7 +549,20 @@ impl Acc {
     }
 }
 
+/// 1 us to an hour at 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    // The bounds are constants that hold (low >= 1, high >= 2 x low, sigfig <= 5).
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
 impl LevelState {
+    /// A caller's first call ended; the last one opens the steady window.
+    fn warmed_up(&self) {
+        if self.warmed.fetch_add(1, Ordering::SeqCst) + 1 == self.concurrency {
+            let _ = self.window_start.set(Instant::now());
+        }
+    }
+
     /// Whether a caller may send another call; the first refusal ends the level's window.
     fn claim(&self, run: &RunBounds) -> bool {
         if self.stopped_at.get().is_some() {
@@ -515,8 +577,9 @@ impl LevelState {
         go
     }
 
-    fn record(&self, outcome: Outcome, latency: Duration) {
-        let in_window = self.stopped_at.get().is_none();
+    fn record(&self, outcome: Outcome, latency: Duration, first: bool) {
+        let steady = !first && self.window_start.get().is_some();
+        let in_window = steady && self.stopped_at.get().is_none();
         let mut acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
         acc.requests += 1;
         match outcome {
@@ -528,7 +591,10 @@ impl LevelState {
                 let us = u64::try_from(latency.as_micros())
                     .unwrap_or(u64::MAX)
                     .max(1);
-                acc.latency_us.saturating_record(us);
+                acc.all_us.saturating_record(us);
+                if steady {
+                    acc.steady_us.saturating_record(us);
+                }
             }
             Outcome::Status { code, detail } => {
                 acc.errors.add_status(code);
@@ -544,23 +610,29 @@ impl LevelState {
 
     fn level(&self, concurrency: u32, refined: bool, interrupted: bool) -> Level {
         let end = Instant::now();
-        let window = self
-            .stopped_at
-            .get()
-            .copied()
-            .unwrap_or(end)
-            .saturating_duration_since(self.started)
-            .as_secs_f64();
+        let stop = self.stopped_at.get().copied().unwrap_or(end);
         let acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
-        let h = &acc.latency_us;
+        // A steady window needs a full round of answers; a level without one (cut short by its
+        // time bound, or by fast refusals) is measured over its whole length instead.
+        let (ok, window, h) = match self.window_start.get() {
+            Some(&start) if acc.ok_in_window >= u64::from(concurrency) && stop > start => {
+                (acc.ok_in_window, stop.duration_since(start), &acc.steady_us)
+            }
+            _ => (
+                acc.ok,
+                end.saturating_duration_since(self.started),
+                &acc.all_us,
+            ),
+        };
+        let window = window.as_secs_f64();
         let ms = |us: u64| us as f64 / 1000.0;
-        let some = acc.ok > 0;
+        let some = h.len() > 0;
         Level {
             concurrency,
             requests: acc.requests,
             ok: acc.ok,
             throughput_per_s: if window > 0.0 {
-                acc.ok_in_window as f64 / window
+                ok as f64 / window
             } else {
                 0.0
             },
