@@ -53,7 +53,7 @@ impl ErrorCounts {
         ];
         kinds.extend(self.status.iter().map(|(c, n)| (c.to_string(), *n)));
         kinds.retain(|(_, n)| *n > 0);
-        kinds.sort_by(|a, b| b.1.cmp(&a.1));
+        kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
         kinds
             .iter()
             .map(|(k, n)| format!("{k} x {n}"))

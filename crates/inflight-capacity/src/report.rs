@@ -195,3 +195,100 @@ impl CapacityReport {
         out
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::level::ErrorCounts;
+
+    /// A level of a service with capacity 6 and 100 ms calls, refusing beyond 12.
+    pub(crate) fn level(c: u32) -> Level {
+        let served = c.min(6) as f64;
+        let mut errors = ErrorCounts::default();
+        let requests = 100;
+        if c > 12 {
+            for _ in 0..80 {
+                errors.add_status(503);
+            }
+        }
+        let p50 = 100.0 * (c.clamp(6, 12) as f64) / 6.0;
+        Level {
+            concurrency: c,
+            requests,
+            ok: requests - errors.total,
+            throughput_per_s: served * 10.0,
+            p50_ms: Some(p50),
+            p99_ms: Some(p50 * 1.5),
+            max_ms: Some(p50 * 1.7),
+            mean_ms: Some(p50 * 1.02),
+            errors,
+            elapsed_s: 1.0,
+            refined: matches!(c, 5..=7),
+            interrupted: false,
+            first_error: (c > 12).then(|| "503 Service Unavailable".to_string()),
+        }
+    }
+
+    pub(crate) fn report(levels: &[u32], stopped: Option<Stop>) -> CapacityReport {
+        let target = Target::new("http://127.0.0.1:7070/records").unwrap();
+        CapacityReport::build(
+            &target,
+            "records".to_string(),
+            levels.iter().rev().map(|&c| level(c)).collect(),
+            KneeRules::default(),
+            Caps {
+                total_requests: 1000,
+                total_time: std::time::Duration::from_secs(60),
+            },
+            stopped,
+        )
+    }
+
+    #[test]
+    fn a_knee_gives_a_table_and_a_budget() {
+        let r = report(&[1, 2, 4, 5, 6, 7, 8, 16], None);
+        assert_eq!(r.capacity, Some(6));
+        assert_eq!(r.service_time_ms, Some(100.0));
+        assert_eq!(r.max_rate_per_s, Some(60.0));
+        let levels: Vec<u32> = r.levels.iter().map(|l| l.concurrency).collect();
+        assert_eq!(levels, [1, 2, 4, 5, 6, 7, 8, 16], "sorted");
+        let text = r.render();
+        assert!(text.contains("<- knee"), "{text}");
+        assert!(text.contains("capacity 6 calls in flight"), "{text}");
+        assert!(
+            text.contains("[budgets.records]\nmax_concurrent = 6\n"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        for key in [
+            "url",
+            "levels",
+            "capacity",
+            "service_time_ms",
+            "max_rate_per_s",
+            "suggested",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(json["levels"][7]["errors"]["status_503"], 80);
+    }
+
+    #[test]
+    fn an_interrupted_run_suggests_nothing() {
+        let r = report(&[1, 2], Some(Stop::Interrupted));
+        assert!(r.suggested.is_none());
+        assert!(r.render().contains("interrupted"));
+    }
+
+    #[test]
+    fn all_refused_has_no_capacity_and_no_budget() {
+        let r = report(&[16], None);
+        assert_eq!(r.capacity, None);
+        assert_eq!(r.suggested, None);
+        assert!(
+            r.conclusion().starts_with("no capacity"),
+            "{}",
+            r.conclusion()
+        );
+    }
+}

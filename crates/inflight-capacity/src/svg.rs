@@ -10,12 +10,22 @@ const WIDTH: f64 = 640.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 24.0;
 const PANEL_H: f64 = 170.0;
-const TOP: f64 = 48.0;
+const TOP: f64 = 62.0;
 const GAP: f64 = 46.0;
 const THROUGHPUT_COLOR: &str = "#4e79a7";
 const P99_COLOR: &str = "#e15759";
 const P50_COLOR: &str = "#888888";
 const KNEE_COLOR: &str = "#59a14f";
+
+/// One point of a series: concurrency, value, and whether the level was under the error
+/// threshold.
+type Dot = (u32, f64, bool);
+
+/// A line of dots in one colour.
+struct Series<'a> {
+    dots: &'a [Dot],
+    color: &'a str,
+}
 
 /// The figure of a report: throughput (top) and p50/p99 latency (bottom) against concurrency on
 /// a log-2 axis; levels over the error threshold drawn hollow; the knee as a vertical line.
@@ -57,45 +67,39 @@ pub fn figure(report: &CapacityReport) -> String {
     let clean = |l: &crate::Level| l.error_rate() <= threshold;
 
     let top = TOP;
-    let throughput: Vec<(u32, f64, bool)> = levels
+    let throughput: Vec<Dot> = levels
         .iter()
         .map(|l| (l.concurrency, l.throughput_per_s, clean(l)))
         .collect();
-    panel(
-        &mut svg,
-        top,
-        "calls/s (2xx)",
-        &throughput,
-        THROUGHPUT_COLOR,
-        &x,
-        None,
-    );
+    let main = Series {
+        dots: &throughput,
+        color: THROUGHPUT_COLOR,
+    };
+    panel(&mut svg, top, "calls/s (2xx)", &main, None, &x);
 
     let bottom = TOP + PANEL_H + GAP;
-    let p99: Vec<(u32, f64, bool)> = levels
+    let p99: Vec<Dot> = levels
         .iter()
         .filter_map(|l| l.p99_ms.map(|v| (l.concurrency, v, clean(l))))
         .collect();
-    let p50: Vec<(u32, f64, bool)> = levels
+    let p50: Vec<Dot> = levels
         .iter()
         .filter_map(|l| l.p50_ms.map(|v| (l.concurrency, v, clean(l))))
         .collect();
-    panel(
-        &mut svg,
-        bottom,
-        "latency ms",
-        &p99,
-        P99_COLOR,
-        &x,
-        Some((&p50, P50_COLOR)),
-    );
+    let main = Series {
+        dots: &p99,
+        color: P99_COLOR,
+    };
+    let second = Series {
+        dots: &p50,
+        color: P50_COLOR,
+    };
+    panel(&mut svg, bottom, "latency ms", &main, Some(&second), &x);
     let _ = writeln!(
         svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{P99_COLOR}\">p99</text><text x=\"{:.1}\" y=\"{:.1}\" fill=\"{P50_COLOR}\">p50</text>",
-        LEFT + 8.0,
-        bottom + 12.0,
-        LEFT + 36.0,
-        bottom + 12.0
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"><tspan fill=\"{P99_COLOR}\">p99 (solid)</tspan>  <tspan fill=\"{P50_COLOR}\">p50 (dashed)</tspan></text>",
+        WIDTH - RIGHT,
+        bottom - 8.0
     );
 
     // The x axis, labelled with every level measured (probes included, they are few).
@@ -127,7 +131,7 @@ pub fn figure(report: &CapacityReport) -> String {
             svg,
             "<line x1=\"{kx:.1}\" y1=\"{top:.1}\" x2=\"{kx:.1}\" y2=\"{axis_y:.1}\" stroke=\"{KNEE_COLOR}\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{KNEE_COLOR}\" font-weight=\"bold\">capacity {capacity}</text>",
             kx + 4.0,
-            top + 12.0
+            top - 6.0
         );
     }
     svg.push_str("</svg>\n");
@@ -140,14 +144,14 @@ fn panel(
     svg: &mut String,
     top: f64,
     label: &str,
-    points: &[(u32, f64, bool)],
-    color: &str,
+    main: &Series<'_>,
+    second: Option<&Series<'_>>,
     x: &dyn Fn(u32) -> f64,
-    second: Option<(&[(u32, f64, bool)], &str)>,
 ) {
-    let max = points
+    let max = main
+        .dots
         .iter()
-        .chain(second.map_or(&[][..], |(p, _)| p).iter())
+        .chain(second.map_or(&[][..], |s| s.dots).iter())
         .map(|p| p.1)
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
@@ -174,9 +178,9 @@ fn panel(
         top + PANEL_H / 2.0,
         esc(label)
     );
-    let mut series = vec![(points, color, "")];
-    if let Some((p, c)) = second {
-        series.push((p, c, " stroke-dasharray=\"4 3\""));
+    let mut series = vec![(main.dots, main.color, "")];
+    if let Some(s) = second {
+        series.push((s.dots, s.color, " stroke-dasharray=\"4 3\""));
     }
     for (points, color, dash) in series {
         if points.is_empty() {
@@ -251,4 +255,31 @@ fn esc(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::report;
+
+    #[test]
+    fn the_knee_is_marked_and_output_is_deterministic() {
+        let r = report(&[1, 2, 4, 5, 6, 7, 8, 16], None);
+        let svg = figure(&r);
+        assert_eq!(svg, figure(&r));
+        assert!(svg.starts_with("<svg xmlns"), "{svg}");
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains(">capacity 6</text>"));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        // The refused level is drawn hollow.
+        assert!(svg.contains("fill=\"white\" stroke=\"#4e79a7\""));
+    }
+
+    #[test]
+    fn one_level_or_none_still_draws() {
+        let svg = figure(&report(&[4], None));
+        assert!(!svg.contains("NaN"), "{svg}");
+        let svg = figure(&report(&[], None));
+        assert!(svg.contains("no data"), "{svg}");
+    }
 }

@@ -626,7 +626,7 @@ impl LevelState {
         };
         let window = window.as_secs_f64();
         let ms = |us: u64| us as f64 / 1000.0;
-        let some = h.len() > 0;
+        let some = !h.is_empty();
         Level {
             concurrency,
             requests: acc.requests,
