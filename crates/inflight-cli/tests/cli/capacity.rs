@@ -75,7 +75,7 @@ fn records_knee(scenario: &str, time_scale: &str) -> Value {
         "--max",
         "16",
         "--requests",
-        "100",
+        "150",
         "--name",
         "records",
         "--svg",
