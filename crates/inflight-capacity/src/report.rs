@@ -27,6 +27,8 @@ pub struct CapacityReport {
     pub max_rate_per_s: Option<f64>,
     /// What the levels say: a knee (and what showed it), no knee up to a level, or refused.
     pub verdict: Verdict,
+    /// The verdict in one plain sentence, as the table ends.
+    pub conclusion: String,
     /// How sharp the knee is: the capacity level's plateau share and efficiency, the smaller
     /// (1 = throughput on the plateau with no wait).
     pub fit: Option<f64>,
@@ -84,7 +86,7 @@ impl CapacityReport {
             }
             _ => None,
         };
-        CapacityReport {
+        let mut report = CapacityReport {
             url,
             method: target.method_name().to_string(),
             capacity: knee.capacity(),
@@ -98,7 +100,10 @@ impl CapacityReport {
             stopped,
             suggested,
             suggest_error,
-        }
+            conclusion: String::new(),
+        };
+        report.conclusion = report.conclusion();
+        report
     }
 
     /// The lowest level measured (its p50 is the service time).
@@ -271,6 +276,20 @@ pub(crate) mod tests {
             assert!(json.get(key).is_some(), "{key}");
         }
         assert_eq!(json["levels"][7]["errors"]["status_503"], 80);
+    }
+
+    #[test]
+    fn no_knee_is_said_plainly() {
+        // Throughput doubles with every level: the service took all of them.
+        let r = report(&[1, 2, 4], None);
+        assert_eq!(r.capacity, None);
+        assert_eq!(r.verdict, Verdict::NoKnee { up_to: 4 });
+        let text = r.render();
+        assert!(text.contains("no knee up to concurrency 4"), "{text}");
+        assert!(text.contains("service time 100.0 ms"), "{text}");
+        let s = r.suggested.as_ref().unwrap();
+        assert_eq!((s.basis, s.max_concurrent), (Basis::LowerBound, 4));
+        assert_eq!(r.conclusion, r.conclusion());
     }
 
     #[test]

@@ -168,32 +168,26 @@ fn enrichment_has_no_knee_up_to_max_and_says_so() {
     ]);
     let median = scaled_median_ms(&sim, "enrichment");
     let url = format!("{}/enrich/7", sim.url);
-    let out = inflight()
-        .args(["capacity", &url, "--max", "16", "--requests", "100"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("no knee up to concurrency 16"), "{stdout}");
-    assert!(stdout.contains("service time"), "{stdout}");
-    assert!(stdout.contains("[budgets.enrich]"), "{stdout}");
-
     let doc = run_json([
         "capacity",
         &url,
-        "--levels",
-        "1,4,16",
+        "--max",
+        "16",
         "--requests",
-        "60",
+        "150",
         "--json",
     ]);
     assert_eq!(doc["capacity"], Value::Null, "{doc:#}");
     assert_eq!(doc["verdict"]["kind"], "no_knee");
     assert_eq!(doc["verdict"]["up_to"], 16);
+    assert_eq!(doc["stopped"], Value::Null);
+    let conclusion = doc["conclusion"].as_str().unwrap();
+    assert!(
+        conclusion.starts_with("no knee up to concurrency 16: throughput kept growing"),
+        "{conclusion}"
+    );
+    // Enrichment latencies are wider (sigma 0.25) than the records' and their draws are shared
+    // with any other caller of the sim, so the sample median is held to 15% here.
     let service_time = doc["service_time_ms"].as_f64().unwrap();
     assert!(
         (service_time - median).abs() <= 0.15 * median,
