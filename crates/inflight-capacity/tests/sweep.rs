@@ -75,7 +75,7 @@ async fn the_knee_is_the_servers_capacity() {
     assert_eq!(report.capacity, Some(3), "{}", report.render());
     assert!(matches!(report.verdict, Verdict::Knee { .. }));
     let service = report.service_time_ms.unwrap();
-    assert!(service >= 40.0 && service < 60.0, "{service}");
+    assert!((40.0..60.0).contains(&service), "{service}");
     assert!(matches!(
         report.stopped,
         Some(Stop::Errors { concurrency: 8, .. })
