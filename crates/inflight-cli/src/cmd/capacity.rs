@@ -11,6 +11,29 @@ use inflight_bench::shutdown::Shutdown;
 use inflight_capacity::knee::{KneeRules, Verdict};
 use inflight_capacity::{svg, CapacityError, Levels, Progress, Stop, Sweep, Target};
 
+/// `{n}` as help text shows it. clap turns a literal `{n}` anywhere in help into a line break,
+/// so the two halves are kept apart by an empty style reset: invisible on a terminal, and removed
+/// with the other styling when help is piped.
+macro_rules! counter {
+    () => {
+        "{\x1b[0mn}"
+    };
+}
+
+const AFTER_HELP: &str = concat!(
+    "Safety: a loopback target (127.0.0.0/8, ::1, localhost) runs as given; any other host is someone's
+service and needs --allow-remote. Every run is bounded by a total request cap and a total time cap,
+printed before it starts. Ctrl-C stops at once and prints what was measured so far.
+
+Examples:
+  inflight sim --port 7070 --scenario slow-write &
+  inflight capacity http://127.0.0.1:7070/records --method POST \\
+      --body '{\"id\": ",
+    counter!(),
+    ", \"complete\": true}' --max 32 --name records --svg capacity.svg
+  inflight capacity http://127.0.0.1:7070/enrich/1 --levels 1,4,16,64 --json | jq .capacity"
+);
+
 /// The longest a per-level time or a per-call timeout may be.
 const MAX_DURATION: Duration = Duration::from_secs(600);
 
@@ -27,16 +50,7 @@ const MAX_DURATION: Duration = Duration::from_secs(600);
 /// were measured (knee or not), 1 when every level failed too many calls, 2 on bad input or a
 /// target that cannot be measured, 130 after Ctrl-C (what was measured is printed first).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Safety: a loopback target (127.0.0.0/8, ::1, localhost) runs as given; any other host is someone's
-service and needs --allow-remote. Every run is bounded by a total request cap and a total time cap,
-printed before it starts. Ctrl-C stops at once and prints what was measured so far.
-
-Examples:
-  inflight sim --scenario slow-write &
-  inflight capacity http://127.0.0.1:7070/records --method POST \\
-      --body '{\"id\": {n}, \"complete\": true}' --max 32 --name records --svg capacity.svg
-  inflight capacity http://127.0.0.1:7070/enrich/1 --levels 1,4,16,64 --json | jq .capacity")]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// The endpoint to measure (http:// only).
     #[arg(value_name = "URL")]
@@ -47,7 +61,8 @@ pub struct Args {
     method: String,
 
     /// A JSON request body; `{n}` is replaced by a counter (1, 2, 3, ...) on each call.
-    #[arg(long, short = 'd', value_name = "TEMPLATE")]
+    #[arg(long, short = 'd', value_name = "TEMPLATE",
+          help = concat!("A JSON request body; `", counter!(), "` is replaced by a counter (1, 2, 3, ...) on each call"))]
     body: Option<String>,
 
     /// A request header, `Name: value` (repeatable).
@@ -221,10 +236,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
 
     let runtime = super::async_runtime()?;
-    let report = runtime.block_on(async {
+    let report = match runtime.block_on(async {
         let shutdown = Shutdown::on_signals();
         sweep.run(&shutdown, print_progress).await
-    })?;
+    }) {
+        Ok(report) => report,
+        Err(CapacityError::Interrupted) => {
+            eprintln!("interrupted before the first level: nothing was measured");
+            return Ok(ExitCode::from(130));
+        }
+        Err(e) => return Err(e.into()),
+    };
 
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::figure(&report))

@@ -485,4 +485,10 @@ fn help_shows_an_example() {
         "{text}"
     );
     assert!(text.contains("--allow-remote"), "{text}");
+    // clap reads a literal `{n}` in help as a line break; the help shows it as typed.
+    assert!(
+        text.contains(r#"--body '{"id": {n}, "complete": true}'"#),
+        "{text}"
+    );
+    assert!(text.contains("`{n}` is replaced by a counter"), "{text}");
 }
