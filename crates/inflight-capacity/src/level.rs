@@ -88,7 +88,8 @@ pub struct Level {
     pub elapsed_s: f64,
     /// Whether this level was added between two others to pin down the knee.
     pub refined: bool,
-    /// Whether Ctrl-C cut the level short.
+    /// Whether Ctrl-C or the total time cap cut the level short (its calls in flight were
+    /// dropped).
     pub interrupted: bool,
     /// The first failure's message, for a transport error or an error status.
     #[serde(skip_serializing_if = "Option::is_none")]

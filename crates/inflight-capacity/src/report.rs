@@ -38,7 +38,8 @@ pub struct CapacityReport {
     pub caps: Caps,
     /// Why the climb ended early, if it did.
     pub stopped: Option<Stop>,
-    /// The budget to paste, `null` when nothing clean was measured or the run was interrupted.
+    /// The budget to paste; `null` when nothing clean was measured or a level was cut short
+    /// (Ctrl-C, the total time cap).
     pub suggested: Option<Suggestion>,
     /// Where the suggestion could not be made although there was data (should not happen).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,9 +67,11 @@ impl CapacityReport {
         };
         let url = target.url().to_string();
         let mut suggest_error = None;
-        let suggested = match (basis, knee.service_time_ms, knee.max_rate_per_s, &stopped) {
-            (_, _, _, Some(Stop::Interrupted)) => None,
-            (Some((c, basis)), Some(service_time_ms), Some(max_rate_per_s), _) => {
+        // A level cut short measured part of a round; no budget rests on it.
+        let cut = levels.iter().any(|l| l.interrupted);
+        let suggested = match (basis, knee.service_time_ms, knee.max_rate_per_s) {
+            _ if cut => None,
+            (Some((c, basis)), Some(service_time_ms), Some(max_rate_per_s)) => {
                 let measured = Measured {
                     max_concurrent: c,
                     basis,
@@ -294,7 +297,19 @@ pub(crate) mod tests {
 
     #[test]
     fn an_interrupted_run_suggests_nothing() {
-        let r = report(&[1, 2], Some(Stop::Interrupted));
+        let mut r = report(&[1, 2], Some(Stop::Interrupted));
+        assert!(r.suggested.is_some(), "whole levels");
+        let target = Target::new(&r.url).unwrap();
+        let mut levels = r.levels.clone();
+        levels[1].interrupted = true;
+        r = CapacityReport::build(
+            &target,
+            "records".into(),
+            levels,
+            r.rules,
+            r.caps,
+            r.stopped.clone(),
+        );
         assert!(r.suggested.is_none());
         assert!(r.render().contains("interrupted"));
     }

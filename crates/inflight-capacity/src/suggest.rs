@@ -3,8 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::time::Duration;
+
 use inflight::sizing::{assess, Warning};
-use inflight::Budgets;
+use inflight::{BudgetConfig, Budgets, Rate};
 
 /// Why no budget could be suggested for a name and a knee.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -61,6 +63,38 @@ pub struct Suggestion {
     pub target_rate_per_s: f64,
     /// The table as TOML, with a comment line saying where it came from.
     pub toml: String,
+}
+
+impl Suggestion {
+    /// The suggestion as a budget configuration, the same one its `toml` loads into, for a
+    /// program that builds its budgets from a measurement instead of a file.
+    ///
+    /// ```
+    /// use inflight_capacity::suggest::{suggest, Basis, Measured};
+    ///
+    /// let s = suggest("records", "http://127.0.0.1:9/records", &Measured {
+    ///     max_concurrent: 6,
+    ///     basis: Basis::Knee,
+    ///     service_time_ms: 150.4,
+    ///     p99_ms: 231.0,
+    ///     max_rate_per_s: 39.2,
+    /// })?;
+    /// let config = s.config();
+    /// assert_eq!(config.max_concurrent(), 6);
+    /// assert!(inflight::sizing::assess(&config).warnings.is_empty());
+    /// # Ok::<(), inflight_capacity::suggest::SuggestError>(())
+    /// ```
+    pub fn config(&self) -> BudgetConfig {
+        let mut config = BudgetConfig::new(self.max_concurrent as usize)
+            .max_queued(self.max_queued as usize)
+            .permit_timeout(Duration::from_millis(self.permit_timeout_ms))
+            .call_timeout(Duration::from_millis(self.call_timeout_ms))
+            .service_time(Duration::from_millis(self.service_time_ms));
+        if self.target_rate_per_s > 0.0 {
+            config = config.target_rate(Rate::per_second(self.target_rate_per_s));
+        }
+        config
+    }
 }
 
 /// The budget for `name` that `measured` implies, checked to load and assess without warnings.
@@ -236,6 +270,11 @@ mod tests {
                         assert_eq!(s.max_concurrent, cap);
                         assert!(s.permit_timeout_ms as f64 >= 2.0 * st, "{s:?}");
                         assert!(s.call_timeout_ms >= s.service_time_ms, "{s:?}");
+                        assert!(assess(&s.config()).warnings.is_empty(), "{s:?}");
+                        let loaded = Budgets::from_toml_str(&s.toml).unwrap();
+                        let loaded = loaded.get("dep").unwrap().config();
+                        assert_eq!(loaded.max_queued_limit(), s.config().max_queued_limit());
+                        assert_eq!(loaded.service_time_hint(), s.config().service_time_hint());
                     }
                 }
             }

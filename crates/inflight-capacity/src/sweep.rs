@@ -334,7 +334,7 @@ impl Sweep {
             let errors = level.errors.describe();
             levels.push(level);
             if interrupted {
-                stopped = Some(Stop::Interrupted);
+                stopped = Some(run.cut(shutdown));
                 break;
             }
             if rate > self.rules.stop_on_errors {
@@ -365,7 +365,7 @@ impl Sweep {
                 let interrupted = level.interrupted;
                 levels.push(level);
                 if interrupted {
-                    stopped = Some(Stop::Interrupted);
+                    stopped = Some(run.cut(shutdown));
                     break;
                 }
             }
@@ -452,9 +452,11 @@ impl Sweep {
                 }
             });
         }
+        // Ctrl-C, or the total time cap, cuts the level short: the calls in flight are dropped.
         let interrupted = tokio::select! {
             _ = async { while callers.join_next().await.is_some() {} } => false,
             _ = shutdown.wait() => true,
+            _ = tokio::time::sleep_until(run.deadline.into()) => true,
         };
         callers.abort_all();
         let level = state.level(concurrency, refined, interrupted);
@@ -482,6 +484,15 @@ impl RunBounds {
             self.request_cap_hit.store(true, Ordering::SeqCst);
         }
         taken
+    }
+
+    /// Why a level was cut short: Ctrl-C, or else the total time cap.
+    fn cut(&self, shutdown: &Shutdown) -> Stop {
+        if shutdown.fired() {
+            Stop::Interrupted
+        } else {
+            Stop::TimeCap
+        }
     }
 
     /// Why no further level may start, if one may not.

@@ -130,6 +130,31 @@ async fn a_shutdown_stops_at_once_with_what_was_measured() {
     assert!(report.suggested.is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_time_cap_cuts_the_level_in_flight() {
+    let server = serve().await;
+    let started = std::time::Instant::now();
+    let report = Sweep::new(
+        Target::new(&server.url).unwrap(),
+        Levels::parse("1,2").unwrap(),
+    )
+    .requests_per_level(NonZeroU64::new(10_000).unwrap())
+    .duration_per_level(Duration::from_secs(60))
+    .total_time(Duration::from_secs(1))
+    .run(&Shutdown::never(), |_| {})
+    .await
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.caps.total_time, Duration::from_secs(1));
+    assert_eq!(report.stopped, Some(Stop::TimeCap));
+    assert!(report.levels[0].interrupted);
+    assert!(report.suggested.is_none());
+}
+
 #[tokio::test]
 async fn nothing_listening_is_an_error_before_any_level() {
     let port = {
