@@ -304,12 +304,7 @@ impl Sweep {
     ) -> Result<CapacityReport, CapacityError> {
         self.check()?;
         let caps = self.caps();
-        let name = self
-            .name
-            .clone()
-            .unwrap_or_else(|| self.target.default_name());
-        // The name is checked before any call is made.
-        crate::suggest::check_name(&name)?;
+        let name = self.budget_name();
         let caller = Arc::new(
             Caller::new(self.target.clone(), self.timeout).map_err(CapacityError::Client)?,
         );
