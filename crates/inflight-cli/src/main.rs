@@ -1,5 +1,5 @@
 //! The `inflight` command: glue between the command line and the `inflight`, `inflight-cpu`,
-//! `inflight-bench` and `inflight-lab` libraries. Each subcommand lives in `cmd/<name>.rs` with its
+//! `inflight-bench`, `inflight-lab` and `inflight-capacity` libraries. Each subcommand lives in `cmd/<name>.rs` with its
 //! `Args` and a `run` function.
 
 use std::process::ExitCode;
@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Validate a budgets file and print each budget's limits and Little's-law figures.
     CheckConfig(cmd::check_config::Args),
+    /// Find a dependency's capacity and service time by measurement, and the budget to configure.
+    Capacity(cmd::capacity::Args),
     /// Show the CPU budget of this process: cores, affinity, cgroup quotas, what runtimes would pick.
     Probe(cmd::probe::Args),
     /// Run a CPU-bound task on thread pools of several sizes, optionally under a real cgroup quota.
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::Capacity(args) => cmd::capacity::run(args),
         Command::Probe(args) => cmd::probe::run(args),
         Command::PoolBench(args) => cmd::pool_bench::run(args),
         Command::Fanout(args) => cmd::fanout::run(args),

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 
+pub mod capacity;
 pub mod check_config;
 pub mod fanout;
 pub mod lab;

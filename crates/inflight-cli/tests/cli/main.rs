@@ -1,5 +1,6 @@
 //! Command-line tests: one integration binary, a module per subcommand, helpers in `support`.
 
+mod capacity;
 mod check_config;
 mod fanout;
 mod lab;

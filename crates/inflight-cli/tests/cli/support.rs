@@ -106,3 +106,42 @@ pub fn wait_exit(child: &mut Child, within: Duration, what: &str) -> ExitStatus 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// An `inflight sim` started for a test, stopped when dropped.
+pub struct SimProcess {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+}
+
+impl SimProcess {
+    /// Starts `inflight sim --port 0 ARGS --exit-on-stdin-close` and reads its URL.
+    pub fn start(args: &[&str]) -> SimProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(inflight_path())
+            .args(["sim", "--port", "0", "--exit-on-stdin-close"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim_end()
+            .strip_prefix("inflight sim listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        SimProcess { child, url }
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,328 @@
+//! [`CapacityReport`]: the levels, the knee, the suggested budget; as JSON or a table.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::knee::{find_knee, Evidence, KneeRules, Point, Verdict};
+use crate::level::Level;
+use crate::suggest::{suggest, Basis, Measured, Suggestion};
+use crate::sweep::{Caps, Stop};
+use crate::target::Target;
+
+/// The result of a sweep. Serialized, it is the `--json` document: `url`, `levels` (each with
+/// `concurrency`, `requests`, `throughput_per_s`, `p50_ms`, `p99_ms`, `max_ms`, `errors`),
+/// `capacity`, `service_time_ms`, `max_rate_per_s` and `suggested`, with more around them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapacityReport {
+    pub url: String,
+    pub method: String,
+    /// The levels measured, by concurrency.
+    pub levels: Vec<Level>,
+    /// The smallest concurrency at the plateau before calls wait or fail; `null` without a knee.
+    pub capacity: Option<u32>,
+    /// Median latency at the lowest level, in milliseconds.
+    pub service_time_ms: Option<f64>,
+    /// The highest throughput of a level under the error threshold, calls per second.
+    pub max_rate_per_s: Option<f64>,
+    /// What the levels say: a knee (and what showed it), no knee up to a level, or refused.
+    pub verdict: Verdict,
+    /// The verdict in one plain sentence, as the table ends.
+    pub conclusion: String,
+    /// How sharp the knee is: the capacity level's plateau share and efficiency, the smaller
+    /// (1 = throughput on the plateau with no wait).
+    pub fit: Option<f64>,
+    /// The tolerance and error threshold used.
+    pub rules: KneeRules,
+    /// The run's caps.
+    pub caps: Caps,
+    /// Why the climb ended early, if it did.
+    pub stopped: Option<Stop>,
+    /// The budget to paste; `null` when nothing clean was measured or a level was cut short
+    /// (Ctrl-C, the total time cap).
+    pub suggested: Option<Suggestion>,
+    /// Where the suggestion could not be made although there was data (should not happen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggest_error: Option<String>,
+}
+
+impl CapacityReport {
+    /// The report of `levels` measured against `target` (levels in any order).
+    pub fn build(
+        target: &Target,
+        name: String,
+        mut levels: Vec<Level>,
+        rules: KneeRules,
+        caps: Caps,
+        stopped: Option<Stop>,
+    ) -> CapacityReport {
+        levels.sort_by_key(|l| l.concurrency);
+        let points: Vec<Point> = levels.iter().map(Point::from).collect();
+        let knee = find_knee(&points, &rules);
+        let at = |c: u32| levels.iter().find(|l| l.concurrency == c);
+        let basis = match knee.verdict {
+            Verdict::Knee { capacity, .. } => Some((capacity, Basis::Knee)),
+            Verdict::NoKnee { up_to } => Some((up_to, Basis::LowerBound)),
+            _ => None,
+        };
+        let url = target.url().to_string();
+        let mut suggest_error = None;
+        // A level cut short measured part of a round; no budget rests on it.
+        let cut = levels.iter().any(|l| l.interrupted);
+        let suggested = match (basis, knee.service_time_ms, knee.max_rate_per_s) {
+            _ if cut => None,
+            (Some((c, basis)), Some(service_time_ms), Some(max_rate_per_s)) => {
+                let measured = Measured {
+                    max_concurrent: c,
+                    basis,
+                    service_time_ms,
+                    p99_ms: at(c).and_then(|l| l.p99_ms).unwrap_or(service_time_ms),
+                    max_rate_per_s,
+                };
+                match suggest(&name, &url, &measured) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        suggest_error = Some(e.to_string());
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let mut report = CapacityReport {
+            url,
+            method: target.method_name().to_string(),
+            capacity: knee.capacity(),
+            service_time_ms: knee.service_time_ms,
+            max_rate_per_s: knee.max_rate_per_s,
+            verdict: knee.verdict,
+            fit: knee.fit,
+            levels,
+            rules,
+            caps,
+            stopped,
+            suggested,
+            suggest_error,
+            conclusion: String::new(),
+        };
+        report.conclusion = report.conclusion();
+        report
+    }
+
+    /// The lowest level measured (its p50 is the service time).
+    fn base(&self) -> Option<&Level> {
+        self.levels.first()
+    }
+
+    /// The verdict in one plain sentence.
+    pub fn conclusion(&self) -> String {
+        let tol = self.rules.tolerance * 100.0;
+        match self.verdict {
+            Verdict::Knee { capacity, evidence } => {
+                let why = match evidence {
+                    Evidence::Queueing => "above it throughput stops growing and calls wait",
+                    Evidence::Errors => "above it calls fail",
+                };
+                format!("capacity {capacity} calls in flight: {why} (tolerance {tol:.0}%)")
+            }
+            Verdict::NoKnee { up_to } => format!(
+                "no knee up to concurrency {up_to}: throughput kept growing with concurrency, so the capacity is above {up_to} (measure higher with --max or --levels)"
+            ),
+            Verdict::AllRefused { first } => format!(
+                "no capacity: every level from concurrency {first} up had more than {:.0}% of calls failing",
+                self.rules.stop_on_errors * 100.0
+            ),
+            Verdict::NoData => "no capacity: no call finished".to_string(),
+        }
+    }
+
+    /// The table, the conclusion and the suggested budget, as the command prints them.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} {}", self.method, self.url);
+        let _ = writeln!(
+            out,
+            "{:>11}  {:>8}  {:>10}  {:>8}  {:>8}  {:>8}  errors",
+            "concurrency", "requests", "ok/s", "p50 ms", "p99 ms", "max ms"
+        );
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        for l in &self.levels {
+            let mark = match (Some(l.concurrency) == self.capacity, l.refined) {
+                (true, _) => " <- knee",
+                (false, true) => " (probe)",
+                _ => "",
+            };
+            let errors = if l.errors.total == 0 {
+                "0".to_string()
+            } else {
+                format!(
+                    "{} ({:.1}%: {})",
+                    l.errors.total,
+                    l.error_rate() * 100.0,
+                    l.errors.describe()
+                )
+            };
+            let _ = writeln!(
+                out,
+                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {errors}{mark}{}",
+                l.concurrency,
+                l.requests,
+                l.throughput_per_s,
+                ms(l.p50_ms),
+                ms(l.p99_ms),
+                ms(l.max_ms),
+                if l.interrupted { " (interrupted)" } else { "" }
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", self.conclusion());
+        if let (Some(t), Some(base)) = (self.service_time_ms, self.base()) {
+            let _ = writeln!(
+                out,
+                "service time {t:.1} ms (median at concurrency {})",
+                base.concurrency
+            );
+        }
+        if let Some(rate) = self.max_rate_per_s {
+            let _ = writeln!(out, "max rate {rate:.1}/s (the most a clean level passed)");
+        }
+        if let Some(stop) = &self.stopped {
+            let _ = writeln!(out, "{stop}");
+        }
+        if let Some(first) = self.levels.iter().find_map(|l| l.first_error.as_ref()) {
+            let _ = writeln!(out, "first failure: {first}");
+        }
+        if let Some(s) = &self.suggested {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "Suggested budget (paste into a budgets file; `inflight check-config` takes it without warnings):"
+            );
+            out.push_str(&s.toml);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::level::ErrorCounts;
+
+    /// A level of a service with capacity 6 and 100 ms calls, refusing beyond 12.
+    pub(crate) fn level(c: u32) -> Level {
+        let served = c.min(6) as f64;
+        let mut errors = ErrorCounts::default();
+        let requests = 100;
+        if c > 12 {
+            for _ in 0..80 {
+                errors.add_status(503);
+            }
+        }
+        let p50 = 100.0 * (c.clamp(6, 12) as f64) / 6.0;
+        Level {
+            concurrency: c,
+            requests,
+            ok: requests - errors.total,
+            throughput_per_s: served * 10.0,
+            p50_ms: Some(p50),
+            p99_ms: Some(p50 * 1.5),
+            max_ms: Some(p50 * 1.7),
+            mean_ms: Some(p50 * 1.02),
+            errors,
+            elapsed_s: 1.0,
+            refined: matches!(c, 5..=7),
+            interrupted: false,
+            first_error: (c > 12).then(|| "503 Service Unavailable".to_string()),
+        }
+    }
+
+    pub(crate) fn report(levels: &[u32], stopped: Option<Stop>) -> CapacityReport {
+        let target = Target::new("http://127.0.0.1:7070/records").unwrap();
+        CapacityReport::build(
+            &target,
+            "records".to_string(),
+            levels.iter().rev().map(|&c| level(c)).collect(),
+            KneeRules::default(),
+            Caps {
+                total_requests: 1000,
+                total_time: std::time::Duration::from_secs(60),
+            },
+            stopped,
+        )
+    }
+
+    #[test]
+    fn a_knee_gives_a_table_and_a_budget() {
+        let r = report(&[1, 2, 4, 5, 6, 7, 8, 16], None);
+        assert_eq!(r.capacity, Some(6));
+        assert_eq!(r.service_time_ms, Some(100.0));
+        assert_eq!(r.max_rate_per_s, Some(60.0));
+        let levels: Vec<u32> = r.levels.iter().map(|l| l.concurrency).collect();
+        assert_eq!(levels, [1, 2, 4, 5, 6, 7, 8, 16], "sorted");
+        let text = r.render();
+        assert!(text.contains("<- knee"), "{text}");
+        assert!(text.contains("capacity 6 calls in flight"), "{text}");
+        assert!(
+            text.contains("[budgets.records]\nmax_concurrent = 6\n"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        for key in [
+            "url",
+            "levels",
+            "capacity",
+            "service_time_ms",
+            "max_rate_per_s",
+            "suggested",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(json["levels"][7]["errors"]["status_503"], 80);
+    }
+
+    #[test]
+    fn no_knee_is_said_plainly() {
+        // Throughput doubles with every level: the service took all of them.
+        let r = report(&[1, 2, 4], None);
+        assert_eq!(r.capacity, None);
+        assert_eq!(r.verdict, Verdict::NoKnee { up_to: 4 });
+        let text = r.render();
+        assert!(text.contains("no knee up to concurrency 4"), "{text}");
+        assert!(text.contains("service time 100.0 ms"), "{text}");
+        let s = r.suggested.as_ref().unwrap();
+        assert_eq!((s.basis, s.max_concurrent), (Basis::LowerBound, 4));
+        assert_eq!(r.conclusion, r.conclusion());
+    }
+
+    #[test]
+    fn an_interrupted_run_suggests_nothing() {
+        let mut r = report(&[1, 2], Some(Stop::Interrupted));
+        assert!(r.suggested.is_some(), "whole levels");
+        let target = Target::new(&r.url).unwrap();
+        let mut levels = r.levels.clone();
+        levels[1].interrupted = true;
+        r = CapacityReport::build(
+            &target,
+            "records".into(),
+            levels,
+            r.rules,
+            r.caps,
+            r.stopped.clone(),
+        );
+        assert!(r.suggested.is_none());
+        assert!(r.render().contains("interrupted"));
+    }
+
+    #[test]
+    fn all_refused_has_no_capacity_and_no_budget() {
+        let r = report(&[16], None);
+        assert_eq!(r.capacity, None);
+        assert_eq!(r.suggested, None);
+        assert!(
+            r.conclusion().starts_with("no capacity"),
+            "{}",
+            r.conclusion()
+        );
+    }
+}
