@@ -438,9 +438,13 @@ pub(crate) fn parse_cpu_max(text: &str) -> Result<Limit, String> {
     if quota == "max" {
         return Ok(Limit::Unlimited);
     }
-    let quota_us = quota
-        .parse::<u64>()
-        .map_err(|_| format!("quota {quota:?} is neither 'max' nor a number"))?;
+    let quota_us = quota.parse::<u64>().map_err(|e| {
+        if quota.bytes().all(|b| b.is_ascii_digit()) {
+            format!("quota {quota:?} is too large ({e})")
+        } else {
+            format!("quota {quota:?} is neither 'max' nor a number")
+        }
+    })?;
     let period_us = period.ok_or("quota without a period")?;
     if period_us == 0 || quota_us == 0 {
         return Err(format!(

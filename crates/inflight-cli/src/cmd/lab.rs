@@ -200,6 +200,15 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `1 cell`, `3 cells`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 fn dedup(v: &mut Vec<String>) {
     let mut seen = std::collections::HashSet::new();
     v.retain(|s| seen.insert(s.clone()));
@@ -219,10 +228,15 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(cpus) = &args.cpus {
         if let Some(bad) = cpus
             .iter()
-            .find(|c| !(c.is_finite() && **c > 0.0 && **c <= 1024.0))
+            .find(|c| !(c.is_finite() && **c >= 0.01 && **c <= 1024.0))
         {
-            bail!("--cpus must be between 0 and 1024 CPUs (fractions allowed), got {bad}");
+            bail!(
+                "--cpus must be between 0.01 (the kernel's smallest quota, 1 ms per 100 ms) and 1024 CPUs, got {bad}"
+            );
         }
+    }
+    if let Some(addr) = args.metrics_addr.filter(|a| !a.ip().is_loopback()) {
+        bail!("--metrics-addr must be a loopback address (127.0.0.1 or [::1]), got {addr}");
     }
     let repeats = args.repeats.unwrap_or(if args.quick { 3 } else { 5 });
     let time_scale = args
@@ -269,9 +283,10 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let total = opts.cells.len() * repeats as usize;
     eprintln!(
-        "lab: {} cells x {} repeats = {total} runs of {} records, time scale {}, seed {}; writing to {}",
-        opts.cells.len(),
-        repeats,
+        "lab: {} x {} = {total} {} of {} records, time scale {}, seed {}; writing to {}",
+        count(opts.cells.len(), "cell"),
+        count(repeats as usize, "repeat"),
+        if total == 1 { "run" } else { "runs" },
         opts.records,
         time_scale,
         opts.seed,

@@ -60,7 +60,12 @@ fn parse_cpus(s: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of CPUs (e.g. 1, 0.5, 2)"))?;
-    if !v.is_finite() || v <= 0.0 {
+    if !v.is_finite() {
+        return Err(format!(
+            "{s} CPUs: the quota must be a finite number of CPUs"
+        ));
+    }
+    if v <= 0.0 {
         return Err(format!("{s} CPUs: the quota must be greater than 0"));
     }
     if v < 0.01 {

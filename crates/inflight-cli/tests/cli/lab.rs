@@ -297,6 +297,11 @@ fn bad_flags_exit_2_with_a_message() {
         (vec!["--time-scale=-1"], "--time-scale"),
         (vec!["--cpus", "0"], "--cpus"),
         (vec!["--cpus", "-1"], "--cpus must be"),
+        (
+            vec!["--cpus", "0.001"],
+            "between 0.01 (the kernel's smallest quota",
+        ),
+        (vec!["--metrics-addr", "10.0.0.1:9464"], "loopback"),
         (vec!["--time-scale", "-1"], "--time-scale must be"),
         (vec!["--time-scale", "nan"], "--time-scale"),
         (vec!["--time-scale", "0"], "--time-scale"),

@@ -326,10 +326,22 @@ async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Respon
     let counters = &state.0.enrich;
     counters.seen.fetch_add(1, Ordering::SeqCst);
     let Ok(id) = id.parse::<i64>() else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("enrichment id must be an integer, got `{id}`"),
-        );
+        let shown: String = id.chars().take(40).collect();
+        let why = if !id.is_empty()
+            && id
+                .trim_start_matches('-')
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        {
+            format!(
+                "enrichment id must fit a 64-bit integer ({} to {}), got `{shown}`",
+                i64::MIN,
+                i64::MAX
+            )
+        } else {
+            format!("enrichment id must be an integer, got `{shown}`")
+        };
+        return error(StatusCode::BAD_REQUEST, why);
     };
     let (delay, quota) = {
         let mut current = state.lock();
