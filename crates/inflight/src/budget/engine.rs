@@ -39,6 +39,10 @@ use crate::store::local::LocalPermits;
 use crate::store::{Lease, Store, StoreError};
 
 pub(crate) struct Engine {
+    /// No gate beyond the local permit (no rate, no store): a free permit is granted at once.
+    plain_gates: bool,
+    /// A plain return: no lease to give back and no limit to teach.
+    plain_release: bool,
     pub(crate) name: Arc<str>,
     pub(crate) config: BudgetConfig,
     pub(crate) permits: LocalPermits,
@@ -70,13 +74,14 @@ pub(crate) struct Grant {
     pub(crate) granted: Option<Instant>,
     /// Permits held when this one was granted, itself included.
     in_flight: usize,
-    lease: Option<Lease>,
+    /// Boxed: most budgets have no store, and a small permit is cheap to hand around.
+    lease: Option<Box<Lease>>,
 }
 
 impl Grant {
     /// The lease taken from the budget's store, if it has one.
     pub(crate) fn lease(&self) -> Option<&Lease> {
-        self.lease.as_ref()
+        self.lease.as_deref()
     }
 }
 
@@ -98,16 +103,25 @@ impl Engine {
             })
         });
         let name: Arc<str> = Arc::from(name);
+        #[cfg(feature = "rate")]
+        let rate = config.rate.map(|r| {
+            let interval = r.interval().unwrap_or(Duration::from_secs(1));
+            Gcra::new(interval, config.burst.unwrap_or(1))
+        });
+        #[cfg(feature = "rate")]
+        let plain_gates = store.is_none() && rate.is_none();
+        #[cfg(not(feature = "rate"))]
+        let plain_gates = store.is_none();
+        let plain_release = store.is_none() && learner.is_none();
         Engine {
+            plain_gates,
+            plain_release,
             name: name.clone(),
             permits: LocalPermits::new(initial),
             learner,
             store,
             #[cfg(feature = "rate")]
-            rate: config.rate.map(|r| {
-                let interval = r.interval().unwrap_or(Duration::from_secs(1));
-                Gcra::new(interval, config.burst.unwrap_or(1))
-            }),
+            rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
             unavailable: AtomicU64::new(0),
@@ -133,11 +147,7 @@ impl Engine {
     /// Whether every caller must pass a gate beyond the local permit.
     #[inline]
     fn has_more_gates(&self) -> bool {
-        #[cfg(feature = "rate")]
-        if self.rate.is_some() {
-            return true;
-        }
-        self.store.is_some()
+        !self.plain_gates
     }
 
     /// Grants a permit now if one is free and nobody waits; never waits.
@@ -197,11 +207,23 @@ impl Engine {
     /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
     /// while waiting is counted as cancelled.
     pub(crate) async fn grant(&self) -> Result<Grant, AcquireError> {
-        if !self.has_more_gates() {
-            if let Some(grant) = self.grant_at_once() {
-                return Ok(grant);
-            }
+        if let Some(grant) = self.grant_fast() {
+            return Ok(grant);
         }
+        self.grant_slow().await
+    }
+
+    /// The fast path: a permit free now, nobody waiting, and no other gate.
+    #[inline]
+    pub(crate) fn grant_fast(&self) -> Option<Grant> {
+        if self.has_more_gates() {
+            return None;
+        }
+        self.grant_at_once()
+    }
+
+    /// Every gate, waiting where the budget allows (after the fast path failed).
+    pub(crate) async fn grant_slow(&self) -> Result<Grant, AcquireError> {
         #[cfg(feature = "tracing")]
         {
             use tracing::Instrument;
@@ -236,7 +258,7 @@ impl Engine {
         let mut lease = None;
         if let Some(store) = &self.store {
             match store.acquire(&self.name, deadline).await {
-                Ok(l) => lease = Some(l),
+                Ok(l) => lease = Some(Box::new(l)),
                 Err(StoreError::Timeout) => {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
@@ -335,9 +357,18 @@ impl Engine {
 
     /// Takes back a permit: the lease goes back to the store, the limit learns from the call,
     /// then the local permit is returned.
+    #[inline]
     pub(crate) fn release(&self, grant: &mut Grant, outcome: Outcome) {
+        if self.plain_release {
+            self.permits.give_back();
+            return;
+        }
+        self.release_learning(grant, outcome);
+    }
+
+    fn release_learning(&self, grant: &mut Grant, outcome: Outcome) {
         if let (Some(lease), Some(store)) = (grant.lease.take(), &self.store) {
-            store.release(&self.name, lease);
+            store.release(&self.name, *lease);
         }
         if let (Some(learner), Some(granted)) = (&self.learner, grant.granted) {
             let now = Instant::now();

@@ -207,7 +207,11 @@ impl Budget {
     /// # }
     /// ```
     pub async fn acquire(&self) -> Result<Permit<'_>, AcquireError> {
-        let grant = self.engine.grant().await?;
+        // The fast path stays out of the waiting future, so a free permit costs no await.
+        let grant = match self.engine.grant_fast() {
+            Some(grant) => grant,
+            None => self.engine.grant_slow().await?,
+        };
         Ok(Permit::new(&self.engine, grant))
     }
 
