@@ -84,3 +84,9 @@ pub use fleet::{FleetBuilder, RedisFleet};
 pub use rate::{FleetRate, RateError};
 pub use snapshot::FleetSnapshot;
 pub use store::{Fail, RedisStore};
+
+// Every Rust snippet in the README compiles (and, but for the one that needs a Redis, runs) as a
+// doctest here: the crate that sees every other one, with every feature of `inflight` on.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -82,9 +82,3 @@ pub use budget::{
 #[cfg(feature = "toml")]
 pub use config::{Budgets, ConfigError};
 pub use rate::{ParseRateError, Rate};
-
-// Every Rust snippet in the README compiles and runs as a doctest (with every feature on, since
-// the README shows them all).
-#[cfg(all(doctest, feature = "tower", feature = "metrics", feature = "tracing"))]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
