@@ -147,6 +147,56 @@ fn small_lab_run_end_to_end() {
 }
 
 #[test]
+fn adaptive_and_rate_limited_strategies_run_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small_run_args(&dir.path().join("r"));
+    let i = args.iter().position(|a| a == "c1,c4").unwrap();
+    args[i] = "c5,c4r,tower-acc-vegas".into();
+    let i = args.iter().position(|a| a == "healthy,slow-write").unwrap();
+    args[i] = "degrading,quota".into();
+    let i = args.iter().position(|a| a == "0.05").unwrap();
+    args[i] = "0.2".into();
+    run_lab(&args);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r/results.json")).unwrap())
+            .unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    for run in runs {
+        let outcomes = ["complete", "incomplete", "rejected", "failed"]
+            .iter()
+            .map(|k| run[k].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(outcomes, 24, "every record ends in one outcome: {run}");
+        let limits = run["timeline"]["records_limit"].as_array();
+        match run["strategy"].as_str().unwrap() {
+            // C5's adaptive records budget shows its limit over time, within 1..=100.
+            "c5" => {
+                let limits = limits.expect("c5 records its adaptive limit");
+                assert!(!limits.is_empty());
+                assert!(limits
+                    .iter()
+                    .all(|l| (1..=100).contains(&l.as_u64().unwrap())));
+            }
+            // A fixed budget has no limit series.
+            "c4r" => assert!(limits.is_none()),
+            _ => {}
+        }
+        if run["strategy"] == "c4r" && run["scenario"] == "quota" {
+            assert_eq!(
+                run["enrichment_429s"], 0,
+                "the rate keeps C4R under the quota"
+            );
+        }
+    }
+    let svg = std::fs::read_to_string(dir.path().join("r/timeline-degrading.svg")).unwrap();
+    assert!(
+        svg.contains("stroke-dasharray"),
+        "the adaptive limit is drawn dashed"
+    );
+}
+
+#[test]
 fn without_json_the_summary_goes_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
