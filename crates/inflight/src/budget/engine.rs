@@ -153,6 +153,12 @@ impl Engine {
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
+        if self.plain_gates {
+            return match self.grant_at_once() {
+                Some(grant) => Ok(grant),
+                None => Err(self.refused_at_once()),
+            };
+        }
         if self.store.is_some() {
             self.stats.rejected();
             return Err(TryAcquireError::WouldWait);
@@ -180,6 +186,12 @@ impl Engine {
                 Err(TryAcquireError::NoPermits)
             }
         }
+    }
+
+    #[cold]
+    fn refused_at_once(&self) -> TryAcquireError {
+        self.stats.rejected();
+        TryAcquireError::NoPermits
     }
 
     #[inline]
