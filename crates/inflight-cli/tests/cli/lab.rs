@@ -240,10 +240,16 @@ fn read_until(reader: &mut impl BufRead, needle: &str, limit: Duration) -> Vec<S
     lines
 }
 
-#[test]
-fn sigterm_ends_the_lab_as_interrupted_with_status_143() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = small_run_args(&dir.path().join("r"));
+/// A lab run long enough that a signal lands mid-run, its stderr, and the lines up to its first
+/// run's start.
+fn start_long_lab(
+    dir: &Path,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStderr>,
+    Vec<String>,
+) {
+    let mut args = small_run_args(&dir.join("r"));
     let i = args.iter().position(|a| a == "0.05").unwrap();
     args[i] = "1.0".into();
     let i = args.iter().position(|a| a == "24").unwrap();
@@ -257,6 +263,13 @@ fn sigterm_ends_the_lab_as_interrupted_with_status_143() {
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let lines = read_until(&mut stderr, "[1/4]", Duration::from_secs(60));
+    (child, stderr, lines)
+}
+
+#[test]
+fn sigterm_ends_the_lab_as_interrupted_with_status_143() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut stderr, lines) = start_long_lab(dir.path());
     std::thread::sleep(Duration::from_millis(300));
     send_signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGTERM");
@@ -270,22 +283,8 @@ fn sigterm_ends_the_lab_as_interrupted_with_status_143() {
 #[test]
 fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = small_run_args(&dir.path().join("r"));
-    // Long enough runs that the interrupt lands mid-run.
-    let i = args.iter().position(|a| a == "0.05").unwrap();
-    args[i] = "1.0".into();
-    let i = args.iter().position(|a| a == "24").unwrap();
-    args[i] = "200".into();
-    let mut child = std::process::Command::new(inflight_path())
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut child, mut stderr, lines) = start_long_lab(dir.path());
     let pid = child.id();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let lines = read_until(&mut stderr, "[1/4]", Duration::from_secs(60));
     let sim_url = lines
         .iter()
         .find_map(|l| l.split("sim at ").nth(1))

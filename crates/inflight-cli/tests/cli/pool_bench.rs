@@ -33,7 +33,10 @@ fn rejects_bad_cpu_counts() {
         "the smallest quota the kernel accepts",
     );
     bad_flag(&["--cpus", "lots"], "is not a number of CPUs");
-    bad_flag(&["--cpus", "inf"], "the quota must be greater than 0");
+    bad_flag(
+        &["--cpus", "inf"],
+        "the quota must be a finite number of CPUs",
+    );
 }
 
 #[test]
