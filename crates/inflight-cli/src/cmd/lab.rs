@@ -71,9 +71,13 @@ struct RunArgs {
     /// Base seed; each (scenario, repeat) gets a seed derived from it, shared by all strategies.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Where to write the report (default: a new folder `lab-results/<UTC date-time>`).
+    /// Where to write the report (default: a new folder `lab-results/<UTC date-time>`); a folder
+    /// that already holds files is refused unless --replace is given.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Write the report over the files of a --out folder that already holds some.
+    #[arg(long)]
+    replace: bool,
     /// Print the results document as JSON on stdout (tables and progress go to stderr).
     #[arg(long)]
     json: bool,
@@ -266,7 +270,7 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     )?;
     let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
     // Made now, so a folder that cannot be written fails before the runs, not after them.
-    let out = OutDir::create(&out_dir)?;
+    let out = OutDir::create(&out_dir, args.replace)?;
 
     let opts = LabOptions {
         exe: std::env::current_exe().context("cannot find the inflight binary to start")?,

@@ -383,6 +383,11 @@ fn bad_flags_exit_2_with_a_message() {
             "is not a folder",
         ),
         (
+            // The folder holding `a-file`: an earlier run's files must not mix with a new one's.
+            vec!["--out".into(), dir.path().display().to_string()],
+            "already holds 1 file(s)",
+        ),
+        (
             vec![
                 "--sim-url".into(),
                 sim_url,
