@@ -13,6 +13,9 @@ use inflight_bench::timer::PreciseTimer;
 const MAX_PLANNED: Duration = Duration::from_secs(600);
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  inflight fanout --jobs 500 --delay 20ms --limit 8
+  inflight fanout --json | jq '.results[] | {strategy, median_ms, ratio_to_ideal}'")]
 pub struct Args {
     /// How many calls to send to the downstream (1 to 1,000,000).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

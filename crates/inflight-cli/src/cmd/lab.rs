@@ -40,6 +40,15 @@ enum LabCommand {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Strategies in lab/strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4r, tower-acc-gradient2,
+  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas
+Scenarios in lab/scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
+
+Examples:
+  sudo inflight lab run --quick
+  sudo inflight lab run --strategies c4,c5 --scenarios degrading --repeats 3
+  inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json")]
 struct RunArgs {
     /// Strategies to run, from `<lab-dir>/strategies.toml` (default: the seed's matrix; with
     /// --scenarios or --cpus alone: c1,c2,c3,c4).
@@ -103,6 +112,9 @@ struct RunArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Example:
+  inflight lab report lab-results/2026-11-30T10-00-00Z/results.json --out /tmp/report")]
 struct ReportArgs {
     /// The results.json a `lab run` wrote.
     results: PathBuf,

@@ -12,6 +12,9 @@ use inflight_bench::shutdown::Shutdown;
 use inflight_cpu::Enforcement;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  sudo inflight pool-bench --cpus 1 --pools 1,2,4,8 --duration 5s
+  inflight pool-bench --no-limit --json > pools.json")]
 pub struct Args {
     /// CPU quota to enforce, in CPUs (fractional allowed, e.g. 1 or 0.5): the tool creates a
     /// cgroup with this quota, runs each pool size in a child process inside it, then removes it.

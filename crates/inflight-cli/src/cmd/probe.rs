@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 const IO_BOUND: &str = "I/O-bound concurrency is not sized by CPUs: by Little's law it is throughput x latency per dependency (see `inflight check-config`)";
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  inflight probe
+  inflight probe --json | jq .effective_cpus")]
 pub struct Args {
     /// Print one JSON object instead of the report.
     #[arg(long)]

@@ -14,6 +14,9 @@ use inflight_lab::sim::{Sim, SimConfig};
 /// Listens on 127.0.0.1 only. Once listening it prints one line to stdout:
 /// `inflight sim listening on http://127.0.0.1:<port>`. Stops on Ctrl-C or SIGTERM.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  inflight sim --port 9465 --scenario slow-write
+  curl -s localhost:9465/stats; curl -s localhost:9465/metrics")]
 pub struct Args {
     /// Port on 127.0.0.1 to listen on; 0 picks a free one (printed on the first line).
     #[arg(long, default_value_t = 0)]

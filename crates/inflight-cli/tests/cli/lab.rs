@@ -494,3 +494,26 @@ fn lab_report_rewrites_a_report_from_results_json() {
         "is not a lab results document",
     );
 }
+
+#[test]
+fn run_help_lists_every_strategy_and_scenario_of_the_lab_files() {
+    let out = inflight().args(["lab", "run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let strategies = std::fs::read_to_string(lab_dir().join("strategies.toml")).unwrap();
+    let scenarios = std::fs::read_to_string(lab_dir().join("scenarios.toml")).unwrap();
+    let names = strategies
+        .lines()
+        .filter_map(|l| l.strip_prefix('[').and_then(|l| l.strip_suffix(']')))
+        .chain(scenarios.lines().filter_map(|l| {
+            l.strip_prefix("[scenarios.")
+                .and_then(|l| l.strip_suffix(']'))
+                .filter(|n| !n.contains('.'))
+        }));
+    for name in names {
+        assert!(
+            help.contains(name),
+            "`{name}` missing from lab run --help:\n{help}"
+        );
+    }
+    assert!(help.contains("Examples:"), "{help}");
+}
