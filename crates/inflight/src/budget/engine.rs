@@ -20,7 +20,7 @@
 //! learns from its sample (if it learns) and resizes the local permits before the permit itself
 //! is returned, so a shrink takes effect before anyone else is admitted.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
 #[cfg(feature = "rate")]
@@ -52,7 +52,6 @@ pub(crate) struct Engine {
     #[cfg(feature = "rate")]
     rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
-    unavailable: AtomicU64,
     pub(crate) stats: Stats,
 }
 
@@ -124,7 +123,6 @@ impl Engine {
             rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
-            unavailable: AtomicU64::new(0),
             stats: Stats::new(name.clone()),
         }
     }
@@ -137,11 +135,6 @@ impl Engine {
     /// Callers waiting for a local permit now.
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Relaxed)
-    }
-
-    /// Callers refused because the shared store could not be asked.
-    pub(crate) fn unavailable(&self) -> u64 {
-        self.unavailable.load(Relaxed)
     }
 
     /// Whether every caller must pass a gate beyond the local permit.
@@ -278,7 +271,6 @@ impl Engine {
                 }
                 Err(e) => {
                     attempt.ended = true;
-                    self.unavailable.fetch_add(1, Relaxed);
                     self.stats.unavailable(&e);
                     return Err(AcquireError::Unavailable(e));
                 }

@@ -406,7 +406,7 @@ impl Budget {
             permit_timeouts: counts.permit_timeouts,
             rate_limited: counts.rate_limited,
             cancelled: counts.cancelled,
-            unavailable: engine.unavailable(),
+            unavailable: counts.unavailable,
             call_timeouts: counts.call_timeouts,
             calls_ok: counts.calls_ok,
             calls_error: counts.calls_error,

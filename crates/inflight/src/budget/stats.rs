@@ -18,6 +18,7 @@ pub(crate) struct Stats {
     rejected: AtomicU64,
     permit_timeouts: AtomicU64,
     rate_limited: AtomicU64,
+    unavailable: AtomicU64,
     cancelled: AtomicU64,
     call_timeouts: AtomicU64,
     calls_ok: AtomicU64,
@@ -38,6 +39,7 @@ pub(crate) struct Counts {
     pub(crate) rejected: u64,
     pub(crate) permit_timeouts: u64,
     pub(crate) rate_limited: u64,
+    pub(crate) unavailable: u64,
     pub(crate) cancelled: u64,
     pub(crate) call_timeouts: u64,
     pub(crate) calls_ok: u64,
@@ -56,6 +58,7 @@ impl Stats {
             rejected: AtomicU64::new(0),
             permit_timeouts: AtomicU64::new(0),
             rate_limited: AtomicU64::new(0),
+            unavailable: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             call_timeouts: AtomicU64::new(0),
             calls_ok: AtomicU64::new(0),
@@ -118,6 +121,7 @@ impl Stats {
 
     /// The shared store could not be asked.
     pub(crate) fn unavailable(&self, reason: &dyn std::fmt::Display) {
+        self.unavailable.fetch_add(1, Relaxed);
         #[cfg(feature = "tracing")]
         tracing::warn!(budget = %self.name, %reason, "permit refused: the permit store is unavailable");
         #[cfg(not(feature = "tracing"))]
@@ -170,6 +174,7 @@ impl Stats {
             rejected: self.rejected.load(Relaxed),
             permit_timeouts: self.permit_timeouts.load(Relaxed),
             rate_limited: self.rate_limited.load(Relaxed),
+            unavailable: self.unavailable.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             call_timeouts: self.call_timeouts.load(Relaxed),
             calls_ok: self.calls_ok.load(Relaxed),
