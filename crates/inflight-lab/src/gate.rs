@@ -79,12 +79,14 @@ pub(crate) struct PeerGate {
 
 impl Gate {
     /// The gate `spec` describes for `dependency`; every call gets `call_timeout` once admitted.
-    /// Times in the spec are scaled like the sim's: a rate is divided by `time_scale`.
+    /// Times in the spec are scaled like the sim's: a rate is divided by `time_scale`. A fleet
+    /// budget keeps its permits in `fleet`, which it needs.
     pub(crate) fn new(
         dependency: &str,
         spec: &GateSpec,
         call_timeout: Duration,
         time_scale: f64,
+        fleet: Option<&inflight_redis::RedisFleet>,
     ) -> Result<Gate, String> {
         match spec {
             GateSpec::Peer(peer) => Ok(Gate::Peer(PeerGate::new(*peer, call_timeout)?)),
@@ -99,7 +101,20 @@ impl Gate {
                         rate.events_per_second() / time_scale,
                     ));
                 }
-                Budget::new(dependency, config)
+                let mut builder = Budget::builder(dependency);
+                if let Some(fail) = spec.fleet(dependency) {
+                    let fleet = fleet.ok_or_else(|| {
+                        format!("the {dependency} budget keeps its permits in Redis (scope = \"fleet\"): give the runner --redis-url")
+                    })?;
+                    let fail = match fail {
+                        inflight::config::FleetFail::Local(n) => inflight_redis::Fail::Local(n),
+                        _ => inflight_redis::Fail::Closed,
+                    };
+                    builder = builder.store(Arc::new(fleet.store(config.max_concurrent(), fail)));
+                }
+                builder
+                    .config(config)
+                    .build()
                     .map(Gate::Budget)
                     .map_err(|e| e.to_string())
             }

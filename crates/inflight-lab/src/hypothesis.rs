@@ -143,6 +143,8 @@ pub struct Hypothesis {
     pub stat: Stat,
     pub strategies: Vec<String>,
     pub cpus: Vec<f64>,
+    /// The runner processes each run must have been split between (`lab run --replicas`).
+    pub replicas: u32,
     /// If set, each cell's value is divided by this cell's value before the test.
     pub ratio_to: Option<Baseline>,
     /// If set, this cell's value is subtracted from each cell's value before the test (for
@@ -170,6 +172,8 @@ struct RawHypothesis {
     strategies: Vec<String>,
     #[serde(default = "default_cpus")]
     cpus: Vec<f64>,
+    #[serde(default = "default_replicas")]
+    replicas: u32,
     ratio_to: Option<Baseline>,
     minus: Option<Baseline>,
     compare: Option<Compare>,
@@ -179,6 +183,10 @@ struct RawHypothesis {
 
 fn default_cpus() -> Vec<f64> {
     vec![1.0]
+}
+
+fn default_replicas() -> u32 {
+    1
 }
 
 impl RawHypothesis {
@@ -209,6 +217,9 @@ impl RawHypothesis {
                     return Err(format!("{field}.cpus must be above 0, got {}", cell.cpus));
                 }
             }
+        }
+        if self.replicas == 0 {
+            return Err("replicas must be at least 1".into());
         }
         if self.ratio_to.is_some() && self.minus.is_some() {
             return Err("give ratio_to or minus, not both".into());
@@ -250,6 +261,7 @@ impl RawHypothesis {
             stat: self.stat,
             strategies: self.strategies,
             cpus: self.cpus,
+            replicas: self.replicas,
             ratio_to: self.ratio_to,
             minus: self.minus,
             test,
@@ -361,6 +373,25 @@ fn passes(test: Test, value: f64, cpus: f64) -> bool {
 
 /// Evaluates one hypothesis against `doc.summary`.
 pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
+    if doc.meta.replicas != h.replicas {
+        let runs = |n: u32| {
+            if n == 1 {
+                "runs of one runner process".to_string()
+            } else {
+                format!("runs split between {n} replicas (--replicas {n})")
+            }
+        };
+        return HypothesisResult {
+            id: h.id.clone(),
+            claim: h.claim.clone(),
+            outcome: "skipped".to_string(),
+            observed: format!(
+                "needs {}; this run had {}",
+                runs(h.replicas),
+                runs(doc.meta.replicas)
+            ),
+        };
+    }
     let mut missing = Vec::new();
     let mut parts = Vec::new();
     let mut all_pass = true;

@@ -32,6 +32,14 @@ pub struct RunMeta {
     pub enforcement: Enforcement,
     pub host_cpus: usize,
     pub inflight_version: String,
+    /// Runner processes per run, each in its own CPU quota, splitting the records between them
+    /// (`lab run --replicas`); 1 in documents written before replicas existed.
+    #[serde(default = "one")]
+    pub replicas: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for RunMeta {
@@ -45,6 +53,7 @@ impl Default for RunMeta {
             enforcement: Enforcement::None,
             host_cpus: 0,
             inflight_version: String::new(),
+            replicas: 1,
         }
     }
 }
@@ -101,9 +110,11 @@ pub struct RunResult {
     pub write_503s: u64,
     /// Most writes inside the system of record at once, counting those about to be refused (sim stats).
     pub peak_writes_offered: u64,
-    /// Most enrichment calls the runner had in flight at once.
+    /// Most enrichment calls the runner had in flight at once (with several replicas: the most
+    /// the enrichment API had in service at once, as the sim counted them).
     pub peak_enrichment_in_flight: u64,
-    /// Most writes the runner had in flight at once.
+    /// Most writes the runner had in flight at once (with several replicas: the most writes the
+    /// system of record held at once, as the sim counted them).
     #[serde(default)]
     pub peak_writes_in_flight: u64,
     /// Enrichment calls that hit the client timeout.
@@ -112,9 +123,13 @@ pub struct RunResult {
     /// Enrichment calls answered 429 (over the enrichment API's quota).
     #[serde(default)]
     pub enrichment_429s: u64,
-    /// Calls in flight per dependency, sampled every `timeline_interval_ms`.
+    /// Calls in flight per dependency, sampled every `timeline_interval_ms` (with several
+    /// replicas: the sum of their samples, each replica sampling from its own start).
     #[serde(default)]
     pub timeline: Timeline,
+    /// The runner processes this run was split between (1 unless `lab run --replicas`).
+    #[serde(default = "one")]
+    pub replicas: u32,
 }
 
 /// Calls in flight per dependency over time.
@@ -156,6 +171,7 @@ pub(crate) fn sample_run(
         accepted_per_s: 8.0 / secs,
         write_503s: 1,
         peak_writes_offered: repeat as u64 + 5,
+        replicas: 1,
         ..RunResult::default()
     }
 }

@@ -38,6 +38,11 @@ pub struct RunnerConfig {
     pub time_scale: f64,
     /// Serve the budgets' metrics as Prometheus text at `GET /metrics` here while the run lasts.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The id of the first record; records are numbered on from it (replicas of a run each take
+    /// their own range).
+    pub first_id: u64,
+    /// The Redis that fleet budgets (`scope = "fleet"`) keep their permits in.
+    pub redis_url: Option<String>,
 }
 
 /// Why a run could not be carried out (as opposed to records that failed, which are counted).
@@ -142,9 +147,10 @@ impl Gates {
         budgets: &BudgetPlan,
         call_timeout: Duration,
         time_scale: f64,
+        fleet: Option<&inflight_redis::RedisFleet>,
     ) -> Result<Gates, RunnerError> {
         let make = |name: &str, spec: &GateSpec| {
-            Gate::new(name, spec, call_timeout, time_scale).map_err(RunnerError::Budget)
+            Gate::new(name, spec, call_timeout, time_scale, fleet).map_err(RunnerError::Budget)
         };
         Ok(match budgets {
             BudgetPlan::None => Gates {
@@ -199,7 +205,8 @@ struct Shared {
     enrichment_timeouts: AtomicU64,
     enrichment_429s: AtomicU64,
     next_id: AtomicU64,
-    records: u64,
+    /// One past the last record id this runner takes.
+    end_id: u64,
     tally: Mutex<Tally>,
 }
 
@@ -304,7 +311,7 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
 async fn worker(shared: Arc<Shared>) {
     loop {
         let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
-        if id >= shared.records {
+        if id >= shared.end_id {
             return;
         }
         shared.tally.lock().expect("tally lock").start();
@@ -343,6 +350,12 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         .map_err(RunnerError::Client)?;
     let in_flight = config.strategy.records_in_flight.resolve();
     let call_timeout = CLIENT_TIMEOUT.mul_f64(config.time_scale);
+    let fleet = match &config.redis_url {
+        Some(url) => Some(
+            inflight_redis::RedisFleet::new(url).map_err(|e| RunnerError::Budget(e.to_string()))?,
+        ),
+        None => None,
+    };
     // The recorder first: budgets take their histogram handles from it when they are built.
     let metrics_listener = match config.metrics_addr {
         Some(addr) => {
@@ -358,15 +371,20 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let shared = Arc::new(Shared {
         client,
         base,
-        gates: Gates::new(&config.strategy.budgets, call_timeout, config.time_scale)?,
+        gates: Gates::new(
+            &config.strategy.budgets,
+            call_timeout,
+            config.time_scale,
+            fleet.as_ref(),
+        )?,
         call_timeout,
         enrichment: Arc::new(PeakGauge::new()),
         writes: Arc::new(PeakGauge::new()),
         write_503s: AtomicU64::new(0),
         enrichment_timeouts: AtomicU64::new(0),
         enrichment_429s: AtomicU64::new(0),
-        next_id: AtomicU64::new(0),
-        records: config.records,
+        next_id: AtomicU64::new(config.first_id),
+        end_id: config.first_id.saturating_add(config.records),
         tally: Mutex::new(Tally::default()),
     });
 
@@ -441,6 +459,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         enrichment_timeouts: shared.enrichment_timeouts.load(Ordering::SeqCst),
         enrichment_429s: shared.enrichment_429s.load(Ordering::SeqCst),
         timeline,
+        replicas: 1,
     })
 }
 
@@ -596,6 +615,8 @@ mod tests {
             records: 40,
             time_scale: 0.25,
             metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
         };
         let r = run(&config).await.unwrap();
         // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
@@ -638,6 +659,8 @@ mod tests {
             records: 30,
             time_scale: 0.1,
             metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.records, 30);
@@ -674,6 +697,8 @@ mod tests {
             records: 5,
             time_scale: 0.1,
             metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.failed, 5);
@@ -688,6 +713,8 @@ mod tests {
             records: 1,
             time_scale: 0.0,
             metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
         };
         assert!(matches!(
             run(&config).await,

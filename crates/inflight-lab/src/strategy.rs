@@ -142,9 +142,25 @@ impl GateSpec {
             GateSpec::Fixed(n) => Some(inflight::BudgetConfig::new(*n)),
             GateSpec::Budget(table) => Some(
                 budget_table(dependency, table)
-                    .expect("a budget table is checked when the strategies file is read"),
+                    .expect("a budget table is checked when the strategies file is read")
+                    .0,
             ),
             GateSpec::Peer(_) => None,
+        }
+    }
+
+    /// What this gate's budget does while the fleet's Redis cannot be reached, if it keeps its
+    /// permits there (`scope = "fleet"`); `None` for a budget of this process alone, or a peer.
+    pub fn fleet(&self, dependency: &str) -> Option<inflight::config::FleetFail> {
+        match self {
+            GateSpec::Budget(table) => match budget_table(dependency, table)
+                .expect("a budget table is checked when the strategies file is read")
+                .1
+            {
+                inflight::config::Scope::Fleet { fail } => Some(fail),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -154,8 +170,12 @@ impl fmt::Display for GateSpec {
         match self {
             GateSpec::Fixed(n) => write!(f, "{n}"),
             GateSpec::Budget(table) => {
-                let config = budget_table("x", table).map_err(|_| fmt::Error)?;
-                write!(f, "{}", describe_budget(&config))
+                let (config, scope) = budget_table("x", table).map_err(|_| fmt::Error)?;
+                write!(f, "{}", describe_budget(&config))?;
+                if matches!(scope, inflight::config::Scope::Fleet { .. }) {
+                    f.write_str(" across the fleet")?;
+                }
+                Ok(())
             }
             GateSpec::Peer(peer) => f.write_str(peer.name()),
         }
@@ -182,12 +202,21 @@ fn describe_budget(config: &inflight::BudgetConfig) -> String {
 }
 
 /// Parses one dependency's budget table with the budgets-file parser, so a strategy's budget
-/// means what the same table means in a budgets file.
-fn budget_table(dependency: &str, table: &str) -> Result<inflight::BudgetConfig, String> {
-    let text = format!("[budgets.{dependency}]\n{table}");
+/// means what the same table means in a budgets file. A fleet budget (`scope = "fleet"`) keeps
+/// its permits in the lab's Redis, which the lab gives the runner (`--redis-url`): the `[fleet]`
+/// table here only lets the parser check the budget's own keys.
+fn budget_table(
+    dependency: &str,
+    table: &str,
+) -> Result<(inflight::BudgetConfig, inflight::config::Scope), String> {
+    let text =
+        format!("[fleet]\nurl = \"redis://127.0.0.1:6379\"\n[budgets.{dependency}]\n{table}");
     let budgets = inflight::Budgets::from_toml_str(&text).map_err(|e| e.to_string())?;
     let budget = budgets.get(dependency).expect("the one budget just parsed");
-    Ok(budget.config().clone())
+    let scope = budgets
+        .scope(dependency)
+        .expect("the one budget just parsed");
+    Ok((budget.config().clone(), scope))
 }
 
 impl fmt::Display for BudgetPlan {
@@ -221,6 +250,24 @@ pub struct Strategy {
     pub description: String,
     pub records_in_flight: RecordsInFlight,
     pub budgets: BudgetPlan,
+}
+
+impl Strategy {
+    /// Whether a budget of this strategy keeps its permits in Redis (`scope = "fleet"`), so its
+    /// runners need the lab's Redis.
+    pub fn uses_fleet(&self) -> bool {
+        match &self.budgets {
+            BudgetPlan::PerDependency {
+                enrichment,
+                records,
+            } => [("enrichment", enrichment), ("records", records)]
+                .into_iter()
+                .any(|(dependency, gate)| {
+                    gate.as_ref().is_some_and(|g| g.fleet(dependency).is_some())
+                }),
+            _ => false,
+        }
+    }
 }
 
 /// All strategies of a file, by name.
@@ -649,8 +696,29 @@ mod tests {
             "tower-acc-vegas",
             "tower-resilience-aimd",
             "tower-resilience-vegas",
+            "c4-fleet",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing");
         }
+    }
+
+    #[test]
+    fn a_fleet_budget_is_known_by_its_scope() {
+        let strategies = builtin();
+        let fleet = strategies.get("c4-fleet").unwrap();
+        assert!(fleet.uses_fleet());
+        assert!(
+            fleet.budgets.to_string().contains("6 across the fleet"),
+            "{}",
+            fleet.budgets
+        );
+        for local in ["c1", "c3", "c4", "c5", "tower-acc-vegas"] {
+            assert!(!strategies.get(local).unwrap().uses_fleet(), "{local}");
+        }
+        // The budget table is checked like a budgets file's: a fleet-only key needs the scope.
+        let e = err_of(
+            "[x]\nrecords_in_flight = 4\nrecords = { max_concurrent = 6, fail = \"closed\" }",
+        );
+        assert!(e.contains("scope"), "{e}");
     }
 }

@@ -149,6 +149,8 @@ async fn a_runner_serves_its_budgets_while_it_runs() {
         records: 80,
         time_scale: 0.5,
         metrics_addr: Some(addr),
+        first_id: 0,
+        redis_url: None,
     };
     let run = tokio::spawn(async move { runner::run(&run_config).await });
 

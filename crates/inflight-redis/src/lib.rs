@@ -82,6 +82,9 @@ pub use config::{attach, load, LoadError};
 pub use error::{FleetError, FleetUnavailable};
 pub use fleet::{FleetBuilder, RedisFleet};
 pub use rate::{FleetRate, RateError};
+/// The keys a fleet budget or rate limit of a name keeps in Redis (`inflight:{records}:holders`,
+/// ...): what to delete to start a budget afresh, when no process holds its permits.
+pub use scripts::budget_keys;
 pub use snapshot::FleetSnapshot;
 pub use store::{Fail, RedisStore};
 

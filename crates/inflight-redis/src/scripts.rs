@@ -154,6 +154,11 @@ pub(crate) fn budget_of_channel(channel: &str) -> Option<&str> {
         .strip_suffix("}:released")
 }
 
+/// Every key a fleet budget (or a fleet rate limit) of this name keeps in Redis.
+pub fn budget_keys(budget: &str) -> Vec<String> {
+    vec![holders_key(budget), waiting_key(budget), rate_key(budget)]
+}
+
 /// The key of a fleet rate limit's theoretical arrival time.
 pub(crate) fn rate_key(name: &str) -> String {
     format!("inflight:{{{name}}}:rate")
@@ -309,6 +314,14 @@ mod tests {
     #[test]
     fn keys_share_the_budget_hash_tag() {
         assert_eq!(holders_key("records"), "inflight:{records}:holders");
+        assert_eq!(
+            budget_keys("records"),
+            [
+                "inflight:{records}:holders",
+                "inflight:{records}:waiting",
+                "inflight:{records}:rate"
+            ]
+        );
         assert_eq!(released_channel("records"), "inflight:{records}:released");
         assert_eq!(rate_key("records"), "inflight:{records}:rate");
         assert_eq!(waiting_key("records"), "inflight:{records}:waiting");

@@ -42,12 +42,13 @@ enum LabCommand {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Strategies in lab/strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4r, tower-acc-gradient2,
-  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas
+  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas, c4-fleet
 Scenarios in lab/scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
 
 Examples:
   sudo inflight lab run --quick
   sudo inflight lab run --strategies c4,c5 --scenarios degrading --repeats 3
+  sudo inflight lab run --replicas 3 --strategies c4,c4-fleet --scenarios slow-write --quick
   inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json")]
 struct RunArgs {
     /// Strategies to run, from `<lab-dir>/strategies.toml` (default: the seed's matrix; with
@@ -104,6 +105,21 @@ struct RunArgs {
     /// Run without a CPU quota if none can be enforced (C1 then sees all host CPUs).
     #[arg(long)]
     no_limit: bool,
+    /// Split each run between N runner processes, each in its own CPU quota of --cpus, against
+    /// the one sim: N replicas of a service sharing its dependencies (1 to 16).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    replicas: u32,
+    /// The Redis that fleet budgets (strategies with scope = "fleet", e.g. c4-fleet) keep their
+    /// permits in, on loopback (default: the lab starts a redis-server of its own on a free port
+    /// and stops it afterwards). The lab deletes its budgets' keys (inflight:{records}:* and
+    /// inflight:{enrichment}:*) there before each run.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
     /// Folder holding strategies.toml, scenarios.toml and hypotheses.toml, and optionally
     /// matrix.toml and reference.toml (default `lab`, else the `lab` folder of the workspace the
     /// binary was built in, else the copies built into the binary).
@@ -149,6 +165,12 @@ struct RunnerArgs {
     /// (a loopback address, e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The id of this runner's first record (replicas of one run take separate ranges).
+    #[arg(long, default_value_t = 0)]
+    first_id: u64,
+    /// The Redis that fleet budgets keep their permits in.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -205,6 +227,8 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         records: args.records,
         time_scale: args.time_scale,
         metrics_addr: args.metrics_addr,
+        first_id: args.first_id,
+        redis_url: args.redis_url,
     };
     // Built with defaults, like a service's runtime, so its worker count follows the CPU quota.
     let rt = super::async_runtime()?;
@@ -273,6 +297,19 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &args.sim_url {
         runner::loopback_base(url)?;
     }
+    if let Some(url) = &args.redis_url {
+        run::redis::check_url(url)?;
+    }
+    if !(1..=16).contains(&args.replicas) {
+        bail!("--replicas must be between 1 and 16, got {}", args.replicas);
+    }
+    if u64::from(args.replicas) > args.records {
+        bail!(
+            "--replicas {} needs at least one record per replica, but --records is {}",
+            args.replicas,
+            args.records
+        );
+    }
 
     let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
     let cells = lab.plan(
@@ -296,10 +333,17 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         sim_url: args.sim_url.clone(),
         no_limit: args.no_limit,
         metrics_addr: args.metrics_addr,
+        replicas: args.replicas,
+        redis_url: args.redis_url.clone(),
     };
     let total = opts.cells.len() * repeats as usize;
+    let split = if opts.replicas > 1 {
+        format!(", each split between {} replicas", opts.replicas)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "lab: {} x {} = {total} {} of {} records, time scale {}, seed {}; writing to {}",
+        "lab: {} x {} = {total} {} of {} records{split}, time scale {}, seed {}; writing to {}",
         count(opts.cells.len(), "cell"),
         count(repeats as usize, "repeat"),
         if total == 1 { "run" } else { "runs" },

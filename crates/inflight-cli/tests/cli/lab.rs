@@ -358,6 +358,23 @@ fn bad_flags_exit_2_with_a_message() {
         (vec!["--scenarios", "sunny"], "unknown scenario `sunny`"),
         (vec!["--sim-url", "http://10.0.0.1:80"], "loopback"),
         (vec!["--repeats", "many"], "invalid value"),
+        (
+            vec!["--replicas", "0"],
+            "--replicas must be between 1 and 16, got 0",
+        ),
+        (
+            vec!["--replicas", "17"],
+            "--replicas must be between 1 and 16",
+        ),
+        (
+            vec!["--replicas", "4", "--records", "3"],
+            "at least one record per replica",
+        ),
+        (
+            vec!["--redis-url", "redis://10.0.0.1:6379"],
+            "not a loopback address",
+        ),
+        (vec!["--redis-url", "http://127.0.0.1:1"], "--redis-url"),
         (vec!["--frobnicate"], "unexpected argument"),
     ];
     for (extra, needle) in cases {
@@ -396,6 +413,20 @@ fn bad_flags_exit_2_with_a_message() {
                 fresh.display().to_string(),
             ],
             "no `inflight sim` answers there",
+        ),
+        (
+            vec![
+                "--strategies".into(),
+                "c4-fleet".into(),
+                "--scenarios".into(),
+                "healthy".into(),
+                "--redis-url".into(),
+                format!("redis://127.0.0.1:{closed_port}"),
+                "--no-limit".into(),
+                "--out".into(),
+                fresh.display().to_string(),
+            ],
+            "no Redis answers at --redis-url",
         ),
     ];
     for (extra, needle) in cases {
@@ -516,4 +547,103 @@ fn run_help_lists_every_strategy_and_scenario_of_the_lab_files() {
         );
     }
     assert!(help.contains("Examples:"), "{help}");
+}
+
+/// `--replicas 3`: three runner processes share the sim. With local budgets of 6 they offer the
+/// system of record more than 6 writes at once; with the records budget in Redis (`c4-fleet`, on
+/// a redis-server the lab starts itself) never more than 6, and no 503.
+#[test]
+fn replicas_share_a_fleet_budget_in_redis() {
+    if std::process::Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        eprintln!("skipped: redis-server is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let lab = lab_dir().display().to_string();
+    let mut args: Vec<String> = [
+        "lab",
+        "run",
+        "--replicas",
+        "3",
+        "--strategies",
+        "c4,c4-fleet",
+        "--scenarios",
+        "slow-write",
+        "--records",
+        "90",
+        "--repeats",
+        "1",
+        "--time-scale",
+        "0.1",
+        "--json",
+        "--lab-dir",
+        &lab,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    if !is_root() {
+        args.push("--no-limit".into());
+    }
+    let output = run_lab(&args);
+    let doc: ResultsDoc = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("started redis-server at redis://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert_eq!(doc.meta.replicas, 3);
+    let run = |strategy: &str| {
+        doc.runs
+            .iter()
+            .find(|r| r.strategy == strategy)
+            .unwrap_or_else(|| panic!("no {strategy} run"))
+    };
+    for strategy in ["c4", "c4-fleet"] {
+        let r = run(strategy);
+        assert_eq!(r.replicas, 3, "{strategy}");
+        assert_eq!(r.records, 90, "{strategy}: every replica's records counted");
+        assert_eq!(r.complete + r.incomplete + r.rejected + r.failed, 90);
+    }
+    let local = run("c4");
+    assert!(
+        local.peak_writes_offered > 6,
+        "three local budgets of 6 offered only {} writes at once",
+        local.peak_writes_offered
+    );
+    let fleet = run("c4-fleet");
+    assert!(
+        fleet.peak_writes_offered <= 6,
+        "the fleet budget of 6 let {} writes in at once",
+        fleet.peak_writes_offered
+    );
+    assert_eq!(fleet.write_503s, 0);
+    assert_eq!(fleet.failed, 0, "{:?}", fleet.failed_by_kind);
+    // The replica hypotheses are evaluated; the others say why they are skipped.
+    let h = |id: &str| doc.hypotheses.iter().find(|h| h.id == id).unwrap();
+    assert_eq!(h("H26").outcome, "pass", "{}", h("H26").observed);
+    assert_eq!(h("H27").outcome, "pass", "{}", h("H27").observed);
+    assert_eq!(h("H3").outcome, "skipped");
+    assert!(h("H3")
+        .observed
+        .contains("this run had runs split between 3 replicas"));
+    // The lab stopped the redis-server it started.
+    let url = stderr
+        .split("started redis-server at ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "redis-server at {url} still answers after the lab ended"
+    );
 }

@@ -11,6 +11,9 @@
 //! - [`summary`]: the repeats of each cell summarised.
 //! - [`progress`]: what a run reports while it runs, and how it is shown.
 //! - [`out_dir`]: the report folder, made before the runs start.
+//! - [`replicas`]: a run split between several runner processes (`--replicas`).
+//! - [`redis`]: the Redis that fleet budgets keep their permits in.
+//! - `runner_process`: one runner process in its cgroup.
 
 use std::path::{Path, PathBuf};
 
@@ -22,9 +25,14 @@ use crate::runner::loopback_base;
 use crate::sim::client::SimClientError;
 use crate::sim::process::{SimCommand, SimProcess, SimProcessError};
 
+use self::redis::LabRedis;
+
 pub mod matrix;
 pub mod out_dir;
 pub mod progress;
+pub mod redis;
+pub mod replicas;
+mod runner_process;
 pub mod scheduler;
 pub mod summary;
 
@@ -56,8 +64,14 @@ pub struct LabOptions {
     pub sim_url: Option<String>,
     /// Run without a CPU quota when none can be enforced.
     pub no_limit: bool,
-    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`).
+    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`);
+    /// replica i of a run on the port i - 1 above it.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Runner processes per run, each in its own CPU quota, splitting the records (at least 1).
+    pub replicas: u32,
+    /// The Redis that fleet budgets keep their permits in; when `None` and a strategy needs one,
+    /// the lab starts a `redis-server` of its own.
+    pub redis_url: Option<String>,
 }
 
 /// Why the lab stopped.
@@ -105,6 +119,12 @@ pub async fn run_matrix(
             "nothing to run: need at least one cell, one repeat and one record".to_string(),
         ));
     }
+    if opts.replicas == 0 || u64::from(opts.replicas) > opts.records {
+        return Err(LabError::Invalid(format!(
+            "--replicas must be at least 1 and at most the records per run ({}), got {}",
+            opts.records, opts.replicas
+        )));
+    }
     let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
 
     let mut cpus: Vec<f64> = Vec::new();
@@ -145,7 +165,25 @@ pub async fn run_matrix(
         started: sim.is_some(),
     });
 
-    let result = run_cells(opts, shutdown, progress, &url, limited).await;
+    let redis = match start_redis(opts).await {
+        Ok(redis) => redis,
+        Err(e) => {
+            if let Some(sim) = sim {
+                sim.stop().await;
+            }
+            return Err(e);
+        }
+    };
+    if let Some(redis) = &redis {
+        progress(Progress::RedisReady {
+            url: redis.url(),
+            started: redis.started_here(),
+        });
+    }
+    let result = run_cells(opts, shutdown, progress, &url, limited, redis.as_ref()).await;
+    if let Some(redis) = redis {
+        redis.stop().await;
+    }
     if let Some(sim) = sim {
         sim.stop().await;
     }
@@ -161,11 +199,33 @@ pub async fn run_matrix(
             enforcement,
             host_cpus: crate::strategy::available_parallelism(),
             inflight_version: env!("CARGO_PKG_VERSION").to_string(),
+            replicas: opts.replicas,
         },
         runs,
         summary,
         hypotheses: Vec::new(),
     })
+}
+
+/// The Redis the run's fleet budgets need: `opts.redis_url`, or one started here; `None` when no
+/// strategy of the run keeps a budget in Redis.
+async fn start_redis(opts: &LabOptions) -> Result<Option<LabRedis>, LabError> {
+    let strategies = match &opts.strategies_file {
+        Some(path) => crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string()))?,
+        None => crate::strategy::builtin(),
+    };
+    let mut needed = false;
+    for cell in &opts.cells {
+        let strategy = strategies
+            .get(&cell.strategy)
+            .map_err(|e| LabError::Invalid(e.to_string()))?;
+        needed |= strategy.uses_fleet();
+    }
+    match (&opts.redis_url, needed) {
+        (_, false) => Ok(None),
+        (Some(url), true) => LabRedis::connect(url).await.map(Some),
+        (None, true) => LabRedis::start().await.map(Some),
+    }
 }
 
 /// Evaluates the preregistered hypotheses against the document's summary and stores the results

@@ -13,6 +13,8 @@ use crate::results::RunResult;
 pub enum Progress<'a> {
     /// The sim is listening (started by the lab or given with `--sim-url`).
     SimReady { url: &'a str, started: bool },
+    /// The Redis of the run's fleet budgets answers; `started` if the lab started it.
+    RedisReady { url: &'a str, started: bool },
     /// No CPU quota can be enforced and `--no-limit` was given.
     NoLimit { message: &'a str },
     /// Run `index` (1-based) of `total` is starting.
@@ -62,6 +64,14 @@ impl ProgressReporter {
             Progress::SimReady { url, started } => {
                 let how = if started { "started" } else { "using" };
                 self.line(format!("lab: {how} sim at {url}"));
+            }
+            Progress::RedisReady { url, started } => {
+                let how = if started {
+                    "started redis-server"
+                } else {
+                    "using Redis"
+                };
+                self.line(format!("lab: {how} at {url} for the fleet budgets"));
             }
             Progress::NoLimit { message } => {
                 self.line(format!("lab: warning: no CPU limit can be enforced, running without one (--no-limit): {message}"));

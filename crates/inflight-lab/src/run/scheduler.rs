@@ -2,15 +2,15 @@
 //! lab runner`), placed in a fresh CPU-quota cgroup before its async runtime starts, against the
 //! sim set to the cell's scenario; the runner is killed and reaped before its cgroup is dropped.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use inflight_cpu::{Enforcement, QuotaGroup};
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 
 use super::matrix::Cell;
 use super::progress::Progress;
+use super::redis::LabRedis;
+use super::replicas::{self, SimPeaks};
+use super::runner_process::{RunnerArgs, RunnerEnd, RunnerProcess};
 use super::Shutdown;
 use super::{LabError, LabOptions};
 use crate::results::RunResult;
@@ -74,6 +74,7 @@ pub(crate) async fn run_cells(
     progress: &mut dyn FnMut(Progress<'_>),
     url: &str,
     limited: bool,
+    redis: Option<&LabRedis>,
 ) -> Result<Vec<RunResult>, LabError> {
     let control = SimClient::new(url.to_string())?;
     // Fail early, with the sim's own message, if it is not there or lacks a scenario.
@@ -84,6 +85,13 @@ pub(crate) async fn run_cells(
         ),
         url: e.url,
     })?;
+    let ctx = Context {
+        opts,
+        shutdown,
+        control: &control,
+        limited,
+        redis,
+    };
     let total = opts.cells.len() * opts.repeats as usize;
     let mut runs = Vec::with_capacity(total);
     let mut index = 0;
@@ -99,7 +107,7 @@ pub(crate) async fn run_cells(
                 cell,
                 repeat,
             });
-            let result = run_one(opts, shutdown, &control, cell, repeat, limited, progress).await?;
+            let result = run_one(&ctx, cell, repeat, progress).await?;
             progress(Progress::RunDone {
                 index,
                 total,
@@ -111,15 +119,32 @@ pub(crate) async fn run_cells(
     Ok(runs)
 }
 
+/// What every run of a lab run shares.
+struct Context<'a> {
+    opts: &'a LabOptions,
+    shutdown: &'a Shutdown,
+    /// The sim.
+    control: &'a SimClient,
+    /// Whether each runner goes into a CPU-quota cgroup.
+    limited: bool,
+    redis: Option<&'a LabRedis>,
+}
+
+/// One run of `cell`: its replicas' runner processes, each in a fresh cgroup, against the sim
+/// set to the cell's scenario; their results merged and checked.
 async fn run_one(
-    opts: &LabOptions,
-    shutdown: &Shutdown,
-    control: &SimClient,
+    ctx: &Context<'_>,
     cell: &Cell,
     repeat: u32,
-    limited: bool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<RunResult, LabError> {
+    let Context {
+        opts,
+        shutdown,
+        control,
+        limited,
+        redis,
+    } = *ctx;
     let label = format!(
         "{} {} {} CPU repeat {repeat}",
         cell.strategy, cell.scenario, cell.cpus
@@ -135,129 +160,128 @@ async fn run_one(
     control
         .set_scenario(&cell.scenario, seed, opts.time_scale)
         .await?;
+    if let Some(redis) = redis {
+        // Every permit free at the start, whatever an earlier run left behind.
+        redis.clear(&["enrichment", "records"]).await?;
+    }
 
-    let group = if limited {
-        Some(
-            QuotaGroup::create(cell.cpus).map_err(|e| LabError::NoLimit {
-                cpus: cell.cpus,
-                message: e.to_string(),
-            })?,
-        )
-    } else {
-        None
-    };
-    let mut cmd = std::process::Command::new(&opts.exe);
-    cmd.args(["lab", "runner", "--exit-on-stdin-close", "--strategy"])
-        .arg(&cell.strategy);
-    if let Some(file) = &opts.strategies_file {
-        cmd.arg("--strategies").arg(file);
+    // One runner per replica, each in a fresh cgroup of its own, all started before any waits.
+    let mut runners = Vec::new();
+    for (i, share) in replicas::shares(opts.records, opts.replicas)
+        .into_iter()
+        .enumerate()
+    {
+        let group = if limited {
+            match QuotaGroup::create(cell.cpus) {
+                Ok(group) => Some(group),
+                Err(e) => {
+                    kill_all(runners).await;
+                    return Err(LabError::NoLimit {
+                        cpus: cell.cpus,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        let args = RunnerArgs {
+            strategy: &cell.strategy,
+            sim_url: control.url(),
+            seed,
+            share,
+            // Replica i serves its metrics on the port after replica i - 1's.
+            metrics_addr: opts.metrics_addr.map(|mut addr| {
+                addr.set_port(addr.port().saturating_add(i as u16));
+                addr
+            }),
+            redis_url: redis.map(LabRedis::url),
+        };
+        match RunnerProcess::spawn(opts, &args, group) {
+            Ok(runner) => runners.push(runner),
+            Err(source) => {
+                kill_all(runners).await;
+                return Err(LabError::Spawn {
+                    what: format!("{} lab runner", opts.exe.display()),
+                    source,
+                });
+            }
+        }
     }
-    cmd.arg("--sim-url")
-        .arg(control.url())
-        .arg("--records")
-        .arg(opts.records.to_string())
-        .arg("--time-scale")
-        .arg(opts.time_scale.to_string())
-        .arg("--seed")
-        .arg(seed.to_string());
-    if let Some(addr) = opts.metrics_addr {
-        cmd.arg("--metrics-addr").arg(addr.to_string());
-    }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(group) = &group {
-        group.prepare_command(&mut cmd);
-    }
-    let mut cmd = Command::from(cmd);
-    cmd.kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|source| LabError::Spawn {
-        what: format!("{} lab runner", opts.exe.display()),
-        source,
-    })?;
-    // Held until the runner ends: `Child::wait` would close it, and the runner exits when it closes.
-    let stdin = child.stdin.take();
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let out_task = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf).await;
-        buf
-    });
-    let err_task = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf).await;
-        buf
-    });
 
     enum Ended {
-        Exited(std::io::Result<std::process::ExitStatus>),
+        Exited(Vec<std::io::Result<std::process::ExitStatus>>),
         Interrupted,
         TimedOut,
     }
     let deadline = run_deadline(opts.records, opts.time_scale);
-    let ended = tokio::select! {
-        status = child.wait() => Ended::Exited(status),
-        _ = shutdown.wait() => Ended::Interrupted,
-        _ = tokio::time::sleep(deadline) => Ended::TimedOut,
-    };
-    let status = match ended {
-        Ended::Exited(status) => status.map_err(|e| runner_err(e.to_string()))?,
-        Ended::Interrupted | Ended::TimedOut => {
-            // Kill and reap before the cgroup is dropped, so it is empty and can be removed.
-            let _ = child.kill().await;
-            drop(group);
-            return Err(match ended {
-                Ended::Interrupted => LabError::Interrupted,
-                _ => runner_err(format!("still running after {deadline:?}; stopped it")),
-            });
+    let ended = {
+        let all = futures::future::join_all(runners.iter_mut().map(RunnerProcess::wait));
+        tokio::select! {
+            statuses = all => Ended::Exited(statuses),
+            _ = shutdown.wait() => Ended::Interrupted,
+            _ = tokio::time::sleep(deadline) => Ended::TimedOut,
         }
     };
-    drop(stdin);
-    drop(child);
-    drop(group);
-    let out = out_task.await.unwrap_or_default();
-    let err = err_task.await.unwrap_or_default();
-    let err_text = String::from_utf8_lossy(&err).trim().to_string();
-    // A runner ended by Ctrl-C, SIGTERM or SIGHUP (sent to the whole process group, or to it
-    // alone) was interrupted, not broken.
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if matches!(status.signal(), Some(1 | 2 | 15)) {
+    let statuses = match ended {
+        Ended::Exited(statuses) => statuses,
+        Ended::Interrupted => {
+            kill_all(runners).await;
             return Err(LabError::Interrupted);
         }
-    }
-    if !status.success() {
-        return Err(runner_err(format!(
-            "exited with {status}: {}",
-            if err_text.is_empty() {
-                "(no message)"
-            } else {
-                &err_text
+        Ended::TimedOut => {
+            kill_all(runners).await;
+            return Err(runner_err(format!(
+                "still running after {deadline:?}; stopped it"
+            )));
+        }
+    };
+    let several = runners.len() > 1;
+    let mut parts = Vec::with_capacity(runners.len());
+    let mut failure = None;
+    for (i, (runner, status)) in runners.into_iter().zip(statuses).enumerate() {
+        let who = if several {
+            format!("replica {} of {label}", i + 1)
+        } else {
+            label.clone()
+        };
+        match runner.finish(status).await {
+            RunnerEnd::Done { result, said } => {
+                if !said.is_empty() {
+                    progress(Progress::Warning(format!("runner ({who}) said: {said}")));
+                }
+                parts.push(*result);
             }
-        )));
+            RunnerEnd::Interrupted => failure = Some(LabError::Interrupted),
+            RunnerEnd::Failed(message) => {
+                if failure.is_none() {
+                    failure = Some(runner_err(if several {
+                        format!("replica {}: {message}", i + 1)
+                    } else {
+                        message
+                    }));
+                }
+            }
+        }
     }
-    if !err_text.is_empty() {
-        progress(Progress::Warning(format!(
-            "runner ({label}) said: {err_text}"
-        )));
+    if let Some(failure) = failure {
+        return Err(failure);
     }
-    let mut result: RunResult = serde_json::from_slice(&out).map_err(|e| {
-        runner_err(format!(
-            "its output is not a run result ({e}): {}",
-            String::from_utf8_lossy(&out)
-                .chars()
-                .take(200)
-                .collect::<String>()
-        ))
-    })?;
 
     let stats = control.stats().await?;
+    let peak = |endpoint: &str| {
+        u64_at(&stats, endpoint, "peak_offered")
+            .ok_or_else(|| control.error(format!("/stats has no {endpoint}.peak_offered: {stats}")))
+    };
+    let sim_peaks = SimPeaks {
+        enrichment: peak("enrich")?,
+        writes: peak("records")?,
+    };
+    let mut result = replicas::merge(parts, sim_peaks);
     result.scenario = cell.scenario.clone();
     result.repeat = repeat;
     result.cpus = cell.cpus;
-    result.peak_writes_offered = u64_at(&stats, "records", "peak_offered")
-        .ok_or_else(|| control.error(format!("/stats has no records.peak_offered: {stats}")))?;
+    result.peak_writes_offered = sim_peaks.writes;
     if let Some(sim_503s) = u64_at(&stats, "records", "rejected_503") {
         if sim_503s != result.write_503s {
             progress(Progress::Warning(format!(
@@ -268,6 +292,11 @@ async fn run_one(
     }
     check_outcomes(&result).map_err(runner_err)?;
     Ok(result)
+}
+
+/// Kills and reaps every runner, then removes their cgroups.
+async fn kill_all(runners: Vec<RunnerProcess>) {
+    futures::future::join_all(runners.into_iter().map(RunnerProcess::kill)).await;
 }
 
 #[cfg(test)]
