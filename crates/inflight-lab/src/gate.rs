@@ -90,6 +90,9 @@ impl Gate {
     ) -> Result<Gate, String> {
         match spec {
             GateSpec::Peer(peer) => Ok(Gate::Peer(PeerGate::new(*peer, call_timeout)?)),
+            GateSpec::Measured => Err(format!(
+                "the {dependency} budget's size is measured before the runs: run the strategy with `inflight lab run`"
+            )),
             budget => {
                 // The gate applies the client timeout itself (see `call`).
                 let _ = call_timeout;

@@ -16,6 +16,38 @@ pub struct ResultsDoc {
     pub summary: Vec<SummaryRow>,
     /// Each preregistered hypothesis, evaluated against the medians.
     pub hypotheses: Vec<HypothesisResult>,
+    /// The budgets measured before the runs (strategies with `{ measure = "capacity" }`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<MeasuredBudget>,
+}
+
+/// A budget the lab measured before the runs: a capacity sweep of one dependency against the
+/// sim in one scenario (as `inflight capacity` does), and the size the runs then used.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MeasuredBudget {
+    pub scenario: String,
+    /// `records` or `enrichment`.
+    pub dependency: String,
+    /// The budget in the scenario's runs: the capacity at the knee, or (with no knee) the
+    /// highest level swept.
+    pub max_concurrent: usize,
+    /// What `max_concurrent` rests on: `knee` or `lower_bound`.
+    pub basis: String,
+    /// The knee, if there was one.
+    pub capacity: Option<u32>,
+    /// Median latency at the lowest level, in milliseconds, at the sweep's time scale.
+    pub service_time_ms: Option<f64>,
+    /// The highest throughput of a clean level, calls per second.
+    pub max_rate_per_s: Option<f64>,
+    /// The sweep's verdict in one sentence.
+    pub conclusion: String,
+    /// Each level swept.
+    pub levels: Vec<inflight_capacity::Level>,
+    /// The time scale the sim ran the sweep at: the runs' or, if lower,
+    /// [`MIN_SWEEP_TIME_SCALE`](crate::run::MIN_SWEEP_TIME_SCALE).
+    pub sweep_time_scale: f64,
+    /// Wall time of the sweep, in seconds.
+    pub sweep_s: f64,
 }
 
 /// The settings and environment of a lab run.

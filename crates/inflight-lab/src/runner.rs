@@ -43,6 +43,8 @@ pub struct RunnerConfig {
     pub first_id: u64,
     /// The Redis that fleet budgets (`scope = "fleet"`) keep their permits in.
     pub redis_url: Option<String>,
+    /// The sizes the lab measured for budgets given as `{ measure = "capacity" }`, by dependency.
+    pub measured: BTreeMap<String, usize>,
 }
 
 /// Why a run could not be carried out (as opposed to records that failed, which are counted).
@@ -148,9 +150,14 @@ impl Gates {
         call_timeout: Duration,
         time_scale: f64,
         fleet: Option<&inflight_redis::RedisFleet>,
+        measured: &BTreeMap<String, usize>,
     ) -> Result<Gates, RunnerError> {
         let make = |name: &str, spec: &GateSpec| {
-            Gate::new(name, spec, call_timeout, time_scale, fleet).map_err(RunnerError::Budget)
+            let spec = match (spec, measured.get(name)) {
+                (GateSpec::Measured, Some(&n)) => GateSpec::Fixed(n),
+                _ => spec.clone(),
+            };
+            Gate::new(name, &spec, call_timeout, time_scale, fleet).map_err(RunnerError::Budget)
         };
         Ok(match budgets {
             BudgetPlan::None => Gates {
@@ -376,6 +383,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
             call_timeout,
             config.time_scale,
             fleet.as_ref(),
+            &config.measured,
         )?,
         call_timeout,
         enrichment: Arc::new(PeakGauge::new()),
@@ -617,6 +625,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
         // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
@@ -661,6 +670,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.records, 30);
@@ -699,6 +709,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.failed, 5);
@@ -715,6 +726,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            measured: BTreeMap::new(),
         };
         assert!(matches!(
             run(&config).await,

@@ -94,6 +94,9 @@ pub enum GateSpec {
     Budget(String),
     /// A peer crate's adaptive limiter (`records = { peer = "tower-acc", algorithm = "vegas" }`).
     Peer(Peer),
+    /// A fixed budget whose size the lab measures before the runs, with a capacity sweep of the
+    /// dependency in each scenario (`records = { measure = "capacity" }`).
+    Measured,
 }
 
 /// The peer limiters the lab runs side by side with `inflight`.
@@ -145,7 +148,7 @@ impl GateSpec {
                     .expect("a budget table is checked when the strategies file is read")
                     .0,
             ),
-            GateSpec::Peer(_) => None,
+            GateSpec::Peer(_) | GateSpec::Measured => None,
         }
     }
 
@@ -178,6 +181,7 @@ impl fmt::Display for GateSpec {
                 Ok(())
             }
             GateSpec::Peer(peer) => f.write_str(peer.name()),
+            GateSpec::Measured => f.write_str("measured"),
         }
     }
 }
@@ -253,6 +257,21 @@ pub struct Strategy {
 }
 
 impl Strategy {
+    /// The dependencies whose budget sizes the lab measures before the runs.
+    pub fn measured(&self) -> Vec<&'static str> {
+        match &self.budgets {
+            BudgetPlan::PerDependency {
+                enrichment,
+                records,
+            } => [("enrichment", enrichment), ("records", records)]
+                .into_iter()
+                .filter(|(_, gate)| matches!(gate, Some(GateSpec::Measured)))
+                .map(|(dependency, _)| dependency)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether a budget of this strategy keeps its permits in Redis (`scope = "fleet"`), so its
     /// runners need the lab's Redis.
     pub fn uses_fleet(&self) -> bool {
@@ -345,6 +364,19 @@ impl RawGate {
         match self {
             RawGate::Count(Count(n)) => Ok(GateSpec::Fixed(n)),
             RawGate::Table(mut table) => {
+                if let Some(measure) = table.remove("measure") {
+                    if measure.as_str() != Some("capacity") {
+                        return Err(format!(
+                            "field `{dependency}.measure` must be \"capacity\", got {measure}"
+                        ));
+                    }
+                    if let Some(key) = table.keys().next() {
+                        return Err(format!(
+                            "field `{dependency}.{key}` is not taken with measure (the budget's size is measured)"
+                        ));
+                    }
+                    return Ok(GateSpec::Measured);
+                }
                 if let Some(peer) = table.remove("peer") {
                     let krate = peer
                         .as_str()

@@ -151,6 +151,7 @@ async fn a_runner_serves_its_budgets_while_it_runs() {
         metrics_addr: Some(addr),
         first_id: 0,
         redis_url: None,
+        measured: Default::default(),
     };
     let run = tokio::spawn(async move { runner::run(&run_config).await });
 

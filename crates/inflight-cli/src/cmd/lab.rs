@@ -42,7 +42,7 @@ enum LabCommand {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Strategies in lab/strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4r, tower-acc-gradient2,
-  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas, c4-fleet
+  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas, c4-fleet, c4-measured
 Scenarios in lab/scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
 
 Examples:
@@ -171,6 +171,21 @@ struct RunnerArgs {
     /// The Redis that fleet budgets keep their permits in.
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
+    /// The measured size of a budget given as `{ measure = "capacity" }`, e.g. `records=6`.
+    #[arg(long, value_name = "DEPENDENCY=N", value_parser = parse_measured)]
+    measured: Vec<(String, usize)>,
+}
+
+fn parse_measured(text: &str) -> Result<(String, usize), String> {
+    let (dependency, n) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected DEPENDENCY=N, got `{text}`"))?;
+    let n: usize = n
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("the size must be a positive integer, got `{n}`"))?;
+    Ok((dependency.to_string(), n))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -229,6 +244,7 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         metrics_addr: args.metrics_addr,
         first_id: args.first_id,
         redis_url: args.redis_url,
+        measured: args.measured.into_iter().collect(),
     };
     // Built with defaults, like a service's runtime, so its worker count follows the CPU quota.
     let rt = super::async_runtime()?;

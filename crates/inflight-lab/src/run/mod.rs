@@ -13,6 +13,7 @@
 //! - [`out_dir`]: the report folder, made before the runs start.
 //! - [`replicas`]: a run split between several runner processes (`--replicas`).
 //! - [`redis`]: the Redis that fleet budgets keep their permits in.
+//! - `measure`: budgets measured by a capacity sweep before the runs.
 //! - `runner_process`: one runner process in its cgroup.
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use crate::sim::process::{SimCommand, SimProcess, SimProcessError};
 use self::redis::LabRedis;
 
 pub mod matrix;
+mod measure;
 pub mod out_dir;
 pub mod progress;
 pub mod redis;
@@ -37,6 +39,7 @@ pub mod scheduler;
 pub mod summary;
 
 pub use self::matrix::{cross_product, Cell, Matrix};
+pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};
 pub use self::out_dir::{default_out_dir, OutDir};
 pub use self::progress::{Progress, ProgressReporter};
 pub use self::scheduler::{check_outcomes, probe_enforcement, run_deadline, run_seed};
@@ -165,8 +168,16 @@ pub async fn run_matrix(
         started: sim.is_some(),
     });
 
-    let redis = match start_redis(opts).await {
-        Ok(redis) => redis,
+    let strategies = match &opts.strategies_file {
+        Some(path) => crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string())),
+        None => Ok(crate::strategy::builtin()),
+    };
+    let prepared = match strategies {
+        Ok(strategies) => prepare(opts, &strategies, shutdown, progress, &url).await,
+        Err(e) => Err(e),
+    };
+    let (redis, measured) = match prepared {
+        Ok(prepared) => prepared,
         Err(e) => {
             if let Some(sim) = sim {
                 sim.stop().await;
@@ -174,13 +185,16 @@ pub async fn run_matrix(
             return Err(e);
         }
     };
-    if let Some(redis) = &redis {
-        progress(Progress::RedisReady {
-            url: redis.url(),
-            started: redis.started_here(),
-        });
-    }
-    let result = run_cells(opts, shutdown, progress, &url, limited, redis.as_ref()).await;
+    let result = run_cells(
+        opts,
+        shutdown,
+        progress,
+        &url,
+        limited,
+        redis.as_ref(),
+        &measured,
+    )
+    .await;
     if let Some(redis) = redis {
         redis.stop().await;
     }
@@ -204,16 +218,44 @@ pub async fn run_matrix(
         runs,
         summary,
         hypotheses: Vec::new(),
+        measured,
     })
+}
+
+/// What the runs need besides the sim: the Redis of fleet budgets, started or reached, and the
+/// budgets measured against the sim.
+async fn prepare(
+    opts: &LabOptions,
+    strategies: &crate::strategy::Strategies,
+    shutdown: &Shutdown,
+    progress: &mut dyn FnMut(Progress<'_>),
+    url: &str,
+) -> Result<(Option<LabRedis>, Vec<crate::results::MeasuredBudget>), LabError> {
+    let redis = start_redis(opts, strategies).await?;
+    if let Some(redis) = &redis {
+        progress(Progress::RedisReady {
+            url: redis.url(),
+            started: redis.started_here(),
+        });
+    }
+    let control = crate::sim::client::SimClient::new(url.to_string())?;
+    match measure::measure_budgets(opts, strategies, shutdown, &control, progress).await {
+        Ok(measured) => Ok((redis, measured)),
+        Err(e) => {
+            if let Some(redis) = redis {
+                redis.stop().await;
+            }
+            Err(e)
+        }
+    }
 }
 
 /// The Redis the run's fleet budgets need: `opts.redis_url`, or one started here; `None` when no
 /// strategy of the run keeps a budget in Redis.
-async fn start_redis(opts: &LabOptions) -> Result<Option<LabRedis>, LabError> {
-    let strategies = match &opts.strategies_file {
-        Some(path) => crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string()))?,
-        None => crate::strategy::builtin(),
-    };
+async fn start_redis(
+    opts: &LabOptions,
+    strategies: &crate::strategy::Strategies,
+) -> Result<Option<LabRedis>, LabError> {
     let mut needed = false;
     for cell in &opts.cells {
         let strategy = strategies

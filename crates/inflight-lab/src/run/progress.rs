@@ -13,6 +13,14 @@ use crate::results::RunResult;
 pub enum Progress<'a> {
     /// The sim is listening (started by the lab or given with `--sim-url`).
     SimReady { url: &'a str, started: bool },
+    /// A capacity sweep of `dependency` in `scenario`, climbing to `max` at once, starts.
+    Measuring {
+        scenario: &'a str,
+        dependency: &'a str,
+        max: usize,
+    },
+    /// A budget was measured.
+    MeasuredBudget(&'a crate::results::MeasuredBudget),
     /// The Redis of the run's fleet budgets answers; `started` if the lab started it.
     RedisReady { url: &'a str, started: bool },
     /// No CPU quota can be enforced and `--no-limit` was given.
@@ -64,6 +72,30 @@ impl ProgressReporter {
             Progress::SimReady { url, started } => {
                 let how = if started { "started" } else { "using" };
                 self.line(format!("lab: {how} sim at {url}"));
+            }
+            Progress::Measuring {
+                scenario,
+                dependency,
+                max,
+            } => self.line(format!(
+                "lab: measuring the {dependency} budget in {scenario}: a capacity sweep of 1 to {max} calls at once ..."
+            )),
+            Progress::MeasuredBudget(m) => {
+                let service = m.service_time_ms.map_or(String::new(), |t| {
+                    format!(
+                        ", service time {t:.1} ms at time scale {}",
+                        m.sweep_time_scale
+                    )
+                });
+                let basis = if m.basis == "knee" {
+                    "the capacity found".to_string()
+                } else {
+                    format!("no knee up to {}", m.max_concurrent)
+                };
+                self.line(format!(
+                    "lab: measured the {} budget in {}: {} ({basis}{service}, {:.1} s)",
+                    m.dependency, m.scenario, m.max_concurrent, m.sweep_s
+                ));
             }
             Progress::RedisReady { url, started } => {
                 let how = if started {

@@ -23,6 +23,8 @@ pub(crate) struct RunnerArgs<'a> {
     /// Where it serves its metrics, if anywhere.
     pub metrics_addr: Option<std::net::SocketAddr>,
     pub redis_url: Option<&'a str>,
+    /// Measured budget sizes, by dependency.
+    pub measured: Vec<(&'a str, usize)>,
 }
 
 /// A started runner.
@@ -78,6 +80,9 @@ impl RunnerProcess {
         }
         if let Some(url) = args.redis_url {
             cmd.arg("--redis-url").arg(url);
+        }
+        for (dependency, n) in &args.measured {
+            cmd.arg("--measured").arg(format!("{dependency}={n}"));
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

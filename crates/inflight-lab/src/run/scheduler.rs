@@ -13,7 +13,7 @@ use super::replicas::{self, SimPeaks};
 use super::runner_process::{RunnerArgs, RunnerEnd, RunnerProcess};
 use super::Shutdown;
 use super::{LabError, LabOptions};
-use crate::results::RunResult;
+use crate::results::{MeasuredBudget, RunResult};
 use crate::sim::client::{u64_at, SimClient, SimClientError};
 
 /// The RNG seed of one run: the same for every strategy in a (scenario, repeat), so strategies face the
@@ -75,6 +75,7 @@ pub(crate) async fn run_cells(
     url: &str,
     limited: bool,
     redis: Option<&LabRedis>,
+    measured: &[MeasuredBudget],
 ) -> Result<Vec<RunResult>, LabError> {
     let control = SimClient::new(url.to_string())?;
     // Fail early, with the sim's own message, if it is not there or lacks a scenario.
@@ -91,6 +92,7 @@ pub(crate) async fn run_cells(
         control: &control,
         limited,
         redis,
+        measured,
     };
     let total = opts.cells.len() * opts.repeats as usize;
     let mut runs = Vec::with_capacity(total);
@@ -128,6 +130,8 @@ struct Context<'a> {
     /// Whether each runner goes into a CPU-quota cgroup.
     limited: bool,
     redis: Option<&'a LabRedis>,
+    /// The budgets measured before the runs.
+    measured: &'a [MeasuredBudget],
 }
 
 /// One run of `cell`: its replicas' runner processes, each in a fresh cgroup, against the sim
@@ -144,6 +148,7 @@ async fn run_one(
         control,
         limited,
         redis,
+        measured,
     } = *ctx;
     let label = format!(
         "{} {} {} CPU repeat {repeat}",
@@ -196,6 +201,11 @@ async fn run_one(
                 addr
             }),
             redis_url: redis.map(LabRedis::url),
+            measured: measured
+                .iter()
+                .filter(|m| m.scenario == cell.scenario)
+                .map(|m| (m.dependency.as_str(), m.max_concurrent))
+                .collect(),
         };
         match RunnerProcess::spawn(opts, &args, group) {
             Ok(runner) => runners.push(runner),
