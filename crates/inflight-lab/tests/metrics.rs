@@ -12,7 +12,7 @@ use prometheus_parse::{Scrape, Value};
 
 const SCENARIOS: &str = r#"
 [scenarios.quick]
-enrichment = { median = "5ms", quota = "1000/s", quota_burst = 2 }
+enrichment = { median = "5ms", quota = "1/s", quota_burst = 2 }
 records = { median = "20ms", capacity = 2, queue = 0 }
 "#;
 
@@ -61,7 +61,8 @@ async fn the_sim_serves_its_counters_as_prometheus_text() {
     let url = sim.url();
     let _handle = sim.spawn();
     let client = reqwest::Client::new();
-    // Three enrichment calls at once: the quota's burst of 2 lets two through, the third is 429.
+    // Three enrichment calls at once: the quota's burst of 2 lets two through, the third is 429
+    // (the next token comes a second later, however slowly a loaded machine sends them).
     let calls = (0..3).map(|i| client.get(format!("{url}/enrich/{i}")).send());
     let statuses: Vec<u16> = futures::future::join_all(calls)
         .await
