@@ -735,6 +735,24 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_budget_takes_no_other_key() {
+        let strategies = builtin();
+        let measured = strategies.get("c4-measured").unwrap();
+        assert_eq!(measured.measured(), vec!["enrichment", "records"]);
+        assert!(strategies.get("c4").unwrap().measured().is_empty());
+        for (gate, says) in [
+            ("{ measure = \"guess\" }", "must be \"capacity\""),
+            (
+                "{ measure = \"capacity\", max_concurrent = 6 }",
+                "not taken with measure",
+            ),
+        ] {
+            let e = err_of(&format!("[x]\nrecords_in_flight = 4\nrecords = {gate}"));
+            assert!(e.contains("records") && e.contains(says), "{gate}: {e}");
+        }
+    }
+
+    #[test]
     fn a_fleet_budget_is_known_by_its_scope() {
         let strategies = builtin();
         let fleet = strategies.get("c4-fleet").unwrap();

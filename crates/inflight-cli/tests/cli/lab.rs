@@ -647,3 +647,75 @@ fn replicas_share_a_fleet_budget_in_redis() {
         "redis-server at {url} still answers after the lab ended"
     );
 }
+
+/// A budget given as `{ measure = "capacity" }` is sized by a capacity sweep against the sim
+/// before the runs: the system of record in slow-write serves 6 at once.
+#[test]
+fn a_measured_budget_is_sized_by_a_sweep_before_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("strategies.toml"),
+        "[measured]\ndescription = \"records budget measured\"\nrecords_in_flight = 16\nrecords = { measure = \"capacity\" }\n",
+    )
+    .unwrap();
+    let out = dir.path().join("report");
+    let mut args: Vec<String> = [
+        "lab",
+        "run",
+        "--strategies",
+        "measured",
+        "--scenarios",
+        "slow-write",
+        "--records",
+        "24",
+        "--repeats",
+        "1",
+        "--time-scale",
+        "0.05",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push("--lab-dir".into());
+    args.push(dir.path().display().to_string());
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    if !is_root() {
+        args.push("--no-limit".into());
+    }
+    let output = run_lab(&args);
+    let doc: ResultsDoc = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("measured the records budget in slow-write"),
+        "{stderr}"
+    );
+    assert_eq!(doc.measured.len(), 1, "{:?}", doc.measured);
+    let m = &doc.measured[0];
+    assert_eq!(
+        (m.scenario.as_str(), m.dependency.as_str()),
+        ("slow-write", "records")
+    );
+    // The sweep runs at time scale 0.4 at least, where the knee is clear: 6, give or take the
+    // noise of a loaded 2-core machine.
+    assert_eq!(m.sweep_time_scale, inflight_lab::run::MIN_SWEEP_TIME_SCALE);
+    assert!(
+        (5..=7).contains(&m.max_concurrent),
+        "measured {} ({})",
+        m.max_concurrent,
+        m.conclusion
+    );
+    assert!(m.levels.len() >= 4, "{:?}", m.levels);
+    // The run used the measured size.
+    let run = &doc.runs[0];
+    assert!(
+        run.peak_writes_offered <= m.max_concurrent as u64,
+        "peak {} with a measured budget of {}",
+        run.peak_writes_offered,
+        m.max_concurrent
+    );
+}
