@@ -48,7 +48,8 @@ fi
 step "runtimes (the probe's rules are checked against the JDKs, Go, Python and Node found here)"
 # Debian's golang-go takes under a minute; without it the Go case says it skipped.
 if ! command -v go >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; then
+    install_go() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; }
+    if ! { install_go || { apt-get update -qq && install_go; }; }; then
         echo "  could not install golang-go: the Go case will say it skipped"
     fi
 fi
