@@ -45,6 +45,22 @@ if command -v redis-server >/dev/null; then
     redis-server --version
 fi
 
+step "runtimes (the probe's rules are checked against the JDKs, Go, Python and Node found here)"
+# Debian's golang-go takes under a minute; without it the Go case says it skipped.
+if ! command -v go >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    install_go() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; }
+    if ! { install_go || { apt-get update -qq && install_go; }; }; then
+        echo "  could not install golang-go: the Go case will say it skipped"
+    fi
+fi
+for runtime in java go python3 node; do
+    if command -v "$runtime" >/dev/null; then
+        echo "  $runtime: $(command -v "$runtime")"
+    else
+        echo "  $runtime: not installed, its case will say it skipped"
+    fi
+done
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

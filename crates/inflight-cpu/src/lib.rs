@@ -3,12 +3,13 @@
 //! A pool sized from the machine's CPU count is wrong inside a container: the affinity mask, or a
 //! cgroup quota on any level above the process, may allow far less. [`CpuBudget`] reads all of
 //! them (from `/proc/self` and `/sys/fs/cgroup`, cgroup v1, v2 or both) and says what the process
-//! may really use; [`runtime_choices`] shows what Rust, .NET, the JVM and Go would pick for that
-//! budget, and where their rules miss it. For experiments, [`QuotaGroup`] creates a cgroup with a
+//! may really use; [`runtime_choices`] shows what Rust, .NET, the JVM, Go, Python and Node would
+//! pick for that budget, version by version, and where their rules miss it ([`runtime_choice`]
+//! for one runtime at one version). For experiments, [`QuotaGroup`] creates a cgroup with a
 //! real CPU quota, places processes in it, reads its throttling counters and removes it on drop.
 //!
 //! ```
-//! use inflight_cpu::{runtime_choices, CpuBudget};
+//! use inflight_cpu::{runtime_choice, runtime_choices, CpuBudget, Runtime, RuntimeVersion};
 //!
 //! # fn main() -> Result<(), inflight_cpu::DetectError> {
 //! let budget = CpuBudget::detect()?;
@@ -18,8 +19,11 @@
 //! let pool = budget.recommended_pool();
 //! assert!(pool >= 1);
 //! for choice in runtime_choices(&budget) {
-//!     println!("{}: {} = {}", choice.runtime, choice.api, choice.value);
+//!     println!("{} {}: {} = {}", choice.runtime, choice.versions.unwrap_or(""), choice.api, choice.value);
 //! }
+//! // What `java -version` = 17.0.15 would print for `Runtime.availableProcessors()` here.
+//! let jdk17 = runtime_choice(&budget, Runtime::Jvm, RuntimeVersion::new(17, 0, 15));
+//! assert_eq!(jdk17.versions, Some("JDK 17-23"));
 //! # Ok(())
 //! # }
 //! ```
@@ -31,7 +35,8 @@
 //!
 //! - [`detect`]: [`CpuBudget`], read from `/proc/self` and `/sys/fs/cgroup` (or a copy of them):
 //!   host CPUs, affinity, the quota of every cgroup level, the effective CPUs.
-//! - [`runtimes`]: the parallelism Rust, .NET, the JVM and Go would choose for a budget.
+//! - [`runtimes`]: the parallelism Rust, .NET, the JVM, Go, Python and Node would choose for a
+//!   budget, by version ([`Runtime`], [`RuntimeVersion`]).
 //! - [`cgroup`]: [`QuotaGroup`], creating a cgroup with a quota (v1 or v2), and its counters.
 //!
 //! # Features
@@ -51,4 +56,4 @@ pub use cgroup::{
 pub use detect::{
     CgroupVersion, CpuBudget, CpuController, DetectError, LevelLimit, Limit, QuotaStatus,
 };
-pub use runtimes::{runtime_choices, RuntimeChoice};
+pub use runtimes::{runtime_choice, runtime_choices, Runtime, RuntimeChoice, RuntimeVersion};

@@ -98,6 +98,7 @@ fn to_json(
         .map(|r| {
             json!({
                 "runtime": r.runtime,
+                "versions": r.versions,
                 "api": r.api,
                 "value": r.value,
                 "rule": r.rule,
@@ -181,14 +182,10 @@ fn print_report(
         None => println!("  available_parallelism()   unavailable (the call failed)"),
     }
     println!();
-    println!("What runtimes would pick here");
-    for r in runtimes {
-        println!("  {:<7} {:>3}   {}", r.runtime, r.value, r.api);
-        println!("                {}", r.rule);
-        for c in &r.caveats {
-            println!("                ! {c}");
-        }
-    }
+    println!(
+        "What runtimes would pick here (older versions on a row of their own where they differ)"
+    );
+    print_runtimes(runtimes);
     println!();
     println!(
         "Recommended pool for CPU-bound work: {}  (whole CPUs of the effective budget, at least 1)",
@@ -200,6 +197,45 @@ fn print_report(
         println!("Notes");
         for n in &b.notes {
             println!("  - {n}");
+        }
+    }
+}
+
+/// One block per row: `runtime versions  value  api`, the rule, the caveats. A runtime's older
+/// version groups that pick the same value as its newest get one line under it instead.
+fn print_runtimes(runtimes: &[RuntimeChoice]) {
+    let label = |r: &RuntimeChoice| match r.versions {
+        Some(v) => format!("{:<7} {v}", r.runtime),
+        None => r.runtime.to_string(),
+    };
+    let width = runtimes.iter().map(|r| label(r).len()).max().unwrap_or(0);
+    let indent = " ".repeat(2 + width + 1 + 3 + 3);
+    let mut newest: Option<&RuntimeChoice> = None;
+    for r in runtimes {
+        let same_as_newer = match newest {
+            Some(n) => {
+                n.runtime == r.runtime
+                    && n.versions.is_some()
+                    && r.versions.is_some()
+                    && n.value == r.value
+            }
+            None => false,
+        };
+        if same_as_newer {
+            println!(
+                "{indent}= {} picks the same: {}",
+                r.versions.unwrap_or_default(),
+                r.rule
+            );
+            continue;
+        }
+        if newest.is_none_or(|n| n.runtime != r.runtime) {
+            newest = Some(r);
+        }
+        println!("  {:<width$} {:>3}   {}", label(r), r.value, r.api);
+        println!("{indent}{}", r.rule);
+        for c in &r.caveats {
+            println!("{indent}! {c}");
         }
     }
 }

@@ -18,6 +18,18 @@ fn probe_json(args: &[&str]) -> Value {
     run_json(["probe", "--json"].iter().chain(args))
 }
 
+/// The value of the row of `runtime` for `versions` (`JDK 17-23`, `Go < 1.25`, `libuv < 1.49`).
+fn versioned_value(doc: &Value, runtime: &str, versions: &str) -> u64 {
+    doc["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runtime"] == runtime && r["versions"] == versions)
+        .unwrap_or_else(|| panic!("no {runtime} {versions} row in {doc}"))["value"]
+        .as_u64()
+        .unwrap()
+}
+
 fn runtime_value(doc: &Value, runtime: &str) -> u64 {
     doc["runtimes"]
         .as_array()
@@ -68,6 +80,80 @@ fn json_for_unlimited_and_v1_fixtures() {
     assert_eq!(doc["cpu_controller"], "v1");
     assert_eq!(doc["quota_cpus"], 0.5);
     assert_eq!(doc["recommended_pool"], 1);
+}
+
+#[test]
+fn json_rows_by_version_on_a_v1_parent_quota() {
+    // cgroup v1, 4 CPUs, 1.0 CPU on the parent /batch: JDK 17-23 and every rule that reads only
+    // its own cgroup (or no quota) miss it.
+    let doc = probe_json(&["--root", fixture("v1-nested").to_str().unwrap()]);
+    let rows = doc["runtimes"].as_array().unwrap();
+    assert_eq!(rows.len(), 11, "{doc}");
+    for row in rows {
+        assert!(row.get("versions").is_some(), "{row}");
+        for field in ["runtime", "api", "value", "rule", "caveats"] {
+            assert!(row.get(field).is_some(), "{field} missing in {row}");
+        }
+    }
+    // The first row of a runtime is its newest versions, as before.
+    assert_eq!(runtime_value(&doc, "jvm"), 1);
+    assert_eq!(versioned_value(&doc, "jvm", "JDK 24+"), 1);
+    assert_eq!(versioned_value(&doc, "jvm", "JDK 17-23"), 4);
+    let jdk17 = rows.iter().find(|r| r["versions"] == "JDK 17-23").unwrap();
+    assert!(jdk17["caveats"][0]
+        .as_str()
+        .unwrap()
+        .contains("misses the quota of 1.00 CPUs set on the parent /batch"));
+    assert_eq!(versioned_value(&doc, "go", "Go 1.25+"), 4);
+    assert_eq!(versioned_value(&doc, "go", "Go < 1.25"), 4);
+    assert_eq!(runtime_value(&doc, "python"), 4);
+    assert_eq!(versioned_value(&doc, "node", "libuv < 1.49"), 4);
+    assert_eq!(versioned_value(&doc, "node", "libuv 1.52+"), 4);
+    assert!(rows
+        .iter()
+        .any(|r| r["runtime"] == "python"
+            && r["api"].as_str().unwrap().starts_with("os.cpu_count()")));
+}
+
+#[test]
+fn json_rows_by_version_on_a_v2_leaf_quota() {
+    // cgroup v2, 8 CPUs, 2.0 CPUs on the leaf: Go before 1.25, Python and old Node count all 8.
+    let doc = probe_json(&["--root", fixture("v2-limited").to_str().unwrap()]);
+    assert_eq!(versioned_value(&doc, "jvm", "JDK 17-23"), 2);
+    assert_eq!(versioned_value(&doc, "go", "Go 1.25+"), 2);
+    assert_eq!(versioned_value(&doc, "go", "Go < 1.25"), 8);
+    assert_eq!(runtime_value(&doc, "python"), 8);
+    assert_eq!(versioned_value(&doc, "node", "libuv 1.52+"), 2);
+    assert_eq!(versioned_value(&doc, "node", "libuv 1.49-1.50"), 2);
+    assert_eq!(versioned_value(&doc, "node", "libuv < 1.49"), 8);
+    assert!(doc["runtimes"][0]["versions"].is_null());
+}
+
+#[test]
+fn human_report_shows_older_versions_where_they_differ() {
+    let root = fixture("v1-nested");
+    let out = inflight()
+        .args(["probe", "--root", root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // JDK 17-23 picks 4 where JDK 24+ picks 1: a row of its own.
+    assert!(text.contains("jvm     JDK 24+"), "{text}");
+    let jdk17 = text
+        .lines()
+        .find(|l| l.contains("JDK 17-23"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(jdk17.contains(" 4 "), "{jdk17}");
+    // Go before 1.25 picks what 1.25 picks: one line under it.
+    assert!(
+        text.contains("= Go < 1.25 picks the same: affinity"),
+        "{text}"
+    );
+    assert!(text.contains("os.process_cpu_count()"), "{text}");
+    assert!(text.contains("os.cpu_count()"), "{text}");
+    assert!(text.contains("os.availableParallelism()"), "{text}");
+    assert!(text.contains("libuv < 1.49"), "{text}");
 }
 
 #[test]
@@ -182,10 +268,12 @@ fn real_cgroup_quota_on_the_parent_is_found() {
     assert_eq!(doc["effective_cpus"], 0.5);
     assert_eq!(doc["recommended_pool"], 1);
     assert_eq!(doc["std_available_parallelism"], 1);
-    assert_eq!(
-        runtime_value(&doc, "go"),
-        2.min(doc["affinity_cpus"].as_u64().unwrap())
-    );
+    let affinity = doc["affinity_cpus"].as_u64().unwrap();
+    assert_eq!(runtime_value(&doc, "go"), 2.min(affinity));
+    // JDK 24+ finds the parent's quota; JDK 17-23 reads only the unlimited own cgroup.
+    assert_eq!(versioned_value(&doc, "jvm", "JDK 24+"), 1);
+    assert_eq!(versioned_value(&doc, "jvm", "JDK 17-23"), affinity);
+    assert_eq!(versioned_value(&doc, "go", "Go < 1.25"), affinity);
     drop(group);
     assert!(!inner.exists());
 }
