@@ -74,7 +74,10 @@ pub(crate) async fn measure_budgets(
             dependency,
             max,
         });
-        let measured = measure_one(opts, shutdown, control, &scenario, dependency, max).await?;
+        let measured = measure_one(
+            opts, shutdown, control, &scenario, dependency, max, progress,
+        )
+        .await?;
         progress(Progress::MeasuredBudget(&measured));
         out.push(measured);
     }
@@ -88,6 +91,7 @@ async fn measure_one(
     scenario: &str,
     dependency: &'static str,
     max: usize,
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<MeasuredBudget, LabError> {
     let invalid = |e: &dyn std::fmt::Display| {
         LabError::Invalid(format!(
@@ -124,7 +128,14 @@ async fn measure_one(
         })
         .name(dependency);
     let started = Instant::now();
-    let report = sweep.run(shutdown, |_| {}).await.map_err(|e| invalid(&e))?;
+    let report = sweep
+        .run(shutdown, |p| {
+            if let inflight_capacity::Progress::Measured(level) = p {
+                progress(Progress::SweepLevel(level));
+            }
+        })
+        .await
+        .map_err(|e| invalid(&e))?;
     if matches!(report.stopped, Some(Stop::Interrupted)) || shutdown.fired() {
         return Err(LabError::Interrupted);
     }

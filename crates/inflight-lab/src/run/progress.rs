@@ -19,6 +19,8 @@ pub enum Progress<'a> {
         dependency: &'a str,
         max: usize,
     },
+    /// A level of a capacity sweep was measured.
+    SweepLevel(&'a inflight_capacity::Level),
     /// A budget was measured.
     MeasuredBudget(&'a crate::results::MeasuredBudget),
     /// The Redis of the run's fleet budgets answers; `started` if the lab started it.
@@ -80,6 +82,15 @@ impl ProgressReporter {
             } => self.line(format!(
                 "lab: measuring the {dependency} budget in {scenario}: a capacity sweep of 1 to {max} calls at once ..."
             )),
+            Progress::SweepLevel(level) => {
+                let p50 = level
+                    .p50_ms
+                    .map_or("-".to_string(), |ms| format!("{ms:.1} ms"));
+                self.line(format!(
+                    "lab:   {} at once: {:.1} ok/s, p50 {p50}, {} of {} calls failed",
+                    level.concurrency, level.throughput_per_s, level.errors.total, level.requests
+                ));
+            }
             Progress::MeasuredBudget(m) => {
                 let service = m.service_time_ms.map_or(String::new(), |t| {
                     format!(
