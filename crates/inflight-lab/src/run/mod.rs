@@ -150,9 +150,8 @@ pub async fn run_matrix(
         sim.stop().await;
     }
     let runs = result?;
-    let summary = summarize(&runs);
-    Ok(ResultsDoc {
-        meta: RunMeta {
+    Ok(ResultsDoc::from_runs(
+        RunMeta {
             started_at,
             records: opts.records,
             repeats: opts.repeats,
@@ -163,9 +162,7 @@ pub async fn run_matrix(
             inflight_version: env!("CARGO_PKG_VERSION").to_string(),
         },
         runs,
-        summary,
-        hypotheses: Vec::new(),
-    })
+    ))
 }
 
 /// Evaluates the preregistered hypotheses against the document's summary and stores the results
