@@ -4,6 +4,10 @@
 //! (strategy, cpus) cells it is about, and a test: a comparison with a threshold (a number or the
 //! cell's CPU count) or an inclusive range, applied to the value itself or to its ratio to another
 //! cell. Every cell must pass. Missing cells make the hypothesis `skipped`, never `fail`.
+//!
+//! A hypothesis that compares CPU counts ([`Hypothesis::needs_cpu_limit`]: its cells are at more
+//! than one CPU count, or its threshold is the cell's CPU count) is `skipped` too when the run
+//! enforced no CPU quota (`lab run --no-limit`): every cell then had all the host's CPUs.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -11,7 +15,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::results::{HypothesisResult, Metric, ResultsDoc, Spread, SummaryRow};
+use crate::results::{
+    cpus_words, HypothesisResult, Metric, ResultsDoc, SkipReason, Spread, SummaryRow,
+};
 
 /// The hypotheses file the lab uses by default (relative to the working directory).
 pub const DEFAULT_HYPOTHESES_PATH: &str = "lab/hypotheses.toml";
@@ -151,6 +157,19 @@ pub struct Hypothesis {
     /// counts that may be zero, where a ratio is undefined).
     pub minus: Option<Baseline>,
     pub test: Test,
+}
+
+impl Hypothesis {
+    /// Whether the claim is about what a CPU quota does: its cells (with `ratio_to` or `minus`)
+    /// are at more than one CPU count, or its threshold is the cell's CPU count. Such a claim
+    /// means nothing in a run without a quota, and is skipped there.
+    pub fn needs_cpu_limit(&self) -> bool {
+        let mut counts: Vec<f64> = self.cpus.clone();
+        counts.extend(self.ratio_to.iter().chain(&self.minus).map(|b| b.cpus));
+        let first = counts[0];
+        matches!(self.test, Test::Compare(_, Threshold::Cpus))
+            || counts.iter().any(|c| (c - first).abs() > 1e-9)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -323,14 +342,9 @@ pub(crate) fn find_row<'a>(
     })
 }
 
-/// `c4 @1 CPU`, `c1 @2 CPUs`.
-fn cell_name(strategy: &str, cpus: f64) -> String {
-    let unit = if (cpus - 1.0).abs() < 1e-9 {
-        "CPU"
-    } else {
-        "CPUs"
-    };
-    format!("{} @{} {unit}", strategy.to_uppercase(), fmt_num(cpus))
+/// `C4 @1 CPU`, `C1 @2 CPUs`, `C1 @unlimited (2 planned)`.
+fn cell_name(strategy: &str, cpus: f64, limited: bool) -> String {
+    format!("{} @{}", strategy.to_uppercase(), cpus_words(cpus, limited))
 }
 
 /// Numbers as people read them: integers bare, others to about three significant places,
@@ -390,8 +404,24 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                 runs(h.replicas),
                 runs(doc.meta.replicas)
             ),
+            skip_reason: Some(SkipReason::Replicas),
         };
     }
+    let what = format!("{} {} in {}", h.stat, h.metric, h.scenario);
+    // The summary rows say whether a quota was enforced (they all agree: see `from_runs`).
+    let limited = !doc.summary.iter().any(|r| r.unlimited);
+    if h.needs_cpu_limit() && !limited {
+        return HypothesisResult {
+            id: h.id.clone(),
+            claim: h.claim.clone(),
+            outcome: "skipped".into(),
+            observed: format!(
+                "{what}: not evaluated: it compares CPU counts, and this run enforced no CPU limit (--no-limit), so every cell had all the host's CPUs"
+            ),
+            skip_reason: Some(SkipReason::NoCpuLimit),
+        };
+    }
+    let cell_name = |strategy: &str, cpus: f64| cell_name(strategy, cpus, limited);
     let mut missing = Vec::new();
     let mut parts = Vec::new();
     let mut all_pass = true;
@@ -466,16 +496,17 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
             }
         }
     }
-    let what = format!("{} {} in {}", h.stat, h.metric, h.scenario);
-    let (outcome, observed) = if !missing.is_empty() {
+    let (outcome, observed, skip_reason) = if !missing.is_empty() {
         (
             "skipped",
             format!("{what}: not in this run: {}", missing.join(", ")),
+            Some(SkipReason::MissingCells),
         )
     } else {
         (
             if all_pass { "pass" } else { "fail" },
             format!("{what}: {}", parts.join("; ")),
+            None,
         )
     };
     HypothesisResult {
@@ -483,6 +514,7 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
         claim: h.claim.clone(),
         outcome: outcome.to_string(),
         observed,
+        skip_reason,
     }
 }
 
@@ -687,6 +719,51 @@ threshold = 0.9
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "fail");
         assert!(r.observed.contains("undefined"), "{}", r.observed);
+    }
+
+    #[test]
+    fn hypotheses_comparing_cpu_counts_are_skipped_without_a_cpu_limit() {
+        let hs = builtin();
+        let needing: Vec<&str> = hs
+            .iter()
+            .filter(|h| h.needs_cpu_limit())
+            .map(|h| h.id.as_str())
+            .collect();
+        assert_eq!(needing, ["H1", "H2"]);
+        let (h1, h3) = (&hs[0], &hs[2]);
+        // Without a quota, C1 "at 1 CPU" and "at 2 CPUs" ran alike: H1 would fail on nothing.
+        let mut rows = Vec::new();
+        for (strategy, scenario, cpus) in [
+            ("c1", "healthy", 1.0),
+            ("c1", "healthy", 2.0),
+            ("c4", "slow-write", 1.0),
+        ] {
+            let mut r = row(strategy, scenario, cpus);
+            r.completion_s = spread(40.0);
+            r.peak_writes_offered = spread(6.0);
+            rows.push(r);
+        }
+        let mut doc = summary_doc(rows);
+        assert_eq!(evaluate_one(h1, &doc).outcome, "fail", "1.0x is below 1.8x");
+        doc.summary.iter_mut().for_each(|r| r.unlimited = true);
+        let r = evaluate_one(h1, &doc);
+        assert_eq!(
+            (r.outcome.as_str(), r.skip_reason),
+            ("skipped", Some(SkipReason::NoCpuLimit))
+        );
+        assert!(r.observed.contains("no CPU limit"), "{}", r.observed);
+        assert_eq!(evaluate_one(&hs[1], &doc).outcome, "skipped");
+        // A claim at one CPU count is still evaluated, its cell named for what it had.
+        let r = evaluate_one(h3, &doc);
+        assert_eq!((r.outcome.as_str(), r.skip_reason), ("pass", None));
+        assert!(
+            r.observed.contains("C4 @unlimited (1 planned) 6"),
+            "{}",
+            r.observed
+        );
+        doc.summary.remove(2);
+        let r = evaluate_one(h3, &doc);
+        assert_eq!(r.skip_reason, Some(SkipReason::MissingCells));
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! The results document a lab run produces (`results.json`) and the types in it.
 //!
 //! Durations are in seconds (`*_s`) or milliseconds (`*_ms`) as the field name says.
+//!
+//! The summary is computed from the runs ([`ResultsDoc::from_runs`]), never taken as given, and
+//! [`ResultsDoc::problems`] lists what makes a stored document's runs inconsistent.
+
+use std::collections::BTreeMap;
 
 use inflight_cpu::Enforcement;
 use serde::{Deserialize, Serialize};
+
+use crate::hypothesis::fmt_num;
 
 /// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -48,6 +55,95 @@ pub struct MeasuredBudget {
     pub sweep_time_scale: f64,
     /// Wall time of the sweep, in seconds.
     pub sweep_s: f64,
+}
+
+impl ResultsDoc {
+    /// The document of `runs`: each run labelled [`RunResult::unlimited`] when `meta` says no CPU
+    /// quota was enforced, and the summary computed from them. Hypotheses are evaluated
+    /// afterwards ([`crate::hypothesis::evaluate`]).
+    pub fn from_runs(meta: RunMeta, mut runs: Vec<RunResult>) -> ResultsDoc {
+        let unlimited = meta.enforcement == Enforcement::None;
+        for run in &mut runs {
+            run.unlimited = unlimited;
+        }
+        let summary = crate::run::summarize(&runs);
+        ResultsDoc {
+            meta,
+            runs,
+            summary,
+            hypotheses: Vec::new(),
+            measured: Vec::new(),
+        }
+    }
+
+    /// The document with the budgets measured before its runs.
+    pub fn with_measured(mut self, measured: Vec<MeasuredBudget>) -> ResultsDoc {
+        self.measured = measured;
+        self
+    }
+
+    /// What makes this document's runs inconsistent with each other or with its settings, one
+    /// sentence each; empty when there is nothing wrong. Checks that each run's outcomes add up
+    /// to its records, that its records and repeat match the settings, that no run appears twice
+    /// and that every cell has one run per repeat.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let meta = &self.meta;
+        let mut per_cell: BTreeMap<(&str, &str, u64), Vec<u32>> = BTreeMap::new();
+        let mut cells = Vec::new();
+        for run in &self.runs {
+            let name = format!(
+                "{} {} at {}",
+                run.strategy,
+                run.scenario,
+                cpus_words(run.cpus, !run.unlimited)
+            );
+            if let Err(e) = crate::run::check_outcomes(run) {
+                problems.push(e);
+            }
+            if !(run.cpus.is_finite() && run.cpus > 0.0) {
+                problems.push(format!("{name}: cpus must be above 0"));
+            }
+            if meta.records != 0 && run.records != meta.records {
+                problems.push(format!(
+                    "{name} repeat {}: {} records, the settings say {}",
+                    run.repeat, run.records, meta.records
+                ));
+            }
+            if run.repeat == 0 || run.repeat > meta.repeats {
+                problems.push(format!(
+                    "{name}: repeat {} is outside the settings' 1..={}",
+                    run.repeat, meta.repeats
+                ));
+            }
+            let key = (
+                run.strategy.as_str(),
+                run.scenario.as_str(),
+                run.cpus.to_bits(),
+            );
+            let repeats = per_cell.entry(key).or_insert_with(|| {
+                cells.push((key, name.clone()));
+                Vec::new()
+            });
+            if repeats.contains(&run.repeat) {
+                problems.push(format!("{name} repeat {} appears twice", run.repeat));
+            }
+            repeats.push(run.repeat);
+        }
+        for (key, name) in cells {
+            let mut repeats = per_cell[&key].clone();
+            repeats.sort_unstable();
+            repeats.dedup();
+            if repeats.len() != meta.repeats as usize {
+                problems.push(format!(
+                    "{name}: {} of the settings' {} repeats",
+                    repeats.len(),
+                    meta.repeats
+                ));
+            }
+        }
+        problems
+    }
 }
 
 /// The settings and environment of a lab run.
@@ -122,8 +218,13 @@ pub struct RunResult {
     pub strategy: String,
     pub scenario: String,
     pub repeat: u32,
-    /// The CPU quota the runner ran under (whole or fractional CPUs).
+    /// The CPU quota the runner ran under (whole or fractional CPUs), or, when `unlimited`, the
+    /// quota the plan asked for.
     pub cpus: f64,
+    /// No CPU quota was enforced (`lab run --no-limit`): the runner had all the host's CPUs, so
+    /// `cpus` is only what the plan asked for. Written only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unlimited: bool,
     /// `std::thread::available_parallelism()` as the runner process saw it.
     pub runner_available_parallelism: usize,
     pub records: u64,
@@ -180,6 +281,34 @@ pub struct Timeline {
     pub records_limit: Vec<u32>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A cell's CPUs in words: `1 CPU`, `0.5 CPUs`, or `unlimited (1 planned)` when `limited` is
+/// false.
+pub fn cpus_words(cpus: f64, limited: bool) -> String {
+    if !limited {
+        return cpus_cell(cpus, limited);
+    }
+    let unit = if (cpus - 1.0).abs() < 1e-9 {
+        "CPU"
+    } else {
+        "CPUs"
+    };
+    format!("{} {unit}", fmt_num(cpus))
+}
+
+/// A cell's CPUs in a column headed `CPUs`: `1`, `0.5`, or `unlimited (1 planned)` when
+/// `limited` is false.
+pub fn cpus_cell(cpus: f64, limited: bool) -> String {
+    if limited {
+        fmt_num(cpus)
+    } else {
+        format!("unlimited ({} planned)", fmt_num(cpus))
+    }
+}
+
 /// A run with made-up figures, for tests of what is computed from runs.
 #[cfg(test)]
 pub(crate) fn sample_run(
@@ -216,7 +345,11 @@ pub use inflight_bench::spread::Spread;
 pub struct SummaryRow {
     pub strategy: String,
     pub scenario: String,
+    /// As in [`RunResult::cpus`].
     pub cpus: f64,
+    /// No CPU quota was enforced for these runs ([`RunResult::unlimited`]). Written only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unlimited: bool,
     pub repeats: u32,
     pub completion_s: Spread,
     pub accepted_per_s: Spread,
@@ -332,10 +465,27 @@ pub struct HypothesisResult {
     pub id: String,
     /// The claim in words, from `lab/hypotheses.toml`.
     pub claim: String,
-    /// `pass`, `fail`, or `skipped` (the run did not include the cells it needs).
+    /// `pass`, `fail`, or `skipped` (see `skip_reason`).
     pub outcome: String,
-    /// The observed values, in words with numbers, e.g. `C1 1 CPU 78.2 s / 2 CPUs 39.9 s = 1.96x`.
+    /// The observed values, in words with numbers, e.g. `C1 1 CPU 78.2 s / 2 CPUs 39.9 s = 1.96x`;
+    /// for a skipped hypothesis, why.
     pub observed: String,
+    /// Why a skipped hypothesis was not evaluated; absent otherwise. Documents written before
+    /// this field skipped only for missing cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<SkipReason>,
+}
+
+/// Why a hypothesis was not evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// The run did not include the cells it is about.
+    MissingCells,
+    /// It compares CPU counts, and no CPU quota was enforced: every cell had the host's CPUs.
+    NoCpuLimit,
+    /// It is about runs split between another number of replicas (`lab run --replicas`).
+    Replicas,
 }
 
 #[cfg(test)]
@@ -358,6 +508,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown enforcement `cgroup-v3`"), "{err}");
+    }
+
+    #[test]
+    fn a_document_from_runs_is_summarised_and_labelled_with_its_limit() {
+        let runs = vec![
+            sample_run("c1", "healthy", 1.0, 1, 4.0),
+            sample_run("c1", "healthy", 1.0, 2, 6.0),
+        ];
+        let meta = |enforcement| RunMeta {
+            enforcement,
+            records: 10,
+            repeats: 2,
+            ..RunMeta::default()
+        };
+        let doc = ResultsDoc::from_runs(meta(Enforcement::CgroupV1), runs.clone());
+        assert_eq!((doc.summary.len(), doc.summary[0].repeats), (1, 2));
+        assert_eq!(doc.summary[0].completion_s.median, 5.0);
+        assert!(!doc.runs[0].unlimited && !doc.summary[0].unlimited);
+        assert!(doc.problems().is_empty(), "{:?}", doc.problems());
+        let json = serde_json::to_value(&doc).unwrap();
+        assert!(
+            json["runs"][0].get("unlimited").is_none(),
+            "written only when true"
+        );
+
+        let doc = ResultsDoc::from_runs(meta(Enforcement::None), runs);
+        assert!(doc.runs.iter().all(|r| r.unlimited) && doc.summary[0].unlimited);
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["summary"][0]["unlimited"], true);
+        assert_eq!(cpus_cell(1.0, false), "unlimited (1 planned)");
+        assert_eq!(cpus_words(2.0, true), "2 CPUs");
+        assert_eq!(cpus_words(1.0, true), "1 CPU");
     }
 
     #[test]

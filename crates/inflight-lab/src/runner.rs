@@ -447,6 +447,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         scenario: String::new(),
         repeat: 0,
         cpus: 0.0,
+        // The lab knows whether it put the runner under a quota (`ResultsDoc::from_runs`).
+        unlimited: false,
         runner_available_parallelism: available_parallelism(),
         records: tally.started,
         complete: tally.complete,

@@ -187,15 +187,21 @@ fn the_report_files_exist_and_are_well_formed() {
 fn terminal_tables_show_every_cell_and_hypothesis() {
     let doc = fixture();
     let table = report::summary_table(&doc);
-    assert_eq!(table.lines().count(), 2 + doc.summary.len() + 1);
-    for row in &doc.summary {
-        assert!(table.contains(&row.strategy.to_uppercase()));
+    // A line per cell, under a line per scenario.
+    let cells = table.lines().filter(|l| l.starts_with("  C")).count();
+    assert_eq!(cells, doc.summary.len(), "{table}");
+    for scenario in ["healthy", "slow-write", "slow-enrichment"] {
+        assert!(table.lines().any(|l| l == scenario), "{table}");
     }
     // C1 at 2 CPUs in healthy: its median completion in seconds.
-    assert!(table.contains("2.66"), "{table}");
+    assert!(table.contains("2.66 (2.54-2.77)"), "{table}");
+    assert!(table.contains("Times are scaled by 0.1"), "{table}");
     let hyps = report::hypotheses_table(&doc);
-    assert!(hyps.contains("H7  FAIL"), "{hyps}");
+    assert!(hyps.contains("FAIL     H7: In healthy"), "{hyps}");
     assert!(hyps.contains("8 pass, 1 fail, 0 skipped (of 9)"), "{hyps}");
+    for line in table.lines().chain(hyps.lines()) {
+        assert!(line.chars().count() <= report::TERMINAL_WIDTH, "{line}");
+    }
     let reference = report::Reference::builtin().table(&doc);
     assert!(
         reference.contains("83.6"),
@@ -262,4 +268,66 @@ fn the_well_formedness_check_catches_broken_markup() {
         .unwrap(),
         ["svg"]
     );
+}
+
+#[test]
+fn scaled_times_are_said_next_to_each_table() {
+    let mut doc = fixture();
+    assert_eq!(doc.meta.time_scale, 0.1);
+    let dir = tempfile::tempdir().unwrap();
+    report::write_report(&doc, dir.path()).unwrap();
+    let note = "Times are scaled by 0.1 (--time-scale 0.1)";
+    let md = read(dir.path(), "summary.md");
+    // One per scenario table, right under it.
+    for scenario in ["healthy", "slow-write", "slow-enrichment"] {
+        let table = md.split(&format!("### {scenario}\n")).nth(1).unwrap();
+        let after = table.split("\n\n").nth(1).unwrap();
+        assert!(
+            after.starts_with(&format!("_{note}")),
+            "{scenario}: {after}"
+        );
+    }
+    let html = read(dir.path(), "index.html");
+    assert_eq!(
+        html.matches(&format!("<p class=\"note\">{note}")).count(),
+        3
+    );
+    assert!(report::summary_table(&doc).contains(note));
+
+    doc.meta.time_scale = 1.0;
+    report::write_report(&doc, dir.path()).unwrap();
+    for file in ["summary.md", "index.html"] {
+        assert!(
+            !read(dir.path(), file).contains("Times are scaled"),
+            "{file}"
+        );
+    }
+    assert!(!report::summary_table(&doc).contains("Times are scaled"));
+}
+
+#[test]
+fn the_page_fits_a_narrow_window() {
+    let dir = tempfile::tempdir().unwrap();
+    report::write_report(&fixture(), dir.path()).unwrap();
+    let html = read(dir.path(), "index.html");
+    // Laid out for the device's width, not a desktop's.
+    assert!(
+        html.contains("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
+    );
+    // Every table scrolls sideways inside its own block rather than widening the page.
+    assert!(html.contains(".scroll{overflow-x:auto"), "{html}");
+    assert_eq!(
+        html.matches("<div class=\"scroll\">\n<table>").count(),
+        html.matches("<table>").count()
+    );
+    // Ranges in numeric cells never break, figures shrink, and a narrow window gets its own rules.
+    assert!(html.contains("td.num{text-align:right;white-space:nowrap}"));
+    assert!(
+        html.contains("<td class=\"num\">2.66 (2.54-2.77)</td>"),
+        "{html}"
+    );
+    assert!(html.contains("figure svg{max-width:100%;height:auto}"));
+    assert!(html.contains("@media (max-width:700px)"));
+    // No fixed page width: the body uses the window.
+    assert!(!html.contains("max-width:1200px"));
 }

@@ -32,7 +32,11 @@ enum LabCommand {
     /// Write the report (summary.md, runs.csv, figures, index.html) again from a results.json.
     ///
     /// Useful after a newer `inflight` changed how reports look, or to put a report of an old run
-    /// somewhere else. The numbers and hypothesis outcomes are taken from the file as they are.
+    /// somewhere else. The runs are taken from the file as they are; the summary and the outcomes
+    /// of the hypotheses it recorded are computed again from them, and the document so rebuilt is
+    /// written with the report as results.json. A document whose runs are inconsistent (outcomes
+    /// that do not add up to the records, repeats that do not match its settings, a run that
+    /// appears twice), or whose summary holds cells or repeats its runs do not, is refused.
     Report(ReportArgs),
     /// One run of one strategy (started by `lab run` inside a cgroup); prints a JSON run result.
     #[command(hide = true)]
@@ -59,8 +63,8 @@ struct RunArgs {
     /// --strategies or --cpus alone: healthy,slow-write,slow-enrichment).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     scenarios: Option<Vec<String>>,
-    /// CPU quotas for the runner, e.g. `1` or `1,2` or `0.5` (default: the seed's matrix; with
-    /// --strategies or --scenarios alone: 1).
+    /// CPU quotas for the runner, e.g. `1` or `1,2` or `0.5`, at most the host's CPU count
+    /// (default: the seed's matrix; with --strategies or --scenarios alone: 1).
     #[arg(
         long,
         value_delimiter = ',',
@@ -102,7 +106,8 @@ struct RunArgs {
     /// <sim url>/metrics.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
-    /// Run without a CPU quota if none can be enforced (C1 then sees all host CPUs).
+    /// Run without a CPU quota if none can be enforced (C1 then sees all host CPUs): the report
+    /// labels every cell unlimited and skips the hypotheses that compare CPU counts.
     #[arg(long)]
     no_limit: bool,
     /// Split each run between N runner processes, each in its own CPU quota of --cpus, against
@@ -129,14 +134,20 @@ struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Example:
-  inflight lab report lab-results/2026-11-30T10-00-00Z/results.json --out /tmp/report")]
+Examples:
+  inflight lab report lab-results/2026-11-30T10-00-00Z/results.json --out /tmp/report
+  inflight lab report lab-results/2026-11-30T10-00-00Z")]
 struct ReportArgs {
-    /// The results.json a `lab run` wrote.
+    /// The results.json a `lab run` wrote, or the folder holding it.
     results: PathBuf,
-    /// Where to write the report (default: the folder holding RESULTS).
+    /// Where to write the report and the rebuilt results.json (default: the folder holding
+    /// RESULTS, whose results.json is then rewritten).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// The lab folder whose hypotheses.toml and reference.toml to use, as `lab run --lab-dir`
+    /// takes it (default: as for `lab run`).
+    #[arg(long, value_name = "DIR")]
+    lab_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,24 +208,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.results)
-        .with_context(|| format!("cannot read {}", args.results.display()))?;
-    let doc: inflight_lab::results::ResultsDoc = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a lab results document", args.results.display()))?;
+    let path = if args.results.is_dir() {
+        args.results.join("results.json")
+    } else {
+        args.results.clone()
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let stored: inflight_lab::results::ResultsDoc = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a lab results document", path.display()))?;
+    let files = match &args.lab_dir {
+        Some(dir) => LabFiles::find(Some(dir))?,
+        None => LabFiles::find(None).unwrap_or_else(|_| LabFiles::builtin()),
+    };
+    let hypotheses = files.hypotheses()?;
+    let reference = files.reference()?;
+    let rebuilt = inflight_lab::report::rebuild(&stored, &hypotheses)
+        .with_context(|| format!("cannot report {}", path.display()))?;
+    for change in &rebuilt.changes {
+        eprintln!("lab report: {change}");
+    }
+    let doc = rebuilt.doc;
     let dir = match args.out {
         Some(dir) => dir,
-        None => match args.results.parent() {
+        None => match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         },
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let reference = LabFiles::find(None)
-        .unwrap_or_else(|_| LabFiles::builtin())
-        .reference()?;
-    inflight_lab::report::write_report_with(&doc, &reference, &dir)
-        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    run::write_outputs(&doc, &reference, &dir)?;
     print!("{}", inflight_lab::report::summary_table(&doc));
+    println!();
     print!("{}", inflight_lab::report::hypotheses_table(&doc));
     eprintln!("report written to {}", dir.join("index.html").display());
     Ok(ExitCode::SUCCESS)
@@ -327,12 +351,32 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
+    // A quota above the host's CPUs gives the runner only the host's, under the quota's label.
+    let host_cpus = strategy::available_parallelism();
+    let too_many = |c: &f64| *c > host_cpus as f64 + 1e-9;
+    if let Some(bad) = args.cpus.iter().flatten().find(|c| too_many(c)) {
+        bail!(
+            "--cpus {bad} is more than this host's {}: the runner would have {host_cpus} while its rows said {bad}; give at most {host_cpus}",
+            count(host_cpus, "CPU")
+        );
+    }
+
     let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
     let cells = lab.plan(
         args.strategies.as_deref(),
         args.scenarios.as_deref(),
         args.cpus.as_deref(),
     )?;
+    if let Some(cell) = cells.iter().find(|c| too_many(&c.cpus)) {
+        bail!(
+            "the matrix runs {} in {} at {} CPUs, more than this host's {}: the runner would have {host_cpus} while its rows said {}; give --cpus {host_cpus} (or fewer)",
+            cell.strategy,
+            cell.scenario,
+            cell.cpus,
+            count(host_cpus, "CPU"),
+            cell.cpus
+        );
+    }
     let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
     // Made now, so a folder that cannot be written fails before the runs, not after them.
     let out = OutDir::create(&out_dir, args.replace)?;

@@ -514,6 +514,32 @@ fn lab_report_rewrites_a_report_from_results_json() {
         doc.runs.len() + 1,
         "a header and a row per run"
     );
+    // The page links results.json: it is there, with the same runs and its summary.
+    let copy: ResultsDoc =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .expect("results.json written next to the page");
+    assert_eq!(copy.runs, doc.runs);
+    let summary = inflight_lab::run::summarize(&doc.runs);
+    assert_eq!(copy.summary.len(), summary.len());
+    for (copied, computed) in copy.summary.iter().zip(&summary) {
+        assert_eq!(copied.strategy, computed.strategy);
+        assert_eq!(copied.repeats, computed.repeats);
+        // Summaries of older documents lack fields later versions compute (write_503_fraction).
+        let (a, b) = (copied.write_503_fraction, computed.write_503_fraction);
+        assert!((a.median - b.median).abs() < 1e-9, "{copied:?}");
+    }
+    assert!(copy.summary.iter().any(|r| r.write_503_fraction.max > 0.0));
+    assert_eq!(copy.hypotheses.len(), doc.hypotheses.len());
+    // A folder holding results.json will do too.
+    let again = tempfile::tempdir().unwrap();
+    inflight()
+        .args(["lab", "report"])
+        .arg(out.path())
+        .arg("--out")
+        .arg(again.path())
+        .assert()
+        .success();
+    assert!(again.path().join("index.html").is_file());
 
     exits_2(
         ["lab", "report", "/nonexistent/results.json"],
@@ -717,5 +743,162 @@ fn a_measured_budget_is_sized_by_a_sweep_before_the_runs() {
         "peak {} with a measured budget of {}",
         run.peak_writes_offered,
         m.max_concurrent
+    );
+}
+
+/// The fixture as JSON, changed by `edit`, written to a file in `dir`; returns its path.
+fn edited_fixture(dir: &Path, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../inflight-lab/tests/fixtures/results-quick.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    edit(&mut doc);
+    let path = dir.join(name);
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn lab_report_refuses_a_document_whose_runs_do_not_hold_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    type Edit = fn(&mut serde_json::Value);
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            // The summary's tables of 2 repeats, and no runs.
+            "stale.json",
+            |d| d["runs"] = serde_json::json!([]),
+            "c1 healthy at 1 CPU: 2 repeats in the summary, no runs",
+        ),
+        (
+            "outcomes.json",
+            |d| d["runs"][3]["failed"] = 5.into(),
+            "100 records started but complete",
+        ),
+        (
+            "twice.json",
+            |d| {
+                let first = d["runs"][0].clone();
+                d["runs"].as_array_mut().unwrap().push(first);
+            },
+            "c1 healthy at 1 CPU repeat 1 appears twice",
+        ),
+        (
+            "repeats.json",
+            |d| d["meta"]["repeats"] = 3.into(),
+            "c1 healthy at 1 CPU: 2 of the settings' 3 repeats",
+        ),
+    ];
+    for (name, edit, needle) in cases {
+        let path = edited_fixture(dir.path(), name, edit);
+        let output = inflight()
+            .args(["lab", "report", &path, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = assert_refused(&output, needle, &format!("{name}: "));
+        assert!(
+            stderr.contains(&format!("cannot report {path}")),
+            "{stderr}"
+        );
+        assert!(!out.exists(), "{name}: nothing written");
+    }
+}
+
+#[test]
+fn a_run_without_a_cpu_limit_is_labelled_unlimited_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_fixture(dir.path(), "results.json", |d| {
+        d["meta"]["enforcement"] = "none".into();
+    });
+    let out = dir.path().join("out");
+    let output = inflight()
+        .args(["lab", "report", &path, "--out"])
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The terminal: no row says "1" or "2" CPUs, H1 and H2 are skipped with the reason.
+    assert!(stdout.contains("unlimited (1 planned)"), "{stdout}");
+    assert!(stdout.contains("unlimited (2 planned)"), "{stdout}");
+    assert!(stdout.contains("No CPU limit was enforced"), "{stdout}");
+    assert!(stdout.contains("SKIPPED  H1:"), "{stdout}");
+    assert!(stdout.contains("SKIPPED  H2:"), "{stdout}");
+    assert!(!stdout.contains("@1 CPU"), "{stdout}");
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for key in ["runs", "summary"] {
+        for entry in doc[key].as_array().unwrap() {
+            assert_eq!(entry["unlimited"], true, "{key}: {entry}");
+        }
+    }
+    for h in doc["hypotheses"].as_array().unwrap() {
+        let skipped = h["id"] == "H1" || h["id"] == "H2";
+        assert_eq!(h["outcome"] == "skipped", skipped, "{h}");
+        assert_eq!(h["skip_reason"] == "no-cpu-limit", skipped, "{h}");
+    }
+    let csv = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",unlimited"), "{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.ends_with(",true")), "{csv}");
+    let read = |file: &str| std::fs::read_to_string(out.join(file)).unwrap();
+    assert!(read("summary.md").contains("| C1 | unlimited (2 planned) | 2 |"));
+    assert!(read("index.html").contains("<td class=\"num\">unlimited (2 planned)</td>"));
+    for file in ["summary.md", "index.html"] {
+        assert!(read(file).contains("No CPU limit was enforced"), "{file}");
+        assert!(!read(file).contains("@1 CPU"), "{file}");
+    }
+    for file in ["timeline-healthy.svg", "accepted_per_s.svg"] {
+        let svg = read(file);
+        assert!(
+            svg.contains("C1, unlimited (1 planned)")
+                || svg.contains("C1 healthy, unlimited (2 planned)"),
+            "{file}"
+        );
+        assert!(!svg.contains("2 CPUs") && !svg.contains("1 CPU"), "{file}");
+    }
+}
+
+#[test]
+fn more_cpus_than_the_host_has_are_refused_before_planning() {
+    let host = std::thread::available_parallelism().unwrap().get();
+    let lab = lab_dir().display().to_string();
+    let over = (host + 1).to_string();
+    let output = inflight()
+        .args(["lab", "run", "--lab-dir", &lab, "--cpus", &over])
+        .output()
+        .unwrap();
+    let stderr = assert_refused(
+        &output,
+        &format!("--cpus {over} is more than this host's {host} CPU"),
+        "",
+    );
+    assert!(
+        !stderr.contains("lab: "),
+        "refused before the plan: {stderr}"
+    );
+    // The matrix file's CPU counts too.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["strategies.toml", "scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("matrix.toml"),
+        format!(
+            "[defaults]\nstrategies = [\"c1\"]\nscenarios = [\"healthy\"]\ncpus = [1]\n\n[[cells]]\nstrategies = [\"c1\"]\nscenarios = [\"healthy\"]\ncpus = [{over}]\n"
+        ),
+    )
+    .unwrap();
+    let output = inflight()
+        .args(["lab", "run", "--lab-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        &format!("the matrix runs c1 in healthy at {over} CPUs, more than this host's {host} CPU"),
+        "",
     );
 }

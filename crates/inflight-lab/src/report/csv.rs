@@ -1,4 +1,7 @@
 //! `runs.csv`: one line per run.
+//!
+//! `cpus` is the CPU quota the runner had; `unlimited` is `true` when none was enforced
+//! (`lab run --no-limit`), and `cpus` is then only what the plan asked for.
 
 use crate::results::{ResultsDoc, RunResult};
 
@@ -22,6 +25,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "peak_enrichment_in_flight",
     "peak_writes_in_flight",
     "enrichment_timeouts",
+    "unlimited",
 ];
 
 fn csv_field(s: &str) -> String {
@@ -58,6 +62,7 @@ fn csv_row(run: &RunResult) -> Vec<String> {
         run.peak_enrichment_in_flight.to_string(),
         run.peak_writes_in_flight.to_string(),
         run.enrichment_timeouts.to_string(),
+        run.unlimited.to_string(),
     ]
 }
 
@@ -75,6 +80,23 @@ pub fn runs_csv(doc: &ResultsDoc) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_without_a_cpu_limit_say_so() {
+        use crate::results::{sample_run, RunMeta};
+        let runs = vec![sample_run("c1", "healthy", 1.0, 1, 4.0)];
+        let limited = RunMeta {
+            enforcement: inflight_cpu::Enforcement::CgroupV2,
+            ..RunMeta::default()
+        };
+        for (meta, last) in [(limited, "false"), (RunMeta::default(), "true")] {
+            let csv = runs_csv(&ResultsDoc::from_runs(meta, runs.clone()));
+            let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+            let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+            let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+            assert_eq!((at("cpus"), at("unlimited")), ("1", last), "{csv}");
+        }
+    }
 
     #[test]
     fn csv_fields_are_quoted_when_needed() {

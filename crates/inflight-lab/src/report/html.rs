@@ -5,21 +5,29 @@ use std::fmt::Write as _;
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
-use super::{esc_html, scenarios};
+use super::{esc_html, limit_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}\
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}\
+/// The page's style: the full width of the window for tables and figures, text in lines short
+/// enough to read; tables scroll sideways inside their block and figures shrink on a narrow
+/// window; a range in a numeric cell is never broken.
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em auto;padding:0 1.5em;color:#222;line-height:1.4}\
+h1,h2,h3{line-height:1.2}\
+.scroll{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}\
+table{border-collapse:collapse;font-size:0.9em}\
 th,td{border:1px solid #ccc;padding:0.25em 0.5em;vertical-align:top}\
 th{background:#f3f3f3}\
+th.num,td.num{text-align:right;white-space:nowrap}\
 td.pass{background:#dff0d8;font-weight:bold}td.fail{background:#f2dede;font-weight:bold}td.skipped{background:#eee}\
-figure{margin:1em 0 2em}figcaption{color:#555;font-size:0.9em;max-width:780px}\
+figure{margin:1em 0 2em}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:0.9em;max-width:60em}\
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\
-.note{color:#555;font-size:0.9em;max-width:900px}";
+p{max-width:60em}.note{color:#555;font-size:0.9em}\
+@media (max-width:700px){body{margin:0.5em auto;padding:0 0.6em}table{font-size:0.8em}\
+th,td{padding:0.2em 0.35em}dl{grid-template-columns:1fr;gap:0}dd{margin:0 0 0.4em}}";
 
 /// `index.html`: the whole report in one file, figures inlined, opens from disk.
 pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
-    let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>inflight lab run</title>\n<style>");
+    let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>inflight lab run</title>\n<style>");
     out.push_str(STYLE);
     out.push_str("</style>\n</head>\n<body>\n<h1>inflight lab run</h1>\n<dl>\n");
     for (k, v) in meta_lines(doc) {
@@ -31,15 +39,26 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
         "<h2>Results</h2>\n<p class=\"note\">{}</p>",
         esc_html(SPREAD_NOTE)
     );
+    if let Some(note) = limit_note(doc) {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc_html(&note));
+    }
     if doc.summary.is_empty() {
         out.push_str("<p>No summary rows: no run finished.</p>\n");
     }
+    let scale = scale_note(doc)
+        .map(|note| format!("<p class=\"note\">{}</p>\n", esc_html(&note)))
+        .unwrap_or_default();
     for scenario in scenarios(doc) {
         let table = scenario_table(doc, &scenario);
         if table.rows.is_empty() {
             continue;
         }
-        let _ = write!(out, "<h3>{}</h3>\n{}", esc_html(&scenario), table.html());
+        let _ = write!(
+            out,
+            "<h3>{}</h3>\n{}{scale}",
+            esc_html(&scenario),
+            table.html()
+        );
     }
     let _ = writeln!(
         out,

@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 
 use super::reference::Reference;
-use super::scenarios;
 use super::svg::Figure;
 use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
+use super::{limit_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
 /// `summary.md`: settings, a table per scenario, the hypotheses, the reference figures, figures.
@@ -18,6 +18,9 @@ pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
     out.push_str("\n## Results\n\n");
     out.push_str(SPREAD_NOTE);
     out.push_str("\n\n");
+    if let Some(note) = limit_note(doc) {
+        let _ = write!(out, "{note}\n\n");
+    }
     if doc.summary.is_empty() {
         out.push_str("No summary rows: no run finished.\n\n");
     }
@@ -27,6 +30,10 @@ pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
             continue;
         }
         let _ = write!(out, "### {scenario}\n\n{}\n", table.markdown());
+        // Next to each table, so a table copied elsewhere keeps it in sight.
+        if let Some(note) = scale_note(doc) {
+            let _ = write!(out, "_{note}_\n\n");
+        }
     }
     let _ = write!(out, "## Hypotheses\n\nPreregistered in `lab/hypotheses.toml`; {}. A failed hypothesis is a finding, not an error.\n\n", hypotheses_tally(doc));
     if !doc.hypotheses.is_empty() {

@@ -10,6 +10,8 @@
 //! - [`markdown`]: the report in Markdown, `summary.md`.
 //! - [`html`]: the report in one page, `index.html`.
 //! - [`reference`](mod@reference): the earlier experiment's figures (`lab/reference.toml`) next to a run's.
+//! - [`rebuild`](mod@rebuild): a stored `results.json` checked, its summary and hypotheses computed
+//!   again from its runs (`inflight lab report`).
 
 use std::path::Path;
 
@@ -21,6 +23,7 @@ use crate::results::{ResultsDoc, Spread};
 pub mod csv;
 pub mod html;
 pub mod markdown;
+pub mod rebuild;
 pub mod reference;
 pub mod svg;
 pub mod table;
@@ -28,9 +31,10 @@ pub mod table;
 pub use self::csv::{runs_csv, CSV_COLUMNS};
 pub use self::html::index_html;
 pub use self::markdown::summary_md;
+pub use self::rebuild::{rebuild, RebuildError, Rebuilt};
 pub use self::reference::{Reference, ReferenceError, ReferenceFigure};
 pub use self::svg::{figures, Figure};
-pub use self::table::{hypotheses_table, summary_table};
+pub use self::table::{hypotheses_table, summary_table, TERMINAL_WIDTH};
 
 /// The files [`write_report`] writes besides the figures.
 pub const RUNS_CSV: &str = "runs.csv";
@@ -88,6 +92,66 @@ pub(crate) fn strategy_label(strategy: &str) -> String {
     strategy.to_uppercase()
 }
 
+/// Whether the document's runs had a CPU quota: false when they ran without one
+/// (`lab run --no-limit`), as their summary rows say.
+pub(crate) fn cpu_limited(doc: &ResultsDoc) -> bool {
+    !doc.summary.iter().any(|r| r.unlimited) && !doc.runs.iter().any(|r| r.unlimited)
+}
+
+/// What the CPU counts mean when no quota was enforced; `None` when one was.
+pub(crate) fn limit_note(doc: &ResultsDoc) -> Option<String> {
+    if cpu_limited(doc) {
+        return None;
+    }
+    let host = match doc.meta.host_cpus {
+        0 => "all the host's CPUs".to_string(),
+        1 => "the host's 1 CPU".to_string(),
+        n => format!("all {n} of the host's CPUs"),
+    };
+    Some(format!(
+        "No CPU limit was enforced (--no-limit): every run had {host}, so the CPU counts are only those planned, and hypotheses that compare CPU counts are skipped."
+    ))
+}
+
+/// That times are scaled, and by how much, when the run's time scale is not 1; `None` when it is
+/// (or is unknown).
+pub(crate) fn scale_note(doc: &ResultsDoc) -> Option<String> {
+    let scale = doc.meta.time_scale;
+    if !(scale.is_finite() && scale > 0.0) || (scale - 1.0).abs() < 1e-9 {
+        return None;
+    }
+    Some(format!(
+        "Times are scaled by {s} (--time-scale {s}): every latency, hang and timeout lasted {s}x as long as at full time, so seconds here are about {s}x and rates about {r}x what they would be at time scale 1.",
+        s = fmt_num(scale),
+        r = fmt_num(1.0 / scale)
+    ))
+}
+
+/// `text` broken into lines of at most `width` characters at spaces, the first line starting with
+/// `first` and the others with `indent` spaces. A word longer than a line is not broken.
+pub(crate) fn wrap(text: &str, width: usize, first: &str, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        let len = line.chars().count();
+        if !empty && len + 1 + word.chars().count() > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = " ".repeat(indent);
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
 /// Scenarios in order of first appearance (summary first, then runs).
 pub(crate) fn scenarios(doc: &ResultsDoc) -> Vec<String> {
     first_appearances(
@@ -143,6 +207,32 @@ pub(crate) fn esc_html(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notes_are_wrapped_with_a_hanging_indent() {
+        let text = "one two three four five six";
+        assert_eq!(
+            wrap(text, 12, "- ", 2),
+            "- one two\n  three four\n  five six\n"
+        );
+        assert_eq!(
+            wrap("averyveryverylongword x", 8, "", 0),
+            "averyveryverylongword\nx\n"
+        );
+    }
+
+    #[test]
+    fn the_time_scale_is_noted_only_when_it_is_not_1() {
+        let mut doc = ResultsDoc::default();
+        doc.meta.time_scale = 1.0;
+        assert_eq!(scale_note(&doc), None);
+        doc.meta.time_scale = 0.0;
+        assert_eq!(scale_note(&doc), None, "unknown scale");
+        doc.meta.time_scale = 0.1;
+        let note = scale_note(&doc).unwrap();
+        assert!(note.starts_with("Times are scaled by 0.1 "), "{note}");
+        assert!(note.contains("rates about 10x"), "{note}");
+    }
 
     #[test]
     fn spreads_and_numbers_format_for_people() {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::fmt_spread;
 use super::table::Table;
+use super::{cpu_limited, fmt_spread};
 use crate::hypothesis::find_row;
 use crate::results::{Metric, ResultsDoc, Spread};
 
@@ -99,12 +99,17 @@ impl Reference {
             (self.name.as_str(), true),
             ("this run", true),
         ]);
+        let limited = cpu_limited(doc);
         for r in &self.figures {
             let Some(row) = find_row(doc, &r.scenario, &r.strategy, r.cpus) else {
                 continue;
             };
             let ours = row.get(r.metric);
             let text = match &r.ratio_to {
+                // What a quantity does across CPU counts was not measured without a quota.
+                _ if !limited && self.varies_with_cpus(r) => {
+                    "not comparable: no CPU limit".to_string()
+                }
                 Some(den) => {
                     let Some(den_row) = find_row(doc, &r.scenario, den, 1.0) else {
                         continue;
@@ -125,10 +130,26 @@ impl Reference {
         table
     }
 
+    /// Whether the reference gives `figure`'s quantity at more than one CPU count (C1's
+    /// completion at 1 and at 2 CPUs): then it is about the CPU quota.
+    fn varies_with_cpus(&self, figure: &ReferenceFigure) -> bool {
+        self.figures.iter().any(|f| {
+            f.scenario == figure.scenario
+                && f.strategy == figure.strategy
+                && f.metric == figure.metric
+                && (f.cpus - figure.cpus).abs() > 1e-9
+        })
+    }
+
     /// How to read the table: the reference's note, then what this run's numbers are.
     pub(crate) fn note(&self, doc: &ResultsDoc) -> String {
         let mut note = self.note.clone();
         note.push_str(" This run: median (min-max) over its repeats.");
+        if !cpu_limited(doc) {
+            note.push_str(
+                " It enforced no CPU limit, so its figures at a CPU count are not compared.",
+            );
+        }
         if (doc.meta.time_scale - 1.0).abs() > 1e-9 && doc.meta.time_scale > 0.0 {
             let _ = write!(
                 note,
@@ -179,6 +200,40 @@ mod tests {
     fn the_repository_file_is_the_builtin_one() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/reference.toml");
         assert_eq!(Reference::load(&path).unwrap(), Reference::builtin());
+    }
+
+    #[test]
+    fn figures_about_cpu_counts_are_not_compared_without_a_limit() {
+        use crate::results::{sample_run, RunMeta};
+        let runs = vec![
+            sample_run("c1", "healthy", 1.0, 1, 80.0),
+            sample_run("c1", "healthy", 2.0, 1, 80.0),
+            sample_run("c2", "healthy", 1.0, 1, 3.0),
+        ];
+        let meta = |enforcement| RunMeta {
+            enforcement,
+            repeats: 1,
+            time_scale: 1.0,
+            ..RunMeta::default()
+        };
+        let r = Reference::builtin();
+        let limited =
+            ResultsDoc::from_runs(meta(inflight_cpu::Enforcement::CgroupV1), runs.clone());
+        let table = r.table(&limited);
+        assert!(!table.contains("not comparable"), "{table}");
+        let unlimited = ResultsDoc::from_runs(meta(inflight_cpu::Enforcement::None), runs);
+        let table = r.table(&unlimited);
+        let c1 = table
+            .lines()
+            .find(|l| l.starts_with("C1 completion at 1 CPU"))
+            .unwrap();
+        assert!(c1.ends_with("not comparable: no CPU limit"), "{table}");
+        let c2 = table
+            .lines()
+            .find(|l| l.starts_with("healthy: C2 accepted/s"))
+            .unwrap();
+        assert!(c2.ends_with("2.67"), "{table}");
+        assert!(table.contains("enforced no CPU limit"), "{table}");
     }
 
     #[test]

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{esc_xml, scenarios, strategies, strategy_label};
+use super::{cpu_limited, esc_xml, scale_note, scenarios, strategies, strategy_label};
 use crate::hypothesis::fmt_num;
-use crate::results::{Metric, ResultsDoc, RunResult, SummaryRow};
+use crate::results::{cpus_words, Metric, ResultsDoc, RunResult, SummaryRow};
 
 /// One SVG figure of the report.
 #[derive(Debug, Clone)]
@@ -145,13 +145,13 @@ fn bar_chart(doc: &ResultsDoc, metric: Metric, title: &str, y_label: &str) -> St
             let (y0, y1) = (y(v.median), y(0.0));
             let _ = writeln!(
                 svg,
-                "<rect x=\"{:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"{opacity}\"><title>{} {} CPU{}: median {} (min {}, max {})</title></rect>",
+                "<rect x=\"{:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" fill-opacity=\"{opacity}\"><title>{} {}, {}: median {} (min {}, max {})</title></rect>",
                 x + 3.0,
                 bar_w - 6.0,
                 (y1 - y0).max(0.0),
                 esc_xml(&strategy_label(&r.strategy)),
-                fmt_num(r.cpus),
-                if (r.cpus - 1.0).abs() < 1e-9 { "" } else { "s" },
+                esc_xml(scenario),
+                esc_xml(&cpus_words(r.cpus, !r.unlimited)),
                 fmt_num(v.median),
                 fmt_num(v.min),
                 fmt_num(v.max)
@@ -203,8 +203,13 @@ fn bar_chart(doc: &ResultsDoc, metric: Metric, title: &str, y_label: &str) -> St
     );
     let _ = writeln!(
         svg,
-        "<text x=\"{left}\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">bars: median over repeats; whiskers: min-max; \"2c\": 2 CPUs</text>",
-        height - 8.0
+        "<text x=\"{left}\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">bars: median over repeats; whiskers: min-max; {}</text>",
+        height - 8.0,
+        if cpu_limited(doc) {
+            "\"2c\": 2 CPUs"
+        } else {
+            "no CPU limit: every bar had all the host's CPUs (\"2c\": 2 planned)"
+        }
     );
     svg.push_str("</svg>\n");
     svg
@@ -263,7 +268,7 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
         let step = nice_step(raw, 8.0);
         (((raw / step).ceil() * step), step)
     };
-    let (left, right, top, panel_h, panel_gap) = (56.0, 20.0, 70.0, 110.0, 44.0);
+    let (left, right, top, panel_h, panel_gap) = (64.0, 20.0, 84.0, 110.0, 58.0);
     let width = 780.0;
     let height = top + runs.len() as f64 * (panel_h + panel_gap) + 20.0;
     let plot_w = width - left - right;
@@ -310,15 +315,23 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
         let y = |v: f64| py + panel_h - v / y_max * panel_h;
         let _ = writeln!(
             svg,
-            "<text x=\"{left}\" y=\"{:.1}\" font-weight=\"bold\">{} ({} CPU{}, repeat {}): peak {} enrichment, {} writes in flight; {} accepted/s</text>",
-            py - 14.0,
+            "<text x=\"{left}\" y=\"{:.1}\" font-weight=\"bold\">{}, {}, repeat {}: {} accepted/s</text>",
+            py - 28.0,
             esc_xml(&strategy_label(&run.strategy)),
-            fmt_num(run.cpus),
-            if (run.cpus - 1.0).abs() < 1e-9 { "" } else { "s" },
+            esc_xml(&cpus_words(run.cpus, !run.unlimited)),
             run.repeat,
-            run.timeline.enrichment.iter().max().copied().unwrap_or(0),
-            run.timeline.records.iter().max().copied().unwrap_or(0),
             fmt_num(run.accepted_per_s)
+        );
+        let _ = writeln!(
+            svg,
+            "<text x=\"{left}\" y=\"{:.1}\" font-size=\"10\" fill=\"#333\">{}</text>",
+            py - 12.0,
+            esc_xml(&measured_peaks(run))
+        );
+        let _ = writeln!(
+            svg,
+            "<text transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">calls in flight</text>",
+            py + panel_h / 2.0
         );
         for tick in ticks(y_max, y_step) {
             let _ = writeln!(
@@ -400,6 +413,24 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
     Some(svg)
 }
 
+/// The peaks a run measured, for a timeline's panel: the runner's own gauges count every call,
+/// where the drawn samples (every 10 ms) can miss a brief peak; the sim counts the writes inside
+/// the system of record. A document from before the runner counted its writes' peak shows the
+/// samples' peak instead.
+fn measured_peaks(run: &RunResult) -> String {
+    let sampled = |v: &[u32]| u64::from(v.iter().copied().max().unwrap_or(0));
+    let enrichment = run
+        .peak_enrichment_in_flight
+        .max(sampled(&run.timeline.enrichment));
+    let writes = run
+        .peak_writes_in_flight
+        .max(sampled(&run.timeline.records));
+    format!(
+        "measured peaks: {enrichment} enrichment calls and {writes} writes in flight (runner), {} writes at the system of record at once (sim)",
+        run.peak_writes_offered
+    )
+}
+
 /// File-name-safe form of a scenario name.
 fn slug(s: &str) -> String {
     s.chars()
@@ -415,11 +446,15 @@ fn slug(s: &str) -> String {
 
 /// The report's figures: accepted/s and 503s bars, and one timeline figure per scenario.
 pub fn figures(doc: &ResultsDoc) -> Vec<Figure> {
+    // Said under the figures whose numbers the time scale changes (rates, seconds).
+    let scaled = scale_note(doc)
+        .map(|note| format!(" {note}"))
+        .unwrap_or_default();
     let mut out = vec![
         Figure {
             file: "accepted_per_s.svg".into(),
             title: "Accepted records per second".into(),
-            caption: "Median accepted records/s (complete + incomplete, divided by completion time) per strategy and scenario; whiskers span the min and max over the repeats.".into(),
+            caption: format!("Median accepted records/s (complete + incomplete, divided by completion time) per strategy and scenario; whiskers span the min and max over the repeats.{scaled}"),
             svg: bar_chart(doc, Metric::AcceptedPerS, "Accepted records per second", "accepted records/s"),
         },
         Figure {
@@ -435,7 +470,7 @@ pub fn figures(doc: &ResultsDoc) -> Vec<Figure> {
                 file: format!("timeline-{}.svg", slug(&scenario)),
                 title: format!("Calls in flight over time: {scenario}"),
                 caption: format!(
-                    "Enrichment calls and writes the runner had in flight, sampled every 10 ms, for one run of each strategy in {scenario} (fewest CPUs, first repeat)."
+                    "Enrichment calls and writes the runner had in flight, sampled every 10 ms, for one run of each strategy in {scenario} (fewest CPUs, first repeat). A brief peak can fall between two samples: each panel's title gives the peaks the runner and the sim measured.{scaled}"
                 ),
                 svg,
             });
@@ -487,6 +522,37 @@ mod tests {
             assert!(svg.len() < 20_000, "{v}: {} bytes", svg.len());
             assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
         }
+    }
+
+    #[test]
+    fn timelines_give_the_measured_peaks_and_label_their_axis() {
+        let mut run = crate::results::sample_run("c2", "healthy", 1.0, 1, 3.0);
+        // Sampled every 10 ms, the writes peak at 7; the runner counted 10 at once, the sim 9.
+        run.timeline = crate::results::Timeline {
+            interval_ms: 10.0,
+            enrichment: vec![3, 32, 30, 5],
+            records: vec![1, 7, 4, 0],
+            ..Default::default()
+        };
+        run.peak_enrichment_in_flight = 32;
+        run.peak_writes_in_flight = 10;
+        run.peak_writes_offered = 9;
+        let doc = ResultsDoc {
+            runs: vec![run],
+            ..Default::default()
+        };
+        let svg = timeline_chart(&doc, "healthy").unwrap();
+        assert!(
+            svg.contains("measured peaks: 32 enrichment calls and 10 writes in flight (runner), 9 writes at the system of record at once (sim)"),
+            "{svg}"
+        );
+        assert!(!svg.contains("peak 32 enrichment, 7 writes"), "{svg}");
+        assert!(svg.contains("rotate(-90)\" text-anchor=\"middle\" font-size=\"10\" fill=\"#555\">calls in flight</text>"), "{svg}");
+        // A document from before the runner counted its writes' peak: the samples' peak.
+        let mut old = doc.clone();
+        old.runs[0].peak_writes_in_flight = 0;
+        let svg = timeline_chart(&old, "healthy").unwrap();
+        assert!(svg.contains("and 7 writes in flight"), "{svg}");
     }
 
     #[test]

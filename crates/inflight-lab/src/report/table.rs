@@ -3,9 +3,14 @@
 
 use std::fmt::Write as _;
 
-use super::{esc_html, fmt_pct, fmt_spread, scenarios, strategy_label};
-use crate::hypothesis::fmt_num;
-use crate::results::{ResultsDoc, SummaryRow};
+use super::{
+    cpu_limited, esc_html, fmt_pct, fmt_spread, limit_note, scale_note, scenarios, strategy_label,
+    wrap,
+};
+use crate::results::{cpus_cell, HypothesisResult, ResultsDoc, SkipReason, SummaryRow};
+
+/// How wide the terminal's tables and notes may be, in characters.
+pub const TERMINAL_WIDTH: usize = 100;
 
 /// A table rendered as plain text, Markdown or HTML.
 pub(crate) struct Table {
@@ -13,6 +18,8 @@ pub(crate) struct Table {
     pub(crate) rows: Vec<Vec<String>>,
     /// Columns aligned right (numbers).
     right: Vec<bool>,
+    /// Lines shown before the row at each index (group labels); plain text only.
+    sections: Vec<(usize, String)>,
 }
 
 impl Table {
@@ -21,6 +28,7 @@ impl Table {
             headers: headers.iter().map(|(h, _)| h.to_string()).collect(),
             right: headers.iter().map(|(_, r)| *r).collect(),
             rows: Vec::new(),
+            sections: Vec::new(),
         }
     }
 
@@ -57,10 +65,23 @@ impl Table {
         let mut out = line(&self.headers);
         let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
         out.push_str(&line(&rule));
-        for row in &self.rows {
+        for (i, row) in self.rows.iter().enumerate() {
+            for (_, label) in self.sections.iter().filter(|(at, _)| *at == i) {
+                out.push_str(label);
+                out.push('\n');
+            }
             out.push_str(&line(row));
         }
         out
+    }
+
+    /// The widest line of [`Table::text`], in characters.
+    fn text_width(&self) -> usize {
+        self.text()
+            .lines()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0)
     }
 
     pub(crate) fn markdown(&self) -> String {
@@ -88,10 +109,12 @@ impl Table {
         out
     }
 
+    /// The table inside a `scroll` block, so that a narrow page scrolls the table rather than the
+    /// page; numeric cells have the class `num` (right-aligned, a range never broken).
     pub(crate) fn html(&self) -> String {
-        let mut out = String::from("<table>\n<thead><tr>");
+        let mut out = String::from("<div class=\"scroll\">\n<table>\n<thead><tr>");
         for (h, right) in self.headers.iter().zip(&self.right) {
-            let _ = write!(out, "<th{}>{}</th>", align(*right), esc_html(h));
+            let _ = write!(out, "<th{}>{}</th>", num_class(*right), esc_html(h));
         }
         out.push_str("</tr></thead>\n<tbody>\n");
         for row in &self.rows {
@@ -101,20 +124,20 @@ impl Table {
                     "pass" => " class=\"pass\"",
                     "fail" => " class=\"fail\"",
                     "skipped" => " class=\"skipped\"",
-                    _ => "",
+                    _ => num_class(*right),
                 };
-                let _ = write!(out, "<td{}{class}>{}</td>", align(*right), esc_html(cell));
+                let _ = write!(out, "<td{class}>{}</td>", esc_html(cell));
             }
             out.push_str("</tr>\n");
         }
-        out.push_str("</tbody>\n</table>\n");
+        out.push_str("</tbody>\n</table>\n</div>\n");
         out
     }
 }
 
-fn align(right: bool) -> &'static str {
+fn num_class(right: bool) -> &'static str {
     if right {
-        " style=\"text-align:right\""
+        " class=\"num\""
     } else {
         ""
     }
@@ -140,7 +163,7 @@ fn summary_cells(row: &SummaryRow) -> Vec<String> {
     vec![
         strategy_label(&row.strategy),
         row.scenario.clone(),
-        fmt_num(row.cpus),
+        cpus_cell(row.cpus, !row.unlimited),
         row.repeats.to_string(),
         fmt_spread(row.completion_s),
         fmt_spread(row.accepted_per_s),
@@ -154,24 +177,139 @@ fn summary_cells(row: &SummaryRow) -> Vec<String> {
     ]
 }
 
-/// Summary rows grouped by scenario (scenario order of appearance), each group in summary order.
-fn summary_table_model(doc: &ResultsDoc) -> Table {
-    let mut table = Table::new(SUMMARY_HEADERS);
+/// A column of the terminal's summary table.
+struct TermColumn {
+    header: &'static str,
+    /// Columns are left out for width, highest rank first; 0 is never left out.
+    drop_rank: u8,
+    cell: fn(&SummaryRow) -> String,
+}
+
+/// The terminal's columns, in order; the files have them all, and more.
+const TERM_COLUMNS: &[TermColumn] = &[
+    TermColumn {
+        header: "strategy",
+        drop_rank: 0,
+        cell: |r| format!("  {}", strategy_label(&r.strategy)),
+    },
+    TermColumn {
+        header: "CPUs",
+        drop_rank: 0,
+        cell: |r| cpus_cell(r.cpus, !r.unlimited),
+    },
+    TermColumn {
+        header: "runs",
+        drop_rank: 0,
+        cell: |r| r.repeats.to_string(),
+    },
+    TermColumn {
+        header: "completion s",
+        drop_rank: 0,
+        cell: |r| fmt_spread(r.completion_s),
+    },
+    TermColumn {
+        header: "accepted/s",
+        drop_rank: 0,
+        cell: |r| fmt_spread(r.accepted_per_s),
+    },
+    TermColumn {
+        header: "incomplete %",
+        drop_rank: 2,
+        cell: |r| fmt_pct(r.incomplete_fraction),
+    },
+    TermColumn {
+        header: "write 503s",
+        drop_rank: 1,
+        cell: |r| fmt_spread(r.write_503s),
+    },
+    TermColumn {
+        header: "failed",
+        drop_rank: 3,
+        cell: |r| fmt_spread(r.failed),
+    },
+    TermColumn {
+        header: "rejected",
+        drop_rank: 4,
+        cell: |r| fmt_spread(r.rejected),
+    },
+    TermColumn {
+        header: "peak writes offered",
+        drop_rank: 5,
+        cell: |r| fmt_spread(r.peak_writes_offered),
+    },
+    TermColumn {
+        header: "peak enrichment in flight",
+        drop_rank: 6,
+        cell: |r| fmt_spread(r.peak_enrichment_in_flight),
+    },
+];
+
+/// The summary's rows in `columns`, grouped by scenario: a line naming each before its rows.
+fn terminal_model(doc: &ResultsDoc, columns: &[&TermColumn]) -> Table {
+    let headers: Vec<(&str, bool)> = columns
+        .iter()
+        .map(|c| (c.header, c.header != "strategy"))
+        .collect();
+    let mut table = Table::new(&headers);
     for scenario in scenarios(doc) {
+        let at = table.rows.len();
         for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
-            table.rows.push(summary_cells(row));
+            table
+                .rows
+                .push(columns.iter().map(|c| (c.cell)(row)).collect());
+        }
+        if table.rows.len() > at {
+            table.sections.push((at, scenario));
         }
     }
     table
 }
 
-/// The summary as a plain-text table for the terminal: medians, with (min-max) over the repeats.
+/// The summary as a plain-text table for the terminal, at most [`TERMINAL_WIDTH`] characters
+/// wide: medians with (min-max) over the repeats, grouped by scenario. Columns that do not fit are
+/// left out and named; `summary.md`, `index.html` and `runs.csv` have them all.
 pub fn summary_table(doc: &ResultsDoc) -> String {
     if doc.summary.is_empty() {
         return "no summary rows (no runs finished)\n".to_string();
     }
-    let mut out = summary_table_model(doc).text();
-    out.push_str("values: median over repeats, (min-max) when they differ; accepted/s = (complete + incomplete) / completion s\n");
+    let repeats = doc.summary[0].repeats;
+    let same_repeats = doc.summary.iter().all(|r| r.repeats == repeats);
+    let mut columns: Vec<&TermColumn> = TERM_COLUMNS
+        .iter()
+        .filter(|c| c.header != "runs" || !same_repeats)
+        .collect();
+    let mut left_out = Vec::new();
+    let mut table = terminal_model(doc, &columns);
+    while table.text_width() > TERMINAL_WIDTH {
+        let Some(i) = (0..columns.len())
+            .filter(|&i| columns[i].drop_rank > 0)
+            .max_by_key(|&i| columns[i].drop_rank)
+        else {
+            break;
+        };
+        left_out.insert(0, columns.remove(i).header);
+        table = terminal_model(doc, &columns);
+    }
+    let mut out = table.text();
+    let over = match (same_repeats, repeats) {
+        (true, 1) => "1 repeat".to_string(),
+        (true, n) => format!("{n} repeats"),
+        (false, _) => "the repeats (runs)".to_string(),
+    };
+    let mut notes = vec![format!(
+        "Medians over {over}, (min-max) when they differ; accepted/s = (complete + incomplete) / completion s."
+    )];
+    if !left_out.is_empty() {
+        notes.push(format!(
+            "Left out here for width (summary.md, index.html and runs.csv have them): {}.",
+            left_out.join(", ")
+        ));
+    }
+    notes.extend(limit_note(doc));
+    notes.extend(scale_note(doc));
+    for note in notes {
+        out.push_str(&wrap(&note, TERMINAL_WIDTH, "", 0));
+    }
     out
 }
 
@@ -204,59 +342,74 @@ pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
     )
 }
 
-/// The hypotheses and their outcomes as plain text: one line per hypothesis evaluated, observed
-/// values below; those skipped because the run lacks their cells are counted in one line (the
-/// files list them all).
+/// Whether a hypothesis was skipped because the run lacks its cells, or is about runs split
+/// between another number of replicas (documents written before `skip_reason` skipped for no
+/// other reason).
+fn lacks_cells(h: &HypothesisResult) -> bool {
+    h.outcome == "skipped"
+        && matches!(
+            h.skip_reason.unwrap_or(SkipReason::MissingCells),
+            SkipReason::MissingCells | SkipReason::Replicas
+        )
+}
+
+/// The hypotheses and their outcomes as plain text, at most [`TERMINAL_WIDTH`] characters wide:
+/// each one's outcome, id and claim, the observed values below; those skipped because the run
+/// lacks their cells are counted in one line (the files list them all).
 pub fn hypotheses_table(doc: &ResultsDoc) -> String {
     if doc.hypotheses.is_empty() {
         return "no hypotheses evaluated\n".to_string();
     }
-    let shown: Vec<_> = doc
-        .hypotheses
-        .iter()
-        .filter(|h| h.outcome != "skipped")
-        .collect();
-    let id_width = shown
-        .iter()
-        .map(|h| h.id.chars().count())
-        .max()
-        .unwrap_or(0);
     let mut out = String::new();
-    let hidden = doc.hypotheses.len() - shown.len();
-    for h in shown {
-        let _ = writeln!(
-            out,
-            "{:<id_width$}  {:<7}  {}",
-            h.id,
-            h.outcome.to_uppercase(),
-            h.claim
-        );
-        let _ = writeln!(out, "{:<id_width$}  {:<7}  {}", "", "", h.observed);
+    let mut hidden = 0;
+    for h in &doc.hypotheses {
+        if lacks_cells(h) {
+            hidden += 1;
+            continue;
+        }
+        let first = format!("{:<7}  ", h.outcome.to_uppercase());
+        let claim = format!("{}: {}", h.id, h.claim);
+        out.push_str(&wrap(&claim, TERMINAL_WIDTH, &first, 9));
+        out.push_str(&wrap(&h.observed, TERMINAL_WIDTH, &" ".repeat(9), 9));
     }
+    let mut notes = Vec::new();
     if hidden > 0 {
-        let _ = writeln!(
-            out,
+        notes.push(format!(
             "{hidden} skipped: their cells are not in this run (summary.md lists them)"
-        );
+        ));
     }
-    let _ = writeln!(
-        out,
+    notes.push(format!(
         "{} (a failed hypothesis is a finding, not an error)",
         hypotheses_tally(doc)
-    );
+    ));
+    for note in notes {
+        out.push_str(&wrap(&note, TERMINAL_WIDTH, "", 0));
+    }
     out
 }
 
 /// The run's settings as (name, value) pairs.
 pub(crate) fn meta_lines(doc: &ResultsDoc) -> Vec<(String, String)> {
     let m = &doc.meta;
+    let time_scale = match scale_note(doc) {
+        Some(_) => format!("{} (times are scaled)", m.time_scale),
+        None => m.time_scale.to_string(),
+    };
+    let enforcement = if cpu_limited(doc) {
+        m.enforcement.to_string()
+    } else {
+        format!(
+            "{} (--no-limit: the runner had all the host's CPUs)",
+            m.enforcement
+        )
+    };
     vec![
         ("started".into(), m.started_at.clone()),
         ("records per run".into(), m.records.to_string()),
         ("repeats".into(), m.repeats.to_string()),
-        ("time scale".into(), m.time_scale.to_string()),
+        ("time scale".into(), time_scale),
         ("seed".into(), m.seed.to_string()),
-        ("CPU limit enforcement".into(), m.enforcement.to_string()),
+        ("CPU limit enforcement".into(), enforcement),
         ("host CPUs".into(), m.host_cpus.to_string()),
         ("inflight version".into(), m.inflight_version.clone()),
         ("runs".into(), doc.runs.len().to_string()),
@@ -286,6 +439,7 @@ pub(crate) const SPREAD_NOTE: &str = "Values are medians over the repeats with (
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::{HypothesisResult, Spread};
 
     #[test]
     fn text_table_aligns_columns() {
@@ -293,5 +447,108 @@ mod tests {
         t.rows.push(vec!["xx".into(), "1".into()]);
         t.rows.push(vec!["y".into(), "100".into()]);
         assert_eq!(t.text(), "a     n\n--  ---\nxx    1\ny   100\n");
+    }
+
+    fn spread(median: f64, min: f64, max: f64) -> Spread {
+        Spread { median, min, max }
+    }
+
+    /// A summary like the adaptive reference run's: long peer names, wide ranges, 5 repeats.
+    fn wide_doc() -> ResultsDoc {
+        let strategies = [
+            "c1",
+            "c2-64",
+            "c5",
+            "tower-acc-gradient2",
+            "tower-resilience-vegas",
+        ];
+        let scenarios = ["healthy", "slow-write", "slow-enrichment", "degrading"];
+        let mut doc = ResultsDoc::default();
+        doc.meta.repeats = 5;
+        doc.meta.time_scale = 1.0;
+        doc.meta.host_cpus = 2;
+        doc.meta.enforcement = inflight_cpu::Enforcement::CgroupV1;
+        for scenario in scenarios {
+            for strategy in strategies {
+                for cpus in [0.5, 2.0] {
+                    doc.summary.push(SummaryRow {
+                        strategy: strategy.into(),
+                        scenario: scenario.into(),
+                        cpus,
+                        repeats: 5,
+                        completion_s: spread(1623.4, 1500.12, 1789.98),
+                        accepted_per_s: spread(71.07, 69.32, 73.65),
+                        complete: spread(132.0, 130.0, 137.0),
+                        incomplete: spread(39.0, 33.0, 42.0),
+                        rejected: spread(68.0, 63.0, 70.0),
+                        failed: spread(12.0, 3.0, 40.0),
+                        write_503s: spread(1068.0, 963.0, 1170.0),
+                        peak_writes_offered: spread(13.0, 13.0, 14.0),
+                        peak_enrichment_in_flight: spread(32.0, 30.0, 32.0),
+                        incomplete_fraction: spread(0.195, 0.165, 0.21),
+                        ..SummaryRow::default()
+                    });
+                }
+            }
+        }
+        doc.hypotheses.push(HypothesisResult {
+            id: "H16-slow-enrichment-tower-resilience-vegas".into(),
+            claim: "In slow-write, C5 accepts at least 97% of the bound records / (time to the first write + records x service time / capacity) = 200 / (0.36 s + 200 x 0.15 s / 6) = 37.31/s, i.e. at least 36.19/s".into(),
+            outcome: "fail".into(),
+            observed: "median accepted_per_s in slow-write: C5 @unlimited (1 planned) 35.3 / TOWER-RESILIENCE-VEGAS @unlimited (1 planned) 36.2 = 0.975x (>= 1: no)".into(),
+            skip_reason: None,
+        });
+        doc
+    }
+
+    fn widest(text: &str) -> usize {
+        text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+    }
+
+    #[test]
+    fn the_terminal_tables_fit_100_columns() {
+        let mut doc = wide_doc();
+        let full = summary_table_width(&doc);
+        assert!(full > TERMINAL_WIDTH, "the test data is wide: {full}");
+        for unlimited in [false, true] {
+            doc.summary.iter_mut().for_each(|r| r.unlimited = unlimited);
+            doc.meta.time_scale = if unlimited { 0.1 } else { 1.0 };
+            let table = summary_table(&doc);
+            let hyps = hypotheses_table(&doc);
+            for text in [&table, &hyps] {
+                for line in text.lines() {
+                    assert!(
+                        line.chars().count() <= TERMINAL_WIDTH,
+                        "{} chars: {line}\n{text}",
+                        line.chars().count()
+                    );
+                }
+            }
+            // Every cell is there, with its median and range of the headline figures.
+            assert_eq!(
+                table.matches("1623.4 (1500.1-1790)").count(),
+                doc.summary.len(),
+                "{table}"
+            );
+            assert!(table.contains("  TOWER-RESILIENCE-VEGAS"), "{table}");
+            assert!(table.contains("\nslow-enrichment\n"), "{table}");
+            assert!(
+                table.contains("Left out here for width") && table.contains("peak enrichment"),
+                "{table}"
+            );
+            assert_eq!(table.contains("unlimited (0.5 planned)"), unlimited);
+            assert_eq!(table.contains("Times are scaled by 0.1"), unlimited);
+            assert!(hyps.contains("FAIL     H16-slow-enrichment"), "{hyps}");
+            assert!(hyps.contains("\n         median accepted_per_s"), "{hyps}");
+        }
+    }
+
+    /// The width of the summary with every column, as the files have it.
+    fn summary_table_width(doc: &ResultsDoc) -> usize {
+        let mut table = Table::new(SUMMARY_HEADERS);
+        for row in &doc.summary {
+            table.rows.push(summary_cells(row));
+        }
+        widest(&table.text())
     }
 }

@@ -202,9 +202,8 @@ pub async fn run_matrix(
         sim.stop().await;
     }
     let runs = result?;
-    let summary = summarize(&runs);
-    Ok(ResultsDoc {
-        meta: RunMeta {
+    Ok(ResultsDoc::from_runs(
+        RunMeta {
             started_at,
             records: opts.records,
             repeats: opts.repeats,
@@ -216,10 +215,8 @@ pub async fn run_matrix(
             replicas: opts.replicas,
         },
         runs,
-        summary,
-        hypotheses: Vec::new(),
-        measured,
-    })
+    )
+    .with_measured(measured))
 }
 
 /// What the runs need besides the sim: the Redis of fleet budgets, started or reached, and the

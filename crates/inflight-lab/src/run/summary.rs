@@ -30,6 +30,7 @@ pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
                 strategy: key.0.clone(),
                 scenario: key.1.clone(),
                 cpus: f64::from_bits(key.2),
+                unlimited: group.iter().any(|r| r.unlimited),
                 repeats: group.len() as u32,
                 completion_s: metric(&|r| r.completion_s),
                 accepted_per_s: metric(&|r| r.accepted_per_s),
