@@ -32,6 +32,38 @@ pub struct RunMeta {
     pub enforcement: Enforcement,
     pub host_cpus: usize,
     pub inflight_version: String,
+    /// Whether the document lacks runs of its plan, or its final report: the lab was interrupted
+    /// (or killed) first. `inflight lab run --resume DIR` runs what is missing.
+    #[serde(default)]
+    pub partial: bool,
+    /// The runs the plan holds (cells x repeats); 0 in documents written before plans were kept.
+    #[serde(default)]
+    pub runs_planned: usize,
+    /// The runs in `runs`.
+    #[serde(default)]
+    pub runs_finished: usize,
+    /// RFC 3339 times at which `--resume` continued the run, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_at: Vec<String>,
+    /// What the lab was asked to run, kept so that `--resume` runs exactly the missing runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<RunPlan>,
+}
+
+/// The plan of a lab run besides the settings already in [`RunMeta`] (records, repeats, time
+/// scale, seed, enforcement): its cells, and the strategies and scenarios as the runs read them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunPlan {
+    /// The cells in the order they run; every repeat runs them all in this order.
+    pub cells: Vec<crate::run::Cell>,
+    /// Where the strategies came from: a file's path, or `built-in`.
+    pub strategies_origin: String,
+    /// The strategies file's text, as the runners read it.
+    pub strategies_toml: String,
+    /// Where the scenarios came from: a file's path, or `built-in`.
+    pub scenarios_origin: String,
+    /// The scenarios file's text, as the sim read it.
+    pub scenarios_toml: String,
 }
 
 impl Default for RunMeta {
@@ -45,6 +77,11 @@ impl Default for RunMeta {
             enforcement: Enforcement::None,
             host_cpus: 0,
             inflight_version: String::new(),
+            partial: false,
+            runs_planned: 0,
+            runs_finished: 0,
+            resumed_at: Vec::new(),
+            plan: None,
         }
     }
 }
@@ -83,6 +120,10 @@ pub struct RunResult {
     pub repeat: u32,
     /// The CPU quota the runner ran under (whole or fractional CPUs).
     pub cpus: f64,
+    /// The run's RNG seed ([`crate::run::run_seed`] of the base seed, scenario and repeat); 0 in
+    /// documents written before it was kept.
+    #[serde(default)]
+    pub seed: u64,
     /// `std::thread::available_parallelism()` as the runner process saw it.
     pub runner_available_parallelism: usize,
     pub records: u64,

@@ -421,6 +421,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         scenario: String::new(),
         repeat: 0,
         cpus: 0.0,
+        seed: 0,
         runner_available_parallelism: available_parallelism(),
         records: tally.started,
         complete: tally.complete,

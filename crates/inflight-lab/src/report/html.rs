@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
-use super::{esc_html, scenarios};
+use super::{esc_html, partial_note, scenarios};
 use crate::results::ResultsDoc;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}\
@@ -15,13 +15,22 @@ th{background:#f3f3f3}\
 td.pass{background:#dff0d8;font-weight:bold}td.fail{background:#f2dede;font-weight:bold}td.skipped{background:#eee}\
 figure{margin:1em 0 2em}figcaption{color:#555;font-size:0.9em;max-width:780px}\
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\
-.note{color:#555;font-size:0.9em;max-width:900px}";
+.note{color:#555;font-size:0.9em;max-width:900px}\
+.partial{background:#fcf8e3;border:1px solid #e0c36c;padding:0.5em 0.75em;max-width:900px}";
 
 /// `index.html`: the whole report in one file, figures inlined, opens from disk.
 pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
     let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>inflight lab run</title>\n<style>");
     out.push_str(STYLE);
-    out.push_str("</style>\n</head>\n<body>\n<h1>inflight lab run</h1>\n<dl>\n");
+    out.push_str("</style>\n</head>\n<body>\n<h1>inflight lab run</h1>\n");
+    if let Some(note) = partial_note(doc) {
+        // The command in the note reads as code; everything else is plain escaped text.
+        let note = esc_html(&note)
+            .replacen('`', "<code>", 1)
+            .replacen('`', "</code>", 1);
+        let _ = writeln!(out, "<p class=\"partial\">{note}</p>");
+    }
+    out.push_str("<dl>\n");
     for (k, v) in meta_lines(doc) {
         let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc_html(&k), esc_html(&v));
     }

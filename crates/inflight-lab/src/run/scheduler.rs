@@ -10,6 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::matrix::Cell;
+use super::plan::PlannedRun;
 use super::progress::Progress;
 use super::Shutdown;
 use super::{LabError, LabOptions};
@@ -66,15 +67,19 @@ pub fn probe_enforcement(cpus: &[f64]) -> Result<Enforcement, (f64, String)> {
     Ok(enforcement)
 }
 
-/// Runs every cell `opts.repeats` times (repeats outermost) against the sim at `url`, each run in
-/// its own runner process, inside a fresh CPU-quota cgroup when `limited`.
+/// Runs `todo` in order against the sim at `url`, each run in its own runner process, inside a
+/// fresh CPU-quota cgroup when `limited`. Each result is handed to `finished` (which keeps it)
+/// before the run is reported done; progress counts `todo` alone ("run k of `todo.len()`").
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_cells(
     opts: &LabOptions,
+    todo: &[PlannedRun],
     shutdown: &Shutdown,
     progress: &mut dyn FnMut(Progress<'_>),
     url: &str,
     limited: bool,
-) -> Result<Vec<RunResult>, LabError> {
+    finished: &mut dyn FnMut(&RunResult) -> Result<(), LabError>,
+) -> Result<(), LabError> {
     let control = SimClient::new(url.to_string())?;
     // Fail early, with the sim's own message, if it is not there or lacks a scenario.
     control.stats().await.map_err(|e| SimClientError {
@@ -84,31 +89,29 @@ pub(crate) async fn run_cells(
         ),
         url: e.url,
     })?;
-    let total = opts.cells.len() * opts.repeats as usize;
-    let mut runs = Vec::with_capacity(total);
-    let mut index = 0;
-    for repeat in 1..=opts.repeats {
-        for cell in &opts.cells {
-            index += 1;
-            if shutdown.fired() {
-                return Err(LabError::Interrupted);
-            }
-            progress(Progress::RunStarting {
-                index,
-                total,
-                cell,
-                repeat,
-            });
-            let result = run_one(opts, shutdown, &control, cell, repeat, limited, progress).await?;
-            progress(Progress::RunDone {
-                index,
-                total,
-                result: &result,
-            });
-            runs.push(result);
+    let total = todo.len();
+    for (i, planned) in todo.iter().enumerate() {
+        let index = i + 1;
+        if shutdown.fired() {
+            return Err(LabError::Interrupted);
         }
+        let (cell, repeat) = (&planned.cell, planned.repeat);
+        progress(Progress::RunStarting {
+            index,
+            total,
+            cell,
+            repeat,
+        });
+        let mut result = run_one(opts, shutdown, &control, cell, repeat, limited, progress).await?;
+        result.seed = run_seed(opts.seed, &cell.scenario, repeat);
+        finished(&result)?;
+        progress(Progress::RunDone {
+            index,
+            total,
+            result: &result,
+        });
     }
-    Ok(runs)
+    Ok(())
 }
 
 async fn run_one(
