@@ -70,7 +70,6 @@ pub fn probe_enforcement(cpus: &[f64]) -> Result<Enforcement, (f64, String)> {
 /// Runs `todo` in order against the sim at `url`, each run in its own runner process, inside a
 /// fresh CPU-quota cgroup when `limited`. Each result is handed to `finished` (which keeps it)
 /// before the run is reported done; progress counts `todo` alone ("run k of `todo.len()`").
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_cells(
     opts: &LabOptions,
     todo: &[PlannedRun],
