@@ -9,8 +9,9 @@
 //! - [`hypothesis`]: preregistered hypotheses (`lab/hypotheses.toml`) and their evaluation.
 //! - [`report`]: `summary.md`, `runs.csv`, SVG figures and `index.html` from a results document,
 //!   next to an earlier experiment's figures (`lab/reference.toml`).
-//! - [`run`]: `inflight lab run`: starts the sim, runs the matrix (`lab/matrix.toml`), summarises,
-//!   reports, and shows progress.
+//! - [`run`]: `inflight lab run`: starts the sim, runs the matrix (`lab/matrix.toml`), saves each
+//!   run as it finishes (so an interrupted run keeps them and can be resumed), summarises, reports,
+//!   and shows progress.
 //! - [`metrics`]: Prometheus text at `/metrics` for the sim and the runner.
 //! - [`files`]: the lab folder and its files, with built-in copies for runs elsewhere.
 

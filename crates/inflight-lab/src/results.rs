@@ -85,7 +85,7 @@ impl ResultsDoc {
     /// What makes this document's runs inconsistent with each other or with its settings, one
     /// sentence each; empty when there is nothing wrong. Checks that each run's outcomes add up
     /// to its records, that its records and repeat match the settings, that no run appears twice
-    /// and that every cell has one run per repeat.
+    /// and that every cell has one run per repeat (unless the document is partial).
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let meta = &self.meta;
@@ -134,7 +134,8 @@ impl ResultsDoc {
             let mut repeats = per_cell[&key].clone();
             repeats.sort_unstable();
             repeats.dedup();
-            if repeats.len() != meta.repeats as usize {
+            // A partial run (interrupted; `lab run --resume` finishes it) lacks repeats.
+            if repeats.len() != meta.repeats as usize && !meta.partial {
                 problems.push(format!(
                     "{name}: {} of the settings' {} repeats",
                     repeats.len(),
@@ -164,6 +165,38 @@ pub struct RunMeta {
     /// (`lab run --replicas`); 1 in documents written before replicas existed.
     #[serde(default = "one")]
     pub replicas: u32,
+    /// Whether the document lacks runs of its plan, or its final report: the lab was interrupted
+    /// (or killed) first. `inflight lab run --resume DIR` runs what is missing.
+    #[serde(default)]
+    pub partial: bool,
+    /// The runs the plan holds (cells x repeats); 0 in documents written before plans were kept.
+    #[serde(default)]
+    pub runs_planned: usize,
+    /// The runs in `runs`.
+    #[serde(default)]
+    pub runs_finished: usize,
+    /// RFC 3339 times at which `--resume` continued the run, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_at: Vec<String>,
+    /// What the lab was asked to run, kept so that `--resume` runs exactly the missing runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<RunPlan>,
+}
+
+/// The plan of a lab run besides the settings already in [`RunMeta`] (records, repeats, time
+/// scale, seed, enforcement): its cells, and the strategies and scenarios as the runs read them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunPlan {
+    /// The cells in the order they run; every repeat runs them all in this order.
+    pub cells: Vec<crate::run::Cell>,
+    /// Where the strategies came from: a file's path, or `built-in`.
+    pub strategies_origin: String,
+    /// The strategies file's text, as the runners read it.
+    pub strategies_toml: String,
+    /// Where the scenarios came from: a file's path, or `built-in`.
+    pub scenarios_origin: String,
+    /// The scenarios file's text, as the sim read it.
+    pub scenarios_toml: String,
 }
 
 fn one() -> u32 {
@@ -182,6 +215,11 @@ impl Default for RunMeta {
             host_cpus: 0,
             inflight_version: String::new(),
             replicas: 1,
+            partial: false,
+            runs_planned: 0,
+            runs_finished: 0,
+            resumed_at: Vec::new(),
+            plan: None,
         }
     }
 }
@@ -225,6 +263,10 @@ pub struct RunResult {
     /// `cpus` is only what the plan asked for. Written only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
+    /// The run's RNG seed ([`crate::run::run_seed`] of the base seed, scenario and repeat); 0 in
+    /// documents written before it was kept.
+    #[serde(default)]
+    pub seed: u64,
     /// `std::thread::available_parallelism()` as the runner process saw it.
     pub runner_available_parallelism: usize,
     pub records: u64,

@@ -449,6 +449,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         cpus: 0.0,
         // The lab knows whether it put the runner under a quota (`ResultsDoc::from_runs`).
         unlimited: false,
+        seed: 0,
         runner_available_parallelism: available_parallelism(),
         records: tally.started,
         complete: tally.complete,

@@ -9,7 +9,9 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use inflight_cpu::Enforcement;
 use inflight_lab::files::{LabConfig, LabFiles};
-use inflight_lab::run::{self, LabError, LabOptions, OutDir, ProgressReporter, Shutdown};
+use inflight_lab::run::{
+    self, LabError, LabOptions, LabRun, OutDir, ProgressReporter, Resume, Setting, Shutdown,
+};
 use inflight_lab::runner::{self, RunnerConfig};
 use inflight_lab::strategy;
 
@@ -28,6 +30,10 @@ enum LabCommand {
     /// all three scenarios at 1 CPU, 5 repeats of 200 records each (about 20 minutes). Each run is
     /// a separate runner process placed in a fresh cgroup with the CPU quota before its async
     /// runtime starts. Needs root (or a delegated cgroup) unless --no-limit.
+    ///
+    /// Each run is saved in the report folder's results.json as it finishes. Stopped early
+    /// (Ctrl-C, SIGTERM), the lab discards the run in progress and writes a report of the runs
+    /// that finished, marked partial; --resume DIR runs the rest with the same plan and seeds.
     Run(RunArgs),
     /// Write the report (summary.md, runs.csv, figures, index.html) again from a results.json.
     ///
@@ -53,7 +59,8 @@ Examples:
   sudo inflight lab run --quick
   sudo inflight lab run --strategies c4,c5 --scenarios degrading --repeats 3
   sudo inflight lab run --replicas 3 --strategies c4,c4-fleet --scenarios slow-write --quick
-  inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json")]
+  inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json
+  sudo inflight lab run --resume lab-results/2026-11-30T10-00-00Z   # after Ctrl-C: the missing runs")]
 struct RunArgs {
     /// Strategies to run, from `<lab-dir>/strategies.toml` (default: the seed's matrix; with
     /// --scenarios or --cpus alone: c1,c2,c3,c4).
@@ -72,9 +79,9 @@ struct RunArgs {
         allow_negative_numbers = true
     )]
     cpus: Option<Vec<f64>>,
-    /// Records per run.
-    #[arg(long, default_value_t = 200, allow_negative_numbers = true)]
-    records: u64,
+    /// Records per run (default 200).
+    #[arg(long, allow_negative_numbers = true)]
+    records: Option<u64>,
     /// Runs of each cell (default 5; 3 with --quick).
     #[arg(long, allow_negative_numbers = true)]
     repeats: Option<u32>,
@@ -82,9 +89,10 @@ struct RunArgs {
     /// --quick).
     #[arg(long, value_name = "F", allow_negative_numbers = true)]
     time_scale: Option<f64>,
-    /// Base seed; each (scenario, repeat) gets a seed derived from it, shared by all strategies.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Base seed (default 1); each (scenario, repeat) gets a seed derived from it, shared by all
+    /// strategies.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Where to write the report (default: a new folder `lab-results/<UTC date-time>`); a folder
     /// that already holds files is refused unless --replace is given.
     #[arg(long, value_name = "DIR")]
@@ -92,6 +100,12 @@ struct RunArgs {
     /// Write the report over the files of a --out folder that already holds some.
     #[arg(long)]
     replace: bool,
+    /// Continue the partial run in DIR (one stopped by Ctrl-C, SIGTERM or a kill): run only the
+    /// runs it lacks, with its plan (cells, repeats, records, time scale, strategies and
+    /// scenarios as they were) and seeds, and write the complete report there. Flags that set
+    /// the plan may be given only with the plan's values.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "replace"])]
+    resume: Option<PathBuf>,
     /// Print the results document as JSON on stdout (tables and progress go to stderr).
     #[arg(long)]
     json: bool,
@@ -112,13 +126,8 @@ struct RunArgs {
     no_limit: bool,
     /// Split each run between N runner processes, each in its own CPU quota of --cpus, against
     /// the one sim: N replicas of a service sharing its dependencies (1 to 16).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        allow_negative_numbers = true
-    )]
-    replicas: u32,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    replicas: Option<u32>,
     /// The Redis that fleet budgets (strategies with scope = "fleet", e.g. c4-fleet) keep their
     /// permits in, on loopback (default: the lab starts a redis-server of its own on a free port
     /// and stops it afterwards). The lab deletes its budgets' keys (inflight:{records}:* and
@@ -318,21 +327,17 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = args.metrics_addr.filter(|a| !a.ip().is_loopback()) {
         bail!("--metrics-addr must be a loopback address (127.0.0.1 or [::1]), got {addr}");
     }
-    let repeats = args.repeats.unwrap_or(if args.quick { 3 } else { 5 });
-    let time_scale = args
-        .time_scale
-        .unwrap_or(if args.quick { 0.1 } else { 1.0 });
-    if repeats == 0 {
+    if args.repeats == Some(0) {
         bail!("--repeats must be at least 1");
     }
-    if args.records == 0 || args.records > 1_000_000 {
-        bail!(
-            "--records must be between 1 and 1000000, got {}",
-            args.records
-        );
+    if let Some(records) = args.records.filter(|r| *r == 0 || *r > 1_000_000) {
+        bail!("--records must be between 1 and 1000000, got {records}");
     }
-    if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
-        bail!("--time-scale must be a number above 0 and at most 100, got {time_scale}");
+    if let Some(t) = args
+        .time_scale
+        .filter(|t| !(t.is_finite() && *t > 0.0 && *t <= 100.0))
+    {
+        bail!("--time-scale must be a number above 0 and at most 100, got {t}");
     }
     if let Some(url) = &args.sim_url {
         runner::loopback_base(url)?;
@@ -340,15 +345,15 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &args.redis_url {
         run::redis::check_url(url)?;
     }
-    if !(1..=16).contains(&args.replicas) {
-        bail!("--replicas must be between 1 and 16, got {}", args.replicas);
-    }
-    if u64::from(args.replicas) > args.records {
-        bail!(
-            "--replicas {} needs at least one record per replica, but --records is {}",
-            args.replicas,
-            args.records
-        );
+    if let Some(replicas) = args.replicas {
+        if !(1..=16).contains(&replicas) {
+            bail!("--replicas must be between 1 and 16, got {replicas}");
+        }
+        if let Some(records) = args.records.filter(|r| u64::from(replicas) > *r) {
+            bail!(
+                "--replicas {replicas} needs at least one record per replica, but --records is {records}"
+            );
+        }
     }
 
     // A quota above the host's CPUs gives the runner only the host's, under the quota's label.
@@ -361,57 +366,152 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
-    let cells = lab.plan(
-        args.strategies.as_deref(),
-        args.scenarios.as_deref(),
-        args.cpus.as_deref(),
-    )?;
-    if let Some(cell) = cells.iter().find(|c| too_many(&c.cpus)) {
-        bail!(
-            "the matrix runs {} in {} at {} CPUs, more than this host's {}: the runner would have {host_cpus} while its rows said {}; give --cpus {host_cpus} (or fewer)",
-            cell.strategy,
-            cell.scenario,
-            cell.cpus,
-            count(host_cpus, "CPU"),
-            cell.cpus
-        );
-    }
-    let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
-    // Made now, so a folder that cannot be written fails before the runs, not after them.
-    let out = OutDir::create(&out_dir, args.replace)?;
+    // What --quick stands for, where the flag itself is left out.
+    let repeats = args.repeats.or(args.quick.then_some(3));
+    let time_scale = args.time_scale.or(args.quick.then_some(0.1));
 
-    let opts = LabOptions {
-        exe: std::env::current_exe().context("cannot find the inflight binary to start")?,
-        cells,
-        repeats,
-        records: args.records,
-        time_scale,
-        seed: args.seed,
-        strategies_file: lab.files.path(inflight_lab::files::STRATEGIES),
-        scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
-        sim_url: args.sim_url.clone(),
-        no_limit: args.no_limit,
-        metrics_addr: args.metrics_addr,
-        replicas: args.replicas,
-        redis_url: args.redis_url.clone(),
+    let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
+    let exe = std::env::current_exe().context("cannot find the inflight binary to start")?;
+    // Kept until the runs are over: the resumed plan's strategies and scenarios files.
+    let mut _plan_files = None;
+    let (mut lab_run, opts) = match &args.resume {
+        None => {
+            let cells = lab.plan(
+                args.strategies.as_deref(),
+                args.scenarios.as_deref(),
+                args.cpus.as_deref(),
+            )?;
+            if let Some(cell) = cells.iter().find(|c| too_many(&c.cpus)) {
+                bail!(
+                    "the matrix runs {} in {} at {} CPUs, more than this host's {}: the runner would have {host_cpus} while its rows said {}; give --cpus {host_cpus} (or fewer)",
+                    cell.strategy,
+                    cell.scenario,
+                    cell.cpus,
+                    count(host_cpus, "CPU"),
+                    cell.cpus
+                );
+            }
+            let opts = LabOptions {
+                exe,
+                cells,
+                repeats: repeats.unwrap_or(5),
+                records: args.records.unwrap_or(200),
+                time_scale: time_scale.unwrap_or(1.0),
+                seed: args.seed.unwrap_or(1),
+                strategies_file: lab.files.path(inflight_lab::files::STRATEGIES),
+                scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
+                sim_url: args.sim_url.clone(),
+                no_limit: args.no_limit,
+                metrics_addr: args.metrics_addr,
+                replicas: args.replicas.unwrap_or(1),
+                redis_url: args.redis_url.clone(),
+            };
+            let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
+            // Made now, so a folder that cannot be written fails before the runs, not after them.
+            let out = OutDir::create(&out_dir, args.replace)?;
+            let total = opts.cells.len() * opts.repeats as usize;
+            let split = if opts.replicas > 1 {
+                format!(", each split between {} replicas", opts.replicas)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "lab: {} x {} = {total} {} of {} records{split}, time scale {}, seed {}; writing to {}",
+                count(opts.cells.len(), "cell"),
+                count(opts.repeats as usize, "repeat"),
+                if total == 1 { "run" } else { "runs" },
+                opts.records,
+                opts.time_scale,
+                opts.seed,
+                out_dir.display()
+            );
+            (LabRun::new(&opts, out)?, opts)
+        }
+        Some(dir) => {
+            let resume = Resume::open(dir)?;
+            let mut given = Vec::new();
+            if let Some(names) = &args.strategies {
+                given.push(("--strategies", Setting::Strategies(names.clone())));
+            }
+            if let Some(names) = &args.scenarios {
+                given.push(("--scenarios", Setting::Scenarios(names.clone())));
+            }
+            if let Some(cpus) = &args.cpus {
+                given.push(("--cpus", Setting::Cpus(cpus.clone())));
+            }
+            if let Some(records) = args.records {
+                given.push(("--records", Setting::Records(records)));
+            }
+            if let Some(repeats) = repeats {
+                let flag = if args.repeats.is_some() {
+                    "--repeats"
+                } else {
+                    "--quick"
+                };
+                given.push((flag, Setting::Repeats(repeats)));
+            }
+            if let Some(time_scale) = time_scale {
+                let flag = if args.time_scale.is_some() {
+                    "--time-scale"
+                } else {
+                    "--quick"
+                };
+                given.push((flag, Setting::TimeScale(time_scale)));
+            }
+            if let Some(seed) = args.seed {
+                given.push(("--seed", Setting::Seed(seed)));
+            }
+            if args.lab_dir.is_some() {
+                let files = Setting::files_of(&lab.files).context("cannot read the lab files")?;
+                given.extend(files.map(|s| ("--lab-dir", s)));
+            }
+            resume.check(&given)?;
+            let planned_replicas = resume.doc().meta.replicas;
+            if let Some(replicas) = args.replicas.filter(|r| *r != planned_replicas) {
+                bail!(
+                    "--replicas asks for {replicas}, but the run in {} was planned with {planned_replicas}; leave it out to resume",
+                    dir.display()
+                );
+            }
+            let files = resume
+                .files()
+                .context("cannot write the plan's strategies and scenarios for the runners")?;
+            let (meta, plan) = (&resume.doc().meta, resume.plan());
+            let opts = LabOptions {
+                exe,
+                cells: plan.cells.clone(),
+                repeats: meta.repeats,
+                records: meta.records,
+                time_scale: meta.time_scale,
+                seed: meta.seed,
+                strategies_file: files.strategies.clone(),
+                scenarios_file: files.scenarios.clone(),
+                sim_url: args.sim_url.clone(),
+                no_limit: args.no_limit,
+                metrics_addr: args.metrics_addr,
+                replicas: meta.replicas,
+                redis_url: args.redis_url.clone(),
+            };
+            _plan_files = Some(files);
+            let lab_run = LabRun::resume(resume)?;
+            let (done, planned) = (lab_run.done_before(), lab_run.doc().meta.runs_planned);
+            let to_run = match lab_run.to_run() {
+                0 => "none to run, the report to write".to_string(),
+                n => format!("{n} to run"),
+            };
+            eprintln!(
+                "lab: resuming {}: {done} of {planned} runs done, {to_run} ({} x {} of {} records, time scale {}, seed {})",
+                dir.display(),
+                count(opts.cells.len(), "cell"),
+                count(opts.repeats as usize, "repeat"),
+                opts.records,
+                opts.time_scale,
+                opts.seed,
+            );
+            (lab_run, opts)
+        }
     };
-    let total = opts.cells.len() * repeats as usize;
-    let split = if opts.replicas > 1 {
-        format!(", each split between {} replicas", opts.replicas)
-    } else {
-        String::new()
-    };
-    eprintln!(
-        "lab: {} x {} = {total} {} of {} records{split}, time scale {}, seed {}; writing to {}",
-        count(opts.cells.len(), "cell"),
-        count(repeats as usize, "repeat"),
-        if total == 1 { "run" } else { "runs" },
-        opts.records,
-        time_scale,
-        opts.seed,
-        out_dir.display()
-    );
+    let out_dir = lab_run.dir().to_path_buf();
 
     let rt = super::async_runtime()?;
     let shutdown_seen = std::sync::OnceLock::new();
@@ -419,38 +519,41 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         let shutdown = Shutdown::on_signals();
         let _ = shutdown_seen.set(shutdown.clone());
         let mut reporter = ProgressReporter::new();
-        let doc = run::run_matrix(&opts, &shutdown, &mut |p| reporter.report(p)).await;
+        let result = lab_run
+            .run(&opts, &shutdown, &mut |p| reporter.report(p))
+            .await;
         reporter.finish();
         // Nothing is running any more: a later Ctrl-C simply ends the command.
         shutdown.exit_on_signal();
-        doc
+        result
     });
-    let mut doc = match result {
-        Ok(doc) => doc,
-        Err(LabError::Interrupted) => {
-            out.discard_if_empty();
-            let (code, by) = match shutdown_seen.get() {
-                Some(s) => (s.exit_code(), s.signal_name().unwrap_or("a signal")),
-                None => (130, "a signal"),
-            };
-            // On its own line, whatever the progress bar left on the terminal.
-            eprintln!(
-                "\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups"
-            );
-            return Ok(ExitCode::from(code));
+    let stopped = result.err();
+    let interrupted = matches!(stopped, Some(LabError::Interrupted));
+    if interrupted {
+        let by = shutdown_seen
+            .get()
+            .and_then(|s| s.signal_name())
+            .unwrap_or("a signal");
+        // On its own line, whatever the progress bar left on the terminal.
+        eprintln!(
+            "\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups"
+        );
+    }
+    let unfinished = lab_run.unfinished().map(str::to_string);
+    if stopped.is_some() && lab_run.is_empty() {
+        lab_run.discard();
+        if let Some(run) = &unfinished {
+            eprintln!("lab: no run had finished ({run} was in progress), so nothing was kept");
         }
-        Err(e) => {
-            out.discard_if_empty();
-            return Err(e.into());
-        }
-    };
-    run::evaluate_hypotheses(&mut doc, &lab.hypotheses);
-    run::write_outputs(&doc, &lab.reference, &out_dir)?;
+        return exit_after_stop(stopped, shutdown_seen.get());
+    }
+    lab_run.write_report(&lab.hypotheses, &lab.reference)?;
+    let doc = lab_run.doc();
 
-    let summary = inflight_lab::report::summary_table(&doc);
-    let hypotheses_table = inflight_lab::report::hypotheses_table(&doc);
+    let summary = inflight_lab::report::summary_table(doc);
+    let hypotheses_table = inflight_lab::report::hypotheses_table(doc);
     if args.json {
-        let json = serde_json::to_string_pretty(&doc).context("cannot serialise the results")?;
+        let json = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;
         println!("{json}");
         eprintln!("{summary}\n{hypotheses_table}");
     } else {
@@ -459,10 +562,42 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if doc.meta.enforcement == Enforcement::None {
         eprintln!("lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs");
     }
+    if doc.meta.partial {
+        let discarded = match &unfinished {
+            Some(run) => format!("; the run in progress ({run}) was stopped and discarded"),
+            None => String::new(),
+        };
+        eprintln!(
+            "lab: partial report: {} of {} runs finished{discarded}",
+            doc.runs.len(),
+            doc.meta.runs_planned
+        );
+    }
     eprintln!(
         "lab: report in {} (open {})",
         out_dir.display(),
         out_dir.join("index.html").display()
     );
-    Ok(ExitCode::SUCCESS)
+    if doc.meta.partial {
+        eprintln!(
+            "lab: run the rest with: inflight lab run --resume {}",
+            out_dir.display()
+        );
+    }
+    exit_after_stop(stopped, shutdown_seen.get())
+}
+
+/// The exit status of a lab run: 0 when it ran to the end, 128 + the signal when interrupted
+/// (130 for Ctrl-C, 143 for SIGTERM), else the error (exit 2).
+fn exit_after_stop(
+    stopped: Option<LabError>,
+    shutdown: Option<&Shutdown>,
+) -> anyhow::Result<ExitCode> {
+    match stopped {
+        None => Ok(ExitCode::SUCCESS),
+        Some(LabError::Interrupted) => {
+            Ok(ExitCode::from(shutdown.map_or(130, Shutdown::exit_code)))
+        }
+        Some(e) => Err(e.into()),
+    }
 }

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use inflight_lab::results::ResultsDoc;
 
+use inflight_lab::results::RunPlan;
+use inflight_lab::run::{run_seed, Cell};
+
 use crate::support::{
     assert_refused, exits_2, inflight, inflight_path, is_root, send_signal, wait_exit,
 };
@@ -335,6 +338,307 @@ fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
         .filter(|c| c.contains(&sim_url) && c.contains("runner"))
         .collect();
     assert!(left.is_empty(), "runners left: {left:?}");
+}
+
+/// A small run of 4: c4 then c1 in `healthy`, 2 repeats. c4 takes a fraction of a second and c1
+/// a few, so a signal sent once the first run is done lands in the second.
+fn resumable_run_args(out: &Path) -> Vec<String> {
+    let mut args = small_run_args(out);
+    for (from, to) in [
+        ("c1,c4", "c4,c1"),
+        ("healthy,slow-write", "healthy"),
+        ("1", "2"),
+        ("0.05", "0.1"),
+    ] {
+        let i = args.iter().position(|a| a == from).unwrap();
+        args[i] = to.into();
+    }
+    args
+}
+
+/// Starts `inflight ARGS` with stderr piped, and reads stderr up to the line saying the second
+/// run started (`[2/4] c1 healthy 1 CPU repeat 1 ...`), so the first one is done and saved;
+/// returns the child, its stderr and the lines read.
+fn start_until_second_run(
+    args: &[String],
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStderr>,
+    Vec<String>,
+) {
+    let mut child = std::process::Command::new(inflight_path())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let needle = "[2/4] c1 healthy 1 CPU repeat 1 ...";
+    let lines = read_until(&mut stderr, needle, Duration::from_secs(120));
+    assert!(
+        lines.last().is_some_and(|l| l.contains(needle)),
+        "the second run did not start: {lines:?}"
+    );
+    (child, stderr, lines)
+}
+
+fn read_doc(dir: &Path) -> ResultsDoc {
+    let text = std::fs::read_to_string(dir.join("results.json"))
+        .unwrap_or_else(|e| panic!("{}/results.json: {e}", dir.display()));
+    serde_json::from_str(&text).expect("results.json is a results document")
+}
+
+/// (strategy, scenario, repeat, seed) of every run, in order.
+fn run_keys(doc: &ResultsDoc) -> Vec<(String, String, u32, u64)> {
+    doc.runs
+        .iter()
+        .map(|r| (r.strategy.clone(), r.scenario.clone(), r.repeat, r.seed))
+        .collect()
+}
+
+/// Resumes `dir` with `--json`, checks it succeeds, and returns its document and stderr.
+fn resume(dir: &Path) -> (ResultsDoc, String) {
+    let output = inflight()
+        .args(["lab", "run", "--json", "--resume"])
+        .arg(dir)
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    let doc: ResultsDoc =
+        serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
+    assert_eq!(doc, read_doc(dir), "stdout and results.json agree");
+    (doc, stderr)
+}
+
+#[test]
+fn an_interrupted_lab_keeps_its_finished_runs_and_resume_runs_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let args = resumable_run_args(&out);
+    let (mut child, mut stderr, lines) = start_until_second_run(&args);
+    send_signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGINT");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert_eq!(status.code(), Some(130), "stderr: {lines:?} {rest}");
+
+    // The finished runs are kept, marked partial, with a page that says so.
+    let partial = read_doc(&out);
+    let finished = partial.runs.len();
+    assert!(partial.meta.partial, "{:?}", partial.meta);
+    // c1 takes seconds: the signal lands in it.
+    assert_eq!(finished, 1, "{rest}");
+    assert_eq!(
+        (partial.meta.runs_finished, partial.meta.runs_planned),
+        (finished, 4)
+    );
+    assert_eq!(partial.runs[0].strategy, "c4");
+    assert!(!partial.summary.is_empty());
+    assert!(partial.hypotheses.iter().all(|h| h.outcome == "skipped"));
+    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(
+        page.contains("Partial run: ") && page.contains(&format!("{finished} of 4 planned runs")),
+        "no partial banner on the page"
+    );
+    assert!(
+        rest.contains(&format!("partial report: {finished} of 4 runs finished")),
+        "{rest}"
+    );
+    assert!(
+        rest.contains("the run in progress (c1 healthy 1 CPU repeat 1) was stopped and discarded"),
+        "{rest}"
+    );
+    let hint = format!("inflight lab run --resume {}", out.display());
+    assert!(rest.contains(&hint), "{rest}");
+
+    // A new run into the folder is pointed to --resume.
+    let output = inflight().args(&args).output().unwrap();
+    assert_refused(&output, &hint, "--out over a partial run: ");
+
+    // --resume runs only the missing runs, counted on their own, and completes the folder.
+    let (doc, stderr) = resume(&out);
+    assert!(
+        stderr.contains(&format!(
+            "resuming {}: {finished} of 4 runs done, {} to run",
+            out.display(),
+            4 - finished
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("[1/{}] ", 4 - finished)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[1/4]"), "{stderr}");
+    assert!(!doc.meta.partial);
+    assert_eq!((doc.meta.runs_finished, doc.meta.runs_planned), (4, 4));
+    assert_eq!(doc.meta.resumed_at.len(), 1);
+    assert_eq!(doc.meta.started_at, partial.meta.started_at);
+    assert_eq!(
+        doc.runs[..finished],
+        partial.runs[..],
+        "the finished runs are kept as they were"
+    );
+    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(!page.contains("Partial run: "));
+
+    // The same runs, in the same order, with the same seeds as an uninterrupted run.
+    let whole = dir.path().join("whole");
+    run_lab(&resumable_run_args(&whole));
+    let uninterrupted = read_doc(&whole);
+    assert_eq!(run_keys(&doc), run_keys(&uninterrupted));
+    for run in &doc.runs {
+        assert_eq!(run.seed, run_seed(1, &run.scenario, run.repeat), "{run:?}");
+    }
+    assert_ne!(doc.runs[0].seed, doc.runs[2].seed, "repeats differ");
+
+    // Nothing is left to resume.
+    let output = inflight()
+        .args(["lab", "run", "--resume"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        "this run is complete (4 of 4 runs, and its report); nothing to resume",
+        "",
+    );
+}
+
+#[test]
+fn a_killed_lab_leaves_a_folder_that_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let (mut child, _stderr, _) = start_until_second_run(&resumable_run_args(&out));
+    send_signal(&child, libc::SIGKILL);
+    wait_exit(&mut child, Duration::from_secs(10), "lab after SIGKILL");
+
+    let killed = read_doc(&out);
+    assert!(killed.meta.partial);
+    assert!(!killed.runs.is_empty(), "the finished run was saved");
+    assert!(killed.meta.plan.is_some());
+
+    // The killed lab's sim and runner end when their stdin closes; the resumed one starts its own.
+    let (doc, _) = resume(&out);
+    assert!(!doc.meta.partial);
+    assert_eq!(doc.runs.len(), 4);
+    assert_eq!(doc.runs[..killed.runs.len()], killed.runs[..]);
+    for run in &doc.runs {
+        assert_eq!(run.seed, run_seed(1, &run.scenario, run.repeat), "{run:?}");
+    }
+    assert!(out.join("index.html").is_file());
+}
+
+#[test]
+fn resume_refuses_what_it_cannot_resume_and_flags_that_change_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let resume_args = |folder: &Path, extra: &[&str]| {
+        let mut args: Vec<String> = vec!["lab".into(), "run".into(), "--resume".into()];
+        args.push(folder.display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let refused = |args: Vec<String>, needle: &str| {
+        let output = inflight().args(&args).output().unwrap();
+        assert_refused(&output, needle, &format!("{args:?}: "));
+    };
+
+    refused(
+        resume_args(&dir.path().join("nope"), &[]),
+        "nope: no such folder",
+    );
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    refused(
+        resume_args(&empty, &[]),
+        "not a lab results folder (it holds no results.json)",
+    );
+    // A results document from before plans were kept.
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../inflight-lab/tests/fixtures/results-quick.json"),
+        old.join("results.json"),
+    )
+    .unwrap();
+    refused(resume_args(&old, &[]), "holds no plan");
+
+    // A partial run of 2 cells x 2 repeats with nothing finished, as a killed lab leaves it.
+    let partial = dir.path().join("partial");
+    std::fs::create_dir(&partial).unwrap();
+    let mut doc = ResultsDoc::default();
+    doc.meta.records = 24;
+    doc.meta.repeats = 2;
+    doc.meta.time_scale = 0.1;
+    doc.meta.seed = 1;
+    doc.meta.partial = true;
+    doc.meta.runs_planned = 4;
+    doc.meta.inflight_version = env!("CARGO_PKG_VERSION").into();
+    doc.meta.plan = Some(RunPlan {
+        cells: vec![
+            Cell::new("c4", "healthy", 1.0),
+            Cell::new("c1", "healthy", 1.0),
+        ],
+        strategies_origin: "built-in".into(),
+        strategies_toml: inflight_lab::strategy::BUILTIN_STRATEGIES.into(),
+        scenarios_origin: "built-in".into(),
+        scenarios_toml: inflight_lab::scenario::BUILTIN_SCENARIOS.into(),
+    });
+    std::fs::write(
+        partial.join("results.json"),
+        serde_json::to_string(&doc).unwrap(),
+    )
+    .unwrap();
+    for (extra, needle) in [
+        (
+            vec!["--records", "99"],
+            "--records asks for 99 records per run, but the run in",
+        ),
+        (
+            vec!["--repeats", "3"],
+            "planned with 2 repeats; leave --repeats out",
+        ),
+        (vec!["--quick"], "--quick asks for 3 repeats"),
+        (vec!["--time-scale", "0.5"], "planned with time scale 0.1"),
+        (vec!["--seed", "7"], "planned with seed 1"),
+        (vec!["--strategies", "c1"], "planned with strategies c4,c1"),
+        (
+            vec!["--scenarios", "quota"],
+            "planned with scenarios healthy",
+        ),
+        (vec!["--cpus", "1,2"], "planned with CPUs 1"),
+        (vec!["--out", "/tmp/x"], "cannot be used with"),
+        (vec!["--replace"], "cannot be used with"),
+    ] {
+        refused(resume_args(&partial, &extra), needle);
+    }
+    // A lab folder whose strategies are not the plan's.
+    let lab = dir.path().join("lab");
+    std::fs::create_dir(&lab).unwrap();
+    for name in ["strategies.toml", "scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), lab.join(name)).unwrap();
+    }
+    let strategies = std::fs::read_to_string(lab.join("strategies.toml")).unwrap();
+    std::fs::write(
+        lab.join("strategies.toml"),
+        format!("{strategies}\n# changed\n"),
+    )
+    .unwrap();
+    let lab_arg = lab.display().to_string();
+    refused(
+        resume_args(&partial, &["--lab-dir", &lab_arg]),
+        "--lab-dir asks for the strategies of",
+    );
+    // Nothing was run or written by the refusals.
+    let names: Vec<String> = std::fs::read_dir(&partial)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["results.json"]);
 }
 
 #[test]

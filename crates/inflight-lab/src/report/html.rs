@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
-use super::{esc_html, limit_note, scale_note, scenarios};
+use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
 /// The page's style: the full width of the window for tables and figures, text in lines short
@@ -23,13 +23,22 @@ figure{margin:1em 0 2em}figure svg{max-width:100%;height:auto}figcaption{color:#
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\
 p{max-width:60em}.note{color:#555;font-size:0.9em}\
 @media (max-width:700px){body{margin:0.5em auto;padding:0 0.6em}table{font-size:0.8em}\
-th,td{padding:0.2em 0.35em}dl{grid-template-columns:1fr;gap:0}dd{margin:0 0 0.4em}}";
+th,td{padding:0.2em 0.35em}dl{grid-template-columns:1fr;gap:0}dd{margin:0 0 0.4em}}\
+.partial{background:#fcf8e3;border:1px solid #e0c36c;padding:0.5em 0.75em;max-width:60em}";
 
 /// `index.html`: the whole report in one file, figures inlined, opens from disk.
 pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
     let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>inflight lab run</title>\n<style>");
     out.push_str(STYLE);
-    out.push_str("</style>\n</head>\n<body>\n<h1>inflight lab run</h1>\n<dl>\n");
+    out.push_str("</style>\n</head>\n<body>\n<h1>inflight lab run</h1>\n");
+    if let Some(note) = partial_note(doc) {
+        // The command in the note reads as code; everything else is plain escaped text.
+        let note = esc_html(&note)
+            .replacen('`', "<code>", 1)
+            .replacen('`', "</code>", 1);
+        let _ = writeln!(out, "<p class=\"partial\">{note}</p>");
+    }
+    out.push_str("<dl>\n");
     for (k, v) in meta_lines(doc) {
         let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc_html(&k), esc_html(&v));
     }

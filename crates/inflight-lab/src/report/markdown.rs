@@ -6,12 +6,15 @@ use std::fmt::Write as _;
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
-use super::{limit_note, scale_note, scenarios};
+use super::{limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
 /// `summary.md`: settings, a table per scenario, the hypotheses, the reference figures, figures.
 pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
     let mut out = String::from("# inflight lab run\n\n");
+    if let Some(note) = partial_note(doc) {
+        let _ = write!(out, "> **{note}**\n\n");
+    }
     for (k, v) in meta_lines(doc) {
         let _ = writeln!(out, "- {k}: {v}");
     }

@@ -69,6 +69,19 @@ pub fn write_report_with(
     Ok(())
 }
 
+/// What a report of a partial document says first: how many runs finished of how many, and how to
+/// run the rest; `None` for a complete document.
+pub fn partial_note(doc: &ResultsDoc) -> Option<String> {
+    let m = &doc.meta;
+    m.partial.then(|| {
+        format!(
+            "Partial run: {} of {} planned runs finished before the lab stopped (interrupted or killed). Cells show the repeats that finished; hypotheses about cells that lack repeats are skipped. `inflight lab run --resume DIR`, with this folder as DIR, runs the rest with the same seeds and writes the complete report.",
+            doc.runs.len(),
+            m.runs_planned
+        )
+    })
+}
+
 /// `83.6 (82.9-84.1)`, or just `83.6` when every repeat gave the same value.
 pub fn fmt_spread(s: Spread) -> String {
     fmt_spread_with(s, fmt_num)
@@ -232,6 +245,34 @@ mod tests {
         let note = scale_note(&doc).unwrap();
         assert!(note.starts_with("Times are scaled by 0.1 "), "{note}");
         assert!(note.contains("rates about 10x"), "{note}");
+    }
+
+    #[test]
+    fn a_partial_document_is_marked_on_the_page_and_in_the_summary() {
+        let mut doc = ResultsDoc::default();
+        assert_eq!(partial_note(&doc), None);
+        let page = index_html(&doc, &Reference::builtin(), &[]);
+        assert!(!page.contains("class=\"partial\""));
+        doc.meta.partial = true;
+        doc.runs = (1..=11)
+            .map(|i| crate::results::sample_run("c4", "healthy", 1.0, i, 1.0))
+            .collect();
+        doc.meta.runs_finished = 11;
+        doc.meta.runs_planned = 33;
+        let note = partial_note(&doc).unwrap();
+        assert!(
+            note.starts_with("Partial run: 11 of 33 planned runs finished"),
+            "{note}"
+        );
+        let page = index_html(&doc, &Reference::builtin(), &[]);
+        assert!(
+            page.contains("<p class=\"partial\">Partial run: 11 of 33")
+                && page.contains("<code>inflight lab run --resume DIR</code>"),
+            "{page}"
+        );
+        assert!(page.contains("11 of 33 planned (partial)"), "runs line");
+        let md = summary_md(&doc, &Reference::builtin(), &[]);
+        assert!(md.contains("> **Partial run: 11 of 33"), "{md}");
     }
 
     #[test]

@@ -50,7 +50,8 @@ pub fn rebuild(stored: &ResultsDoc, hypotheses: &[Hypothesis]) -> Result<Rebuilt
     if !problems.is_empty() {
         return Err(RebuildError::InconsistentRuns(problems));
     }
-    let mut doc = ResultsDoc::from_runs(stored.meta.clone(), stored.runs.clone());
+    let mut doc = ResultsDoc::from_runs(stored.meta.clone(), stored.runs.clone())
+        .with_measured(stored.measured.clone());
     if !stored.summary.is_empty() {
         let mismatches = summary_mismatches(&stored.summary, &doc.summary);
         if !mismatches.is_empty() {

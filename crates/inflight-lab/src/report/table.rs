@@ -404,7 +404,7 @@ pub(crate) fn meta_lines(doc: &ResultsDoc) -> Vec<(String, String)> {
         )
     };
     vec![
-        ("started".into(), m.started_at.clone()),
+        ("started".into(), started_line(m)),
         ("records per run".into(), m.records.to_string()),
         ("repeats".into(), m.repeats.to_string()),
         ("time scale".into(), time_scale),
@@ -412,8 +412,30 @@ pub(crate) fn meta_lines(doc: &ResultsDoc) -> Vec<(String, String)> {
         ("CPU limit enforcement".into(), enforcement),
         ("host CPUs".into(), m.host_cpus.to_string()),
         ("inflight version".into(), m.inflight_version.clone()),
-        ("runs".into(), doc.runs.len().to_string()),
+        ("runs".into(), runs_line(doc)),
     ]
+}
+
+/// When the run started, and when it was resumed if it was.
+fn started_line(m: &crate::results::RunMeta) -> String {
+    if m.resumed_at.is_empty() {
+        m.started_at.clone()
+    } else {
+        format!("{}, resumed {}", m.started_at, m.resumed_at.join(", "))
+    }
+}
+
+/// `33`, or for a partial document `11 of 33 planned (partial)`.
+fn runs_line(doc: &ResultsDoc) -> String {
+    if doc.meta.partial {
+        format!(
+            "{} of {} planned (partial)",
+            doc.runs.len(),
+            doc.meta.runs_planned
+        )
+    } else {
+        doc.runs.len().to_string()
+    }
 }
 
 /// One scenario's summary rows, without the scenario column, with the incomplete share.

@@ -10,27 +10,34 @@
 //! - [`scheduler`]: runs the cells one after another, each in a runner process.
 //! - [`summary`]: the repeats of each cell summarised.
 //! - [`progress`]: what a run reports while it runs, and how it is shown.
-//! - [`out_dir`]: the report folder, made before the runs start.
+//! - [`out_dir`]: the report folder, made before the runs start, and `results.json` written
+//!   into it durably.
+//! - [`plan`]: the plan kept in `results.json`, and a partial folder to resume ([`Resume`]).
 //! - [`replicas`]: a run split between several runner processes (`--replicas`).
 //! - [`redis`]: the Redis that fleet budgets keep their permits in.
 //! - `measure`: budgets measured by a capacity sweep before the runs.
 //! - `runner_process`: one runner process in its cgroup.
+//!
+//! [`LabRun`] ties them together: it saves the plan before the first run and every run as it
+//! finishes, so a lab stopped at any point (Ctrl-C, SIGTERM, even SIGKILL) keeps the runs that
+//! finished, and `inflight lab run --resume DIR` runs only the missing ones, with the same seeds.
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use inflight_cpu::Enforcement;
 
+use crate::hypothesis::Hypothesis;
 use crate::report::Reference;
-use crate::results::{ResultsDoc, RunMeta};
+use crate::results::{ResultsDoc, RunMeta, RunPlan, RunResult, SummaryRow};
 use crate::runner::loopback_base;
 use crate::sim::client::SimClientError;
 use crate::sim::process::{SimCommand, SimProcess, SimProcessError};
 
-use self::redis::LabRedis;
-
 pub mod matrix;
 mod measure;
 pub mod out_dir;
+pub mod plan;
 pub mod progress;
 pub mod redis;
 pub mod replicas;
@@ -40,13 +47,17 @@ pub mod summary;
 
 pub use self::matrix::{cross_product, Cell, Matrix};
 pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};
-pub use self::out_dir::{default_out_dir, OutDir};
+pub use self::out_dir::{default_out_dir, OutDir, RESULTS_JSON};
+pub use self::plan::{
+    missing_runs, planned_runs, PlanFiles, PlannedRun, Resume, ResumeError, Setting,
+};
 pub use self::progress::{Progress, ProgressReporter};
 pub use self::scheduler::{check_outcomes, probe_enforcement, run_deadline, run_seed};
 pub use self::summary::summarize;
 pub use inflight_bench::shutdown::Shutdown;
 
-use self::scheduler::run_cells;
+use self::redis::LabRedis;
+use self::scheduler::{run_cells, RunEnv};
 
 /// Everything `inflight lab run` needs, resolved and checked by the command line.
 #[derive(Debug, Clone)]
@@ -67,8 +78,7 @@ pub struct LabOptions {
     pub sim_url: Option<String>,
     /// Run without a CPU quota when none can be enforced.
     pub no_limit: bool,
-    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`);
-    /// replica i of a run on the port i - 1 above it.
+    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`).
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Runner processes per run, each in its own CPU quota, splitting the records (at least 1).
     pub replicas: u32,
@@ -98,6 +108,12 @@ pub enum LabError {
     Runner { run: String, message: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("cannot save the finished runs in {}", path.display())]
+    Save {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl From<SimProcessError> for LabError {
@@ -110,140 +126,384 @@ impl From<SimProcessError> for LabError {
     }
 }
 
-/// Runs the whole matrix and returns the results document with summaries (hypotheses are
-/// evaluated by [`evaluate_hypotheses`]). `progress` hears about each run.
-pub async fn run_matrix(
-    opts: &LabOptions,
-    shutdown: &Shutdown,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<ResultsDoc, LabError> {
-    if opts.cells.is_empty() || opts.repeats == 0 || opts.records == 0 {
-        return Err(LabError::Invalid(
-            "nothing to run: need at least one cell, one repeat and one record".to_string(),
-        ));
-    }
-    if opts.replicas == 0 || u64::from(opts.replicas) > opts.records {
-        return Err(LabError::Invalid(format!(
-            "--replicas must be at least 1 and at most the records per run ({}), got {}",
-            opts.records, opts.replicas
-        )));
-    }
-    let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-
-    let mut cpus: Vec<f64> = Vec::new();
-    for cell in &opts.cells {
-        if !cpus.contains(&cell.cpus) {
-            cpus.push(cell.cpus);
-        }
-    }
-    let enforcement = match probe_enforcement(&cpus) {
-        Ok(e) => e,
-        Err((_, message)) if opts.no_limit => {
-            progress(Progress::NoLimit { message: &message });
-            Enforcement::None
-        }
-        Err((c, message)) => return Err(LabError::NoLimit { cpus: c, message }),
-    };
-    let limited = enforcement != Enforcement::None;
-
-    let (sim, url) = match &opts.sim_url {
-        Some(url) => {
-            let url = loopback_base(url).map_err(|e| LabError::Invalid(e.to_string()))?;
-            (None, url)
-        }
-        None => {
-            let command = SimCommand {
-                exe: opts.exe.clone(),
-                scenarios_file: opts.scenarios_file.clone(),
-                time_scale: opts.time_scale,
-                seed: opts.seed,
-            };
-            let sim = SimProcess::start(&command, shutdown.wait()).await?;
-            let url = sim.url().to_string();
-            (Some(sim), url)
-        }
-    };
-    progress(Progress::SimReady {
-        url: &url,
-        started: sim.is_some(),
-    });
-
-    let strategies = match &opts.strategies_file {
-        Some(path) => crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string())),
-        None => Ok(crate::strategy::builtin()),
-    };
-    let prepared = match strategies {
-        Ok(strategies) => prepare(opts, &strategies, shutdown, progress, &url).await,
-        Err(e) => Err(e),
-    };
-    let (redis, measured) = match prepared {
-        Ok(prepared) => prepared,
-        Err(e) => {
-            if let Some(sim) = sim {
-                sim.stop().await;
-            }
-            return Err(e);
-        }
-    };
-    let result = run_cells(
-        opts,
-        shutdown,
-        progress,
-        &url,
-        limited,
-        redis.as_ref(),
-        &measured,
-    )
-    .await;
-    if let Some(redis) = redis {
-        redis.stop().await;
-    }
-    if let Some(sim) = sim {
-        sim.stop().await;
-    }
-    let runs = result?;
-    Ok(ResultsDoc::from_runs(
-        RunMeta {
-            started_at,
-            records: opts.records,
-            repeats: opts.repeats,
-            time_scale: opts.time_scale,
-            seed: opts.seed,
-            enforcement,
-            host_cpus: crate::strategy::available_parallelism(),
-            inflight_version: env!("CARGO_PKG_VERSION").to_string(),
-            replicas: opts.replicas,
-        },
-        runs,
-    )
-    .with_measured(measured))
+/// A lab run in its report folder: the plan and the runs finished so far, kept in
+/// `results.json` (marked partial until the report is written) and saved before the first run
+/// and after every run.
+///
+/// Start one with [`LabRun::new`] (a new plan) or [`LabRun::resume`] (the runs a partial folder
+/// lacks), [`run`](LabRun::run) it, then [`write_report`](LabRun::write_report): complete when
+/// every planned run finished, partial when the lab stopped early.
+#[derive(Debug)]
+pub struct LabRun {
+    doc: ResultsDoc,
+    out: OutDir,
+    /// The runs still to run, in order.
+    todo: Vec<PlannedRun>,
+    /// The runs the folder held when this session began.
+    done_before: usize,
+    /// Whether this continues a partial folder.
+    resumed: bool,
+    /// The run started and not finished, if any: the one an interruption discards.
+    in_progress: Option<String>,
 }
 
-/// What the runs need besides the sim: the Redis of fleet budgets, started or reached, and the
-/// budgets measured against the sim.
-async fn prepare(
-    opts: &LabOptions,
-    strategies: &crate::strategy::Strategies,
-    shutdown: &Shutdown,
-    progress: &mut dyn FnMut(Progress<'_>),
-    url: &str,
-) -> Result<(Option<LabRedis>, Vec<crate::results::MeasuredBudget>), LabError> {
-    let redis = start_redis(opts, strategies).await?;
-    if let Some(redis) = &redis {
-        progress(Progress::RedisReady {
-            url: redis.url(),
-            started: redis.started_here(),
-        });
-    }
-    let control = crate::sim::client::SimClient::new(url.to_string())?;
-    match measure::measure_budgets(opts, strategies, shutdown, &control, progress).await {
-        Ok(measured) => Ok((redis, measured)),
-        Err(e) => {
-            if let Some(redis) = redis {
-                redis.stop().await;
-            }
-            Err(e)
+impl LabRun {
+    /// A new run of `opts` into `out` (from [`OutDir::create`]); nothing is written yet. The
+    /// plan keeps the strategies and scenarios files' text, so a resumed run reads the same.
+    pub fn new(opts: &LabOptions, out: OutDir) -> anyhow::Result<LabRun> {
+        if opts.cells.is_empty() || opts.repeats == 0 || opts.records == 0 {
+            anyhow::bail!("nothing to run: need at least one cell, one repeat and one record");
         }
+        if opts.replicas == 0 || u64::from(opts.replicas) > opts.records {
+            anyhow::bail!(
+                "--replicas must be at least 1 and at most the records per run ({}), got {}",
+                opts.records,
+                opts.replicas
+            );
+        }
+        let text = |file: &Option<PathBuf>, builtin: &str| -> anyhow::Result<(String, String)> {
+            match file {
+                Some(path) => Ok((
+                    path.display().to_string(),
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?,
+                )),
+                None => Ok(("built-in".to_string(), builtin.to_string())),
+            }
+        };
+        let (strategies_origin, strategies_toml) =
+            text(&opts.strategies_file, crate::strategy::BUILTIN_STRATEGIES)?;
+        let (scenarios_origin, scenarios_toml) =
+            text(&opts.scenarios_file, crate::scenario::BUILTIN_SCENARIOS)?;
+        let todo = planned_runs(&opts.cells, opts.repeats);
+        let doc = ResultsDoc {
+            meta: RunMeta {
+                started_at: now(),
+                records: opts.records,
+                repeats: opts.repeats,
+                time_scale: opts.time_scale,
+                seed: opts.seed,
+                // Decided when the run starts (`run`), before anything is saved.
+                enforcement: Enforcement::None,
+                host_cpus: crate::strategy::available_parallelism(),
+                inflight_version: env!("CARGO_PKG_VERSION").to_string(),
+                replicas: opts.replicas,
+                partial: true,
+                runs_planned: todo.len(),
+                runs_finished: 0,
+                resumed_at: Vec::new(),
+                plan: Some(RunPlan {
+                    cells: opts.cells.clone(),
+                    strategies_origin,
+                    strategies_toml,
+                    scenarios_origin,
+                    scenarios_toml,
+                }),
+            },
+            ..ResultsDoc::default()
+        };
+        Ok(LabRun {
+            doc,
+            out,
+            todo,
+            done_before: 0,
+            resumed: false,
+            in_progress: None,
+        })
+    }
+
+    /// Continues the partial run `resume` read, in its folder: [`run`](LabRun::run) runs the
+    /// missing runs only. The [`LabOptions`] given to `run` must be the plan's (see
+    /// [`Resume::files`] for the strategies and scenarios files).
+    pub fn resume(resume: Resume) -> anyhow::Result<LabRun> {
+        let out = OutDir::resume(resume.dir())?;
+        let todo = resume.missing().to_vec();
+        let mut doc = resume.doc().clone();
+        doc.meta.resumed_at.push(now());
+        Ok(LabRun {
+            done_before: doc.runs.len(),
+            doc,
+            out,
+            todo,
+            resumed: true,
+            in_progress: None,
+        })
+    }
+
+    /// The document: the plan and the runs finished so far.
+    pub fn doc(&self) -> &ResultsDoc {
+        &self.doc
+    }
+
+    /// The report folder.
+    pub fn dir(&self) -> &Path {
+        self.out.path()
+    }
+
+    /// The runs the folder already held when this session began (0 for a new run).
+    pub fn done_before(&self) -> usize {
+        self.done_before
+    }
+
+    /// The runs this session has to run.
+    pub fn to_run(&self) -> usize {
+        self.todo.len()
+    }
+
+    /// The run that was started and did not finish (`c4 healthy 1 CPU repeat 2`), if any: after
+    /// an interruption, the one discarded.
+    pub fn unfinished(&self) -> Option<&str> {
+        self.in_progress.as_deref()
+    }
+
+    /// Whether nothing here is worth keeping: a new run that stopped before any run finished.
+    pub fn is_empty(&self) -> bool {
+        !self.resumed && self.doc.runs.is_empty()
+    }
+
+    /// Removes what this run wrote, and its folder if it made it (see [`OutDir::discard`]).
+    pub fn discard(self) {
+        self.out.discard();
+    }
+
+    /// Runs the runs still to run, saving `results.json` before the first (with the plan) and
+    /// after each. Starts the sim unless `opts.sim_url` names one, and stops it at the end.
+    /// `progress` hears about each run.
+    ///
+    /// # Errors
+    ///
+    /// [`LabError::Interrupted`] when `shutdown` fires (the run in progress is stopped and not
+    /// kept), or why the lab could not go on. Either way the runs that finished are in
+    /// [`doc`](LabRun::doc) and in the folder, ready for [`write_report`](LabRun::write_report).
+    pub async fn run(
+        &mut self,
+        opts: &LabOptions,
+        shutdown: &Shutdown,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<(), LabError> {
+        self.check_options(opts)?;
+        let limited = self.enforce(opts, progress)?;
+        self.save()?;
+        if self.todo.is_empty() {
+            return Ok(());
+        }
+
+        let (sim, url) = match &opts.sim_url {
+            Some(url) => {
+                let url = loopback_base(url).map_err(|e| LabError::Invalid(e.to_string()))?;
+                (None, url)
+            }
+            None => {
+                let command = SimCommand {
+                    exe: opts.exe.clone(),
+                    scenarios_file: opts.scenarios_file.clone(),
+                    time_scale: opts.time_scale,
+                    seed: opts.seed,
+                };
+                let sim = SimProcess::start(&command, shutdown.wait()).await?;
+                let url = sim.url().to_string();
+                (Some(sim), url)
+            }
+        };
+        progress(Progress::SimReady {
+            url: &url,
+            started: sim.is_some(),
+        });
+
+        let prepared = self.prepare(opts, shutdown, progress, &url).await;
+        let redis = match prepared {
+            Ok(redis) => redis,
+            Err(e) => {
+                if let Some(sim) = sim {
+                    sim.stop().await;
+                }
+                return Err(e);
+            }
+        };
+
+        let todo = self.todo.clone();
+        let all = planned_runs(&opts.cells, opts.repeats);
+        let measured = self.doc.measured.clone();
+        let LabRun {
+            doc,
+            out,
+            in_progress,
+            ..
+        } = self;
+        let mut track = |p: Progress<'_>| {
+            match &p {
+                Progress::RunStarting { cell, repeat, .. } => {
+                    *in_progress = Some(
+                        PlannedRun {
+                            cell: (*cell).clone(),
+                            repeat: *repeat,
+                        }
+                        .to_string(),
+                    );
+                }
+                Progress::RunDone { .. } => *in_progress = None,
+                _ => {}
+            }
+            progress(p);
+        };
+        let mut finished = |result: &RunResult| {
+            keep_run(doc, &all, result.clone());
+            out.save(doc).map_err(|source| LabError::Save {
+                path: out.path().to_path_buf(),
+                source,
+            })
+        };
+        let env = RunEnv {
+            url: &url,
+            limited,
+            redis: redis.as_ref(),
+            measured: &measured,
+        };
+        let result = run_cells(opts, &todo, shutdown, &env, &mut track, &mut finished).await;
+        if let Some(redis) = redis {
+            redis.stop().await;
+        }
+        if let Some(sim) = sim {
+            sim.stop().await;
+        }
+        self.todo
+            .retain(|p| !self.doc.runs.iter().any(|r| p.matches(r)));
+        result
+    }
+
+    /// Evaluates the hypotheses and writes the report and `results.json` into the folder: the
+    /// complete report when every planned run has finished, else one from the runs that did,
+    /// marked partial in the document, the tables and the page.
+    pub fn write_report(
+        &mut self,
+        hypotheses: &[Hypothesis],
+        reference: &Reference,
+    ) -> anyhow::Result<()> {
+        self.doc.meta.partial = self.doc.runs.len() < self.doc.meta.runs_planned;
+        evaluate_hypotheses(&mut self.doc, hypotheses);
+        write_outputs(&self.doc, reference, self.out.path())
+    }
+
+    /// The options must be the plan's: a resumed run that read them wrong would mix runs of
+    /// two plans in one document.
+    fn check_options(&self, opts: &LabOptions) -> Result<(), LabError> {
+        let m = &self.doc.meta;
+        let same = m.plan.as_ref().is_some_and(|p| p.cells == opts.cells)
+            && m.records == opts.records
+            && m.repeats == opts.repeats
+            && m.time_scale == opts.time_scale
+            && m.seed == opts.seed
+            && m.replicas == opts.replicas;
+        if same {
+            Ok(())
+        } else {
+            Err(LabError::Invalid(format!(
+                "the options of this run differ from the plan in {}",
+                self.out.path().display()
+            )))
+        }
+    }
+
+    /// Decides whether runs get a CPU quota: a new run probes for one (running without if none
+    /// can be enforced and `--no-limit`); a resumed run does as its finished runs did.
+    fn enforce(
+        &mut self,
+        opts: &LabOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<bool, LabError> {
+        let mut cpus: Vec<f64> = Vec::new();
+        for run in &self.todo {
+            if !cpus.contains(&run.cell.cpus) {
+                cpus.push(run.cell.cpus);
+            }
+        }
+        if !self.resumed {
+            let enforcement = match probe_enforcement(&cpus) {
+                Ok(e) => e,
+                Err((_, message)) if opts.no_limit => {
+                    progress(Progress::NoLimit { message: &message });
+                    Enforcement::None
+                }
+                Err((c, message)) => return Err(LabError::NoLimit { cpus: c, message }),
+            };
+            self.doc.meta.enforcement = enforcement;
+            return Ok(enforcement != Enforcement::None);
+        }
+        let planned = self.doc.meta.enforcement;
+        if self.todo.is_empty() {
+            return Ok(planned != Enforcement::None);
+        }
+        if planned == Enforcement::None {
+            progress(Progress::Warning(
+                "the runs already done ran without a CPU limit (--no-limit), so the missing ones do too"
+                    .to_string(),
+            ));
+            return Ok(false);
+        }
+        match probe_enforcement(&cpus) {
+            Ok(now) => {
+                if now != planned {
+                    progress(Progress::Warning(format!(
+                        "the runs already done were limited through {planned}, the missing ones are through {now}"
+                    )));
+                }
+                Ok(true)
+            }
+            Err((c, message)) => Err(LabError::NoLimit {
+                cpus: c,
+                message: format!(
+                    "{message}; the runs already done ran under a CPU quota ({planned}), so the missing ones must too"
+                ),
+            }),
+        }
+    }
+
+    /// What the runs need besides the sim: the Redis of fleet budgets, started or reached, and
+    /// the budgets measured against the sim (kept in the document, so a resumed run reuses them).
+    async fn prepare(
+        &mut self,
+        opts: &LabOptions,
+        shutdown: &Shutdown,
+        progress: &mut dyn FnMut(Progress<'_>),
+        url: &str,
+    ) -> Result<Option<LabRedis>, LabError> {
+        let strategies = match &opts.strategies_file {
+            Some(path) => {
+                crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string()))?
+            }
+            None => crate::strategy::builtin(),
+        };
+        let redis = start_redis(opts, &strategies).await?;
+        if let Some(redis) = &redis {
+            progress(Progress::RedisReady {
+                url: redis.url(),
+                started: redis.started_here(),
+            });
+        }
+        if self.doc.measured.is_empty() {
+            let control = crate::sim::client::SimClient::new(url.to_string())?;
+            match measure::measure_budgets(opts, &strategies, shutdown, &control, progress).await {
+                Ok(measured) if !measured.is_empty() => {
+                    self.doc.measured = measured;
+                    self.save()?;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if let Some(redis) = redis {
+                        redis.stop().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(redis)
+    }
+
+    fn save(&self) -> Result<(), LabError> {
+        self.out.save(&self.doc).map_err(|source| LabError::Save {
+            path: self.out.path().to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -267,21 +527,226 @@ async fn start_redis(
     }
 }
 
-/// Evaluates the preregistered hypotheses against the document's summary and stores the results
-/// in the document. A failed hypothesis is a finding, not an error.
-pub fn evaluate_hypotheses(doc: &mut ResultsDoc, hypotheses: &[crate::hypothesis::Hypothesis]) {
-    doc.hypotheses = crate::hypothesis::evaluate(hypotheses, doc);
+/// Adds a finished run to `doc`, in plan order whatever order runs finished in, and brings the
+/// counts and the summary up to date.
+fn keep_run(doc: &mut ResultsDoc, plan: &[PlannedRun], mut run: RunResult) {
+    // The lab knows whether it put the runner under a quota.
+    run.unlimited = doc.meta.enforcement == Enforcement::None;
+    doc.runs.push(run);
+    doc.runs
+        .sort_by_key(|r| plan::plan_index(plan, r).unwrap_or(usize::MAX));
+    doc.meta.runs_finished = doc.runs.len();
+    doc.summary = summarize(&doc.runs);
 }
 
-/// Writes `results.json` and the report (`runs.csv`, `summary.md`, figures, `index.html`) into
-/// `dir`, comparing with `reference`.
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Evaluates the preregistered hypotheses against the document's summary and stores the results
+/// in the document. A failed hypothesis is a finding, not an error.
+///
+/// In a partial document only the cells with every planned repeat count: a hypothesis about a
+/// cell with fewer is skipped, and says the lab stopped before its repeats finished.
+pub fn evaluate_hypotheses(doc: &mut ResultsDoc, hypotheses: &[Hypothesis]) {
+    if !doc.meta.partial {
+        doc.hypotheses = crate::hypothesis::evaluate(hypotheses, doc);
+        return;
+    }
+    let finished = ResultsDoc {
+        meta: doc.meta.clone(),
+        summary: doc
+            .summary
+            .iter()
+            .filter(|row| row.repeats >= doc.meta.repeats)
+            .cloned()
+            .collect(),
+        ..ResultsDoc::default()
+    };
+    let mut results = crate::hypothesis::evaluate(hypotheses, &finished);
+    if let Some(plan) = &doc.meta.plan {
+        // What would be evaluated had every planned run finished.
+        let whole = ResultsDoc {
+            meta: doc.meta.clone(),
+            summary: plan
+                .cells
+                .iter()
+                .map(|cell| SummaryRow {
+                    strategy: cell.strategy.clone(),
+                    scenario: cell.scenario.clone(),
+                    cpus: cell.cpus,
+                    repeats: doc.meta.repeats,
+                    ..SummaryRow::default()
+                })
+                .collect(),
+            ..ResultsDoc::default()
+        };
+        let planned = crate::hypothesis::evaluate(hypotheses, &whole);
+        for (result, planned) in results.iter_mut().zip(planned) {
+            if result.outcome == "skipped" && planned.outcome != "skipped" {
+                result.observed.push_str(
+                    "; planned, but the lab stopped before every repeat of these cells finished (resume the run to evaluate it)",
+                );
+            }
+        }
+    }
+    doc.hypotheses = results;
+}
+
+/// Writes the report (`runs.csv`, `summary.md`, figures, `index.html`) and then `results.json`
+/// (durably, see [`OutDir::save`]) into `dir`, comparing with `reference`. The document comes
+/// last, so a folder whose report was cut short still reads as it was before.
 pub fn write_outputs(doc: &ResultsDoc, reference: &Reference, dir: &Path) -> anyhow::Result<()> {
-    use anyhow::Context;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join("results.json");
-    let json = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;
-    std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))?;
     crate::report::write_report_with(doc, reference, dir)
         .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    out_dir::save_results(doc, dir)
+        .with_context(|| format!("cannot write {}", dir.join(RESULTS_JSON).display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::results::sample_run;
+
+    const HYPOTHESES: &str = r#"
+[[hypothesis]]
+id = "A"
+claim = "c4 completes in healthy"
+metric = "complete"
+scenario = "healthy"
+strategies = ["c4"]
+compare = ">"
+threshold = 0
+
+[[hypothesis]]
+id = "B"
+claim = "c1 completes in healthy"
+metric = "complete"
+scenario = "healthy"
+strategies = ["c1"]
+compare = ">"
+threshold = 0
+
+[[hypothesis]]
+id = "C"
+claim = "c9 is not planned"
+metric = "complete"
+scenario = "healthy"
+strategies = ["c9"]
+compare = ">"
+threshold = 0
+"#;
+
+    fn doc_of(runs: Vec<RunResult>, partial: bool) -> ResultsDoc {
+        let cells = vec![
+            Cell::new("c4", "healthy", 1.0),
+            Cell::new("c1", "healthy", 1.0),
+        ];
+        let plan = planned_runs(&cells, 2);
+        let mut doc = ResultsDoc::default();
+        doc.meta.repeats = 2;
+        doc.meta.runs_planned = plan.len();
+        doc.meta.partial = partial;
+        doc.meta.plan = Some(RunPlan {
+            cells,
+            ..RunPlan::default()
+        });
+        for run in runs {
+            keep_run(&mut doc, &plan, run);
+        }
+        doc
+    }
+
+    #[test]
+    fn kept_runs_are_in_plan_order_with_counts_and_summary() {
+        let doc = doc_of(
+            vec![
+                sample_run("c1", "healthy", 1.0, 1, 2.0),
+                sample_run("c4", "healthy", 1.0, 2, 1.0),
+                sample_run("c4", "healthy", 1.0, 1, 1.0),
+            ],
+            true,
+        );
+        let order: Vec<(&str, u32)> = doc
+            .runs
+            .iter()
+            .map(|r| (r.strategy.as_str(), r.repeat))
+            .collect();
+        assert_eq!(order, [("c4", 1), ("c1", 1), ("c4", 2)]);
+        assert_eq!(doc.meta.runs_finished, 3);
+        assert_eq!(doc.summary.len(), 2);
+        assert_eq!(doc.summary[0].repeats, 2);
+    }
+
+    #[test]
+    fn a_partial_document_skips_hypotheses_whose_cells_lack_repeats() {
+        let hypotheses = crate::hypothesis::parse(HYPOTHESES, "test").unwrap();
+        let runs = vec![
+            sample_run("c4", "healthy", 1.0, 1, 1.0),
+            sample_run("c1", "healthy", 1.0, 1, 2.0),
+            sample_run("c4", "healthy", 1.0, 2, 1.0),
+        ];
+        let mut doc = doc_of(runs.clone(), true);
+        evaluate_hypotheses(&mut doc, &hypotheses);
+        let outcomes: Vec<&str> = doc.hypotheses.iter().map(|h| h.outcome.as_str()).collect();
+        assert_eq!(outcomes, ["pass", "skipped", "skipped"]);
+        assert!(
+            doc.hypotheses[1]
+                .observed
+                .contains("the lab stopped before every repeat"),
+            "{}",
+            doc.hypotheses[1].observed
+        );
+        assert!(
+            !doc.hypotheses[2].observed.contains("the lab stopped"),
+            "c9 was never planned: {}",
+            doc.hypotheses[2].observed
+        );
+        // The same runs in a complete document count every cell.
+        let mut doc = doc_of(runs, false);
+        evaluate_hypotheses(&mut doc, &hypotheses);
+        assert_eq!(doc.hypotheses[1].outcome, "pass");
+    }
+
+    #[test]
+    fn a_new_run_saves_nothing_until_it_runs_and_plans_repeat_by_repeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LabOptions {
+            exe: PathBuf::from("inflight"),
+            cells: vec![
+                Cell::new("c4", "healthy", 1.0),
+                Cell::new("c1", "healthy", 1.0),
+            ],
+            repeats: 3,
+            records: 10,
+            time_scale: 0.1,
+            seed: 7,
+            strategies_file: None,
+            scenarios_file: None,
+            sim_url: None,
+            no_limit: true,
+            metrics_addr: None,
+            replicas: 1,
+            redis_url: None,
+        };
+        let out = OutDir::create(&dir.path().join("r"), false).unwrap();
+        let run = LabRun::new(&opts, out).unwrap();
+        assert!(!dir.path().join("r").join(RESULTS_JSON).exists());
+        assert_eq!((run.done_before(), run.to_run()), (0, 6));
+        let meta = &run.doc().meta;
+        assert!(meta.partial);
+        assert_eq!(meta.runs_planned, 6);
+        let plan = meta.plan.as_ref().unwrap();
+        assert_eq!(plan.strategies_origin, "built-in");
+        assert_eq!(plan.strategies_toml, crate::strategy::BUILTIN_STRATEGIES);
+        assert!(run.is_empty());
+        let mut bad = opts.clone();
+        bad.repeats = 0;
+        let out = OutDir::create(&dir.path().join("s"), false).unwrap();
+        let err = LabRun::new(&bad, out).unwrap_err().to_string();
+        assert!(err.contains("nothing to run"), "{err}");
+    }
 }

@@ -1,8 +1,21 @@
-//! The report folder of a lab run, made (and checked to be writable) before the runs start.
+//! The report folder of a lab run: made (and checked to be writable) before the runs start, and
+//! `results.json` written into it durably, so that a run stopped at any point, even by SIGKILL,
+//! leaves a document that `--resume` can continue.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+
+use crate::report::{INDEX_HTML, RUNS_CSV, SUMMARY_MD};
+use crate::results::ResultsDoc;
+
+/// The results document's name in a report folder.
+pub const RESULTS_JSON: &str = "results.json";
+
+/// The files of an earlier run that a new run over it (`--replace`) removes at once, so that
+/// until it writes its own report the folder never shows the old run's next to its plan.
+const REPORT_FILES: [&str; 4] = [RESULTS_JSON, RUNS_CSV, SUMMARY_MD, INDEX_HTML];
 
 /// `lab-results/<UTC date-time>`, the default report folder.
 pub fn default_out_dir() -> PathBuf {
@@ -20,9 +33,10 @@ pub struct OutDir {
 
 impl OutDir {
     /// Makes the folder if missing and checks a file can be written into it. A folder that
-    /// already holds files is refused unless `replace` is given (then the files a run writes are
-    /// overwritten, and any others are left alone), so that one run's report never mixes with
-    /// another's.
+    /// already holds files is refused unless `replace` is given, so that one run's report never
+    /// mixes with another's; a partial run there is pointed to `--resume`. With `replace`, an
+    /// earlier run's `results.json`, `runs.csv`, `summary.md` and `index.html` are removed now,
+    /// the rest of its files are overwritten by the report, and any others are left alone.
     pub fn create(path: &Path, replace: bool) -> anyhow::Result<OutDir> {
         if path.exists() && !path.is_dir() {
             bail!(
@@ -35,6 +49,15 @@ impl OutDir {
                 .with_context(|| format!("cannot read the report folder {}", path.display()))?
                 .count();
             if held > 0 {
+                if let Some(meta) = read_meta(path).filter(|m| m.partial) {
+                    bail!(
+                        "--out {} holds a partial lab run ({} of {} runs finished); continue it with `inflight lab run --resume {}`, or add --replace to write over it",
+                        path.display(),
+                        meta.runs_finished,
+                        meta.runs_planned,
+                        path.display()
+                    );
+                }
                 bail!(
                     "--out {} already holds {held} file(s), perhaps an earlier run; give an empty or new folder, or add --replace to write over it",
                     path.display()
@@ -44,13 +67,28 @@ impl OutDir {
         let made = !path.exists();
         std::fs::create_dir_all(path)
             .with_context(|| format!("cannot create the report folder {}", path.display()))?;
-        let probe = path.join(".inflight-write-test");
-        std::fs::write(&probe, b"")
-            .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
-        let _ = std::fs::remove_file(&probe);
+        check_writable(path)?;
+        if replace && !made {
+            for name in REPORT_FILES {
+                let file = path.join(name);
+                if file.is_file() {
+                    std::fs::remove_file(&file)
+                        .with_context(|| format!("cannot remove {}", file.display()))?;
+                }
+            }
+        }
         Ok(OutDir {
             path: path.to_path_buf(),
             made,
+        })
+    }
+
+    /// The folder of a run being resumed (see [`super::Resume`]), checked to be writable.
+    pub fn resume(path: &Path) -> anyhow::Result<OutDir> {
+        check_writable(path)?;
+        Ok(OutDir {
+            path: path.to_path_buf(),
+            made: false,
         })
     }
 
@@ -58,13 +96,65 @@ impl OutDir {
         &self.path
     }
 
-    /// Removes the folder if this run made it and wrote nothing into it.
-    pub fn discard_if_empty(&self) {
+    /// Writes `doc` as `results.json`, durably: into a temporary file that is synced and then
+    /// renamed over the old one, and the folder synced, so that a crash or SIGKILL at any point
+    /// leaves the old document or the new one, never a mix or nothing.
+    pub fn save(&self, doc: &ResultsDoc) -> std::io::Result<()> {
+        save_results(doc, &self.path)
+    }
+
+    /// Removes what this run wrote (its `results.json`), and the folder if this run made it and
+    /// nothing else is in it: for a run that ends before any of its runs finished.
+    pub fn discard(&self) {
+        let _ = std::fs::remove_file(self.path.join(RESULTS_JSON));
         if self.made {
             // `remove_dir` refuses a folder that is not empty, which is what we want.
             let _ = std::fs::remove_dir(&self.path);
         }
     }
+}
+
+/// Writes `doc` as `dir/results.json` durably (see [`OutDir::save`]).
+pub(crate) fn save_results(doc: &ResultsDoc, dir: &Path) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(doc).map_err(std::io::Error::other)?;
+    write_durably(&dir.join(RESULTS_JSON), json.as_bytes())
+}
+
+/// Writes `bytes` to `path` through a synced temporary file renamed over it, then syncs the
+/// folder so the rename itself survives a crash.
+fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    // A folder cannot be opened for syncing everywhere; the rename is done either way.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn check_writable(path: &Path) -> anyhow::Result<()> {
+    let probe = path.join(".inflight-write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// The `meta` of `dir/results.json`, if it holds a results document.
+fn read_meta(dir: &Path) -> Option<crate::results::RunMeta> {
+    let text = std::fs::read_to_string(dir.join(RESULTS_JSON)).ok()?;
+    serde_json::from_str::<ResultsDoc>(&text)
+        .ok()
+        .map(|doc| doc.meta)
 }
 
 #[cfg(test)]
@@ -82,10 +172,70 @@ mod tests {
             err.contains("already holds 1 file") && err.contains("--replace"),
             "{err}"
         );
+        std::fs::write(out.join("mine.txt"), "kept").unwrap();
         assert!(OutDir::create(&out, true).is_ok());
+        assert!(
+            !out.join("results.json").exists(),
+            "the old run's document goes"
+        );
+        assert!(out.join("mine.txt").exists(), "other files stay");
         // An empty folder that exists is fine.
         let empty = dir.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
         assert!(OutDir::create(&empty, false).is_ok());
+    }
+
+    #[test]
+    fn a_folder_holding_a_partial_run_points_to_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::create(&dir.path().join("r"), false).unwrap();
+        let mut doc = ResultsDoc::default();
+        doc.meta.partial = true;
+        doc.meta.runs_finished = 11;
+        doc.meta.runs_planned = 33;
+        out.save(&doc).unwrap();
+        let err = OutDir::create(out.path(), false).unwrap_err().to_string();
+        assert!(
+            err.contains("holds a partial lab run (11 of 33 runs finished)")
+                && err.contains(&format!(
+                    "inflight lab run --resume {}",
+                    out.path().display()
+                )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn saving_replaces_the_document_whole_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::create(&dir.path().join("r"), false).unwrap();
+        let mut doc = ResultsDoc::default();
+        out.save(&doc).unwrap();
+        doc.meta.runs_finished = 1;
+        doc.runs
+            .push(crate::results::sample_run("c1", "healthy", 1.0, 1, 2.0));
+        out.save(&doc).unwrap();
+        let text = std::fs::read_to_string(out.path().join(RESULTS_JSON)).unwrap();
+        assert_eq!(serde_json::from_str::<ResultsDoc>(&text).unwrap(), doc);
+        let names: Vec<String> = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [RESULTS_JSON]);
+    }
+
+    #[test]
+    fn discarding_removes_the_document_and_a_folder_this_run_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir::create(&dir.path().join("r"), false).unwrap();
+        out.save(&ResultsDoc::default()).unwrap();
+        out.discard();
+        assert!(!out.path().exists());
+        // A folder that was there stays.
+        let out = OutDir::create(dir.path(), false).unwrap();
+        out.save(&ResultsDoc::default()).unwrap();
+        out.discard();
+        assert!(dir.path().is_dir());
+        assert!(!dir.path().join(RESULTS_JSON).exists());
     }
 }

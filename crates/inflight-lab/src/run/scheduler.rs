@@ -7,6 +7,7 @@ use std::time::Duration;
 use inflight_cpu::{Enforcement, QuotaGroup};
 
 use super::matrix::Cell;
+use super::plan::PlannedRun;
 use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
@@ -66,18 +67,30 @@ pub fn probe_enforcement(cpus: &[f64]) -> Result<Enforcement, (f64, String)> {
     Ok(enforcement)
 }
 
-/// Runs every cell `opts.repeats` times (repeats outermost) against the sim at `url`, each run in
-/// its own runner process, inside a fresh CPU-quota cgroup when `limited`.
+/// What the runs of a lab run need besides their options.
+pub(crate) struct RunEnv<'a> {
+    /// The sim's URL.
+    pub url: &'a str,
+    /// Whether each runner goes into a CPU-quota cgroup.
+    pub limited: bool,
+    /// The Redis of fleet budgets, if a strategy keeps one there.
+    pub redis: Option<&'a LabRedis>,
+    /// The budgets measured before the runs.
+    pub measured: &'a [MeasuredBudget],
+}
+
+/// Runs `todo` in order against the sim, each run in its own runner processes (one per
+/// replica), inside fresh CPU-quota cgroups when `env.limited`; `finished` keeps each result
+/// before the next run starts.
 pub(crate) async fn run_cells(
     opts: &LabOptions,
+    todo: &[PlannedRun],
     shutdown: &Shutdown,
+    env: &RunEnv<'_>,
     progress: &mut dyn FnMut(Progress<'_>),
-    url: &str,
-    limited: bool,
-    redis: Option<&LabRedis>,
-    measured: &[MeasuredBudget],
-) -> Result<Vec<RunResult>, LabError> {
-    let control = SimClient::new(url.to_string())?;
+    finished: &mut dyn FnMut(&RunResult) -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let control = SimClient::new(env.url.to_string())?;
     // Fail early, with the sim's own message, if it is not there or lacks a scenario.
     control.stats().await.map_err(|e| SimClientError {
         message: format!(
@@ -90,35 +103,33 @@ pub(crate) async fn run_cells(
         opts,
         shutdown,
         control: &control,
-        limited,
-        redis,
-        measured,
+        limited: env.limited,
+        redis: env.redis,
+        measured: env.measured,
     };
-    let total = opts.cells.len() * opts.repeats as usize;
-    let mut runs = Vec::with_capacity(total);
-    let mut index = 0;
-    for repeat in 1..=opts.repeats {
-        for cell in &opts.cells {
-            index += 1;
-            if shutdown.fired() {
-                return Err(LabError::Interrupted);
-            }
-            progress(Progress::RunStarting {
-                index,
-                total,
-                cell,
-                repeat,
-            });
-            let result = run_one(&ctx, cell, repeat, progress).await?;
-            progress(Progress::RunDone {
-                index,
-                total,
-                result: &result,
-            });
-            runs.push(result);
+    let total = todo.len();
+    for (i, planned) in todo.iter().enumerate() {
+        let index = i + 1;
+        if shutdown.fired() {
+            return Err(LabError::Interrupted);
         }
+        let (cell, repeat) = (&planned.cell, planned.repeat);
+        progress(Progress::RunStarting {
+            index,
+            total,
+            cell,
+            repeat,
+        });
+        let mut result = run_one(&ctx, cell, repeat, progress).await?;
+        result.seed = run_seed(opts.seed, &cell.scenario, repeat);
+        finished(&result)?;
+        progress(Progress::RunDone {
+            index,
+            total,
+            result: &result,
+        });
     }
-    Ok(runs)
+    Ok(())
 }
 
 /// What every run of a lab run shares.
