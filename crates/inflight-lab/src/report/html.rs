@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use super::reference::Reference;
 use super::svg::Figure;
-use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
+use super::table::{
+    hypotheses_model, hypotheses_tally, measured_model, meta_lines, scenario_table, MEASURED_NOTE,
+    SPREAD_NOTE,
+};
 use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
@@ -66,6 +69,14 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
             out,
             "<h3>{}</h3>\n{}{scale}",
             esc_html(&scenario),
+            table.html()
+        );
+    }
+    if let Some(table) = measured_model(doc) {
+        let _ = write!(
+            out,
+            "<h2>Budgets measured before the runs</h2>\n<p class=\"note\">{}</p>\n{}",
+            esc_html(MEASURED_NOTE),
             table.html()
         );
     }

@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 
 use super::reference::Reference;
 use super::svg::Figure;
-use super::table::{hypotheses_model, hypotheses_tally, meta_lines, scenario_table, SPREAD_NOTE};
+use super::table::{
+    hypotheses_model, hypotheses_tally, measured_model, meta_lines, scenario_table, MEASURED_NOTE,
+    SPREAD_NOTE,
+};
 use super::{limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
@@ -37,6 +40,13 @@ pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
         if let Some(note) = scale_note(doc) {
             let _ = write!(out, "_{note}_\n\n");
         }
+    }
+    if let Some(table) = measured_model(doc) {
+        let _ = write!(
+            out,
+            "## Budgets measured before the runs\n\n{MEASURED_NOTE}\n\n{}\n",
+            table.markdown()
+        );
     }
     let _ = write!(out, "## Hypotheses\n\nPreregistered in `lab/hypotheses.toml`; {}. A failed hypothesis is a finding, not an error.\n\n", hypotheses_tally(doc));
     if !doc.hypotheses.is_empty() {

@@ -248,6 +248,35 @@ mod tests {
     }
 
     #[test]
+    fn measured_budgets_are_listed_on_the_page_and_in_the_summary() {
+        let mut doc = ResultsDoc::default();
+        let md = summary_md(&doc, &Reference::builtin(), &[]);
+        assert!(!md.contains("Budgets measured"), "{md}");
+        doc.measured.push(crate::results::MeasuredBudget {
+            scenario: "slow-write".into(),
+            dependency: "records".into(),
+            max_concurrent: 6,
+            basis: "knee".into(),
+            capacity: Some(6),
+            service_time_ms: Some(152.34),
+            max_rate_per_s: Some(39.2),
+            conclusion: "capacity 6 calls in flight".into(),
+            levels: Vec::new(),
+            sweep_time_scale: 1.0,
+            sweep_s: 60.1,
+        });
+        let md = summary_md(&doc, &Reference::builtin(), &[]);
+        assert!(md.contains("## Budgets measured before the runs"), "{md}");
+        assert!(
+            md.contains("| slow-write | records | 6 | knee at 6 | 152.3 | 39.2 | 1 | 60.1 |"),
+            "{md}"
+        );
+        let page = index_html(&doc, &Reference::builtin(), &[]);
+        assert!(page.contains("<h2>Budgets measured before the runs</h2>"));
+        assert!(page.contains("knee at 6"));
+    }
+
+    #[test]
     fn a_partial_document_is_marked_on_the_page_and_in_the_summary() {
         let mut doc = ResultsDoc::default();
         assert_eq!(partial_note(&doc), None);

@@ -331,6 +331,46 @@ pub(crate) fn hypotheses_model(doc: &ResultsDoc) -> Table {
     table
 }
 
+/// The budgets measured before the runs (`{ measure = "capacity" }`): one row per scenario and
+/// dependency; `None` when there were none.
+pub(crate) fn measured_model(doc: &ResultsDoc) -> Option<Table> {
+    if doc.measured.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        ("scenario", false),
+        ("dependency", false),
+        ("budget", true),
+        ("found", false),
+        ("service time ms", true),
+        ("max rate /s", true),
+        ("sweep time scale", true),
+        ("sweep s", true),
+    ]);
+    for m in &doc.measured {
+        let found = match m.capacity {
+            Some(c) if m.basis == "knee" => format!("knee at {c}"),
+            _ => format!("no knee up to {}", m.max_concurrent),
+        };
+        table.rows.push(vec![
+            m.scenario.clone(),
+            m.dependency.clone(),
+            m.max_concurrent.to_string(),
+            found,
+            m.service_time_ms
+                .map_or("-".to_string(), |t| format!("{t:.1}")),
+            m.max_rate_per_s
+                .map_or("-".to_string(), |r| format!("{r:.1}")),
+            m.sweep_time_scale.to_string(),
+            format!("{:.1}", m.sweep_s),
+        ]);
+    }
+    Some(table)
+}
+
+/// What the measured budgets table shows, in a sentence.
+pub(crate) const MEASURED_NOTE: &str = "Before the runs, a capacity sweep of each dependency against the sim (as `inflight capacity` does) set these budgets: the capacity at the knee, or the highest level swept when there was none. Every level is in results.json under `measured`.";
+
 pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
     let count = |o: &str| doc.hypotheses.iter().filter(|h| h.outcome == o).count();
     format!(
