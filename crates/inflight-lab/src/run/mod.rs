@@ -434,10 +434,10 @@ impl LabRun {
             return Ok(planned != Enforcement::None);
         }
         if planned == Enforcement::None {
-            progress(Progress::Warning(
-                "the runs already done ran without a CPU limit (--no-limit), so the missing ones do too"
-                    .to_string(),
-            ));
+            progress(Progress::NoLimit {
+                message:
+                    "the runs already done ran without a CPU limit, so the missing ones do too",
+            });
             return Ok(false);
         }
         match probe_enforcement(&cpus) {

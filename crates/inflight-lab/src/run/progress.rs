@@ -51,6 +51,8 @@ pub enum Progress<'a> {
 pub struct ProgressReporter {
     terminal: bool,
     bar: Option<ProgressBar>,
+    /// No CPU quota is enforced (`--no-limit`): cells are named unlimited.
+    unlimited: bool,
 }
 
 impl Default for ProgressReporter {
@@ -65,6 +67,7 @@ impl ProgressReporter {
         ProgressReporter {
             terminal: std::io::stderr().is_terminal(),
             bar: None,
+            unlimited: false,
         }
     }
 
@@ -117,6 +120,7 @@ impl ProgressReporter {
                 self.line(format!("lab: {how} at {url} for the fleet budgets"));
             }
             Progress::NoLimit { message } => {
+                self.unlimited = true;
                 self.line(format!("lab: warning: no CPU limit can be enforced, running without one (--no-limit): {message}"));
             }
             Progress::Warning(message) => self.line(format!("lab: warning: {message}")),
@@ -127,8 +131,10 @@ impl ProgressReporter {
                 repeat,
             } => {
                 let what = format!(
-                    "{} {} {} CPU repeat {repeat}",
-                    cell.strategy, cell.scenario, cell.cpus
+                    "{} {} {} repeat {repeat}",
+                    cell.strategy,
+                    cell.scenario,
+                    crate::results::cpus_words(cell.cpus, !self.unlimited)
                 );
                 if self.terminal {
                     let bar = self.bar(total);
@@ -193,10 +199,10 @@ impl Drop for ProgressReporter {
 /// One line about a finished run: its cell, times, outcome counts and peaks.
 pub fn describe(r: &RunResult) -> String {
     let mut s = format!(
-        "{} {} {} CPU repeat {}: {:.2} s, {:.2} accepted/s, complete {} incomplete {} rejected {} failed {}, 503s {}, peak writes offered {}, peak enrichment {}",
+        "{} {} {} repeat {}: {:.2} s, {:.2} accepted/s, complete {} incomplete {} rejected {} failed {}, 503s {}, peak writes offered {}, peak enrichment {}",
         r.strategy,
         r.scenario,
-        r.cpus,
+        crate::results::cpus_words(r.cpus, !r.unlimited),
         r.repeat,
         r.completion_s,
         r.accepted_per_s,
@@ -245,5 +251,13 @@ mod tests {
         );
         assert!(line.ends_with(" (write_timeout 2)"), "{line}");
         assert!(!line.contains('\n'));
+        // Without a CPU quota the cell is not named after one.
+        r.unlimited = true;
+        r.cpus = 2.0;
+        let line = describe(&r);
+        assert!(
+            line.starts_with("c4 slow-write unlimited (2 planned) repeat 2:"),
+            "{line}"
+        );
     }
 }

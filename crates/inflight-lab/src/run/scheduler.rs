@@ -122,6 +122,7 @@ pub(crate) async fn run_cells(
         });
         let mut result = run_one(&ctx, cell, repeat, progress).await?;
         result.seed = run_seed(opts.seed, &cell.scenario, repeat);
+        result.unlimited = !env.limited;
         finished(&result)?;
         progress(Progress::RunDone {
             index,
