@@ -248,6 +248,20 @@ mod tests {
     }
 
     #[test]
+    fn a_run_split_between_replicas_says_so_in_its_settings() {
+        let mut doc = ResultsDoc::default();
+        doc.meta.records = 200;
+        let md = summary_md(&doc, &Reference::builtin(), &[]);
+        assert!(md.contains("- records per run: 200\n"), "{md}");
+        doc.meta.replicas = 3;
+        let md = summary_md(&doc, &Reference::builtin(), &[]);
+        assert!(
+            md.contains("- records per run: 200, split between 3 replicas"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn measured_budgets_are_listed_on_the_page_and_in_the_summary() {
         let mut doc = ResultsDoc::default();
         let md = summary_md(&doc, &Reference::builtin(), &[]);

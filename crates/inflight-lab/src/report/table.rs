@@ -443,9 +443,17 @@ pub(crate) fn meta_lines(doc: &ResultsDoc) -> Vec<(String, String)> {
             m.enforcement
         )
     };
+    let records = if m.replicas > 1 {
+        format!(
+            "{}, split between {} replicas (runner processes, each under its own quota)",
+            m.records, m.replicas
+        )
+    } else {
+        m.records.to_string()
+    };
     vec![
         ("started".into(), started_line(m)),
-        ("records per run".into(), m.records.to_string()),
+        ("records per run".into(), records),
         ("repeats".into(), m.repeats.to_string()),
         ("time scale".into(), time_scale),
         ("seed".into(), m.seed.to_string()),
