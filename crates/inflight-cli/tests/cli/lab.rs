@@ -19,6 +19,16 @@ fn lab_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab")
 }
 
+/// A lab folder with the repository's scenarios and hypotheses and these strategies.
+fn lab_dir_with_strategies(strategies: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("strategies.toml"), strategies).unwrap();
+    dir
+}
+
 /// The common flags of a small, fast run; without root there is no cgroup, so `--no-limit`.
 fn small_run_args(out: &Path) -> Vec<String> {
     let mut args: Vec<String> = [
@@ -760,15 +770,7 @@ fn bad_flags_exit_2_with_a_message() {
 
 #[test]
 fn bad_strategies_file_is_named_with_the_field() {
-    let dir = tempfile::tempdir().unwrap();
-    for name in ["scenarios.toml", "hypotheses.toml"] {
-        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("strategies.toml"),
-        "[c4]\nrecords_in_flight = 32\nenrichment = 0\n",
-    )
-    .unwrap();
+    let dir = lab_dir_with_strategies("[c4]\nrecords_in_flight = 32\nenrichment = 0\n");
     let output = inflight()
         .args(["lab", "run", "--strategies", "c4", "--lab-dir"])
         .arg(dir.path())
@@ -982,15 +984,9 @@ fn replicas_share_a_fleet_budget_in_redis() {
 /// before the runs: the system of record in slow-write serves 6 at once.
 #[test]
 fn a_measured_budget_is_sized_by_a_sweep_before_the_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    for name in ["scenarios.toml", "hypotheses.toml"] {
-        std::fs::copy(lab_dir().join(name), dir.path().join(name)).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("strategies.toml"),
+    let dir = lab_dir_with_strategies(
         "[measured]\ndescription = \"records budget measured\"\nrecords_in_flight = 16\nrecords = { measure = \"capacity\" }\n",
-    )
-    .unwrap();
+    );
     let out = dir.path().join("report");
     let mut args: Vec<String> = [
         "lab",
