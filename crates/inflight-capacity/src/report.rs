@@ -214,7 +214,7 @@ impl CapacityReport {
         if let Some(source) = &self.target_in_flight_source {
             let _ = writeln!(
                 out,
-                "target max/mean: calls in flight as {}#{} reported them, read every {}ms while every caller was busy",
+                "target max/mean: calls in flight as {}#{} reported them, read every {}ms over the window of ok/s",
                 source.url, source.pointer, count(source.every_ms)
             );
             let failed: u64 = self
