@@ -96,9 +96,9 @@ pub struct Level {
     /// The first failure's message, for a transport error or an error status.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
-    /// The target's calls in flight during the level, as the target reported them; `null`
+    /// The target's calls in flight during the level, as the target reported them; absent
     /// unless the sweep read them ([`Sweep::target_in_flight`](crate::Sweep::target_in_flight)).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_in_flight: Option<TargetInFlight>,
 }
 

@@ -53,8 +53,9 @@ pub struct CapacityReport {
     /// The budget to paste; `null` when nothing clean was measured or a level was cut short
     /// (Ctrl-C, the total time cap).
     pub suggested: Option<Suggestion>,
-    /// Where the target's calls in flight were read from (`null` when they were not; then every
-    /// level's `target_in_flight` is `null` too).
+    /// Where the target's calls in flight were read from; absent when they were not, and then
+    /// so is every level's `target_in_flight`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub target_in_flight_source: Option<InFlightPolling>,
     /// Where the suggestion could not be made although there was data (should not happen).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -277,8 +278,6 @@ fn count(v: f64) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use serde_json::Value;
-
     use super::*;
     use crate::level::ErrorCounts;
 
@@ -419,8 +418,12 @@ pub(crate) mod tests {
         assert!(!text.contains("target max"), "{text}");
         assert!(!text.contains("in flight as"), "{text}");
         let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["levels"][0]["target_in_flight"], Value::Null);
-        assert_eq!(json["target_in_flight_source"], Value::Null);
+        // Absent, so documents of runs without it are as they were.
+        assert!(
+            json["levels"][0].get("target_in_flight").is_none(),
+            "{json}"
+        );
+        assert!(json.get("target_in_flight_source").is_none(), "{json}");
     }
 
     #[test]
