@@ -224,6 +224,9 @@ fn the_sim_reports_6_writes_in_flight_while_the_client_has_more() {
         "100",
         "--target-in-flight",
         &source,
+        // Half the default rate: the other end-to-end tests share these 2 cores.
+        "--target-in-flight-every",
+        "20ms",
         "--svg",
         svg.to_str().unwrap(),
         "--json",
@@ -236,6 +239,7 @@ fn the_sim_reports_6_writes_in_flight_while_the_client_has_more() {
         doc["target_in_flight_source"]["pointer"],
         "/records/in_service"
     );
+    assert_eq!(doc["target_in_flight_source"]["every_ms"], 20.0);
     let levels = doc["levels"].as_array().unwrap();
     assert!(levels.iter().any(|l| l["concurrency"] == 16), "{doc:#}");
     for level in levels {
