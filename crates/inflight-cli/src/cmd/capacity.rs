@@ -24,11 +24,11 @@ macro_rules! counter {
 
 const AFTER_HELP: &str = concat!(
     "Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
-reports about itself, GET URL and the JSON pointer (RFC 6901) after the `#`, every 10ms during
-each level over a connection of its own (never counted in the levels). Each level then shows the
-most and the mean the target reported over the window its ok/s is counted in (`target max`,
-`target mean`; `levels[].target_in_flight` in --json). A first reading that fails stops the run
-before any call; later failed readings are counted and shown.
+reports about itself, GET URL and the JSON pointer (RFC 6901) after the `#`, every 10ms
+(--target-in-flight-every) during each level over a connection of its own (never counted in the
+levels). Each level then shows the most and the mean the target reported over the window its ok/s
+is counted in (`target max`, `target mean`; `levels[].target_in_flight` in --json). A first
+reading that fails stops the run before any call; later failed readings are counted and shown.
 
 Safety: a loopback target (127.0.0.0/8, ::1, localhost) runs as given; any other host is someone's
 service and needs --allow-remote (so does a --target-in-flight URL on another host). Every run is
