@@ -65,7 +65,7 @@ impl Caller {
     }
 }
 
-fn status_detail(status: reqwest::StatusCode, body: &[u8]) -> String {
+pub(crate) fn status_detail(status: reqwest::StatusCode, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text: String = text.trim().chars().take(200).collect();
     if text.is_empty() {
@@ -87,7 +87,7 @@ fn failure(e: &reqwest::Error) -> Outcome {
 }
 
 /// The error's causes below reqwest's own "error sending request for url (...)", joined by `: `.
-fn root_causes(e: &reqwest::Error) -> String {
+pub(crate) fn root_causes(e: &reqwest::Error) -> String {
     let mut parts = Vec::new();
     let mut source = e.source();
     while let Some(s) = source {

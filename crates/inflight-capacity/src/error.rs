@@ -38,6 +38,13 @@ pub enum CapacityError {
         "{url} answered the first call with {detail}: check the URL, method, headers and body"
     )]
     Refused { url: String, detail: String },
+    /// The first reading of the target's calls in flight failed: the source is wrong or down,
+    /// and every level would read nothing.
+    #[error("cannot read calls in flight from {from}: {error}")]
+    InFlight {
+        from: String,
+        error: crate::in_flight::ReadError,
+    },
     /// Ctrl-C arrived before any level was measured.
     #[error("interrupted before the first level")]
     Interrupted,

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::in_flight::TargetInFlight;
+
 /// Failed calls by kind. Any answer other than 2xx is a failure; 429 and 503 (the answers of a
 /// service that is refusing load) are counted apart from the other statuses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +96,10 @@ pub struct Level {
     /// The first failure's message, for a transport error or an error status.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// The target's calls in flight during the level, as the target reported them; absent
+    /// unless the sweep read them ([`Sweep::target_in_flight`](crate::Sweep::target_in_flight)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_in_flight: Option<TargetInFlight>,
 }
 
 impl Level {

@@ -32,6 +32,8 @@
 //!
 //! - [`Target`] (`target`): the endpoint, method, headers and a JSON body template with `{n}`.
 //! - [`Levels`] (`levels`): the concurrency levels to climb.
+//! - [`InFlightSource`] (`in_flight`): where the target reports its own calls in flight (a JSON
+//!   endpoint and a pointer), polled during each level into a [`TargetInFlight`].
 //! - [`Sweep`] (`sweep`): the measurement, bounded per level and in total, stopped by errors
 //!   or Ctrl-C; [`Level`] is what one level measured.
 //! - [`knee`]: the knee of level data, a pure function.
@@ -40,6 +42,7 @@
 
 mod call;
 mod error;
+mod in_flight;
 pub mod knee;
 mod level;
 mod levels;
@@ -50,6 +53,7 @@ mod sweep;
 mod target;
 
 pub use error::CapacityError;
+pub use in_flight::{InFlightSource, ReadError, SourceError, TargetInFlight, READ_TIMEOUT};
 pub use level::{ErrorCounts, Level};
 pub use levels::{Levels, LevelsError, MAX_CONCURRENCY};
 pub use report::CapacityReport;

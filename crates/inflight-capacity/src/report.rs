@@ -10,9 +10,21 @@ use crate::suggest::{suggest, Basis, Measured, Suggestion};
 use crate::sweep::{Caps, Stop};
 use crate::target::Target;
 
+/// Where and how often the target's calls in flight were read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InFlightPolling {
+    /// The endpoint read.
+    pub url: String,
+    /// The JSON pointer to the number in its answer.
+    pub pointer: String,
+    /// The time between readings, in milliseconds.
+    pub every_ms: f64,
+}
+
 /// The result of a sweep. Serialized, it is the `--json` document: `url`, `levels` (each with
-/// `concurrency`, `requests`, `throughput_per_s`, `p50_ms`, `p99_ms`, `max_ms`, `errors`),
-/// `capacity`, `service_time_ms`, `max_rate_per_s` and `suggested`, with more around them.
+/// `concurrency`, `requests`, `throughput_per_s`, `p50_ms`, `p99_ms`, `max_ms`, `errors`, and
+/// `target_in_flight` when the target's count was read), `capacity`, `service_time_ms`,
+/// `max_rate_per_s` and `suggested`, with more around them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityReport {
     pub url: String,
@@ -41,6 +53,10 @@ pub struct CapacityReport {
     /// The budget to paste; `null` when nothing clean was measured or a level was cut short
     /// (Ctrl-C, the total time cap).
     pub suggested: Option<Suggestion>,
+    /// Where the target's calls in flight were read from; absent when they were not, and then
+    /// so is every level's `target_in_flight`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_in_flight_source: Option<InFlightPolling>,
     /// Where the suggestion could not be made although there was data (should not happen).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suggest_error: Option<String>,
@@ -103,6 +119,7 @@ impl CapacityReport {
             stopped,
             suggested,
             suggest_error,
+            target_in_flight_source: None,
             conclusion: String::new(),
         };
         report.conclusion = report.conclusion();
@@ -140,12 +157,32 @@ impl CapacityReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{} {}", self.method, self.url);
+        let polled = self.target_in_flight_source.is_some();
         let _ = writeln!(
             out,
-            "{:>11}  {:>8}  {:>10}  {:>8}  {:>8}  {:>8}  errors",
-            "concurrency", "requests", "ok/s", "p50 ms", "p99 ms", "max ms"
+            "{:>11}  {:>8}  {:>10}  {:>8}  {:>8}  {:>8}  {}errors",
+            "concurrency",
+            "requests",
+            "ok/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            if polled {
+                "target max  target mean  "
+            } else {
+                ""
+            }
         );
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let target = |l: &Level| match &l.target_in_flight {
+            Some(t) if polled => format!(
+                "{:>10}  {:>11}  ",
+                t.max.map_or("-".to_string(), count),
+                t.mean.map_or("-".to_string(), |v| format!("{v:.1}"))
+            ),
+            _ if polled => format!("{:>10}  {:>11}  ", "-", "-"),
+            _ => String::new(),
+        };
         for l in &self.levels {
             let mark = match (Some(l.concurrency) == self.capacity, l.refined) {
                 (true, _) => " <- knee",
@@ -164,15 +201,41 @@ impl CapacityReport {
             };
             let _ = writeln!(
                 out,
-                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {errors}{mark}{}",
+                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {}{errors}{mark}{}",
                 l.concurrency,
                 l.requests,
                 l.throughput_per_s,
                 ms(l.p50_ms),
                 ms(l.p99_ms),
                 ms(l.max_ms),
+                target(l),
                 if l.interrupted { " (interrupted)" } else { "" }
             );
+        }
+        if let Some(source) = &self.target_in_flight_source {
+            let _ = writeln!(
+                out,
+                "target max/mean: calls in flight as {}#{} reported them, read every {}ms over the window of ok/s",
+                source.url, source.pointer, count(source.every_ms)
+            );
+            let failed: u64 = self
+                .levels
+                .iter()
+                .filter_map(|l| l.target_in_flight.as_ref())
+                .map(|t| t.failed)
+                .sum();
+            let first = self
+                .levels
+                .iter()
+                .filter_map(|l| l.target_in_flight.as_ref())
+                .find_map(|t| t.first_failure.as_ref());
+            if let Some(first) = first.filter(|_| failed > 0) {
+                let _ = writeln!(
+                    out,
+                    "{failed} reading{} of the target's calls in flight failed; the first: {first}",
+                    if failed == 1 { "" } else { "s" }
+                );
+            }
         }
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", self.conclusion());
@@ -201,6 +264,15 @@ impl CapacityReport {
             out.push_str(&s.toml);
         }
         out
+    }
+}
+
+/// A count as a table shows it: whole numbers without decimals.
+fn count(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
     }
 }
 
@@ -234,6 +306,7 @@ pub(crate) mod tests {
             refined: matches!(c, 5..=7),
             interrupted: false,
             first_error: (c > 12).then(|| "503 Service Unavailable".to_string()),
+            target_in_flight: None,
         }
     }
 
@@ -279,6 +352,78 @@ pub(crate) mod tests {
             assert!(json.get(key).is_some(), "{key}");
         }
         assert_eq!(json["levels"][7]["errors"]["status_503"], 80);
+    }
+
+    /// The report of `levels` with the target's calls in flight read: at most 6, the level at
+    /// 16 with one failed reading.
+    pub(crate) fn report_with_target(levels: &[u32]) -> CapacityReport {
+        let mut r = report(levels, None);
+        for l in &mut r.levels {
+            let c = f64::from(l.concurrency.min(6));
+            let failed = u64::from(l.concurrency == 16);
+            l.target_in_flight = Some(crate::TargetInFlight::of(
+                &[c - 1.0, c, c],
+                failed,
+                (failed > 0).then(|| "no answer within 1s".to_string()),
+            ));
+        }
+        r.target_in_flight_source = Some(InFlightPolling {
+            url: "http://127.0.0.1:7070/stats".into(),
+            pointer: "/records/in_service".into(),
+            every_ms: 10.0,
+        });
+        r
+    }
+
+    #[test]
+    fn the_targets_calls_in_flight_get_two_columns_and_a_note() {
+        let text = report_with_target(&[1, 8, 16]).render();
+        assert!(
+            text.contains("max ms  target max  target mean  errors\n"),
+            "{text}"
+        );
+        let row = |c: &str| text.lines().find(|l| l.starts_with(c)).unwrap().to_string();
+        assert!(
+            row("          8").contains("         6          5.7  0"),
+            "{text}"
+        );
+        assert!(
+            row("          1").contains("         1          0.7  0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("target max/mean: calls in flight as http://127.0.0.1:7070/stats#/records/in_service reported them, read every 10ms"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "1 reading of the target's calls in flight failed; the first: no answer within 1s"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(report_with_target(&[1, 8])).unwrap();
+        assert_eq!(json["levels"][1]["target_in_flight"]["max"], 6.0);
+        assert_eq!(json["levels"][1]["target_in_flight"]["samples"], 3);
+        assert_eq!(json["levels"][1]["target_in_flight"]["failed"], 0);
+        assert_eq!(
+            json["target_in_flight_source"]["pointer"],
+            "/records/in_service"
+        );
+    }
+
+    #[test]
+    fn without_a_source_the_table_says_nothing_of_it() {
+        let r = report(&[1, 8], None);
+        let text = r.render();
+        assert!(!text.contains("target max"), "{text}");
+        assert!(!text.contains("in flight as"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        // Absent, so documents of runs without it are as they were.
+        assert!(
+            json["levels"][0].get("target_in_flight").is_none(),
+            "{json}"
+        );
+        assert!(json.get("target_in_flight_source").is_none(), "{json}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ const THROUGHPUT_COLOR: &str = "#4e79a7";
 const P99_COLOR: &str = "#e15759";
 const P50_COLOR: &str = "#888888";
 const KNEE_COLOR: &str = "#59a14f";
+const TARGET_COLOR: &str = "#b07aa1";
 
 /// One point of a series: concurrency, value, and whether the level was under the error
 /// threshold.
@@ -27,10 +28,17 @@ struct Series<'a> {
     color: &'a str,
 }
 
-/// The figure of a report: throughput (top) and p50/p99 latency (bottom) against concurrency on
-/// a log-2 axis; levels over the error threshold drawn hollow; the knee as a vertical line.
+/// The figure of a report: throughput (top) and p50/p99 latency (below) against concurrency on
+/// a log-2 axis, and when the target's calls in flight were read, a third panel with their
+/// maximum next to the client's; levels over the error threshold drawn hollow; the knee as a
+/// vertical line.
 pub fn figure(report: &CapacityReport) -> String {
-    let height = TOP + 2.0 * PANEL_H + GAP + 56.0;
+    let panels = if report.target_in_flight_source.is_some() {
+        3.0
+    } else {
+        2.0
+    };
+    let height = TOP + panels * PANEL_H + (panels - 1.0) * GAP + 56.0;
     let mut svg = String::new();
     let title = format!("Capacity of {} {}", report.method, report.url);
     let _ = writeln!(
@@ -102,8 +110,40 @@ pub fn figure(report: &CapacityReport) -> String {
         bottom - 8.0
     );
 
+    let mut last = bottom;
+    if report.target_in_flight_source.is_some() {
+        let third = bottom + PANEL_H + GAP;
+        let target: Vec<Dot> = levels
+            .iter()
+            .filter_map(|l| {
+                let max = l.target_in_flight.as_ref()?.max?;
+                Some((l.concurrency, max, clean(l)))
+            })
+            .collect();
+        let client: Vec<Dot> = levels
+            .iter()
+            .map(|l| (l.concurrency, f64::from(l.concurrency), clean(l)))
+            .collect();
+        let main = Series {
+            dots: &target,
+            color: TARGET_COLOR,
+        };
+        let second = Series {
+            dots: &client,
+            color: P50_COLOR,
+        };
+        panel(&mut svg, third, "calls in flight", &main, Some(&second), &x);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"><tspan fill=\"{TARGET_COLOR}\">as the target saw them, most at once (solid)</tspan>  <tspan fill=\"{P50_COLOR}\">sent by the client (dashed)</tspan></text>",
+            WIDTH - RIGHT,
+            third - 8.0
+        );
+        last = third;
+    }
+
     // The x axis, labelled with every level measured (probes included, they are few).
-    let axis_y = bottom + PANEL_H;
+    let axis_y = last + PANEL_H;
     let mut last_label = f64::NEG_INFINITY;
     for l in &levels {
         let lx = x(l.concurrency);
@@ -178,10 +218,12 @@ fn panel(
         top + PANEL_H / 2.0,
         esc(label)
     );
-    let mut series = vec![(main.dots, main.color, "")];
+    // The second series first, so that the main one is drawn over it where they meet.
+    let mut series = Vec::new();
     if let Some(s) = second {
         series.push((s.dots, s.color, " stroke-dasharray=\"4 3\""));
     }
+    series.push((main.dots, main.color, ""));
     for (points, color, dash) in series {
         if points.is_empty() {
             continue;
@@ -273,6 +315,19 @@ mod tests {
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
         // The refused level is drawn hollow.
         assert!(svg.contains("fill=\"white\" stroke=\"#4e79a7\""));
+    }
+
+    #[test]
+    fn the_targets_calls_in_flight_get_a_third_panel() {
+        let plain = figure(&report(&[1, 2, 4, 8, 16], None));
+        assert!(!plain.contains("calls in flight</text>"), "{plain}");
+        let r = crate::report::tests::report_with_target(&[1, 2, 4, 8, 16]);
+        let svg = figure(&r);
+        assert_eq!(svg, figure(&r));
+        assert!(svg.contains(">calls in flight</text>"), "{svg}");
+        assert!(svg.contains("as the target saw them"), "{svg}");
+        assert!(svg.contains("<title>16: 6</title>"), "{svg}");
+        assert!(!svg.contains("NaN"), "{svg}");
     }
 
     #[test]

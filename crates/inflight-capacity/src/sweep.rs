@@ -13,10 +13,11 @@ use tokio::task::JoinSet;
 
 use crate::call::{Caller, Outcome};
 use crate::error::{fmt_duration, CapacityError};
+use crate::in_flight::{InFlightSource, Reader, Readings};
 use crate::knee::{find_knee, KneeRules, Point};
 use crate::level::{ErrorCounts, Level};
 use crate::levels::Levels;
-use crate::report::CapacityReport;
+use crate::report::{CapacityReport, InFlightPolling};
 use crate::target::Target;
 
 /// Levels added between measured ones to pin down the knee, at most.
@@ -121,6 +122,10 @@ pub enum Progress<'a> {
 /// whose failed share exceeds [`KneeRules::stop_on_errors`]; then up to [`MAX_PROBES`] levels
 /// are added between measured ones to pin the knee to one step.
 ///
+/// With [`Sweep::target_in_flight`], each level also polls the target's own count of calls in
+/// flight (one reading at a time, every [`Sweep::target_in_flight_every`], over a connection of its own that
+/// no level counts) and reports it in [`Level::target_in_flight`].
+///
 /// ```no_run
 /// use inflight_bench::shutdown::Shutdown;
 /// use inflight_capacity::{Levels, Sweep, Target};
@@ -147,6 +152,8 @@ pub struct Sweep {
     name: Option<String>,
     total_requests: Option<u64>,
     total_time: Option<Duration>,
+    in_flight: Option<InFlightSource>,
+    poll_every: Duration,
 }
 
 impl Sweep {
@@ -163,6 +170,8 @@ impl Sweep {
             name: None,
             total_requests: None,
             total_time: None,
+            in_flight: None,
+            poll_every: Duration::from_millis(10),
         }
     }
 
@@ -206,6 +215,31 @@ impl Sweep {
     pub fn total_time(mut self, d: Duration) -> Sweep {
         self.total_time = Some(d);
         self
+    }
+
+    /// Also read the target's own count of calls in flight from `source` during each level.
+    /// The first reading is taken before any call: a source that cannot be read stops the run
+    /// there ([`CapacityError::InFlight`]); later failed readings are counted in the level.
+    pub fn target_in_flight(mut self, source: InFlightSource) -> Sweep {
+        self.in_flight = Some(source);
+        self
+    }
+
+    /// How often [`Sweep::target_in_flight`] is read during a level (default 10 ms; at least
+    /// 1 ms). A reading slower than that delays the next: one is in flight at a time.
+    pub fn target_in_flight_every(mut self, every: Duration) -> Sweep {
+        self.poll_every = every;
+        self
+    }
+
+    /// Where the target's calls in flight are read, if they are.
+    pub fn in_flight_source(&self) -> Option<&InFlightSource> {
+        self.in_flight.as_ref()
+    }
+
+    /// How often they are read.
+    pub fn in_flight_every(&self) -> Duration {
+        self.poll_every
     }
 
     /// The target.
@@ -258,6 +292,12 @@ impl Sweep {
         if self.timeout.is_zero() {
             return bad("the per-call timeout must be above 0".into());
         }
+        if self.in_flight.is_some() && self.poll_every < Duration::from_millis(1) {
+            return bad(format!(
+                "the target's calls in flight are read at most every 1ms, got {}",
+                fmt_duration(self.poll_every)
+            ));
+        }
         let t = self.rules.tolerance;
         if !(t > 0.0 && t < 1.0) {
             return bad(format!(
@@ -289,8 +329,9 @@ impl Sweep {
     ///
     /// # Errors
     ///
-    /// Only before the first level: a bad setting, or a first call that shows the target
-    /// cannot be measured (unreachable, not HTTP, no answer, a 4xx), or Ctrl-C during it.
+    /// Only before the first level: a bad setting, a first reading of the target's calls in
+    /// flight that failed, a first call that shows the target cannot be measured (unreachable,
+    /// not HTTP, no answer, a 4xx), or Ctrl-C during them.
     /// Everything after is in the report ([`CapacityReport::stopped`]).
     ///
     /// # Cancel safety
@@ -308,12 +349,17 @@ impl Sweep {
         let caller = Arc::new(
             Caller::new(self.target.clone(), self.timeout).map_err(CapacityError::Client)?,
         );
+        let reader = match &self.in_flight {
+            Some(source) => Some(Arc::new(first_reading(source, shutdown).await?)),
+            None => None,
+        };
+        let clients = Clients { caller, reader };
         let run = Arc::new(RunBounds {
             requests_left: AtomicU64::new(caps.total_requests),
             deadline: Instant::now() + caps.total_time,
             request_cap_hit: AtomicBool::new(false),
         });
-        self.first_call(&caller, &run, shutdown).await?;
+        self.first_call(&clients.caller, &run, shutdown).await?;
 
         let mut levels: Vec<Level> = Vec::new();
         let mut stopped = None;
@@ -323,7 +369,7 @@ impl Sweep {
                 break;
             }
             let level = self
-                .measure(&caller, &run, shutdown, c, false, &mut progress)
+                .measure(&clients, &run, shutdown, c, false, &mut progress)
                 .await;
             let (interrupted, rate) = (level.interrupted, level.error_rate());
             let errors = level.errors.describe();
@@ -355,7 +401,7 @@ impl Sweep {
                     break;
                 }
                 let level = self
-                    .measure(&caller, &run, shutdown, c, true, &mut progress)
+                    .measure(&clients, &run, shutdown, c, true, &mut progress)
                     .await;
                 let interrupted = level.interrupted;
                 levels.push(level);
@@ -366,14 +412,14 @@ impl Sweep {
             }
         }
         levels.sort_by_key(|l| l.concurrency);
-        Ok(CapacityReport::build(
-            &self.target,
-            name,
-            levels,
-            self.rules,
-            caps,
-            stopped,
-        ))
+        let mut report =
+            CapacityReport::build(&self.target, name, levels, self.rules, caps, stopped);
+        report.target_in_flight_source = clients.reader.map(|r| InFlightPolling {
+            url: r.source().url().to_string(),
+            pointer: r.source().pointer().to_string(),
+            every_ms: self.poll_every.as_secs_f64() * 1000.0,
+        });
+        Ok(report)
     }
 
     /// One call before the climb: a target that cannot be measured is refused with a reason.
@@ -406,10 +452,11 @@ impl Sweep {
         }
     }
 
-    /// Measures one level: `concurrency` callers in a closed loop until the level's bounds.
+    /// Measures one level: `concurrency` callers in a closed loop until the level's bounds,
+    /// and the target's calls in flight read meanwhile if `reader` is set.
     async fn measure(
         &self,
-        caller: &Arc<Caller>,
+        clients: &Clients,
         run: &Arc<RunBounds>,
         shutdown: &Shutdown,
         concurrency: u32,
@@ -432,9 +479,17 @@ impl Sweep {
             stopped_at: OnceLock::new(),
             acc: Mutex::new(Acc::new()),
         });
+        // Dropped with the level (or the future), the poller stops with it.
+        let mut poller = JoinSet::new();
+        let readings = clients.reader.as_ref().map(|reader| {
+            let readings = Arc::new(Readings::default());
+            let (reader, into, every) = (reader.clone(), readings.clone(), self.poll_every);
+            poller.spawn(async move { reader.poll(every, &into).await });
+            readings
+        });
         let mut callers = JoinSet::new();
         for _ in 0..concurrency {
-            let (caller, run, state) = (caller.clone(), run.clone(), state.clone());
+            let (caller, run, state) = (clients.caller.clone(), run.clone(), state.clone());
             callers.spawn(async move {
                 let mut first = true;
                 while state.claim(&run) {
@@ -454,9 +509,37 @@ impl Sweep {
             _ = tokio::time::sleep_until(run.deadline.into()) => true,
         };
         callers.abort_all();
-        let level = state.level(concurrency, refined, interrupted);
+        poller.abort_all();
+        let level = state.level(concurrency, refined, interrupted, readings.as_deref());
         progress(Progress::Measured(&level));
         level
+    }
+}
+
+/// The run's two clients: the target's calls, and the readings of its calls in flight over
+/// connections of their own.
+struct Clients {
+    caller: Arc<Caller>,
+    reader: Option<Arc<Reader>>,
+}
+
+/// The first reading of the target's calls in flight, before any call: a source that cannot be
+/// read is refused with the reason.
+async fn first_reading(
+    source: &InFlightSource,
+    shutdown: &Shutdown,
+) -> Result<Reader, CapacityError> {
+    let reader = Reader::new(source.clone()).map_err(CapacityError::Client)?;
+    let reading = tokio::select! {
+        reading = reader.read() => reading,
+        _ = shutdown.wait() => return Err(CapacityError::Interrupted),
+    };
+    match reading {
+        Ok(_) => Ok(reader),
+        Err(error) => Err(CapacityError::InFlight {
+            from: source.to_string(),
+            error,
+        }),
     }
 }
 
@@ -614,17 +697,27 @@ impl LevelState {
         }
     }
 
-    fn level(&self, concurrency: u32, refined: bool, interrupted: bool) -> Level {
+    fn level(
+        &self,
+        concurrency: u32,
+        refined: bool,
+        interrupted: bool,
+        readings: Option<&Readings>,
+    ) -> Level {
         let end = Instant::now();
         let stop = self.stopped_at.get().copied().unwrap_or(end);
         let acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
         // A steady window needs a full round of answers; a level without one (cut short by its
         // time bound, or by fast refusals) is measured over its whole length instead.
-        let (ok, window, h) = match self.window_start.get() {
+        let steady = match self.window_start.get() {
             Some(&start) if acc.ok_in_window >= u64::from(concurrency) && stop > start => {
-                (acc.ok_in_window, stop.duration_since(start), &acc.steady_us)
+                Some((start, stop))
             }
-            _ => (
+            _ => None,
+        };
+        let (ok, window, h) = match steady {
+            Some((start, stop)) => (acc.ok_in_window, stop.duration_since(start), &acc.steady_us),
+            None => (
                 acc.ok,
                 end.saturating_duration_since(self.started),
                 &acc.all_us,
@@ -651,6 +744,7 @@ impl LevelState {
             refined,
             interrupted,
             first_error: acc.first_error.clone(),
+            target_in_flight: readings.map(|r| r.summary(steady)),
         }
     }
 }

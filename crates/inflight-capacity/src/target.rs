@@ -172,12 +172,7 @@ impl Target {
     /// Whether the host is this machine: `localhost` or a loopback address. Anything else is
     /// someone's service, and a load test on it needs their consent.
     pub fn is_loopback(&self) -> bool {
-        let Some(host) = self.url.host_str() else {
-            return false;
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        host.eq_ignore_ascii_case("localhost")
-            || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        is_loopback(&self.url)
     }
 
     /// A budget name from the URL: its first path segment that is a word (`/records` and
@@ -215,6 +210,16 @@ impl Target {
         }
         request
     }
+}
+
+/// Whether `url`'s host is this machine: `localhost` or a loopback address.
+pub(crate) fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The sweep against an in-process HTTP server on loopback that serves 3 calls at once, queues
-//! 3 more and refuses the rest with 503: the knee, the caps and a shutdown mid-run.
+//! 3 more and refuses the rest with 503, and reports the calls it serves at `/stats`: the knee,
+//! the caps, a shutdown mid-run, and the server's own count of calls in flight.
 
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use inflight_bench::shutdown::Shutdown;
 use inflight_capacity::knee::Verdict;
-use inflight_capacity::{Levels, Progress, Stop, Sweep, Target};
+use inflight_capacity::{InFlightSource, Levels, Progress, Stop, Sweep, Target};
 use tokio::sync::Semaphore;
 
 const CAPACITY: usize = 3;
@@ -20,37 +21,78 @@ const SERVICE: Duration = Duration::from_millis(40);
 
 struct Server {
     url: String,
+    /// `GET` answers `{"work": {"in_service": N}}`.
+    stats: String,
     calls: Arc<AtomicU64>,
+    stats_calls: Arc<AtomicU64>,
 }
 
 async fn serve() -> Server {
     let slots = Arc::new(Semaphore::new(CAPACITY));
     let inside = Arc::new(AtomicU64::new(0));
+    let in_service = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(AtomicU64::new(0));
+    let stats_calls = Arc::new(AtomicU64::new(0));
     let counted = calls.clone();
-    let app = Router::new().route(
-        "/work",
-        get(move || {
-            let (slots, inside, calls) = (slots.clone(), inside.clone(), counted.clone());
-            async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                let status = if now > CAPACITY as u64 + QUEUE {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    let _slot = slots.acquire().await.unwrap();
-                    tokio::time::sleep(SERVICE).await;
-                    StatusCode::OK
-                };
-                inside.fetch_sub(1, Ordering::SeqCst);
-                status
-            }
-        }),
-    );
+    let serving = in_service.clone();
+    let stats_counted = stats_calls.clone();
+    let app = Router::new()
+        .route(
+            "/work",
+            get(move || {
+                let (slots, inside, calls) = (slots.clone(), inside.clone(), counted.clone());
+                let serving = serving.clone();
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    let status = if now > CAPACITY as u64 + QUEUE {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        let _slot = slots.acquire().await.unwrap();
+                        serving.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(SERVICE).await;
+                        serving.fetch_sub(1, Ordering::SeqCst);
+                        StatusCode::OK
+                    };
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    status
+                }
+            }),
+        )
+        .route(
+            "/flaky",
+            get({
+                let readings = Arc::new(AtomicU64::new(0));
+                move || {
+                    // Every other reading fails, the first one not.
+                    let n = readings.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n.is_multiple_of(2) {
+                            (StatusCode::OK, "{\"n\": 1}")
+                        } else {
+                            (StatusCode::INTERNAL_SERVER_ERROR, "busy")
+                        }
+                    }
+                }
+            }),
+        )
+        .route(
+            "/stats",
+            get(move || {
+                stats_counted.fetch_add(1, Ordering::SeqCst);
+                let n = in_service.load(Ordering::SeqCst);
+                async move { axum::Json(serde_json::json!({"work": {"in_service": n}})) }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/work", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Server { url, calls }
+    Server {
+        url: format!("http://{addr}/work"),
+        stats: format!("http://{addr}/stats"),
+        calls,
+        stats_calls,
+    }
 }
 
 fn sweep(url: &str, levels: &str) -> Sweep {
@@ -166,4 +208,118 @@ async fn nothing_listening_is_an_error_before_any_level() {
         .await
         .unwrap_err();
     assert!(err.to_string().starts_with("cannot reach"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_own_count_of_calls_in_flight_stops_at_its_capacity() {
+    let server = serve().await;
+    let source = InFlightSource::new(&server.stats, "/work/in_service").unwrap();
+    let report = sweep(&server.url, "1,2,4,8")
+        .target_in_flight(source)
+        .run(&Shutdown::never(), |_| {})
+        .await
+        .unwrap();
+    let text = report.render();
+    for level in &report.levels {
+        let seen = level.target_in_flight.as_ref().unwrap();
+        let max = seen.max.unwrap();
+        assert!(seen.samples > 0 && seen.failed == 0, "{text}");
+        // The server never serves more than the client sent, nor more than its capacity.
+        assert!(
+            max <= f64::from(level.concurrency.min(CAPACITY as u32)),
+            "{text}"
+        );
+        assert!(seen.mean.unwrap() <= max, "{text}");
+    }
+    let at_8 = report.levels.iter().find(|l| l.concurrency == 8).unwrap();
+    assert_eq!(
+        at_8.target_in_flight.as_ref().unwrap().max,
+        Some(3.0),
+        "{text}"
+    );
+    assert!(text.contains("target max  target mean"), "{text}");
+    // The readings went to /stats on their own; every /work call was counted by a level.
+    let counted: u64 = report.levels.iter().map(|l| l.requests).sum();
+    assert_eq!(server.calls.load(Ordering::SeqCst), counted + 1);
+    assert!(server.stats_calls.load(Ordering::SeqCst) > 0);
+    let polled = report.target_in_flight_source.unwrap();
+    assert_eq!(
+        (polled.pointer.as_str(), polled.every_ms),
+        ("/work/in_service", 10.0)
+    );
+}
+
+#[tokio::test]
+async fn a_source_that_cannot_be_read_stops_the_run_before_any_call() {
+    let server = serve().await;
+    for (pointer, needle) in [
+        (
+            "/work/in_sevice",
+            "its answer has nothing at /work/in_sevice (/work has keys in_service)",
+        ),
+        (
+            "/work",
+            "/work is an object (keys in_service), not a number of calls",
+        ),
+    ] {
+        let err = sweep(&server.url, "1")
+            .target_in_flight(InFlightSource::new(&server.stats, pointer).unwrap())
+            .run(&Shutdown::never(), |_| {})
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("cannot read calls in flight from http://127.0.0.1:"),
+            "{text}"
+        );
+        assert!(text.ends_with(needle), "{text}");
+    }
+    // Not JSON: the work endpoint answers 200 with an empty body.
+    let err = sweep(&server.url, "1")
+        .target_in_flight(InFlightSource::new(&server.url, "/n").unwrap())
+        .run(&Shutdown::never(), |_| {})
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("its answer is not JSON"), "{err}");
+    let missing = server.url.replace("/work", "/nothing");
+    let err = sweep(&server.url, "1")
+        .target_in_flight(InFlightSource::new(&missing, "/n").unwrap())
+        .run(&Shutdown::never(), |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("it answered 404 Not Found"),
+        "{err}"
+    );
+    // Only the /work call of the not-JSON check reached the target: it was the source.
+    assert_eq!(server.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_failed_readings_are_counted_not_fatal() {
+    let server = serve().await;
+    let flaky = server.stats.replace("/stats", "/flaky");
+    let report = sweep(&server.url, "1,2")
+        .target_in_flight(InFlightSource::new(&flaky, "/n").unwrap())
+        .target_in_flight_every(Duration::from_millis(20))
+        .run(&Shutdown::never(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.levels.len(), 2);
+    for level in &report.levels {
+        let seen = level.target_in_flight.as_ref().unwrap();
+        assert!(seen.failed > 0 && seen.samples > 0, "{seen:?}");
+        assert_eq!(seen.max, Some(1.0));
+        assert_eq!(
+            seen.first_failure.as_deref(),
+            Some("it answered 500 Internal Server Error: busy")
+        );
+    }
+    let text = report.render();
+    assert!(
+        text.contains(
+            "readings of the target's calls in flight failed; the first: it answered 500"
+        ),
+        "{text}"
+    );
 }

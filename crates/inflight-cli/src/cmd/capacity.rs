@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use inflight_bench::shutdown::Shutdown;
 use inflight_capacity::knee::{KneeRules, Verdict};
-use inflight_capacity::{svg, CapacityError, Levels, Progress, Stop, Sweep, Target};
+use inflight_capacity::{
+    svg, CapacityError, InFlightSource, Levels, Progress, Stop, Sweep, Target,
+};
 
 /// `{n}` as help text shows it. clap turns a literal `{n}` anywhere in help into a line break,
 /// so the two halves are kept apart by an empty style reset: invisible on a terminal, and removed
@@ -21,16 +23,25 @@ macro_rules! counter {
 }
 
 const AFTER_HELP: &str = concat!(
-    "Safety: a loopback target (127.0.0.0/8, ::1, localhost) runs as given; any other host is someone's
-service and needs --allow-remote. Every run is bounded by a total request cap and a total time cap,
-printed before it starts. Ctrl-C stops at once and prints what was measured so far.
+    "Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
+reports about itself, GET URL and the JSON pointer (RFC 6901) after the `#`, every 10ms
+(--target-in-flight-every) during each level over a connection of its own (never counted in the
+levels). Each level then shows the most and the mean the target reported over the window its ok/s
+is counted in (`target max`, `target mean`; `levels[].target_in_flight` in --json). A first
+reading that fails stops the run before any call; later failed readings are counted and shown.
+
+Safety: a loopback target (127.0.0.0/8, ::1, localhost) runs as given; any other host is someone's
+service and needs --allow-remote (so does a --target-in-flight URL on another host). Every run is
+bounded by a total request cap and a total time cap, printed before it starts. Ctrl-C stops at
+once and prints what was measured so far.
 
 Examples:
   inflight sim --port 7070 --scenario slow-write &
   inflight capacity http://127.0.0.1:7070/records --method POST \\
       --body '{\"id\": ",
     counter!(),
-    ", \"complete\": true}' --max 32 --name records --svg capacity.svg
+    ", \"complete\": true}' --max 32 --name records --svg capacity.svg \\
+      --target-in-flight 'http://127.0.0.1:7070/stats#/records/in_service'
   inflight capacity http://127.0.0.1:7070/enrich/1 --levels 1,4,16,64 --json | jq .capacity"
 );
 
@@ -40,7 +51,8 @@ const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Find a dependency's capacity and service time by measurement, and the budget to configure.
 ///
 /// Keeps 1, 2, 4, 8, ... calls in flight against one endpoint, each level until --requests
-/// calls or --duration, and measures throughput, p50/p99/max latency and failed calls by kind.
+/// calls or --duration, and measures throughput, p50/p99/max latency and failed calls by kind
+/// (and, with --target-in-flight, the calls in flight the target itself reports).
 /// The capacity is the smallest concurrency whose throughput is at the plateau (within
 /// --tolerance) before latency grows with a queue or calls fail; levels are added between
 /// measured ones to pin it to one step. The service time is the median latency at the lowest
@@ -110,7 +122,18 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     total_time: Option<Duration>,
 
-    /// Acknowledge that the target is not this machine and that you may load-test it.
+    /// Also read the target's own count of calls in flight during each level: GET URL, and the
+    /// number at the JSON pointer after `#` (e.g. http://127.0.0.1:7070/stats#/records/in_service).
+    #[arg(long, value_name = "URL#POINTER", value_parser = parse_source)]
+    target_in_flight: Option<InFlightSource>,
+
+    /// How often --target-in-flight is read during a level (one reading at a time).
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration,
+          requires = "target_in_flight")]
+    target_in_flight_every: Duration,
+
+    /// Acknowledge that the target (or the --target-in-flight URL) is not this machine and that
+    /// you may load-test it.
     #[arg(long)]
     allow_remote: bool,
 
@@ -118,13 +141,19 @@ pub struct Args {
     #[arg(long)]
     json: bool,
 
-    /// Also write the figure (throughput and p99 against concurrency, the knee marked) here.
+    /// Also write the figure (throughput and p99 against concurrency, the knee marked; with
+    /// --target-in-flight, the target's calls in flight too) here.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
 
 fn parse_levels(s: &str) -> Result<Levels, String> {
     Levels::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_source(s: &str) -> Result<InFlightSource, String> {
+    s.parse()
+        .map_err(|e: inflight_capacity::SourceError| e.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -186,8 +215,23 @@ fn target(args: &Args) -> anyhow::Result<Target> {
     Ok(target)
 }
 
+/// The source of the target's calls in flight, held to the same rule as the target.
+fn in_flight_source(args: &Args) -> anyhow::Result<Option<InFlightSource>> {
+    let Some(source) = &args.target_in_flight else {
+        return Ok(None);
+    };
+    if !source.is_loopback() && !args.allow_remote {
+        anyhow::bail!(
+            "refusing to poll {} for --target-in-flight: it is not this machine; pass --allow-remote if it is yours to poll or its owners agreed",
+            source.url().host_str().unwrap_or("that host")
+        );
+    }
+    Ok(Some(source.clone()))
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let target = target(&args)?;
+    let source = in_flight_source(&args)?;
     let levels = match &args.levels {
         Some(levels) => levels.clone(),
         None => Levels::doubling(args.max)?,
@@ -200,6 +244,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tolerance: args.tolerance,
             stop_on_errors: args.stop_on_errors,
         });
+    if let Some(source) = source {
+        sweep = sweep
+            .target_in_flight(source)
+            .target_in_flight_every(args.target_in_flight_every);
+    }
     if let Some(name) = &args.name {
         inflight_capacity::suggest::check_name(name).context("--name")?;
         sweep = sweep.name(name.clone());
@@ -234,6 +283,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         humantime::format_duration(args.duration),
         sweep.caps()
     );
+    if let Some(source) = sweep.in_flight_source() {
+        eprintln!(
+            "reading the target's calls in flight from {source} every {}",
+            humantime::format_duration(sweep.in_flight_every())
+        );
+    }
 
     let runtime = super::async_runtime()?;
     let report = match runtime.block_on(async {
@@ -244,6 +299,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(CapacityError::Interrupted) => {
             eprintln!("interrupted before the first level: nothing was measured");
             return Ok(ExitCode::from(130));
+        }
+        Err(e @ CapacityError::InFlight { .. }) => {
+            return Err(anyhow::Error::new(e).context("--target-in-flight"))
         }
         Err(e) => return Err(e.into()),
     };
@@ -279,8 +337,22 @@ fn print_progress(progress: Progress<'_>) {
         } else {
             format!("{} failed ({})", l.errors.total, l.errors.describe())
         };
+        let target = match &l.target_in_flight {
+            Some(t) => match (t.max, t.mean) {
+                (Some(max), Some(mean)) => format!(
+                    ", target in flight max {max} mean {mean:.1}{}",
+                    if t.failed > 0 {
+                        format!(" ({} readings failed)", t.failed)
+                    } else {
+                        String::new()
+                    }
+                ),
+                _ => format!(", target in flight unread ({} readings failed)", t.failed),
+            },
+            None => String::new(),
+        };
         eprintln!(
-            "  concurrency {:>4}{}: {} calls, {:.1}/s, p50 {}, p99 {}, {errors}{}",
+            "  concurrency {:>4}{}: {} calls, {:.1}/s, p50 {}, p99 {}, {errors}{target}{}",
             l.concurrency,
             if l.refined { " (probe)" } else { "" },
             l.requests,

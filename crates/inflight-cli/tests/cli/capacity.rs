@@ -1,6 +1,7 @@
 //! Tests of `inflight capacity` against the real sim: the knee of the system of record in
 //! `slow-write` and `healthy`, no knee for the enrichment API, the suggested budget through
-//! `check-config`, bad input, a server that refuses everything, and Ctrl-C.
+//! `check-config`, the sim's own count of writes in flight next to the client's, bad input, a
+//! server that refuses everything, and Ctrl-C.
 //!
 //! The sim's latencies are tokio sleeps (1 ms ticks, rounded up) behind a debug-built HTTP
 //! stack on a shared machine: every call carries 1-4 ms more than the scenario's median. The
@@ -195,6 +196,178 @@ fn enrichment_has_no_knee_up_to_max_and_says_so() {
     );
     assert_eq!(doc["suggested"]["basis"], "lower_bound");
     suggestion_checks_cleanly(&doc, 16);
+}
+
+#[test]
+fn the_sim_reports_6_writes_in_flight_while_the_client_has_more() {
+    let sim = SimProcess::start(&[
+        "--scenario",
+        "slow-write",
+        "--time-scale",
+        "0.4",
+        "--seed",
+        "1",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("capacity.svg");
+    let source = format!("{}/stats#/records/in_service", sim.url);
+    let doc = run_json([
+        "capacity",
+        &format!("{}/records", sim.url),
+        "-X",
+        "POST",
+        "-d",
+        RECORD_BODY,
+        "--levels",
+        "2,4,8,16",
+        "--requests",
+        "100",
+        "--target-in-flight",
+        &source,
+        // Half the default rate: the other end-to-end tests share these 2 cores.
+        "--target-in-flight-every",
+        "20ms",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(
+        doc["target_in_flight_source"]["url"],
+        format!("{}/stats", sim.url)
+    );
+    assert_eq!(
+        doc["target_in_flight_source"]["pointer"],
+        "/records/in_service"
+    );
+    assert_eq!(doc["target_in_flight_source"]["every_ms"], 20.0);
+    let levels = doc["levels"].as_array().unwrap();
+    assert!(levels.iter().any(|l| l["concurrency"] == 16), "{doc:#}");
+    for level in levels {
+        let c = level["concurrency"].as_f64().unwrap();
+        let seen = &level["target_in_flight"];
+        let max = seen["max"].as_f64().unwrap_or_else(|| panic!("{level}"));
+        let mean = seen["mean"].as_f64().unwrap();
+        assert!(seen["samples"].as_u64().unwrap() > 0, "{level}");
+        assert_eq!(seen["failed"], 0, "{level}");
+        // The sim never serves more writes than the client sent, nor more than its capacity;
+        // from 8 up, with 6 in service and the rest waiting or refused, it says so.
+        assert!(max <= c && max <= 6.0 && mean <= max, "{level}");
+        if c >= 8.0 {
+            assert_eq!(max, 6.0, "{level}");
+        }
+    }
+    let figure = std::fs::read_to_string(&svg).unwrap();
+    assert!(figure.contains(">calls in flight</text>"), "{figure}");
+}
+
+#[test]
+fn a_target_in_flight_that_cannot_be_read_is_exit_2_before_any_call() {
+    let sim = SimProcess::start(&["--time-scale", "0.1"]);
+    let records = format!("{}/records", sim.url);
+    let run = |source: &str| {
+        inflight()
+            .args(["capacity", &records, "-X", "POST", "-d", RECORD_BODY])
+            .args(["--target-in-flight", source])
+            .timeout(Duration::from_secs(20))
+            .output()
+            .unwrap()
+    };
+    let stderr = support::assert_refused(
+        &run(&format!("{}/stats#/records/in_sevice", sim.url)),
+        "cannot read calls in flight from",
+        "",
+    );
+    assert!(stderr.contains("--target-in-flight"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "its answer has nothing at /records/in_sevice (/records has keys seen, accepted,"
+        ),
+        "{stderr}"
+    );
+    support::assert_refused(
+        &run(&format!("{}/stats#/records", sim.url)),
+        "/records is an object (keys seen,",
+        "",
+    );
+    support::assert_refused(
+        &run(&format!("{}/stats#/scenario", sim.url)),
+        "/scenario is the string \"healthy\", not a number of calls",
+        "",
+    );
+    support::assert_refused(
+        &run(&format!("{}/metrics#/x", sim.url)),
+        "its answer is not JSON",
+        "",
+    );
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    support::assert_refused(
+        &run(&format!("http://127.0.0.1:{port}/stats#/n")),
+        "cannot reach it",
+        "",
+    );
+    // Nothing reached the system of record.
+    let stats: Value = serde_json::from_str(&http_get(&sim.url, "/stats")).unwrap();
+    assert_eq!(stats["records"]["seen"], 0, "{stats:#}");
+}
+
+#[test]
+fn bad_target_in_flight_flags_are_exit_2() {
+    let url = "http://127.0.0.1:9/";
+    exits_2(
+        [
+            "capacity",
+            url,
+            "--target-in-flight",
+            "http://127.0.0.1:9/stats",
+        ],
+        "has no JSON pointer: expected URL#/json/pointer",
+    )
+    .stdout("");
+    exits_2(
+        [
+            "capacity",
+            url,
+            "--target-in-flight",
+            "http://127.0.0.1:9/stats#records",
+        ],
+        "must start with `/`",
+    );
+    exits_2(
+        [
+            "capacity",
+            url,
+            "--target-in-flight",
+            "http://127.0.0.1:9/s#/a~2",
+        ],
+        "`~` must be followed by 0",
+    );
+    exits_2(
+        [
+            "capacity",
+            url,
+            "--target-in-flight",
+            "https://127.0.0.1:9/s#/a",
+        ],
+        "only http:// URLs",
+    );
+    exits_2(
+        ["capacity", url, "--target-in-flight-every", "5ms"],
+        "--target-in-flight <URL#POINTER>",
+    );
+    // 192.0.2.0/24 is reserved for documentation: nothing is called before the refusal.
+    exits_2(
+        [
+            "capacity",
+            url,
+            "--target-in-flight",
+            "http://192.0.2.1/stats#/n",
+        ],
+        "refusing to poll 192.0.2.1 for --target-in-flight",
+    )
+    .stdout("");
 }
 
 #[test]
@@ -491,4 +664,8 @@ fn help_shows_an_example() {
         "{text}"
     );
     assert!(text.contains("`{n}` is replaced by a counter"), "{text}");
+    assert!(
+        text.contains("--target-in-flight 'http://127.0.0.1:7070/stats#/records/in_service'"),
+        "{text}"
+    );
 }
