@@ -1036,6 +1036,20 @@ fn a_measured_budget_is_sized_by_a_sweep_before_the_runs() {
         m.conclusion
     );
     assert!(m.levels.len() >= 4, "{:?}", m.levels);
+    // Each level also read how many writes the sim had in service: never more than its 6, nor
+    // than the level sent, and 6 once the sweep passed the capacity.
+    let seen: Vec<(u32, f64)> = m
+        .levels
+        .iter()
+        .filter_map(|l| Some((l.concurrency, l.target_in_flight.as_ref()?.max?)))
+        .collect();
+    assert!(seen.len() >= 4, "{:?}", m.levels);
+    assert!(
+        seen.iter()
+            .all(|(c, max)| *max <= 6.0 && *max <= f64::from(*c)),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|(_, max)| *max == 6.0), "{seen:?}");
     // The run used the measured size.
     let run = &doc.runs[0];
     assert!(

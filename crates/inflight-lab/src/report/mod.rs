@@ -282,7 +282,7 @@ mod tests {
         let md = summary_md(&doc, &Reference::builtin(), &[]);
         assert!(md.contains("## Budgets measured before the runs"), "{md}");
         assert!(
-            md.contains("| slow-write | records | 6 | knee at 6 | 152.3 | 39.2 | 1 | 60.1 |"),
+            md.contains("| slow-write | records | 6 | knee at 6 | 152.3 | 39.2 | - | 1 | 60.1 |"),
             "{md}"
         );
         let page = index_html(&doc, &Reference::builtin(), &[]);

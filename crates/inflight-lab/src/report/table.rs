@@ -344,6 +344,7 @@ pub(crate) fn measured_model(doc: &ResultsDoc) -> Option<Table> {
         ("found", false),
         ("service time ms", true),
         ("max rate /s", true),
+        ("most in service at the sim", true),
         ("sweep time scale", true),
         ("sweep s", true),
     ]);
@@ -361,6 +362,11 @@ pub(crate) fn measured_model(doc: &ResultsDoc) -> Option<Table> {
                 .map_or("-".to_string(), |t| format!("{t:.1}")),
             m.max_rate_per_s
                 .map_or("-".to_string(), |r| format!("{r:.1}")),
+            m.levels
+                .iter()
+                .filter_map(|l| l.target_in_flight.as_ref().and_then(|t| t.max))
+                .reduce(f64::max)
+                .map_or("-".to_string(), |m| m.to_string()),
             m.sweep_time_scale.to_string(),
             format!("{:.1}", m.sweep_s),
         ]);

@@ -1,14 +1,15 @@
 //! Budgets the lab measures instead of being told: before the runs, for each scenario with a
 //! strategy whose budget is `{ measure = "capacity" }`, a capacity sweep (`inflight capacity`)
 //! of that dependency against the sim in that scenario; the budget in that scenario's runs is the
-//! capacity found, or the highest level swept when there is no knee.
+//! capacity found, or the highest level swept when there is no knee. Each level also reads how
+//! many calls the sim had in service (its `/stats`), as the target saw them.
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use inflight_capacity::knee::KneeRules;
 use inflight_capacity::suggest::Basis;
-use inflight_capacity::{Levels, Stop, Sweep, Target};
+use inflight_capacity::{InFlightSource, Levels, Stop, Sweep, Target};
 
 use super::progress::Progress;
 use super::scheduler::run_seed;
@@ -116,6 +117,17 @@ async fn measure_one(
         _ => Target::new(&format!("{}/enrich/1", control.url())),
     }
     .map_err(|e| invalid(&e))?;
+    // The sim says how many calls it has in service: the sweep reads it at every level.
+    let endpoint = if dependency == "records" {
+        "records"
+    } else {
+        "enrich"
+    };
+    let in_service = InFlightSource::new(
+        &format!("{}/stats", control.url()),
+        &format!("/{endpoint}/in_service"),
+    )
+    .map_err(|e| invalid(&e))?;
     let levels = Levels::doubling(max as u64).map_err(|e| invalid(&e))?;
     let calls = NonZeroU64::new(CALLS_PER_LEVEL.max(3 * max as u64)).expect("not zero");
     let sweep = Sweep::new(target, levels)
@@ -126,6 +138,7 @@ async fn measure_one(
             stop_on_errors: STOP_ON_ERRORS,
             ..KneeRules::default()
         })
+        .target_in_flight(in_service)
         .name(dependency);
     let started = Instant::now();
     let report = sweep

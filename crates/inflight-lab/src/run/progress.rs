@@ -89,8 +89,13 @@ impl ProgressReporter {
                 let p50 = level
                     .p50_ms
                     .map_or("-".to_string(), |ms| format!("{ms:.1} ms"));
+                let seen = level
+                    .target_in_flight
+                    .as_ref()
+                    .and_then(|t| t.max)
+                    .map_or(String::new(), |m| format!(", at most {m} in service at the sim"));
                 self.line(format!(
-                    "lab:   {} at once: {:.1} ok/s, p50 {p50}, {} of {} calls failed",
+                    "lab:   {} at once: {:.1} ok/s, p50 {p50}, {} of {} calls failed{seen}",
                     level.concurrency, level.throughput_per_s, level.errors.total, level.requests
                 ));
             }
