@@ -4,7 +4,8 @@
 //! (`POST /records`). A strategy decides how many records are in flight and which budgets
 //! ([`inflight::Budget`]) gate the calls. `inflight lab run` starts this in its own process inside
 //! a CPU quota (`inflight lab runner`), so the CPU-derived default sees the limit as a container
-//! would.
+//! would. The run's clock starts once a connection per record in flight is open, so that a run's
+//! time is its calls' and not their set-up's, at any time scale.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,8 @@ pub const ENRICHMENT_CALLS: u32 = 3;
 pub const TIMELINE_INTERVAL: Duration = Duration::from_millis(10);
 /// The timeline keeps at most this many samples (an hour at 10 ms), so memory stays bounded.
 pub const MAX_TIMELINE_SAMPLES: usize = 360_000;
+/// The longest the connections to the sim may take to open before the run starts anyway.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(5);
 
 /// What a runner is asked to do.
 #[derive(Debug, Clone)]
@@ -404,12 +407,15 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         })
     });
 
+    let tasks = in_flight.min(config.records as usize);
+    warm_up(&shared.client, &shared.base, tasks).await;
+
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample_timeline(shared.clone(), stop.clone()));
 
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..in_flight.min(config.records as usize) {
+    for _ in 0..tasks {
         workers.spawn(worker(shared.clone()));
     }
     let mut panicked = 0;
@@ -472,6 +478,27 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         timeline,
         replicas: 1,
     })
+}
+
+/// Opens about `connections` connections to the sim (one per record in flight) before the clock
+/// starts, with as many `GET /stats` at once, so that the run measures calls and not connection
+/// set-up: opening 32 connections under a 1-CPU quota made the first 32 calls end 4-6 ms later, a
+/// fixed cost that weighs ten times more in a run at time scale 0.1 than at 1. Errors are left to
+/// the run to count.
+async fn warm_up(client: &reqwest::Client, base: &str, connections: usize) {
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let request = client.get(format!("{base}/stats")).send();
+        opening.spawn(async move {
+            if let Ok(response) = request.await {
+                let _ = response.bytes().await;
+            }
+        });
+    }
+    let _ = tokio::time::timeout(WARM_UP_LIMIT, async {
+        while opening.join_next().await.is_some() {}
+    })
+    .await;
 }
 
 /// Samples the calls in flight every [`TIMELINE_INTERVAL`] until told to stop or full.
@@ -694,6 +721,65 @@ mod tests {
         assert!(
             most <= 4,
             "shared budget of 4 but {most} calls in flight at once"
+        );
+    }
+
+    /// A stand-in whose answers say which client connection each request came on, split into
+    /// those before the run (`GET /stats`) and those of the run.
+    #[derive(Clone, Default)]
+    struct Ports {
+        warm_up: Arc<Mutex<std::collections::BTreeSet<u16>>>,
+        run: Arc<Mutex<std::collections::BTreeSet<u16>>>,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_are_open_before_the_clock_starts() {
+        use axum::extract::ConnectInfo;
+        use std::net::SocketAddr;
+
+        async fn warm_up(State(p): State<Ports>, ConnectInfo(from): ConnectInfo<SocketAddr>) {
+            p.warm_up.lock().unwrap().insert(from.port());
+            // Long enough that every warm-up request is still open when the last one starts.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        async fn call(State(p): State<Ports>, ConnectInfo(from): ConnectInfo<SocketAddr>) {
+            p.run.lock().unwrap().insert(from.port());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let ports = Ports::default();
+        let app = Router::new()
+            .route("/stats", get(warm_up))
+            .route("/enrich/{id}", get(call))
+            .route("/records", post(call))
+            .with_state(ports.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap()
+        });
+        let config = RunnerConfig {
+            strategy: strategy(8, BudgetPlan::None),
+            sim_url: url,
+            records: 40,
+            time_scale: 1.0,
+            metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
+            measured: BTreeMap::new(),
+        };
+        let r = run(&config).await.unwrap();
+        assert_eq!(r.complete, 40);
+        let warm_up = ports.warm_up.lock().unwrap().clone();
+        let run = ports.run.lock().unwrap().clone();
+        assert_eq!(warm_up.len(), 8, "one connection per record in flight");
+        assert!(
+            run.is_subset(&warm_up),
+            "the run opened connections of its own: {run:?} beyond {warm_up:?}"
         );
     }
 
