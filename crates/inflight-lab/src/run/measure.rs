@@ -24,7 +24,7 @@ use crate::strategy::Strategies;
 const LEVEL_TIME: Duration = Duration::from_secs(15);
 const CALLS_PER_LEVEL: u64 = 200;
 
-/// The smallest time scale a sweep runs at, whatever the runs' (`--quick` is 0.1). Below it a
+/// The smallest time scale a sweep runs at, whatever the runs' (`--quick` is 0.2). Below it a
 /// call's fixed costs (the HTTP stack, the timer's granularity) are a large share of a scaled
 /// call, throughput per level turns noisy, and the knee with it. A capacity is a count, the same
 /// at any scale; the service time is reported at the sweep's scale.
