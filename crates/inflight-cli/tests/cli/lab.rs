@@ -58,6 +58,20 @@ fn small_run_args(out: &Path) -> Vec<String> {
     args
 }
 
+/// Runs a lab run with `args` plus `--json`, `--out out` and (without root) `--no-limit`; returns
+/// the results document on stdout and what went to stderr.
+fn run_lab_json(args: &[&str], out: &Path) -> (ResultsDoc, String) {
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.extend(["--json".to_string(), "--out".to_string()]);
+    args.push(out.display().to_string());
+    if !is_root() {
+        args.push("--no-limit".into());
+    }
+    let output = run_lab(&args);
+    let doc = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    (doc, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 /// Runs `inflight` with `args` (a lab run), allowing it five minutes, and checks that it succeeds.
 fn run_lab(args: &[String]) -> Output {
     inflight()
@@ -898,36 +912,27 @@ fn replicas_share_a_fleet_budget_in_redis() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report");
     let lab = lab_dir().display().to_string();
-    let mut args: Vec<String> = [
-        "lab",
-        "run",
-        "--replicas",
-        "3",
-        "--strategies",
-        "c4,c4-fleet",
-        "--scenarios",
-        "slow-write",
-        "--records",
-        "90",
-        "--repeats",
-        "1",
-        "--time-scale",
-        "0.1",
-        "--json",
-        "--lab-dir",
-        &lab,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push("--out".into());
-    args.push(out.display().to_string());
-    if !is_root() {
-        args.push("--no-limit".into());
-    }
-    let output = run_lab(&args);
-    let doc: ResultsDoc = serde_json::from_slice(&output.stdout).expect("one JSON document");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (doc, stderr) = run_lab_json(
+        &[
+            "lab",
+            "run",
+            "--replicas",
+            "3",
+            "--strategies",
+            "c4,c4-fleet",
+            "--scenarios",
+            "slow-write",
+            "--records",
+            "90",
+            "--repeats",
+            "1",
+            "--time-scale",
+            "0.1",
+            "--lab-dir",
+            &lab,
+        ],
+        &out,
+    );
     assert!(
         stderr.contains("started redis-server at redis://127.0.0.1:"),
         "{stderr}"
@@ -988,34 +993,26 @@ fn a_measured_budget_is_sized_by_a_sweep_before_the_runs() {
         "[measured]\ndescription = \"records budget measured\"\nrecords_in_flight = 16\nrecords = { measure = \"capacity\" }\n",
     );
     let out = dir.path().join("report");
-    let mut args: Vec<String> = [
-        "lab",
-        "run",
-        "--strategies",
-        "measured",
-        "--scenarios",
-        "slow-write",
-        "--records",
-        "24",
-        "--repeats",
-        "1",
-        "--time-scale",
-        "0.05",
-        "--json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push("--lab-dir".into());
-    args.push(dir.path().display().to_string());
-    args.push("--out".into());
-    args.push(out.display().to_string());
-    if !is_root() {
-        args.push("--no-limit".into());
-    }
-    let output = run_lab(&args);
-    let doc: ResultsDoc = serde_json::from_slice(&output.stdout).expect("one JSON document");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lab = dir.path().display().to_string();
+    let (doc, stderr) = run_lab_json(
+        &[
+            "lab",
+            "run",
+            "--strategies",
+            "measured",
+            "--scenarios",
+            "slow-write",
+            "--records",
+            "24",
+            "--repeats",
+            "1",
+            "--time-scale",
+            "0.05",
+            "--lab-dir",
+            &lab,
+        ],
+        &out,
+    );
     assert!(
         stderr.contains("measured the records budget in slow-write"),
         "{stderr}"
