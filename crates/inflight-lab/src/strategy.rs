@@ -259,33 +259,31 @@ pub struct Strategy {
 impl Strategy {
     /// The dependencies whose budget sizes the lab measures before the runs.
     pub fn measured(&self) -> Vec<&'static str> {
-        match &self.budgets {
-            BudgetPlan::PerDependency {
-                enrichment,
-                records,
-            } => [("enrichment", enrichment), ("records", records)]
-                .into_iter()
-                .filter(|(_, gate)| matches!(gate, Some(GateSpec::Measured)))
-                .map(|(dependency, _)| dependency)
-                .collect(),
-            _ => Vec::new(),
-        }
+        self.gates()
+            .filter(|(_, gate)| matches!(gate, GateSpec::Measured))
+            .map(|(dependency, _)| dependency)
+            .collect()
     }
 
     /// Whether a budget of this strategy keeps its permits in Redis (`scope = "fleet"`), so its
     /// runners need the lab's Redis.
     pub fn uses_fleet(&self) -> bool {
-        match &self.budgets {
+        self.gates()
+            .any(|(dependency, gate)| gate.fleet(dependency).is_some())
+    }
+
+    /// Each dependency's own gate, by dependency name (none for a shared budget).
+    fn gates(&self) -> impl Iterator<Item = (&'static str, &GateSpec)> {
+        let (enrichment, records) = match &self.budgets {
             BudgetPlan::PerDependency {
                 enrichment,
                 records,
-            } => [("enrichment", enrichment), ("records", records)]
-                .into_iter()
-                .any(|(dependency, gate)| {
-                    gate.as_ref().is_some_and(|g| g.fleet(dependency).is_some())
-                }),
-            _ => false,
-        }
+            } => (enrichment.as_ref(), records.as_ref()),
+            _ => (None, None),
+        };
+        [("enrichment", enrichment), ("records", records)]
+            .into_iter()
+            .filter_map(|(dependency, gate)| Some((dependency, gate?)))
     }
 }
 
