@@ -33,8 +33,8 @@ pub struct Point {
     pub error_rate: f64,
 }
 
-impl From<&crate::Level> for Point {
-    fn from(l: &crate::Level) -> Point {
+impl From<&crate::level::Level> for Point {
+    fn from(l: &crate::level::Level) -> Point {
         Point {
             concurrency: l.concurrency,
             throughput_per_s: l.throughput_per_s,

@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::bounds::{Caps, Stop};
 use crate::knee::{find_knee, Evidence, KneeRules, Point, Verdict};
 use crate::level::Level;
 use crate::suggest::{suggest, Basis, Measured, Suggestion};
-use crate::sweep::{Caps, Stop};
 use crate::target::Target;
 
 /// Where and how often the target's calls in flight were read.
@@ -361,7 +361,7 @@ pub(crate) mod tests {
         for l in &mut r.levels {
             let c = f64::from(l.concurrency.min(6));
             let failed = u64::from(l.concurrency == 16);
-            l.target_in_flight = Some(crate::TargetInFlight::of(
+            l.target_in_flight = Some(crate::in_flight::TargetInFlight::of(
                 &[c - 1.0, c, c],
                 failed,
                 (failed > 0).then(|| "no answer within 1s".to_string()),

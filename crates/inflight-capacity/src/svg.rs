@@ -72,7 +72,7 @@ pub fn figure(report: &CapacityReport) -> String {
         }
     };
     let threshold = report.rules.stop_on_errors;
-    let clean = |l: &crate::Level| l.error_rate() <= threshold;
+    let clean = |l: &crate::level::Level| l.error_rate() <= threshold;
 
     let top = TOP;
     let throughput: Vec<Dot> = levels
