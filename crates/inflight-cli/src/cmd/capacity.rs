@@ -91,7 +91,7 @@ pub struct Args {
     max: u64,
 
     /// The longest one level runs (it also ends after --requests calls).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     duration: Duration,
 
     /// The most calls one level sends (it also ends after --duration).
@@ -99,7 +99,7 @@ pub struct Args {
     requests: NonZeroU64,
 
     /// How long one call may take before it counts as a timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     timeout: Duration,
 
     /// Stop climbing at the first level with more failed calls than this (e.g. 5%).
@@ -119,7 +119,7 @@ pub struct Args {
     total_requests: Option<NonZeroU64>,
 
     /// A lower total time cap than the levels imply.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = super::args::duration_up_to(MAX_DURATION))]
     total_time: Option<Duration>,
 
     /// Also read the target's own count of calls in flight during each level: GET URL, and the
@@ -128,7 +128,7 @@ pub struct Args {
     target_in_flight: Option<InFlightSource>,
 
     /// How often --target-in-flight is read during a level (one reading at a time).
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration,
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = super::args::duration_up_to(MAX_DURATION),
           requires = "target_in_flight")]
     target_in_flight_every: Duration,
 
@@ -154,18 +154,6 @@ fn parse_levels(s: &str) -> Result<Levels, String> {
 fn parse_source(s: &str) -> Result<InFlightSource, String> {
     s.parse()
         .map_err(|e: inflight_capacity::SourceError| e.to_string())
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 500ms, 5s): {e}"))?;
-    if d.is_zero() {
-        return Err("must be greater than 0".to_string());
-    }
-    if d > MAX_DURATION {
-        return Err(format!("{s} is longer than the 10m limit"));
-    }
-    Ok(d)
 }
 
 /// A percentage, `5%` or `5`, as a fraction.

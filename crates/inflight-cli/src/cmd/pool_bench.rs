@@ -11,6 +11,9 @@ use inflight_bench::pool::{
 use inflight_bench::shutdown::Shutdown;
 use inflight_cpu::Enforcement;
 
+/// The longest one pool size may run.
+const MAX_DURATION: Duration = Duration::from_secs(600);
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   sudo inflight pool-bench --cpus 1 --pools 1,2,4,8 --duration 5s
@@ -33,7 +36,7 @@ pub struct Args {
     pools: Vec<u32>,
 
     /// How long each pool size runs (e.g. 5s, 500ms; at most 10m).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     duration: Duration,
 
     /// Target length of one task on an idle CPU, in microseconds; calibrated once, then the same
@@ -80,18 +83,6 @@ fn parse_cpus(s: &str) -> Result<f64, String> {
         return Err(format!("{s} CPUs: more than 4096 is not a useful quota"));
     }
     Ok(v)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 5s, 500ms): {e}"))?;
-    if d.is_zero() {
-        return Err("the duration must be greater than 0".to_string());
-    }
-    if d > Duration::from_secs(600) {
-        return Err(format!("{s} is longer than the 10m limit"));
-    }
-    Ok(d)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
