@@ -21,7 +21,8 @@ const MAX_DURATION: Duration = Duration::from_secs(600);
 pub struct Args {
     /// CPU quota to enforce, in CPUs (fractional allowed, e.g. 1 or 0.5): the tool creates a
     /// cgroup with this quota, runs each pool size in a child process inside it, then removes it.
-    /// Without it the pools run under whatever limits this process already has.
+    /// At most the CPUs this process can use. Without it the pools run under whatever limits
+    /// this process already has.
     #[arg(long, value_name = "N", value_parser = parse_cpus, allow_hyphen_values = true)]
     cpus: Option<f64>,
 
@@ -125,6 +126,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Err(anyhow::Error::new(source).context(format!(
                 "cannot enforce --cpus {cpus}, so the benchmark would not measure what it claims; pass --no-limit to run without a quota"
             )))
+        }
+        Err(e @ BenchError::MoreThanAvailable { .. }) => {
+            return Err(anyhow::Error::new(e).context("--cpus"))
         }
         Err(e) => {
             let context = match e.pool() {
