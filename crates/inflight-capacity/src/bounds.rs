@@ -27,8 +27,9 @@ impl std::fmt::Display for Caps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "at most {} requests and {}",
+            "at most {} request{} and {}",
             self.total_requests,
+            if self.total_requests == 1 { "" } else { "s" },
             fmt_duration(self.total_time)
         )
     }

@@ -77,5 +77,5 @@ pub use in_flight::{InFlightSource, ReadError, SourceError, TargetInFlight, READ
 pub use level::{ErrorCounts, Level};
 pub use levels::{Levels, LevelsError, MAX_CONCURRENCY};
 pub use report::CapacityReport;
-pub use sweep::{Progress, Sweep, MAX_PROBES};
+pub use sweep::{Progress, Sweep, MAX_PROBES, MIN_PACE};
 pub use target::{BodyTemplate, Target, TargetError};
