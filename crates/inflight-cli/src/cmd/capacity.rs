@@ -23,7 +23,13 @@ macro_rules! counter {
 }
 
 const AFTER_HELP: &str = concat!(
-    "Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
+    "Measurement: p50, p99 and max are the latencies of the calls answered 2xx only; failed calls
+are counted by kind under errors. A caller whose call failed at once (an error status, a refused
+connection) waits about one service time before its next call, so a level's failed share is the
+share of callers refused. A level with no full round of 2xx answers while every caller was busy
+is marked (thin): its figures cover the whole level, warm-up and drain included.
+
+Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
 reports about itself, GET URL and the JSON pointer (RFC 6901) after the `#`, every 10ms
 (--target-in-flight-every) during each level over a connection of its own (never counted in the
 levels). Each level then shows the most and the mean the target reported over the window its ok/s
@@ -51,8 +57,12 @@ const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Find a dependency's capacity and service time by measurement, and the budget to configure.
 ///
 /// Keeps 1, 2, 4, 8, ... calls in flight against one endpoint, each level until --requests
-/// calls or --duration, and measures throughput, p50/p99/max latency and failed calls by kind
-/// (and, with --target-in-flight, the calls in flight the target itself reports).
+/// calls or --duration, and measures throughput, p50/p99/max latency (of the calls answered 2xx
+/// only) and failed calls by kind (and, with --target-in-flight, the calls in flight the target
+/// itself reports). A caller whose call is refused (an error status, a refused connection) waits
+/// about one service time before its next call, so a level's failed share is the share of
+/// callers refused. A level without a full round of 2xx answers while every caller was busy is
+/// marked (thin): its figures cover the whole level.
 /// The capacity is the smallest concurrency whose throughput is at the plateau (within
 /// --tolerance) before latency grows with a queue or calls fail; levels are added between
 /// measured ones to pin it to one step. The service time is the median latency at the lowest
@@ -330,24 +340,31 @@ fn print_progress(progress: Progress<'_>) {
                 (Some(max), Some(mean)) => format!(
                     ", target in flight max {max} mean {mean:.1}{}",
                     if t.failed > 0 {
-                        format!(" ({} readings failed)", t.failed)
+                        format!(" ({} failed)", readings(t.failed))
                     } else {
                         String::new()
                     }
                 ),
-                _ => format!(", target in flight unread ({} readings failed)", t.failed),
+                _ => format!(", target in flight unread ({} failed)", readings(t.failed)),
             },
             None => String::new(),
         };
         eprintln!(
-            "  concurrency {:>4}{}: {} calls, {:.1}/s, p50 {}, p99 {}, {errors}{target}{}",
+            "  concurrency {:>4}{}: {} call{}, {:.1}/s, p50 {}, p99 {} (2xx), {errors}{target}{}{}",
             l.concurrency,
             if l.refined { " (probe)" } else { "" },
             l.requests,
+            if l.requests == 1 { "" } else { "s" },
             l.throughput_per_s,
             ms(l.p50_ms),
             ms(l.p99_ms),
+            if l.thin { ", thin" } else { "" },
             if l.interrupted { ", interrupted" } else { "" }
         );
     }
+}
+
+/// `1 reading`, `2 readings`.
+fn readings(n: u64) -> String {
+    format!("{n} reading{}", if n == 1 { "" } else { "s" })
 }
