@@ -306,7 +306,7 @@ impl Sweep {
                 .measure(&clients, &run, shutdown, c, false, &mut progress)
                 .await;
             if let (false, Some(p50)) = (paced_by_level, level.p50_ms) {
-                run.set_pace(Duration::from_secs_f64(p50 / 1000.0));
+                run.set_pace(Duration::try_from_secs_f64(p50 / 1000.0).unwrap_or_default());
                 paced_by_level = true;
             }
             let (interrupted, rate) = (level.interrupted, level.error_rate());
