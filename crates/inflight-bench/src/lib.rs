@@ -6,7 +6,7 @@
 //! [`pool`] runs a CPU-bound task on thread pools of several sizes under a real cgroup CPU quota
 //! and measures throughput, tail latency and throttling. What both need, and the lab reuses, sits
 //! next to them: a count of work in flight with its peak, a timer finer than tokio's, a shutdown
-//! on Ctrl-C, and the median of repeats.
+//! on Ctrl-C, the median of repeats, and the axes of the figures.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -33,7 +33,10 @@
 //!   their deadline.
 //! - [`shutdown`]: [`Shutdown`](shutdown::Shutdown), fired by Ctrl-C, SIGTERM or SIGHUP.
 //! - [`spread`]: [`Spread`](spread::Spread), median, min and max of repeated measurements.
+//! - [`axis`]: [`nice_step`](axis::nice_step) and [`ticks`](axis::ticks), the value axes of
+//!   the SVG figures.
 
+pub mod axis;
 pub mod fanout;
 pub mod gauge;
 pub mod pool;

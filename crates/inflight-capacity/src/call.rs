@@ -65,13 +65,40 @@ impl Caller {
     }
 }
 
+/// The most characters of a message a report quotes from an answer, on one line.
+pub(crate) const QUOTE_CHARS: usize = 120;
+
+/// The status, and the start of the body on one line: `503 Service Unavailable: overloaded`.
 pub(crate) fn status_detail(status: reqwest::StatusCode, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text: String = text.trim().chars().take(200).collect();
+    let text = one_line(&String::from_utf8_lossy(body));
     if text.is_empty() {
         status.to_string()
     } else {
         format!("{status}: {text}")
+    }
+}
+
+/// `text` on one line of at most [`QUOTE_CHARS`] characters: an HTML page by its `<title>`
+/// (`... (an HTML page)`), anything else with each run of whitespace, line breaks included, made
+/// one space; a cut is marked `...`. Idempotent, so a message made one line can be made so again.
+pub(crate) fn one_line(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let title = lower.find("<title>").and_then(|start| {
+        let start = start + "<title>".len();
+        let end = start + lower[start..].find("</title>")?;
+        // ASCII lowercasing keeps byte offsets, so they index `text` too.
+        text.get(start..end)
+    });
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = match title.map(flat) {
+        Some(title) if !title.is_empty() => format!("{title} (an HTML page)"),
+        _ => flat(text),
+    };
+    if line.chars().count() <= QUOTE_CHARS {
+        line
+    } else {
+        let kept: String = line.chars().take(QUOTE_CHARS - 3).collect();
+        format!("{}...", kept.trim_end())
     }
 }
 
@@ -101,5 +128,35 @@ pub(crate) fn root_causes(e: &reqwest::Error) -> String {
         e.to_string()
     } else {
         parts.join(": ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_quoted_on_one_short_line() {
+        let page = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n";
+        let detail = status_detail(reqwest::StatusCode::SERVICE_UNAVAILABLE, page.as_bytes());
+        assert_eq!(
+            detail,
+            "503 Service Unavailable: 503 Service Temporarily Unavailable (an HTML page)"
+        );
+        let json = br#"{"error":"system of record is full: 6 in service and 6 waiting"}"#;
+        assert_eq!(
+            status_detail(reqwest::StatusCode::SERVICE_UNAVAILABLE, json),
+            r#"503 Service Unavailable: {"error":"system of record is full: 6 in service and 6 waiting"}"#
+        );
+        let long = "line one\n\n  line two\t".repeat(20);
+        let quoted = one_line(&long);
+        assert!(!quoted.contains('\n') && !quoted.contains('\t'), "{quoted}");
+        assert!(quoted.starts_with("line one line two line one"), "{quoted}");
+        assert!(quoted.ends_with("...") && quoted.chars().count() <= QUOTE_CHARS);
+        assert_eq!(one_line(&quoted), quoted);
+        assert_eq!(
+            status_detail(reqwest::StatusCode::BAD_GATEWAY, b" \n "),
+            "502 Bad Gateway"
+        );
     }
 }

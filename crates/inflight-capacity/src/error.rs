@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+use crate::bounds::MIN_CALLS_PER_CALLER;
+use crate::duration::fmt_duration;
+use crate::in_flight::ReadError;
+use crate::suggest::SuggestError;
+
 /// Why a sweep could not start; once it runs, whatever happens is in the report instead.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -11,7 +16,7 @@ pub enum CapacityError {
     Setting(String),
     /// The calls per level leave too few per caller at the highest level for a steady
     /// measurement (each caller's first call only warms up).
-    #[error("{per_level} calls per level is below {} per caller at the highest level {level} ({needed}): each caller's first call only warms up", crate::sweep::MIN_CALLS_PER_CALLER)]
+    #[error("{per_level} calls per level is below {} per caller at the highest level {level} ({needed}): each caller's first call only warms up", MIN_CALLS_PER_CALLER)]
     TooFewRequests {
         per_level: u64,
         level: u32,
@@ -19,7 +24,7 @@ pub enum CapacityError {
     },
     /// The budget name cannot head a `[budgets.NAME]` table.
     #[error(transparent)]
-    Name(#[from] crate::suggest::SuggestError),
+    Name(#[from] SuggestError),
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
@@ -41,34 +46,8 @@ pub enum CapacityError {
     /// The first reading of the target's calls in flight failed: the source is wrong or down,
     /// and every level would read nothing.
     #[error("cannot read calls in flight from {from}: {error}")]
-    InFlight {
-        from: String,
-        error: crate::in_flight::ReadError,
-    },
+    InFlight { from: String, error: ReadError },
     /// Ctrl-C arrived before any level was measured.
     #[error("interrupted before the first level")]
     Interrupted,
-}
-
-pub(crate) fn fmt_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        let secs = format!("{:.3}", d.as_secs_f64());
-        format!("{}s", secs.trim_end_matches('0').trim_end_matches('.'))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(fmt_duration(Duration::from_secs(5)), "5s");
-        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
-        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
-    }
 }

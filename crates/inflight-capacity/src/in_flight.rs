@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::call::root_causes;
-use crate::error::fmt_duration;
+use crate::duration::fmt_duration;
 use crate::target::{is_loopback, Target, TargetError};
 
 /// How long one reading may take before it counts as failed.

@@ -33,8 +33,8 @@ pub struct Point {
     pub error_rate: f64,
 }
 
-impl From<&crate::Level> for Point {
-    fn from(l: &crate::Level) -> Point {
+impl From<&crate::level::Level> for Point {
+    fn from(l: &crate::level::Level) -> Point {
         Point {
             concurrency: l.concurrency,
             throughput_per_s: l.throughput_per_s,
@@ -230,8 +230,9 @@ mod tests {
             concurrency: c,
             throughput_per_s: served * 1000.0 / service_ms,
             p50_ms: Some(service_ms * (waiting.max(capacity) as f64) / capacity as f64),
-            // A refused caller comes straight back and is refused again: most calls fail.
-            error_rate: if refused > 0 { 0.9 } else { 0.0 },
+            // A refused caller waits about one service time before it calls again (the sweep
+            // paces it), so the failed share of calls is the share of callers refused.
+            error_rate: f64::from(refused) / f64::from(c),
         }
     }
 

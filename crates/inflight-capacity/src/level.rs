@@ -76,7 +76,8 @@ pub struct Level {
     /// Calls answered 2xx per second, over the time the level kept `concurrency` calls in
     /// flight (the last calls, which drain with fewer in flight, are left out).
     pub throughput_per_s: f64,
-    /// Median latency of the calls answered 2xx, in milliseconds (`null` if none).
+    /// Median latency of the calls answered 2xx, in milliseconds (`null` if none); failed calls
+    /// are not in it, nor in the other latencies: they are counted in `errors`.
     pub p50_ms: Option<f64>,
     /// 99th percentile latency of the calls answered 2xx, in milliseconds.
     pub p99_ms: Option<f64>,
@@ -93,7 +94,13 @@ pub struct Level {
     /// Whether Ctrl-C or the total time cap cut the level short (its calls in flight were
     /// dropped).
     pub interrupted: bool,
-    /// The first failure's message, for a transport error or an error status.
+    /// Whether the level had no full round of 2xx answers while every caller was busy (its time
+    /// bound came first, or failed calls used up its calls): its throughput and latencies are
+    /// then over the whole level and all its calls, warm-up and drain included, and say less
+    /// than a steady level's. `false` in documents written before the field.
+    #[serde(default)]
+    pub thin: bool,
+    /// The first failure's message, on one line, for a transport error or an error status.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
     /// The target's calls in flight during the level, as the target reported them; absent

@@ -32,15 +32,34 @@
 //!
 //! - [`Target`] (`target`): the endpoint, method, headers and a JSON body template with `{n}`.
 //! - [`Levels`] (`levels`): the concurrency levels to climb.
+//! - [`Caps`], [`Stop`] (`bounds`): what bounds a run in all, and why a climb ended early.
 //! - [`InFlightSource`] (`in_flight`): where the target reports its own calls in flight (a JSON
 //!   endpoint and a pointer), polled during each level into a [`TargetInFlight`].
 //! - [`Sweep`] (`sweep`): the measurement, bounded per level and in total, stopped by errors
-//!   or Ctrl-C; [`Level`] is what one level measured.
+//!   or Ctrl-C; [`Level`] (`level`) is what one level measured.
 //! - [`knee`]: the knee of level data, a pure function.
 //! - [`suggest`]: the budget a knee implies, checked by [`inflight::sizing::assess`].
 //! - [`CapacityReport`] (`report`): all of it, as JSON or a table; [`svg::figure`] draws it.
+//! - [`CapacityError`] (`error`): why a sweep could not start.
+//! - `call` sends one call and sorts its outcome; `duration` writes durations in messages.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it).
+//!
+//! - `sweep`, `svg`
+//! - `report`
+//! - `error`, `knee`
+//! - `suggest`, `level`
+//! - `in_flight`
+//! - `call`
+//! - `target`, `levels`, `bounds`
+//! - `duration`
 
+mod bounds;
 mod call;
+mod duration;
 mod error;
 mod in_flight;
 pub mod knee;
@@ -52,10 +71,11 @@ pub mod svg;
 mod sweep;
 mod target;
 
+pub use bounds::{Caps, Stop, MIN_CALLS_PER_CALLER};
 pub use error::CapacityError;
 pub use in_flight::{InFlightSource, ReadError, SourceError, TargetInFlight, READ_TIMEOUT};
 pub use level::{ErrorCounts, Level};
 pub use levels::{Levels, LevelsError, MAX_CONCURRENCY};
 pub use report::CapacityReport;
-pub use sweep::{Caps, Progress, Stop, Sweep, MAX_PROBES, MIN_CALLS_PER_CALLER};
+pub use sweep::{Progress, Sweep, MAX_PROBES, MIN_PACE};
 pub use target::{BodyTemplate, Target, TargetError};

@@ -4,10 +4,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::bounds::{Caps, Stop};
+use crate::call::one_line;
 use crate::knee::{find_knee, Evidence, KneeRules, Point, Verdict};
 use crate::level::Level;
 use crate::suggest::{suggest, Basis, Measured, Suggestion};
-use crate::sweep::{Caps, Stop};
 use crate::target::Target;
 
 /// Where and how often the target's calls in flight were read.
@@ -189,6 +190,7 @@ impl CapacityReport {
                 (false, true) => " (probe)",
                 _ => "",
             };
+            let thin = if l.thin { " (thin)" } else { "" };
             let errors = if l.errors.total == 0 {
                 "0".to_string()
             } else {
@@ -201,7 +203,7 @@ impl CapacityReport {
             };
             let _ = writeln!(
                 out,
-                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {}{errors}{mark}{}",
+                "{:>11}  {:>8}  {:>10.1}  {:>8}  {:>8}  {:>8}  {}{errors}{thin}{mark}{}",
                 l.concurrency,
                 l.requests,
                 l.throughput_per_s,
@@ -210,6 +212,16 @@ impl CapacityReport {
                 ms(l.max_ms),
                 target(l),
                 if l.interrupted { " (interrupted)" } else { "" }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "p50/p99/max ms: the calls answered 2xx only; failed calls are counted under errors"
+        );
+        if self.levels.iter().any(|l| l.thin) {
+            let _ = writeln!(
+                out,
+                "(thin): no full round of 2xx answers while every caller was busy; ok/s and latencies cover the whole level, warm-up and drain included"
             );
         }
         if let Some(source) = &self.target_in_flight_source {
@@ -253,7 +265,7 @@ impl CapacityReport {
             let _ = writeln!(out, "{stop}");
         }
         if let Some(first) = self.levels.iter().find_map(|l| l.first_error.as_ref()) {
-            let _ = writeln!(out, "first failure: {first}");
+            let _ = writeln!(out, "first failure: {}", one_line(first));
         }
         if let Some(s) = &self.suggested {
             let _ = writeln!(out);
@@ -305,6 +317,7 @@ pub(crate) mod tests {
             elapsed_s: 1.0,
             refined: matches!(c, 5..=7),
             interrupted: false,
+            thin: false,
             first_error: (c > 12).then(|| "503 Service Unavailable".to_string()),
             target_in_flight: None,
         }
@@ -361,7 +374,7 @@ pub(crate) mod tests {
         for l in &mut r.levels {
             let c = f64::from(l.concurrency.min(6));
             let failed = u64::from(l.concurrency == 16);
-            l.target_in_flight = Some(crate::TargetInFlight::of(
+            l.target_in_flight = Some(crate::in_flight::TargetInFlight::of(
                 &[c - 1.0, c, c],
                 failed,
                 (failed > 0).then(|| "no answer within 1s".to_string()),
@@ -424,6 +437,33 @@ pub(crate) mod tests {
             "{json}"
         );
         assert!(json.get("target_in_flight_source").is_none(), "{json}");
+    }
+
+    #[test]
+    fn latencies_say_they_are_of_2xx_calls_and_thin_levels_are_marked() {
+        let mut r = report(&[1, 8, 16], None);
+        let text = r.render();
+        assert!(
+            text.contains("p50/p99/max ms: the calls answered 2xx only"),
+            "{text}"
+        );
+        assert!(!text.contains("(thin)"), "{text}");
+        r.levels[2].thin = true;
+        r.levels[2].first_error =
+            Some("503 Service Unavailable: <html>\n<body>\nbusy\n</body>\n</html>".into());
+        let text = r.render();
+        let row = text.lines().find(|l| l.starts_with("         16")).unwrap();
+        assert!(row.ends_with("(80.0%: 503 x 80) (thin)"), "{text}");
+        assert!(
+            text.contains("\n(thin): no full round of 2xx answers"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nfirst failure: 503 Service Unavailable: <html> <body> busy </body> </html>\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

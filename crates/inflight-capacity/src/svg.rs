@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use inflight_bench::axis::{nice_step, ticks};
+
 use crate::knee::Verdict;
 use crate::report::CapacityReport;
 
@@ -72,7 +74,7 @@ pub fn figure(report: &CapacityReport) -> String {
         }
     };
     let threshold = report.rules.stop_on_errors;
-    let clean = |l: &crate::Level| l.error_rate() <= threshold;
+    let clean = |l: &crate::level::Level| l.error_rate() <= threshold;
 
     let top = TOP;
     let throughput: Vec<Dot> = levels
@@ -199,8 +201,7 @@ fn panel(
     let step = nice_step(max, 4.0);
     let y_max = (max / step).ceil() * step;
     let y = |v: f64| top + PANEL_H - (v.max(0.0) / y_max) * PANEL_H;
-    let mut tick = 0.0;
-    while tick <= y_max + step * 1e-6 {
+    for tick in ticks(y_max, step) {
         let ty = y(tick);
         let _ = writeln!(
             svg,
@@ -210,7 +211,6 @@ fn panel(
             ty + 4.0,
             num(tick)
         );
-        tick += step;
     }
     let _ = writeln!(
         svg,
@@ -263,23 +263,6 @@ fn panel(
         WIDTH - RIGHT,
         y(0.0)
     );
-}
-
-/// A step of 1, 2 or 5 times a power of ten giving about `target` ticks up to `max`.
-fn nice_step(max: f64, target: f64) -> f64 {
-    let raw = max / target;
-    let pow = 10f64.powf(raw.log10().floor());
-    let frac = raw / pow;
-    let nice = if frac <= 1.0 {
-        1.0
-    } else if frac <= 2.0 {
-        2.0
-    } else if frac <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * pow
 }
 
 fn num(v: f64) -> String {

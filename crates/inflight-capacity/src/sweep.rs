@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use inflight_bench::shutdown::Shutdown;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use crate::bounds::{Caps, Stop, MIN_CALLS_PER_CALLER};
 use crate::call::{Caller, Outcome};
-use crate::error::{fmt_duration, CapacityError};
+use crate::duration::fmt_duration;
+use crate::error::CapacityError;
 use crate::in_flight::{InFlightSource, Reader, Readings};
 use crate::knee::{find_knee, KneeRules, Point};
 use crate::level::{ErrorCounts, Level};
@@ -23,86 +24,8 @@ use crate::target::Target;
 /// Levels added between measured ones to pin down the knee, at most.
 pub const MAX_PROBES: u32 = 8;
 
-/// The fewest calls per caller a level's request bound must allow: the first call of each
-/// caller warms up (connection, the target's first burst) and is not measured, so a level needs
-/// a few more to measure a steady state.
-pub const MIN_CALLS_PER_CALLER: u64 = 3;
-
-/// What bounds a whole run, shown before it starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Caps {
-    /// Calls sent in all, the first check call included.
-    pub total_requests: u64,
-    /// Wall time in all, in seconds.
-    #[serde(with = "seconds")]
-    pub total_time: Duration,
-}
-
-impl std::fmt::Display for Caps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "at most {} requests and {}",
-            self.total_requests,
-            fmt_duration(self.total_time)
-        )
-    }
-}
-
-mod seconds {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let secs = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Why the climb ended before the last level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Stop {
-    /// A level failed more calls than the threshold: the target is refusing load.
-    Errors {
-        concurrency: u32,
-        error_rate: f64,
-        errors: String,
-    },
-    /// Ctrl-C.
-    Interrupted,
-    /// The total request cap was reached.
-    RequestCap,
-    /// The total time cap was reached.
-    TimeCap,
-}
-
-impl std::fmt::Display for Stop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Stop::Errors {
-                concurrency,
-                error_rate,
-                errors,
-            } => write!(
-                f,
-                "stopped climbing at concurrency {concurrency}: {:.1}% of calls failed ({errors})",
-                error_rate * 100.0
-            ),
-            Stop::Interrupted => {
-                f.write_str("interrupted: the figures are from the levels measured so far")
-            }
-            Stop::RequestCap => f.write_str("stopped: the total request cap was reached"),
-            Stop::TimeCap => f.write_str("stopped: the total time cap was reached"),
-        }
-    }
-}
+/// The shortest wait of a refused caller before its next call (see [`Sweep`]).
+pub const MIN_PACE: Duration = Duration::from_millis(1);
 
 /// What a sweep reports while it runs.
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +44,14 @@ pub enum Progress<'a> {
 /// passed, whichever comes first. Levels climb in order and the climb stops at the first level
 /// whose failed share exceeds [`KneeRules::stop_on_errors`]; then up to [`MAX_PROBES`] levels
 /// are added between measured ones to pin the knee to one step.
+///
+/// A caller whose call failed at once (an error status, a refused or reset connection) waits
+/// about one service time before its next call, as a client backing off would: the median of
+/// the lowest level's 2xx calls (before that level ends, the first call's time if it was
+/// answered 2xx), at least [`MIN_PACE`]. So a target that refuses the calls above its capacity
+/// at once sees each refused caller about as often as a served one, and a level's failed share
+/// is the share of callers it refused, not of one caller retrying in a tight loop. A timeout
+/// already waited the whole timeout and is not paced.
 ///
 /// With [`Sweep::target_in_flight`], each level also polls the target's own count of calls in
 /// flight (one reading at a time, every [`Sweep::target_in_flight_every`], over a connection of its own that
@@ -358,8 +289,11 @@ impl Sweep {
             requests_left: AtomicU64::new(caps.total_requests),
             deadline: Instant::now() + caps.total_time,
             request_cap_hit: AtomicBool::new(false),
+            pace_us: AtomicU64::new(0),
         });
         self.first_call(&clients.caller, &run, shutdown).await?;
+        // The pace comes from the lowest level once it has 2xx answers; levels climb in order.
+        let mut paced_by_level = false;
 
         let mut levels: Vec<Level> = Vec::new();
         let mut stopped = None;
@@ -371,6 +305,10 @@ impl Sweep {
             let level = self
                 .measure(&clients, &run, shutdown, c, false, &mut progress)
                 .await;
+            if let (false, Some(p50)) = (paced_by_level, level.p50_ms) {
+                run.set_pace(Duration::try_from_secs_f64(p50 / 1000.0).unwrap_or_default());
+                paced_by_level = true;
+            }
             let (interrupted, rate) = (level.interrupted, level.error_rate());
             let errors = level.errors.describe();
             levels.push(level);
@@ -431,12 +369,15 @@ impl Sweep {
     ) -> Result<(), CapacityError> {
         run.take_one();
         let url = self.target.url().to_string();
-        let outcome = tokio::select! {
-            (outcome, _) = caller.call() => outcome,
+        let (outcome, latency) = tokio::select! {
+            answer = caller.call() => answer,
             _ = shutdown.wait() => return Err(CapacityError::Interrupted),
         };
         match outcome {
-            Outcome::Ok => Ok(()),
+            Outcome::Ok => {
+                run.set_pace(latency);
+                Ok(())
+            }
             // A 5xx is the target's answer under load; the climb measures and stops on it.
             Outcome::Status { code, .. } if code >= 500 || code == 429 => Ok(()),
             Outcome::Status { detail, .. } => Err(CapacityError::Refused { url, detail }),
@@ -494,10 +435,16 @@ impl Sweep {
                 let mut first = true;
                 while state.claim(&run) {
                     let (outcome, latency) = caller.call().await;
+                    let refused = !matches!(outcome, Outcome::Ok | Outcome::Timeout);
                     state.record(outcome, latency, first);
                     if first {
                         state.warmed_up();
                         first = false;
+                    }
+                    if refused {
+                        // Back off about one service time, not past the level's end.
+                        let until = (Instant::now() + run.pace()).min(state.deadline);
+                        tokio::time::sleep_until(until.into()).await;
                     }
                 }
             });
@@ -549,9 +496,21 @@ struct RunBounds {
     requests_left: AtomicU64,
     deadline: Instant,
     request_cap_hit: AtomicBool,
+    /// How long a refused caller waits before its next call, in microseconds (0: not known yet).
+    pace_us: AtomicU64,
 }
 
 impl RunBounds {
+    /// The wait of a refused caller: about one service time, at least [`MIN_PACE`].
+    fn pace(&self) -> Duration {
+        Duration::from_micros(self.pace_us.load(Ordering::Relaxed)).max(MIN_PACE)
+    }
+
+    fn set_pace(&self, service_time: Duration) {
+        let us = u64::try_from(service_time.as_micros()).unwrap_or(u64::MAX);
+        self.pace_us.store(us, Ordering::Relaxed);
+    }
+
     /// Takes one call from the total; false once none are left.
     fn take_one(&self) -> bool {
         let taken = self
@@ -743,6 +702,7 @@ impl LevelState {
             elapsed_s: end.saturating_duration_since(self.started).as_secs_f64(),
             refined,
             interrupted,
+            thin: steady.is_none(),
             first_error: acc.first_error.clone(),
             target_in_flight: readings.map(|r| r.summary(steady)),
         }

@@ -1,6 +1,7 @@
 //! The sweep against an in-process HTTP server on loopback that serves 3 calls at once, queues
 //! 3 more and refuses the rest with 503, and reports the calls it serves at `/stats`: the knee,
-//! the caps, a shutdown mid-run, and the server's own count of calls in flight.
+//! the caps, a shutdown mid-run, and the server's own count of calls in flight; and against one
+//! that refuses at once (an HTML page) every call beyond its capacity: refused callers are paced.
 
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -320,6 +321,77 @@ async fn later_failed_readings_are_counted_not_fatal() {
         text.contains(
             "readings of the target's calls in flight failed; the first: it answered 500"
         ),
+        "{text}"
+    );
+}
+
+/// A server on loopback that serves `REFUSING_CAPACITY` calls at once, each in `SERVICE`, and
+/// answers every call beyond them at once with 503 and a multi-line HTML page, as nginx does.
+async fn serve_refusing() -> String {
+    let inside = Arc::new(AtomicU64::new(0));
+    let app = Router::new().route(
+        "/work",
+        get(move || {
+            let inside = inside.clone();
+            async move {
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                let answer = if now > REFUSING_CAPACITY {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("content-type", "text/html")],
+                        "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+                    )
+                } else {
+                    tokio::time::sleep(SERVICE).await;
+                    (StatusCode::OK, [("content-type", "text/plain")], "ok")
+                };
+                inside.fetch_sub(1, Ordering::SeqCst);
+                answer
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/work")
+}
+
+const REFUSING_CAPACITY: u64 = 3;
+
+/// Above the capacity a refused caller waits about one service time before calling again, so it
+/// sends about as many calls as a served one: the level's calls stay near callers x level time /
+/// service time, and its failures near the share of callers refused (1 of 4), instead of one
+/// caller's tight loop of refusals using up the level in a few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_caller_waits_about_a_service_time() {
+    let url = serve_refusing().await;
+    let report = sweep(&url, "1,2,4")
+        .run(&Shutdown::never(), |_| {})
+        .await
+        .unwrap();
+    let text = report.render();
+    let at_4 = report.levels.iter().find(|l| l.concurrency == 4).unwrap();
+    assert!(at_4.errors.status_503 > 0, "{text}");
+    // Three callers served, one refused at a time: about a third as many failures as 2xx.
+    assert!(at_4.errors.total <= at_4.ok, "{text}");
+    let service_s = SERVICE.as_secs_f64();
+    let bound = 2.0 * 4.0 * at_4.elapsed_s / service_s + 4.0;
+    assert!(
+        (at_4.requests as f64) <= bound,
+        "{} calls in {:.3}s, more than {bound:.0}: {text}",
+        at_4.requests,
+        at_4.elapsed_s
+    );
+    assert!(!at_4.thin, "{text}");
+    assert_eq!(report.capacity, Some(3), "{text}");
+    // The first failure is one line: the page's title, not the page.
+    let first = text
+        .lines()
+        .find(|l| l.starts_with("first failure: "))
+        .unwrap();
+    assert_eq!(
+        first,
+        "first failure: 503 Service Unavailable: 503 Service Temporarily Unavailable (an HTML page)",
         "{text}"
     );
 }

@@ -14,6 +14,10 @@ pub enum BenchError {
         #[source]
         source: CgroupError,
     },
+    /// The quota is more CPUs than this process can use (`std::thread::available_parallelism()`):
+    /// the pools could never use it, and the report would name a limit that was not one.
+    #[error("a quota of {cpus} CPUs is more than the {available} CPU{} this process can use, so it would limit nothing; give at most {available}", if *.available == 1 { "" } else { "s" })]
+    MoreThanAvailable { cpus: f64, available: usize },
     #[error("cannot start the pool {pool} child process: {source}")]
     Spawn {
         pool: usize,
@@ -38,7 +42,7 @@ impl BenchError {
     /// The pool size that was running, for the errors that happen while one runs.
     pub fn pool(&self) -> Option<usize> {
         match self {
-            BenchError::Quota { .. } => None,
+            BenchError::Quota { .. } | BenchError::MoreThanAvailable { .. } => None,
             BenchError::Spawn { pool, .. }
             | BenchError::Timeout { pool, .. }
             | BenchError::Child { pool, .. }

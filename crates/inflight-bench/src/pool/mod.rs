@@ -23,7 +23,10 @@ pub mod worker;
 
 pub use child::run_child;
 pub use error::BenchError;
-pub use report::{enforcement_of, interpret, render_table, BenchReport, PoolResult, CFS_PERIOD_MS};
+pub use report::{
+    enforcement_of, interpret, render_table, BenchReport, PoolResult, CFS_PERIOD_MS,
+    PLATEAU_TOLERANCE,
+};
 pub use sweep::{sweep, ChildSpec, Cleanup, SweepConfig, SweepEvent, SweepOutcome};
 pub use task::{calibrate, task};
 pub use worker::{run_pool, PoolRun};

@@ -9,6 +9,10 @@ use super::worker::PoolRun;
 /// The CFS period the reading of the results refers to (the kernel default).
 pub const CFS_PERIOD_MS: f64 = 100.0;
 
+/// How far below the best throughput a pool may be and still count as on the plateau, 0 to 1:
+/// the plateau starts at the smallest pool within this share of the best. The reading states it.
+pub const PLATEAU_TOLERANCE: f64 = 0.05;
+
 /// One row of the results: a pool size with its throughput, latency and throttling.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PoolResult {
@@ -65,7 +69,8 @@ pub fn enforcement_of(group: Option<&QuotaGroup>) -> Enforcement {
     group.map(|g| g.enforcement()).unwrap_or(Enforcement::None)
 }
 
-/// One sentence that reads the results: where throughput plateaus and what the tail does past it.
+/// One sentence that reads the results: where throughput plateaus (the smallest pool within
+/// [`PLATEAU_TOLERANCE`] of the best, stated in the sentence) and what the tail does past it.
 pub fn interpret(report: &BenchReport) -> String {
     let rs = &report.results;
     if rs.is_empty() {
@@ -75,12 +80,17 @@ pub fn interpret(report: &BenchReport) -> String {
     if best <= 0.0 {
         return "no task completed: each pool ran for less than one task takes".to_string();
     }
-    // The smallest pool that reaches 90% of the best throughput is where the plateau starts.
+    // The smallest pool within the tolerance of the best throughput is where the plateau starts.
     let knee = rs
         .iter()
-        .filter(|r| r.tasks_per_s >= 0.9 * best)
+        .filter(|r| r.tasks_per_s >= (1.0 - PLATEAU_TOLERANCE) * best)
         .min_by_key(|r| r.pool)
         .unwrap_or(&rs[0]);
+    let best_row = rs
+        .iter()
+        .max_by(|a, b| a.tasks_per_s.total_cmp(&b.tasks_per_s))
+        .unwrap_or(&rs[0]);
+    let tolerance = format!("{:.0}%", PLATEAU_TOLERANCE * 100.0);
     let biggest = rs.iter().max_by_key(|r| r.pool).unwrap_or(&rs[0]);
     let mut s = String::new();
     let limit = match report.cpus {
@@ -94,14 +104,16 @@ pub fn interpret(report: &BenchReport) -> String {
         ));
     } else if biggest.pool == knee.pool {
         s.push_str(&format!(
-            "throughput still grows up to the largest pool ({}, {:.0} tasks/s): no plateau within {limit}",
+            "throughput still grows up to the largest pool ({}, {:.0} tasks/s): no smaller pool comes within {tolerance} of it, so no plateau within {limit}",
             biggest.pool, biggest.tasks_per_s
         ));
     } else {
         s.push_str(&format!(
-            "throughput plateaus at pool {} ({:.0} tasks/s, {limit}); pool {} changes throughput by {:+.0}% while p99 goes {:.2} -> {:.2} ms and max {:.2} -> {:.2} ms",
+            "throughput plateaus at pool {} ({:.0} tasks/s, {limit}; the smallest pool within {tolerance} of the best, {:.0} tasks/s at pool {}); pool {} changes throughput by {:+.0}% while p99 goes {:.2} -> {:.2} ms and max {:.2} -> {:.2} ms",
             knee.pool,
             knee.tasks_per_s,
+            best_row.tasks_per_s,
+            best_row.pool,
             biggest.pool,
             (biggest.tasks_per_s / knee.tasks_per_s - 1.0) * 100.0,
             knee.p99_ms,
@@ -223,6 +235,42 @@ mod tests {
         let table = render_table(&report);
         assert!(table.contains("19,500"), "{table}");
         assert_eq!(table.lines().count(), 5);
+    }
+
+    /// A 10% gain from pool 1 to 8 is more than the tolerance: the plateau is not at pool 1, and
+    /// the sentence says what "plateau" means.
+    #[test]
+    fn a_gain_beyond_the_tolerance_is_not_a_plateau() {
+        let report = BenchReport {
+            cpus: None,
+            enforcement: Enforcement::None,
+            cgroup: None,
+            duration_s: 5.0,
+            task_iters: 1,
+            task_us: 50.0,
+            results: vec![
+                row(1, 10_000.0, 0.1, 0.5),
+                row(2, 10_300.0, 0.2, 0.6),
+                row(4, 10_600.0, 0.3, 0.7),
+                row(8, 11_000.0, 0.4, 0.8),
+            ],
+        };
+        let s = interpret(&report);
+        assert!(!s.contains("plateaus at pool 1"), "{s}");
+        assert!(s.contains("plateaus at pool 4 (10600 tasks/s"), "{s}");
+        assert!(
+            s.contains("the smallest pool within 5% of the best, 11000 tasks/s at pool 8"),
+            "{s}"
+        );
+        // Only the largest pool is within the tolerance: no plateau, and the tolerance is named.
+        let mut steep = report.clone();
+        steep.results[2].tasks_per_s = 10_400.0;
+        let s = interpret(&steep);
+        assert!(
+            s.contains("throughput still grows up to the largest pool (8"),
+            "{s}"
+        );
+        assert!(s.contains("within 5% of it"), "{s}");
     }
 
     #[test]

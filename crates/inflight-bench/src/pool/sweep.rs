@@ -89,7 +89,9 @@ pub enum Cleanup {
 ///
 /// # Errors
 ///
-/// [`BenchError::Quota`] when `cpus` cannot be enforced and `allow_unenforced` is off; the
+/// [`BenchError::MoreThanAvailable`] when `cpus` is more than this process can use (checked
+/// first, whatever `allow_unenforced` says); [`BenchError::Quota`] when `cpus` cannot be
+/// enforced and `allow_unenforced` is off; the
 /// others when a pool's child process cannot be started, fails, or prints no result (the cgroup
 /// is removed before returning).
 pub fn sweep(
@@ -98,6 +100,13 @@ pub fn sweep(
     shutdown: &Shutdown,
     mut progress: impl FnMut(SweepEvent<'_>),
 ) -> Result<SweepOutcome, BenchError> {
+    if let Some(cpus) = config.cpus {
+        // As std reads it (affinity and quota), 1 when it cannot be read.
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus > available as f64 + 1e-9 {
+            return Err(BenchError::MoreThanAvailable { cpus, available });
+        }
+    }
     let group = match config.cpus {
         Some(cpus) => match QuotaGroup::create(cpus) {
             Ok(g) => Some(g),

@@ -23,7 +23,13 @@ macro_rules! counter {
 }
 
 const AFTER_HELP: &str = concat!(
-    "Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
+    "Measurement: p50, p99 and max are the latencies of the calls answered 2xx only; failed calls
+are counted by kind under errors. A caller whose call failed at once (an error status, a refused
+connection) waits about one service time before its next call, so a level's failed share is the
+share of callers refused. A level with no full round of 2xx answers while every caller was busy
+is marked (thin): its figures cover the whole level, warm-up and drain included.
+
+Calls in flight as the target saw them: --target-in-flight URL#POINTER reads a number the target
 reports about itself, GET URL and the JSON pointer (RFC 6901) after the `#`, every 10ms
 (--target-in-flight-every) during each level over a connection of its own (never counted in the
 levels). Each level then shows the most and the mean the target reported over the window its ok/s
@@ -51,8 +57,12 @@ const MAX_DURATION: Duration = Duration::from_secs(600);
 /// Find a dependency's capacity and service time by measurement, and the budget to configure.
 ///
 /// Keeps 1, 2, 4, 8, ... calls in flight against one endpoint, each level until --requests
-/// calls or --duration, and measures throughput, p50/p99/max latency and failed calls by kind
-/// (and, with --target-in-flight, the calls in flight the target itself reports).
+/// calls or --duration, and measures throughput, p50/p99/max latency (of the calls answered 2xx
+/// only) and failed calls by kind (and, with --target-in-flight, the calls in flight the target
+/// itself reports). A caller whose call is refused (an error status, a refused connection) waits
+/// about one service time before its next call, so a level's failed share is the share of
+/// callers refused. A level without a full round of 2xx answers while every caller was busy is
+/// marked (thin): its figures cover the whole level.
 /// The capacity is the smallest concurrency whose throughput is at the plateau (within
 /// --tolerance) before latency grows with a queue or calls fail; levels are added between
 /// measured ones to pin it to one step. The service time is the median latency at the lowest
@@ -91,7 +101,7 @@ pub struct Args {
     max: u64,
 
     /// The longest one level runs (it also ends after --requests calls).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     duration: Duration,
 
     /// The most calls one level sends (it also ends after --duration).
@@ -99,7 +109,7 @@ pub struct Args {
     requests: NonZeroU64,
 
     /// How long one call may take before it counts as a timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     timeout: Duration,
 
     /// Stop climbing at the first level with more failed calls than this (e.g. 5%).
@@ -119,7 +129,7 @@ pub struct Args {
     total_requests: Option<NonZeroU64>,
 
     /// A lower total time cap than the levels imply.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = super::args::duration_up_to(MAX_DURATION))]
     total_time: Option<Duration>,
 
     /// Also read the target's own count of calls in flight during each level: GET URL, and the
@@ -128,7 +138,7 @@ pub struct Args {
     target_in_flight: Option<InFlightSource>,
 
     /// How often --target-in-flight is read during a level (one reading at a time).
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration,
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = super::args::duration_up_to(MAX_DURATION),
           requires = "target_in_flight")]
     target_in_flight_every: Duration,
 
@@ -154,18 +164,6 @@ fn parse_levels(s: &str) -> Result<Levels, String> {
 fn parse_source(s: &str) -> Result<InFlightSource, String> {
     s.parse()
         .map_err(|e: inflight_capacity::SourceError| e.to_string())
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 500ms, 5s): {e}"))?;
-    if d.is_zero() {
-        return Err("must be greater than 0".to_string());
-    }
-    if d > MAX_DURATION {
-        return Err(format!("{s} is longer than the 10m limit"));
-    }
-    Ok(d)
 }
 
 /// A percentage, `5%` or `5`, as a fraction.
@@ -342,24 +340,31 @@ fn print_progress(progress: Progress<'_>) {
                 (Some(max), Some(mean)) => format!(
                     ", target in flight max {max} mean {mean:.1}{}",
                     if t.failed > 0 {
-                        format!(" ({} readings failed)", t.failed)
+                        format!(" ({} failed)", readings(t.failed))
                     } else {
                         String::new()
                     }
                 ),
-                _ => format!(", target in flight unread ({} readings failed)", t.failed),
+                _ => format!(", target in flight unread ({} failed)", readings(t.failed)),
             },
             None => String::new(),
         };
         eprintln!(
-            "  concurrency {:>4}{}: {} calls, {:.1}/s, p50 {}, p99 {}, {errors}{target}{}",
+            "  concurrency {:>4}{}: {} call{}, {:.1}/s, p50 {}, p99 {} (2xx), {errors}{target}{}{}",
             l.concurrency,
             if l.refined { " (probe)" } else { "" },
             l.requests,
+            if l.requests == 1 { "" } else { "s" },
             l.throughput_per_s,
             ms(l.p50_ms),
             ms(l.p99_ms),
+            if l.thin { ", thin" } else { "" },
             if l.interrupted { ", interrupted" } else { "" }
         );
     }
+}
+
+/// `1 reading`, `2 readings`.
+fn readings(n: u64) -> String {
+    format!("{n} reading{}", if n == 1 { "" } else { "s" })
 }

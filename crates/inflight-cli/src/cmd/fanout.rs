@@ -9,6 +9,9 @@ use anyhow::Context;
 use inflight_bench::fanout::{self, Delay, FanoutConfig, FanoutStrategy};
 use inflight_bench::timer::PreciseTimer;
 
+/// The longest one downstream call may take.
+const MAX_DELAY: Duration = Duration::from_secs(10);
+
 /// The longest a whole run may be planned to take.
 const MAX_PLANNED: Duration = Duration::from_secs(600);
 
@@ -22,7 +25,7 @@ pub struct Args {
     jobs: u64,
 
     /// How long one downstream call takes (e.g. 20ms; at most 10s).
-    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_delay)]
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = super::args::duration_up_to(MAX_DELAY))]
     delay: Duration,
 
     /// The bound of the bounded strategies: calls in flight at once (1 to 100,000).
@@ -50,18 +53,6 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_delay(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 20ms, 1s): {e}"))?;
-    if d.is_zero() {
-        return Err("the delay must be greater than 0".to_string());
-    }
-    if d > Duration::from_secs(10) {
-        return Err(format!("{s} is longer than the 10s limit"));
-    }
-    Ok(d)
 }
 
 fn parse_strategy(s: &str) -> Result<FanoutStrategy, String> {

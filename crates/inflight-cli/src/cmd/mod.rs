@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 
+mod args;
 pub mod capacity;
 pub mod check_config;
 pub mod fanout;

@@ -11,6 +11,9 @@ use inflight_bench::pool::{
 use inflight_bench::shutdown::Shutdown;
 use inflight_cpu::Enforcement;
 
+/// The longest one pool size may run.
+const MAX_DURATION: Duration = Duration::from_secs(600);
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   sudo inflight pool-bench --cpus 1 --pools 1,2,4,8 --duration 5s
@@ -18,7 +21,8 @@ use inflight_cpu::Enforcement;
 pub struct Args {
     /// CPU quota to enforce, in CPUs (fractional allowed, e.g. 1 or 0.5): the tool creates a
     /// cgroup with this quota, runs each pool size in a child process inside it, then removes it.
-    /// Without it the pools run under whatever limits this process already has.
+    /// At most the CPUs this process can use. Without it the pools run under whatever limits
+    /// this process already has.
     #[arg(long, value_name = "N", value_parser = parse_cpus, allow_hyphen_values = true)]
     cpus: Option<f64>,
 
@@ -33,7 +37,7 @@ pub struct Args {
     pools: Vec<u32>,
 
     /// How long each pool size runs (e.g. 5s, 500ms; at most 10m).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::args::duration_up_to(MAX_DURATION))]
     duration: Duration,
 
     /// Target length of one task on an idle CPU, in microseconds; calibrated once, then the same
@@ -82,18 +86,6 @@ fn parse_cpus(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 5s, 500ms): {e}"))?;
-    if d.is_zero() {
-        return Err("the duration must be greater than 0".to_string());
-    }
-    if d > Duration::from_secs(600) {
-        return Err(format!("{s} is longer than the 10m limit"));
-    }
-    Ok(d)
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(pool) = args.child_pool {
         let iters = args
@@ -134,6 +126,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Err(anyhow::Error::new(source).context(format!(
                 "cannot enforce --cpus {cpus}, so the benchmark would not measure what it claims; pass --no-limit to run without a quota"
             )))
+        }
+        Err(e @ BenchError::MoreThanAvailable { .. }) => {
+            return Err(anyhow::Error::new(e).context("--cpus"))
         }
         Err(e) => {
             let context = match e.pool() {

@@ -529,6 +529,12 @@ fn a_4xx_on_the_first_call_is_exit_2() {
 
 /// An HTTP/1.1 server on loopback that answers every request 503 and counts them.
 fn always_503() -> (u16, Arc<AtomicU64>) {
+    always("503 Service Unavailable", "overloaded")
+}
+
+/// An HTTP/1.1 server on loopback that answers every request (without a body) with `status` and
+/// `body` at once, over keep-alive connections, and counts them.
+fn always(status: &'static str, body: &'static str) -> (u16, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let count = Arc::new(AtomicU64::new(0));
@@ -551,9 +557,8 @@ fn always_503() -> (u16, Arc<AtomicU64>) {
                         }
                     }
                     seen.fetch_add(1, Ordering::SeqCst);
-                    let body = "overloaded";
                     let reply = format!(
-                        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if stream.write_all(reply.as_bytes()).is_err() {
@@ -599,6 +604,55 @@ fn a_server_that_answers_503_to_everything_stops_the_climb_at_once() {
     assert!(!stdout.contains("[budgets."), "{stdout}");
     // One level and the first call: nothing more was sent.
     assert_eq!(count.load(Ordering::SeqCst), 31);
+}
+
+/// One call is "1 call" and one request "1 request", in the plan line and in a level's progress.
+#[test]
+fn one_is_singular() {
+    let (port, count) = always("200 OK", "ok");
+    let url = format!("http://127.0.0.1:{port}/");
+    let run = |total: &str| {
+        inflight()
+            .args(["capacity", &url, "--levels", "1", "--requests", "3"])
+            .args(["--total-requests", total])
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap()
+    };
+    // The first call and one call of level 1.
+    let out = run("2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at most 2 requests and"), "{stderr}");
+    assert!(stderr.contains("concurrency    1: 1 call, "), "{stderr}");
+    assert!(!stderr.contains("1 calls"), "{stderr}");
+    // Only the first call: no level is measured.
+    let out = run("1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at most 1 request and"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}
+
+/// Every `--svg` path in the README's `inflight capacity` commands is a fresh one: run from the
+/// repository root, the command must not overwrite a tracked file.
+#[test]
+fn the_readmes_commands_write_no_tracked_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut paths = Vec::new();
+    let mut words = readme.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "--svg" {
+            paths.push(words.next().unwrap().trim_matches(['\'', '"', '`']));
+        }
+    }
+    assert!(!paths.is_empty(), "the README shows --svg");
+    for path in paths {
+        assert!(
+            !root.join(path).exists(),
+            "the README's `--svg {path}` would overwrite {path}"
+        );
+    }
 }
 
 #[test]
@@ -658,6 +712,10 @@ fn help_shows_an_example() {
         "{text}"
     );
     assert!(text.contains("--allow-remote"), "{text}");
+    assert!(
+        text.contains("p50, p99 and max are the latencies of the calls answered 2xx only"),
+        "{text}"
+    );
     // clap reads a literal `{n}` in help as a line break; the help shows it as typed.
     assert!(
         text.contains(r#"--body '{"id": {n}, "complete": true}'"#),

@@ -39,6 +39,41 @@ fn rejects_bad_cpu_counts() {
     );
 }
 
+/// A quota above the CPUs this process can use would limit nothing, and the report would name
+/// it as the limit: refused before anything runs, with or without `--no-limit`.
+#[test]
+fn rejects_more_cpus_than_this_process_can_use() {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let over = (available + 1).to_string();
+    let needle = format!(
+        "a quota of {over} CPUs is more than the {available} CPU{} this process can use",
+        if available == 1 { "" } else { "s" }
+    );
+    for extra in [&[][..], &["--no-limit"][..]] {
+        let out = inflight()
+            .args([
+                "pool-bench",
+                "--cpus",
+                &over,
+                "--pools",
+                "1",
+                "--duration",
+                "5s",
+            ])
+            .args(extra)
+            .timeout(Duration::from_secs(20))
+            .output()
+            .unwrap();
+        let stderr = assert_refused(&out, &needle, "");
+        assert!(
+            stderr.contains(&format!("give at most {available}")),
+            "{stderr}"
+        );
+        // Refused before the calibration: no pool was announced.
+        assert!(!stderr.contains("pool 1: running"), "{stderr}");
+    }
+}
+
 #[test]
 fn rejects_bad_durations() {
     bad_flag(&["--duration", "soon"], "is not a duration");

@@ -277,3 +277,57 @@ fn real_cgroup_quota_on_the_parent_is_found() {
     drop(group);
     assert!(!inner.exists());
 }
+
+/// The README's table of runtime rules has one row per row `probe` reports, and no other: the
+/// runtime and its versions (`Node, libuv 1.52+` is `node` at `libuv 1.52+`).
+#[test]
+fn the_readmes_table_lists_the_rows_probe_reports() {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let table = readme
+        .split("| runtime | API | rule, as its source reads |")
+        .nth(1)
+        .expect("the README has the table of runtime rules");
+    let mut documented: Vec<(String, Option<String>)> = table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cell = row.trim_matches('|').split('|').next().unwrap().trim();
+            let (name, versions) = match cell.split_once(", ") {
+                Some((name, versions)) => (name, Some(versions.to_string())),
+                None => match cell.split_once(' ') {
+                    // `JDK 24+`, `Go < 1.25`: the versions name the runtime.
+                    Some((name, _)) => (name, Some(cell.to_string())),
+                    None => (cell, None),
+                },
+            };
+            let runtime = match name {
+                "Rust" => "rust",
+                ".NET" => "dotnet",
+                "JDK" => "jvm",
+                "Go" => "go",
+                "Python" => "python",
+                "Node" => "node",
+                other => panic!("unknown runtime {other:?} in the README's table"),
+            };
+            (runtime.to_string(), versions)
+        })
+        .collect();
+    let doc = probe_json(&["--root", fixture("v2-nested").to_str().unwrap()]);
+    let mut reported: Vec<(String, Option<String>)> = doc["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["runtime"].as_str().unwrap().to_string(),
+                r["versions"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    documented.sort();
+    reported.sort();
+    assert_eq!(documented, reported);
+}

@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use inflight_bench::axis::{nice_step, ticks};
+
 use super::{cpu_limited, esc_xml, scale_note, scenarios, strategies, strategy_label};
 use crate::hypothesis::fmt_num;
 use crate::results::{cpus_words, Metric, ResultsDoc, RunResult, SummaryRow};
@@ -22,37 +24,6 @@ const PALETTE: &[&str] = &[
 ];
 const ENRICH_COLOR: &str = "#4e79a7";
 const RECORDS_COLOR: &str = "#e15759";
-
-/// A step of 1, 2 or 5 times a power of ten giving about `target` ticks up to `max`.
-fn nice_step(max: f64, target: f64) -> f64 {
-    if max <= 0.0 || !max.is_finite() {
-        return 1.0;
-    }
-    let raw = max / target;
-    let pow = 10f64.powf(raw.log10().floor());
-    let frac = raw / pow;
-    let nice = if frac <= 1.0 {
-        1.0
-    } else if frac <= 2.0 {
-        2.0
-    } else if frac <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * pow
-}
-
-/// Tick values 0, step, 2 step, ... up to `max`; at most 50 of them whatever the input.
-fn ticks(max: f64, step: f64) -> Vec<f64> {
-    if !(max.is_finite() && step.is_finite() && step > 0.0 && max >= 0.0) {
-        return vec![0.0];
-    }
-    (0..=50)
-        .map(|i| i as f64 * step)
-        .take_while(|t| *t <= max + step * 1e-6)
-        .collect()
-}
 
 fn svg_open(width: f64, height: f64, title: &str) -> String {
     format!(
@@ -483,22 +454,6 @@ pub fn figures(doc: &ResultsDoc) -> Vec<Figure> {
 mod tests {
     use super::*;
     use crate::results::Spread;
-
-    #[test]
-    fn nice_steps_are_1_2_5() {
-        assert_eq!(nice_step(10.0, 5.0), 2.0);
-        assert_eq!(nice_step(67.0, 5.0), 20.0);
-        assert_eq!(nice_step(0.3, 3.0), 0.1);
-        assert_eq!(nice_step(0.0, 5.0), 1.0);
-    }
-
-    #[test]
-    fn ticks_are_bounded_whatever_the_input() {
-        assert_eq!(ticks(1.0, 0.5), vec![0.0, 0.5, 1.0]);
-        assert_eq!(ticks(1.0, 1e-10).len(), 51);
-        assert_eq!(ticks(f64::INFINITY, 1.0), vec![0.0]);
-        assert_eq!(ticks(1.0, 0.0), vec![0.0]);
-    }
 
     #[test]
     fn all_zero_and_non_finite_bars_draw_quickly() {
