@@ -2,11 +2,12 @@
 
 use std::fmt::Write as _;
 
+use super::findings::{findings, findings_lead};
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{
-    hypotheses_model, hypotheses_tally, measured_model, meta_lines, scenario_table, MEASURED_NOTE,
-    SPREAD_NOTE,
+    hypotheses_model, hypotheses_tally, measured_model, meta_lines, not_applicable_line,
+    not_applicable_model, scenario_table, MEASURED_NOTE, SPREAD_NOTE,
 };
 use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
@@ -27,6 +28,7 @@ dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-wei
 p{max-width:60em}.note{color:#555;font-size:0.9em}\
 @media (max-width:700px){body{margin:0.5em auto;padding:0 0.6em}table{font-size:0.8em}\
 th,td{padding:0.2em 0.35em}dl{grid-template-columns:1fr;gap:0}dd{margin:0 0 0.4em}}\
+details{margin:0.5em 0 1.5em}summary{cursor:pointer;color:#555}\
 .partial{background:#fcf8e3;border:1px solid #e0c36c;padding:0.5em 0.75em;max-width:60em}";
 
 /// `index.html`: the whole report in one file, figures inlined, opens from disk.
@@ -40,6 +42,18 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
             .replacen('`', "<code>", 1)
             .replacen('`', "</code>", 1);
         let _ = writeln!(out, "<p class=\"partial\">{note}</p>");
+    }
+    let found = findings(doc);
+    if !found.is_empty() {
+        let _ = writeln!(
+            out,
+            "<section class=\"findings\">\n<h2>What this run found</h2>\n<p class=\"note\">{}</p>\n<ul>",
+            esc_html(&findings_lead(doc))
+        );
+        for sentence in &found {
+            let _ = writeln!(out, "<li>{}</li>", esc_html(sentence));
+        }
+        out.push_str("</ul>\n</section>\n");
     }
     out.push_str("<dl>\n");
     for (k, v) in meta_lines(doc) {
@@ -85,8 +99,18 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
         "<h2>Hypotheses</h2>\n<p class=\"note\">Preregistered in <code>lab/hypotheses.toml</code>; {}. A failed hypothesis is a finding, not an error.</p>",
         esc_html(&hypotheses_tally(doc))
     );
-    if !doc.hypotheses.is_empty() {
-        out.push_str(&hypotheses_model(doc).html());
+    let table = hypotheses_model(doc);
+    if !table.rows.is_empty() {
+        out.push_str(&table.html());
+    }
+    // Folded into one line, open on a click: in a run of a few cells most are about others.
+    if let Some(line) = not_applicable_line(doc) {
+        let _ = write!(
+            out,
+            "<details>\n<summary>{}</summary>\n{}</details>\n",
+            esc_html(&line),
+            not_applicable_model(doc).html()
+        );
     }
     let table = reference.model(doc);
     if !table.rows.is_empty() {

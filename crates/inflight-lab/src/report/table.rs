@@ -313,14 +313,25 @@ pub fn summary_table(doc: &ResultsDoc) -> String {
     out
 }
 
+/// The hypotheses that apply to the run's cells, one row each; those that do not are counted in
+/// [`not_applicable_line`] and listed in [`not_applicable_model`].
 pub(crate) fn hypotheses_model(doc: &ResultsDoc) -> Table {
+    hypotheses_rows(doc.hypotheses.iter().filter(|h| !lacks_cells(h)))
+}
+
+/// The hypotheses that do not apply to the run's cells, one row each.
+pub(crate) fn not_applicable_model(doc: &ResultsDoc) -> Table {
+    hypotheses_rows(doc.hypotheses.iter().filter(|h| lacks_cells(h)))
+}
+
+fn hypotheses_rows<'a>(hypotheses: impl Iterator<Item = &'a HypothesisResult>) -> Table {
     let mut table = Table::new(&[
         ("id", false),
         ("outcome", false),
         ("claim", false),
         ("observed", false),
     ]);
-    for h in &doc.hypotheses {
+    for h in hypotheses {
         table.rows.push(vec![
             h.id.clone(),
             h.outcome.clone(),
@@ -377,15 +388,47 @@ pub(crate) fn measured_model(doc: &ResultsDoc) -> Option<Table> {
 /// What the measured budgets table shows, in a sentence.
 pub(crate) const MEASURED_NOTE: &str = "Before the runs, a capacity sweep of each dependency against the sim (as `inflight capacity` does) set these budgets: the capacity at the knee, or the highest level swept when there was none. Every level is in results.json under `measured`.";
 
+/// `8 pass, 1 fail, 0 skipped (of 9)`; when some do not apply to the run's cells, the counts are
+/// of those that do: `22 pass, 2 fail, 0 skipped (of the 24 that apply to this run's cells; 54
+/// more do not)`.
 pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
-    let count = |o: &str| doc.hypotheses.iter().filter(|h| h.outcome == o).count();
+    let applicable: Vec<&HypothesisResult> =
+        doc.hypotheses.iter().filter(|h| !lacks_cells(h)).collect();
+    let count = |o: &str| applicable.iter().filter(|h| h.outcome == o).count();
+    let of = match doc.hypotheses.len() - applicable.len() {
+        0 => format!("of {}", applicable.len()),
+        more => format!(
+            "of the {} that apply to this run's cells; {more} more do not",
+            applicable.len()
+        ),
+    };
     format!(
-        "{} pass, {} fail, {} skipped (of {})",
+        "{} pass, {} fail, {} skipped ({of})",
         count("pass"),
         count("fail"),
         count("skipped"),
-        doc.hypotheses.len()
     )
+}
+
+/// The one line that stands for the hypotheses that do not apply to the run's cells; `None` when
+/// every one does.
+pub(crate) fn not_applicable_line(doc: &ResultsDoc) -> Option<String> {
+    let n = doc.hypotheses.iter().filter(|h| lacks_cells(h)).count();
+    let cells = if doc.meta.partial {
+        "this run lacks (or has not finished) the cells they are about"
+    } else {
+        "this run lacks the cells they are about"
+    };
+    (n > 0).then(|| {
+        format!(
+            "{n} {} not apply: {cells}, or their number of replicas",
+            if n == 1 {
+                "hypothesis does"
+            } else {
+                "hypotheses do"
+            }
+        )
+    })
 }
 
 /// Whether a hypothesis was skipped because the run lacks its cells, or is about runs split
@@ -400,29 +443,22 @@ fn lacks_cells(h: &HypothesisResult) -> bool {
 }
 
 /// The hypotheses and their outcomes as plain text, at most [`TERMINAL_WIDTH`] characters wide:
-/// each one's outcome, id and claim, the observed values below; those skipped because the run
-/// lacks their cells are counted in one line (the files list them all).
+/// each one's outcome, id and claim, the observed values below; those that do not apply to the
+/// run's cells are counted in one line (index.html lists them all).
 pub fn hypotheses_table(doc: &ResultsDoc) -> String {
     if doc.hypotheses.is_empty() {
         return "no hypotheses evaluated\n".to_string();
     }
     let mut out = String::new();
-    let mut hidden = 0;
-    for h in &doc.hypotheses {
-        if lacks_cells(h) {
-            hidden += 1;
-            continue;
-        }
+    for h in doc.hypotheses.iter().filter(|h| !lacks_cells(h)) {
         let first = format!("{:<7}  ", h.outcome.to_uppercase());
         let claim = format!("{}: {}", h.id, h.claim);
         out.push_str(&wrap(&claim, TERMINAL_WIDTH, &first, 9));
         out.push_str(&wrap(&h.observed, TERMINAL_WIDTH, &" ".repeat(9), 9));
     }
     let mut notes = Vec::new();
-    if hidden > 0 {
-        notes.push(format!(
-            "{hidden} skipped: their cells are not in this run (summary.md lists them)"
-        ));
+    if let Some(line) = not_applicable_line(doc) {
+        notes.push(format!("{line} (index.html and results.json list them)"));
     }
     notes.push(format!(
         "{} (a failed hypothesis is a finding, not an error)",
