@@ -251,3 +251,167 @@ fn hypotheses_that_do_not_apply_are_folded_into_one_line() {
         "{terminal}"
     );
 }
+
+/// The page's tables laid out at 1280 px, as Debian's chromium does it: measured on four reports
+/// (`lab run --quick` runs and two kept runs rebuilt), the 13-column results tables took 8.5-8.9
+/// px per character of each column's widest unbreakable piece, plus 15.4 px per column (padding
+/// and border), at their narrowest.
+const PX_PER_CHAR: f64 = 9.0;
+const PX_PER_COLUMN: f64 = 16.0;
+/// What a 1280 px window leaves a table: 1217 px measured (the body's padding and a scrollbar).
+const ROOM_AT_1280: f64 = 1217.0;
+
+/// The selectors (`td.num`, `.range`, ...) the page's style keeps on one line.
+fn nowrap_selectors(html: &str) -> Vec<String> {
+    let style = html
+        .split("<style>")
+        .nth(1)
+        .unwrap()
+        .split("</style>")
+        .next()
+        .unwrap();
+    let mut out = Vec::new();
+    for rule in style.split('}') {
+        let Some((selectors, body)) = rule.rsplit_once('{') else {
+            continue;
+        };
+        if body.contains("white-space:nowrap") {
+            // Inside an @media block the selector list follows the block's own `{`.
+            out.extend(selectors.split(',').map(|s| s.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// The narrowest width of each table in `section` of the page `html`, in characters and columns:
+/// each column as wide as its widest piece that cannot break (a word, or a whole cell or range the
+/// page's style keeps on one line; a range's smaller type counts 0.9).
+fn narrowest_tables(html: &str, section: &str) -> Vec<(usize, f64)> {
+    let nowrap = nowrap_selectors(html);
+    let kept = |s: &str| nowrap.iter().any(|n| n == s);
+    let unescape = |s: &str| {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    };
+    let words = |s: &str| -> f64 {
+        s.split(|c: char| c.is_whitespace())
+            .flat_map(|w| w.split_inclusive('-'))
+            .map(|w| w.chars().count() as f64)
+            .fold(0.0, f64::max)
+    };
+    let mut out = Vec::new();
+    for table in section.split("<table>").skip(1) {
+        let table = table.split("</table>").next().unwrap();
+        let mut widths: Vec<f64> = Vec::new();
+        for row in table.split("<tr>").skip(1) {
+            let row = row.split("</tr>").next().unwrap();
+            for (i, cell) in row.split("<t").skip(1).enumerate() {
+                let (tag, rest) = cell.split_at(1);
+                let (attrs, content) = rest.split_once('>').unwrap();
+                let content = content.rsplit_once("</t").unwrap().0;
+                let class = attrs
+                    .split("class=\"")
+                    .nth(1)
+                    .map(|c| c.split('"').next().unwrap());
+                let selector = match class {
+                    Some(c) => format!("t{tag}.{c}"),
+                    None => format!("t{tag}"),
+                };
+                let width = match content.split_once(" <span class=\"range\">") {
+                    _ if kept(&selector) || kept(&format!("t{tag}")) => unescape(
+                        &content
+                            .replace(" <span class=\"range\">", " ")
+                            .replace("</span>", ""),
+                    )
+                    .chars()
+                    .count()
+                        as f64,
+                    Some((median, range)) => {
+                        let range = unescape(range.trim_end_matches("</span>"));
+                        let range = if kept(".range") {
+                            range.chars().count() as f64
+                        } else {
+                            words(&range)
+                        };
+                        words(&unescape(median)).max(0.9 * range)
+                    }
+                    None => words(&unescape(content)),
+                };
+                if widths.len() <= i {
+                    widths.resize(i + 1, 0.0);
+                }
+                widths[i] = widths[i].max(width);
+            }
+        }
+        out.push((widths.len(), widths.iter().sum()));
+    }
+    out
+}
+
+/// A summary of five repeats with the README's widest figures and the peers' long names.
+fn wide_doc() -> ResultsDoc {
+    use inflight_lab::results::{Spread, SummaryRow};
+    let s = |median: f64, min: f64, max: f64| Spread { median, min, max };
+    let mut doc = fixture();
+    doc.meta.repeats = 5;
+    doc.summary.clear();
+    for scenario in ["healthy", "slow-write", "slow-enrichment", "degrading"] {
+        for strategy in [
+            "c2",
+            "c4-64",
+            "c5",
+            "tower-acc-gradient2",
+            "tower-resilience-aimd",
+        ] {
+            doc.summary.push(SummaryRow {
+                strategy: strategy.into(),
+                scenario: scenario.into(),
+                cpus: 1.0,
+                repeats: 5,
+                completion_s: s(81.66, 80.75, 82.52),
+                accepted_per_s: s(13.48, 12.71, 13.67),
+                complete: s(132.0, 130.0, 137.0),
+                incomplete: s(39.0, 33.0, 42.0),
+                rejected: s(141.0, 120.0, 144.0),
+                failed: s(12.0, 3.0, 40.0),
+                write_503s: s(141.0, 120.0, 144.0),
+                peak_writes_offered: s(13.0, 13.0, 14.0),
+                peak_enrichment_in_flight: s(38.5, 37.0, 40.0),
+                incomplete_fraction: s(0.195, 0.165, 0.21),
+                ..SummaryRow::default()
+            });
+        }
+    }
+    doc
+}
+
+#[test]
+fn the_results_tables_fit_a_1280_px_window() {
+    for (name, doc) in [("fixture", fixture()), ("wide", wide_doc())] {
+        let (_dir, html, _md) = write(&doc);
+        let results = html.split("<h2>Results</h2>").nth(1).unwrap();
+        let results = results.split("<h2>").next().unwrap();
+        let tables = narrowest_tables(&html, results);
+        assert!(!tables.is_empty(), "{name}");
+        for (columns, chars) in tables {
+            assert!(columns <= 13, "{name}: {columns} columns");
+            let px = chars * PX_PER_CHAR + columns as f64 * PX_PER_COLUMN;
+            assert!(
+                px <= ROOM_AT_1280,
+                "{name}: a table of {columns} columns needs {px:.0} px at its narrowest"
+            );
+        }
+        // No header or cell is kept on one line whole: only a range is.
+        let nowrap = nowrap_selectors(&html);
+        assert!(nowrap.contains(&".range".to_string()), "{nowrap:?}");
+        assert!(
+            !nowrap
+                .iter()
+                .any(|s| s.starts_with("td") || s.starts_with("th")),
+            "{nowrap:?}"
+        );
+    }
+}

@@ -13,15 +13,16 @@ use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
 /// The page's style: the full width of the window for tables and figures, text in lines short
-/// enough to read; tables scroll sideways inside their block and figures shrink on a narrow
-/// window; a range in a numeric cell is never broken.
+/// enough to read. Headers wrap, and a numeric cell's range goes under its median when the column
+/// is narrow (never broken itself), so the results tables fit a 1280 px window; on a narrower one
+/// they scroll sideways inside their block, and figures shrink.
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em auto;padding:0 1.5em;color:#222;line-height:1.4}\
 h1,h2,h3{line-height:1.2}\
 .scroll{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}\
 table{border-collapse:collapse;font-size:0.9em}\
 th,td{border:1px solid #ccc;padding:0.25em 0.5em;vertical-align:top}\
 th{background:#f3f3f3}\
-th.num,td.num{text-align:right;white-space:nowrap}\
+th.num,td.num{text-align:right}.range{white-space:nowrap;color:#555;font-size:0.9em}\
 td.pass{background:#dff0d8;font-weight:bold}td.fail{background:#f2dede;font-weight:bold}td.skipped{background:#eee}\
 figure{margin:1em 0 2em}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:0.9em;max-width:60em}\
 dl{display:grid;grid-template-columns:max-content auto;gap:0.2em 1em}dt{font-weight:bold}dd{margin:0}\

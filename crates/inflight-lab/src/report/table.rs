@@ -110,7 +110,9 @@ impl Table {
     }
 
     /// The table inside a `scroll` block, so that a narrow page scrolls the table rather than the
-    /// page; numeric cells have the class `num` (right-aligned, a range never broken).
+    /// page; numeric cells have the class `num` (right-aligned). A numeric cell's range is a
+    /// `range` span, never broken itself: a narrow column puts it under the median rather than
+    /// widening the table.
     pub(crate) fn html(&self) -> String {
         let mut out = String::from("<div class=\"scroll\">\n<table>\n<thead><tr>");
         for (h, right) in self.headers.iter().zip(&self.right) {
@@ -126,7 +128,15 @@ impl Table {
                     "skipped" => " class=\"skipped\"",
                     _ => num_class(*right),
                 };
-                let _ = write!(out, "<td{class}>{}</td>", esc_html(cell));
+                let text = match cell.strip_suffix(')').and_then(|c| c.split_once(" (")) {
+                    Some((median, range)) if *right => format!(
+                        "{} <span class=\"range\">({})</span>",
+                        esc_html(median),
+                        esc_html(range)
+                    ),
+                    _ => esc_html(cell),
+                };
+                let _ = write!(out, "<td{class}>{text}</td>");
             }
             out.push_str("</tr>\n");
         }
@@ -528,18 +538,27 @@ fn runs_line(doc: &ResultsDoc) -> String {
     }
 }
 
-/// One scenario's summary rows, without the scenario column, with the incomplete share.
+/// One scenario's summary rows, without the scenario column, with the incomplete share. The
+/// repeats column is left out when every cell has the settings' repeats (the settings list them),
+/// so that the table fits a 1280 px page.
 pub(crate) fn scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
+    let same_repeats =
+        doc.meta.repeats > 0 && doc.summary.iter().all(|r| r.repeats == doc.meta.repeats);
+    let keep = |h: &str| h != "scenario" && !(same_repeats && h == "repeats");
     let headers: Vec<(&str, bool)> = SUMMARY_HEADERS
         .iter()
         .copied()
-        .filter(|(h, _)| *h != "scenario")
+        .filter(|(h, _)| keep(h))
         .chain([("incomplete %", true)])
         .collect();
     let mut table = Table::new(&headers);
     for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
-        let mut cells = summary_cells(row);
-        cells.remove(1);
+        let mut cells: Vec<String> = SUMMARY_HEADERS
+            .iter()
+            .zip(summary_cells(row))
+            .filter(|((h, _), _)| keep(h))
+            .map(|(_, cell)| cell)
+            .collect();
         cells.push(fmt_pct(row.incomplete_fraction));
         table.rows.push(cells);
     }
