@@ -71,6 +71,12 @@ pub(crate) fn findings_lead(doc: &ResultsDoc) -> String {
     if !cpu_limited(doc) {
         lead.push_str("; no CPU limit was enforced");
     }
+    if doc.meta.replicas > 1 {
+        lead.push_str(&format!(
+            "; each run split between {} replicas",
+            doc.meta.replicas
+        ));
+    }
     lead.push('.');
     lead
 }
@@ -698,6 +704,8 @@ mod tests {
             "The CPU-derived default starves this I/O-bound work: in healthy, C1 (records in flight = its CPU count) accepts 2.45 records/s with no CPU limit and C2 71.07/s, 29x as many."
         );
         assert!(findings_lead(&d).ends_with("; no CPU limit was enforced."));
+        d.meta.replicas = 3;
+        assert!(findings_lead(&d).ends_with("; each run split between 3 replicas."));
     }
 
     #[test]
