@@ -7,7 +7,7 @@ use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{
     hypotheses_model, hypotheses_tally, measured_model, meta_lines, not_applicable_line,
-    not_applicable_model, scenario_table, MEASURED_NOTE, SPREAD_NOTE,
+    not_applicable_model, page_scenario_table, MEASURED_NOTE, SPREAD_NOTE,
 };
 use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
@@ -76,7 +76,7 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
         .map(|note| format!("<p class=\"note\">{}</p>\n", esc_html(&note)))
         .unwrap_or_default();
     for scenario in scenarios(doc) {
-        let table = scenario_table(doc, &scenario);
+        let table = page_scenario_table(doc, &scenario);
         if table.rows.is_empty() {
             continue;
         }

@@ -129,7 +129,7 @@ impl Table {
                     _ => num_class(*right),
                 };
                 let text = match cell.strip_suffix(')').and_then(|c| c.split_once(" (")) {
-                    Some((median, range)) if *right => format!(
+                    Some((median, range)) if *right && is_range(range) => format!(
                         "{} <span class=\"range\">({})</span>",
                         esc_html(median),
                         esc_html(range)
@@ -143,6 +143,14 @@ impl Table {
         out.push_str("</tbody>\n</table>\n</div>\n");
         out
     }
+}
+
+/// Whether `text` is a range of numbers as [`fmt_spread`] writes one: `82-85.46`, `0.19-100`.
+fn is_range(text: &str) -> bool {
+    let number = |s: &str| !s.is_empty() && s.parse::<f64>().is_ok();
+    // A negative bound would put a second '-' in: split at each and try.
+    text.match_indices('-')
+        .any(|(i, _)| number(&text[..i]) && number(&text[i + 1..]))
 }
 
 fn num_class(right: bool) -> &'static str {
@@ -538,13 +546,25 @@ fn runs_line(doc: &ResultsDoc) -> String {
     }
 }
 
-/// One scenario's summary rows, without the scenario column, with the incomplete share. The
-/// repeats column is left out when every cell has the settings' repeats (the settings list them),
-/// so that the table fits a 1280 px page.
+/// One scenario's summary rows, without the scenario column, with the incomplete share.
 pub(crate) fn scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
+    scenario_table_without(doc, scenario, &["scenario"])
+}
+
+/// [`scenario_table`] for the page: the repeats column is left out when every cell has the
+/// settings' repeats (the settings list them), so that the table fits a 1280 px window.
+pub(crate) fn page_scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
     let same_repeats =
         doc.meta.repeats > 0 && doc.summary.iter().all(|r| r.repeats == doc.meta.repeats);
-    let keep = |h: &str| h != "scenario" && !(same_repeats && h == "repeats");
+    if same_repeats {
+        scenario_table_without(doc, scenario, &["scenario", "repeats"])
+    } else {
+        scenario_table(doc, scenario)
+    }
+}
+
+fn scenario_table_without(doc: &ResultsDoc, scenario: &str, left_out: &[&str]) -> Table {
+    let keep = |h: &str| !left_out.contains(&h);
     let headers: Vec<(&str, bool)> = SUMMARY_HEADERS
         .iter()
         .copied()
@@ -578,6 +598,33 @@ mod tests {
         t.rows.push(vec!["xx".into(), "1".into()]);
         t.rows.push(vec!["y".into(), "100".into()]);
         assert_eq!(t.text(), "a     n\n--  ---\nxx    1\ny   100\n");
+    }
+
+    #[test]
+    fn only_a_numeric_range_moves_under_its_median_on_the_page() {
+        let mut t = Table::new(&[("CPUs", true), ("completion s", true), ("claim", false)]);
+        t.rows.push(vec![
+            "unlimited (2 planned)".into(),
+            "2.66 (2.54-2.77)".into(),
+            "a (1-2)".into(),
+        ]);
+        t.rows
+            .push(vec!["1".into(), "-0.5 (-1-0)".into(), "x".into()]);
+        let html = t.html();
+        assert!(
+            html.contains("<td class=\"num\">unlimited (2 planned)</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td class=\"num\">2.66 <span class=\"range\">(2.54-2.77)</span></td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>a (1-2)</td>"), "{html}");
+        assert!(
+            html.contains("<td class=\"num\">-0.5 <span class=\"range\">(-1-0)</span></td>"),
+            "{html}"
+        );
+        assert!(!is_range("2 planned") && !is_range("-") && !is_range("1-"));
     }
 
     fn spread(median: f64, min: f64, max: f64) -> Spread {
