@@ -5,7 +5,7 @@
 //! "protects" the system of record only if it drew no 503 in any repeat, C1 "follows the CPU
 //! quota" only if its time scales with the CPUs. Otherwise the sentence gives the numbers alone.
 
-use super::table::hypotheses_tally;
+use super::table::{hypotheses_tally, lacks_cells};
 use super::{cpu_limited, fmt_num, scale_note, scenarios, strategies, strategy_label, wrap};
 use crate::hypothesis::find_row;
 use crate::results::{cpus_words, ResultsDoc, SummaryRow};
@@ -520,10 +520,14 @@ fn hypotheses(doc: &ResultsDoc) -> Option<String> {
             list(&ids)
         )
     };
-    Some(format!(
-        "Preregistered hypotheses: {}{named}.",
-        hypotheses_tally(doc)
-    ))
+    let tally = hypotheses_tally(doc);
+    if !doc.hypotheses.iter().any(|h| !lacks_cells(h)) {
+        return Some(match doc.hypotheses.len() {
+            1 => "The one preregistered hypothesis does not apply to this run's cells.".into(),
+            n => format!("None of the {n} preregistered hypotheses apply to this run's cells."),
+        });
+    }
+    Some(format!("Preregistered hypotheses: {tally}{named}."))
 }
 
 #[cfg(test)]
@@ -808,6 +812,11 @@ mod tests {
         assert_eq!(
             found.last().unwrap(),
             "Preregistered hypotheses: 1 pass, 2 fail, 0 skipped (of the 3 that apply to this run's cells; 1 more do not); failed: H7 and H17 (a failed hypothesis is a finding)."
+        );
+        d.hypotheses.drain(..3);
+        assert_eq!(
+            findings(&d).last().unwrap(),
+            "The one preregistered hypothesis does not apply to this run's cells."
         );
     }
 

@@ -408,11 +408,16 @@ pub(crate) const MEASURED_NOTE: &str = "Before the runs, a capacity sweep of eac
 
 /// `8 pass, 1 fail, 0 skipped (of 9)`; when some do not apply to the run's cells, the counts are
 /// of those that do: `22 pass, 2 fail, 0 skipped (of the 24 that apply to this run's cells; 54
-/// more do not)`.
+/// more do not)`; `none of the 78 apply to this run's cells`.
 pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
     let applicable: Vec<&HypothesisResult> =
         doc.hypotheses.iter().filter(|h| !lacks_cells(h)).collect();
     let count = |o: &str| applicable.iter().filter(|h| h.outcome == o).count();
+    match (applicable.len(), doc.hypotheses.len()) {
+        (0, 1) => return "the one does not apply to this run's cells".to_string(),
+        (0, n) if n > 1 => return format!("none of the {n} apply to this run's cells"),
+        _ => {}
+    }
     let of = match doc.hypotheses.len() - applicable.len() {
         0 => format!("of {}", applicable.len()),
         more => format!(
@@ -452,7 +457,7 @@ pub(crate) fn not_applicable_line(doc: &ResultsDoc) -> Option<String> {
 /// Whether a hypothesis was skipped because the run lacks its cells, or is about runs split
 /// between another number of replicas (documents written before `skip_reason` skipped for no
 /// other reason).
-fn lacks_cells(h: &HypothesisResult) -> bool {
+pub(crate) fn lacks_cells(h: &HypothesisResult) -> bool {
     h.outcome == "skipped"
         && matches!(
             h.skip_reason.unwrap_or(SkipReason::MissingCells),
