@@ -232,6 +232,31 @@ fn hypotheses_that_do_not_apply_are_folded_into_one_line() {
     }
     assert!(!shown.contains("<td>H12</td>") && hidden.contains("<td>H12</td>"));
 
+    // Still one well-formed document, the folded list inside it.
+    let mut xml = html.clone();
+    let mut from = 0;
+    while let Some(at) = xml[from..].find("<meta ") {
+        let end = from + at + xml[from + at..].find('>').unwrap();
+        xml.insert(end, '/');
+        from = end;
+    }
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let parsed = roxmltree::Document::parse_with_options(&xml, options).unwrap();
+    let details = parsed
+        .descendants()
+        .find(|n| n.has_tag_name("details"))
+        .unwrap();
+    assert_eq!(
+        details
+            .descendants()
+            .filter(|n| n.has_tag_name("tr"))
+            .count(),
+        1 + folded
+    );
+
     // summary.md and the terminal: the line, no rows.
     let md_section = md.split("## Hypotheses").nth(1).unwrap();
     let md_section = md_section.split("\n## ").next().unwrap();
