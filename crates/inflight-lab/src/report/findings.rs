@@ -2,8 +2,10 @@
 //! and `index.html` open with.
 //!
 //! Each sentence is about cells the run has, and says only what its numbers bear out: a strategy
-//! "protects" the system of record only if it drew no 503 in any repeat, C1 "follows the CPU
-//! quota" only if its time scales with the CPUs. Otherwise the sentence gives the numbers alone.
+//! "protects" the system of record only if it drew no 503 in any repeat while another had at
+//! least a tenth of its writes refused; C1 "follows the CPU quota" only if its time scales with
+//! the CPUs. Otherwise the sentence gives the numbers alone. Numbers are the summary's medians,
+//! written as the tables write them; ratios are of medians.
 
 use super::table::{hypotheses_tally, lacks_cells};
 use super::{cpu_limited, fmt_num, scale_note, scenarios, strategies, strategy_label, wrap};
@@ -61,7 +63,7 @@ pub(crate) fn findings_lead(doc: &ResultsDoc) -> String {
             doc.meta.runs_planned
         ));
     }
-    if (doc.meta.time_scale - 1.0).abs() > 1e-9 && scale_note(doc).is_some() {
+    if scale_note(doc).is_some() {
         lead.push_str(&format!(
             "; times scaled by {s}, so rates are about {r}x and seconds {s}x a full-time run's",
             s = fmt_num(doc.meta.time_scale),
