@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn a_plan_names_known_strategies_and_scenarios_only() {
         let lab = LabConfig::load(LabFiles::builtin()).unwrap();
-        assert_eq!(lab.plan(None, None, None).unwrap().len(), 11);
+        assert_eq!(lab.plan(None, None, None).unwrap().len(), 17);
         let err = lab
             .plan(Some(&["c1".into(), "nope".into()]), None, None)
             .unwrap_err()

@@ -247,7 +247,7 @@ fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         },
     };
     run::write_outputs(&doc, &reference, &dir)?;
-    print!("{}", inflight_lab::report::summary_table(&doc));
+    print!("{}", inflight_lab::report::terminal_summary(&doc));
     println!();
     print!("{}", inflight_lab::report::hypotheses_table(&doc));
     eprintln!("report written to {}", dir.join("index.html").display());
@@ -556,7 +556,7 @@ fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     lab_run.write_report(&lab.hypotheses, &lab.reference)?;
     let doc = lab_run.doc();
 
-    let summary = inflight_lab::report::summary_table(doc);
+    let summary = inflight_lab::report::terminal_summary(doc);
     let hypotheses_table = inflight_lab::report::hypotheses_table(doc);
     if args.json {
         let json = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;

@@ -3,20 +3,30 @@
 
 use std::fmt::Write as _;
 
+use super::findings::{findings, findings_lead};
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{
-    hypotheses_model, hypotheses_tally, measured_model, meta_lines, scenario_table, MEASURED_NOTE,
-    SPREAD_NOTE,
+    hypotheses_model, hypotheses_tally, measured_model, meta_lines, not_applicable_line,
+    scenario_table, MEASURED_NOTE, SPREAD_NOTE,
 };
 use super::{limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
 
-/// `summary.md`: settings, a table per scenario, the hypotheses, the reference figures, figures.
+/// `summary.md`: what the run found, settings, a table per scenario, the hypotheses, the reference
+/// figures, figures.
 pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -> String {
     let mut out = String::from("# inflight lab run\n\n");
     if let Some(note) = partial_note(doc) {
         let _ = write!(out, "> **{note}**\n\n");
+    }
+    let found = findings(doc);
+    if !found.is_empty() {
+        let _ = write!(out, "## What this run found\n\n{}\n\n", findings_lead(doc));
+        for sentence in &found {
+            let _ = writeln!(out, "- {sentence}");
+        }
+        out.push('\n');
     }
     for (k, v) in meta_lines(doc) {
         let _ = writeln!(out, "- {k}: {v}");
@@ -49,9 +59,13 @@ pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
         );
     }
     let _ = write!(out, "## Hypotheses\n\nPreregistered in `lab/hypotheses.toml`; {}. A failed hypothesis is a finding, not an error.\n\n", hypotheses_tally(doc));
-    if !doc.hypotheses.is_empty() {
-        out.push_str(&hypotheses_model(doc).markdown());
+    let table = hypotheses_model(doc);
+    if !table.rows.is_empty() {
+        out.push_str(&table.markdown());
         out.push('\n');
+    }
+    if let Some(line) = not_applicable_line(doc) {
+        let _ = write!(out, "{line} (index.html and results.json list them).\n\n");
     }
     let table = reference.model(doc);
     if !table.rows.is_empty() {

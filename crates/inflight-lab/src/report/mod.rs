@@ -4,6 +4,8 @@
 //! Everything here is drawn from a [`ResultsDoc`] and, for the comparison with an earlier
 //! experiment, a [`Reference`]; nothing is measured or invented here.
 //!
+//! - [`findings`](mod@findings): what the run found, in sentences built from its medians; the
+//!   terminal, `summary.md` and `index.html` open with them.
 //! - [`table`]: one table model rendered as plain text, Markdown or HTML, and the tables of a run.
 //! - [`csv`]: every run on one line, `runs.csv`.
 //! - [`svg`]: the figures, hand-written SVG so the report needs no plotting library.
@@ -21,6 +23,7 @@ use crate::hypothesis::fmt_num;
 use crate::results::{ResultsDoc, Spread};
 
 pub mod csv;
+pub mod findings;
 pub mod html;
 pub mod markdown;
 pub mod rebuild;
@@ -29,6 +32,7 @@ pub mod svg;
 pub mod table;
 
 pub use self::csv::{runs_csv, CSV_COLUMNS};
+pub use self::findings::findings;
 pub use self::html::index_html;
 pub use self::markdown::summary_md;
 pub use self::rebuild::{rebuild, RebuildError, Rebuilt};
@@ -67,6 +71,16 @@ pub fn write_report_with(
     write(SUMMARY_MD, &summary_md(doc, reference, &figures))?;
     write(INDEX_HTML, &index_html(doc, reference, &figures))?;
     Ok(())
+}
+
+/// What the terminal shows first: the findings ([`findings()`]), then the [`summary_table`].
+pub fn terminal_summary(doc: &ResultsDoc) -> String {
+    let found = findings::findings_text(doc, TERMINAL_WIDTH);
+    if found.is_empty() {
+        summary_table(doc)
+    } else {
+        format!("{found}\n{}", summary_table(doc))
+    }
 }
 
 /// What a report of a partial document says first: how many runs finished of how many, and how to

@@ -247,13 +247,26 @@ fn timeline_chart(doc: &ResultsDoc, scenario: &str) -> Option<String> {
     let mut svg = svg_open(width, height, &title);
     let _ = writeln!(
         svg,
-        "<line x1=\"{left}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{ENRICH_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">enrichment calls in flight</text><line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{RECORDS_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">writes in flight (dashed: the adaptive limit)</text>",
+        "<line x1=\"{left}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{ENRICH_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">enrichment calls in flight</text><line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"{RECORDS_COLOR}\" stroke-width=\"2\"/><text x=\"{}\" y=\"38\">writes in flight</text>",
         left + 20.0,
         left + 26.0,
         left + 200.0,
         left + 220.0,
         left + 226.0
     );
+    // Only a run whose limit moves has a limit series: name the dashed lines only if one is drawn.
+    let limits_drawn = runs
+        .iter()
+        .any(|r| !r.timeline.enrichment_limit.is_empty() || !r.timeline.records_limit.is_empty());
+    if limits_drawn {
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{}\" y1=\"34\" x2=\"{}\" y2=\"34\" stroke=\"#555\" stroke-width=\"1.3\" stroke-dasharray=\"5 3\"/><text x=\"{}\" y=\"38\">dashed: the adaptive limit of the calls of its colour</text>",
+            left + 340.0,
+            left + 360.0,
+            left + 366.0
+        );
+    }
     for (i, run) in runs.iter().enumerate() {
         let py = top + i as f64 * (panel_h + panel_gap);
         let (x_max, x_step) = x_axis(if shared_axis { longest } else { seconds(run) });
@@ -508,6 +521,43 @@ mod tests {
         old.runs[0].peak_writes_in_flight = 0;
         let svg = timeline_chart(&old, "healthy").unwrap();
         assert!(svg.contains("and 7 writes in flight"), "{svg}");
+    }
+
+    #[test]
+    fn the_legend_names_an_adaptive_limit_only_when_one_is_drawn() {
+        let mut run = crate::results::sample_run("c4", "slow-write", 1.0, 1, 3.0);
+        run.timeline = crate::results::Timeline {
+            interval_ms: 10.0,
+            enrichment: vec![3, 24, 20, 5],
+            records: vec![1, 6, 4, 0],
+            ..Default::default()
+        };
+        let mut doc = ResultsDoc {
+            runs: vec![run.clone()],
+            ..Default::default()
+        };
+        let svg = timeline_chart(&doc, "slow-write").unwrap();
+        assert!(svg.contains(">writes in flight</text>"), "{svg}");
+        assert!(
+            !svg.contains("adaptive") && !svg.contains("dashed"),
+            "{svg}"
+        );
+        assert!(!svg.contains("stroke-dasharray"), "{svg}");
+        // A second strategy whose records budget adapts: its limit is drawn, and named.
+        let mut adaptive = run;
+        adaptive.strategy = "c5".into();
+        adaptive.timeline.records_limit = vec![4, 8, 6, 6];
+        doc.runs.push(adaptive);
+        let svg = timeline_chart(&doc, "slow-write").unwrap();
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            2,
+            "legend and C5's limit"
+        );
+        assert!(
+            svg.contains(">dashed: the adaptive limit of the calls of its colour</text>"),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -110,7 +110,9 @@ impl Table {
     }
 
     /// The table inside a `scroll` block, so that a narrow page scrolls the table rather than the
-    /// page; numeric cells have the class `num` (right-aligned, a range never broken).
+    /// page; numeric cells have the class `num` (right-aligned). A numeric cell's range is a
+    /// `range` span, never broken itself: a narrow column puts it under the median rather than
+    /// widening the table.
     pub(crate) fn html(&self) -> String {
         let mut out = String::from("<div class=\"scroll\">\n<table>\n<thead><tr>");
         for (h, right) in self.headers.iter().zip(&self.right) {
@@ -126,13 +128,29 @@ impl Table {
                     "skipped" => " class=\"skipped\"",
                     _ => num_class(*right),
                 };
-                let _ = write!(out, "<td{class}>{}</td>", esc_html(cell));
+                let text = match cell.strip_suffix(')').and_then(|c| c.split_once(" (")) {
+                    Some((median, range)) if *right && is_range(range) => format!(
+                        "{} <span class=\"range\">({})</span>",
+                        esc_html(median),
+                        esc_html(range)
+                    ),
+                    _ => esc_html(cell),
+                };
+                let _ = write!(out, "<td{class}>{text}</td>");
             }
             out.push_str("</tr>\n");
         }
         out.push_str("</tbody>\n</table>\n</div>\n");
         out
     }
+}
+
+/// Whether `text` is a range of numbers as [`fmt_spread`] writes one: `82-85.46`, `0.19-100`.
+fn is_range(text: &str) -> bool {
+    let number = |s: &str| !s.is_empty() && s.parse::<f64>().is_ok();
+    // A negative bound would put a second '-' in: split at each and try.
+    text.match_indices('-')
+        .any(|(i, _)| number(&text[..i]) && number(&text[i + 1..]))
 }
 
 fn num_class(right: bool) -> &'static str {
@@ -313,14 +331,25 @@ pub fn summary_table(doc: &ResultsDoc) -> String {
     out
 }
 
+/// The hypotheses that apply to the run's cells, one row each; those that do not are counted in
+/// [`not_applicable_line`] and listed in [`not_applicable_model`].
 pub(crate) fn hypotheses_model(doc: &ResultsDoc) -> Table {
+    hypotheses_rows(doc.hypotheses.iter().filter(|h| !lacks_cells(h)))
+}
+
+/// The hypotheses that do not apply to the run's cells, one row each.
+pub(crate) fn not_applicable_model(doc: &ResultsDoc) -> Table {
+    hypotheses_rows(doc.hypotheses.iter().filter(|h| lacks_cells(h)))
+}
+
+fn hypotheses_rows<'a>(hypotheses: impl Iterator<Item = &'a HypothesisResult>) -> Table {
     let mut table = Table::new(&[
         ("id", false),
         ("outcome", false),
         ("claim", false),
         ("observed", false),
     ]);
-    for h in &doc.hypotheses {
+    for h in hypotheses {
         table.rows.push(vec![
             h.id.clone(),
             h.outcome.clone(),
@@ -377,21 +406,58 @@ pub(crate) fn measured_model(doc: &ResultsDoc) -> Option<Table> {
 /// What the measured budgets table shows, in a sentence.
 pub(crate) const MEASURED_NOTE: &str = "Before the runs, a capacity sweep of each dependency against the sim (as `inflight capacity` does) set these budgets: the capacity at the knee, or the highest level swept when there was none. Every level is in results.json under `measured`.";
 
+/// `8 pass, 1 fail, 0 skipped (of 9)`; when some do not apply to the run's cells, the counts are
+/// of those that do: `22 pass, 2 fail, 0 skipped (of the 24 that apply to this run's cells; 54
+/// more do not)`; `none of the 78 apply to this run's cells`.
 pub(crate) fn hypotheses_tally(doc: &ResultsDoc) -> String {
-    let count = |o: &str| doc.hypotheses.iter().filter(|h| h.outcome == o).count();
+    let applicable: Vec<&HypothesisResult> =
+        doc.hypotheses.iter().filter(|h| !lacks_cells(h)).collect();
+    let count = |o: &str| applicable.iter().filter(|h| h.outcome == o).count();
+    match (applicable.len(), doc.hypotheses.len()) {
+        (0, 1) => return "the one does not apply to this run's cells".to_string(),
+        (0, n) if n > 1 => return format!("none of the {n} apply to this run's cells"),
+        _ => {}
+    }
+    let of = match doc.hypotheses.len() - applicable.len() {
+        0 => format!("of {}", applicable.len()),
+        more => format!(
+            "of the {} that apply to this run's cells; {more} more do not",
+            applicable.len()
+        ),
+    };
     format!(
-        "{} pass, {} fail, {} skipped (of {})",
+        "{} pass, {} fail, {} skipped ({of})",
         count("pass"),
         count("fail"),
         count("skipped"),
-        doc.hypotheses.len()
     )
+}
+
+/// The one line that stands for the hypotheses that do not apply to the run's cells; `None` when
+/// every one does.
+pub(crate) fn not_applicable_line(doc: &ResultsDoc) -> Option<String> {
+    let n = doc.hypotheses.iter().filter(|h| lacks_cells(h)).count();
+    let cells = if doc.meta.partial {
+        "this run lacks (or has not finished) the cells they are about"
+    } else {
+        "this run lacks the cells they are about"
+    };
+    (n > 0).then(|| {
+        format!(
+            "{n} {} not apply: {cells}, or their number of replicas",
+            if n == 1 {
+                "hypothesis does"
+            } else {
+                "hypotheses do"
+            }
+        )
+    })
 }
 
 /// Whether a hypothesis was skipped because the run lacks its cells, or is about runs split
 /// between another number of replicas (documents written before `skip_reason` skipped for no
 /// other reason).
-fn lacks_cells(h: &HypothesisResult) -> bool {
+pub(crate) fn lacks_cells(h: &HypothesisResult) -> bool {
     h.outcome == "skipped"
         && matches!(
             h.skip_reason.unwrap_or(SkipReason::MissingCells),
@@ -400,29 +466,22 @@ fn lacks_cells(h: &HypothesisResult) -> bool {
 }
 
 /// The hypotheses and their outcomes as plain text, at most [`TERMINAL_WIDTH`] characters wide:
-/// each one's outcome, id and claim, the observed values below; those skipped because the run
-/// lacks their cells are counted in one line (the files list them all).
+/// each one's outcome, id and claim, the observed values below; those that do not apply to the
+/// run's cells are counted in one line (index.html lists them all).
 pub fn hypotheses_table(doc: &ResultsDoc) -> String {
     if doc.hypotheses.is_empty() {
         return "no hypotheses evaluated\n".to_string();
     }
     let mut out = String::new();
-    let mut hidden = 0;
-    for h in &doc.hypotheses {
-        if lacks_cells(h) {
-            hidden += 1;
-            continue;
-        }
+    for h in doc.hypotheses.iter().filter(|h| !lacks_cells(h)) {
         let first = format!("{:<7}  ", h.outcome.to_uppercase());
         let claim = format!("{}: {}", h.id, h.claim);
         out.push_str(&wrap(&claim, TERMINAL_WIDTH, &first, 9));
         out.push_str(&wrap(&h.observed, TERMINAL_WIDTH, &" ".repeat(9), 9));
     }
     let mut notes = Vec::new();
-    if hidden > 0 {
-        notes.push(format!(
-            "{hidden} skipped: their cells are not in this run (summary.md lists them)"
-        ));
+    if let Some(line) = not_applicable_line(doc) {
+        notes.push(format!("{line} (index.html and results.json list them)"));
     }
     notes.push(format!(
         "{} (a failed hypothesis is a finding, not an error)",
@@ -494,16 +553,37 @@ fn runs_line(doc: &ResultsDoc) -> String {
 
 /// One scenario's summary rows, without the scenario column, with the incomplete share.
 pub(crate) fn scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
+    scenario_table_without(doc, scenario, &["scenario"])
+}
+
+/// [`scenario_table`] for the page: the repeats column is left out when every cell has the
+/// settings' repeats (the settings list them), so that the table fits a 1280 px window.
+pub(crate) fn page_scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
+    let same_repeats =
+        doc.meta.repeats > 0 && doc.summary.iter().all(|r| r.repeats == doc.meta.repeats);
+    if same_repeats {
+        scenario_table_without(doc, scenario, &["scenario", "repeats"])
+    } else {
+        scenario_table(doc, scenario)
+    }
+}
+
+fn scenario_table_without(doc: &ResultsDoc, scenario: &str, left_out: &[&str]) -> Table {
+    let keep = |h: &str| !left_out.contains(&h);
     let headers: Vec<(&str, bool)> = SUMMARY_HEADERS
         .iter()
         .copied()
-        .filter(|(h, _)| *h != "scenario")
+        .filter(|(h, _)| keep(h))
         .chain([("incomplete %", true)])
         .collect();
     let mut table = Table::new(&headers);
     for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
-        let mut cells = summary_cells(row);
-        cells.remove(1);
+        let mut cells: Vec<String> = SUMMARY_HEADERS
+            .iter()
+            .zip(summary_cells(row))
+            .filter(|((h, _), _)| keep(h))
+            .map(|(_, cell)| cell)
+            .collect();
         cells.push(fmt_pct(row.incomplete_fraction));
         table.rows.push(cells);
     }
@@ -523,6 +603,33 @@ mod tests {
         t.rows.push(vec!["xx".into(), "1".into()]);
         t.rows.push(vec!["y".into(), "100".into()]);
         assert_eq!(t.text(), "a     n\n--  ---\nxx    1\ny   100\n");
+    }
+
+    #[test]
+    fn only_a_numeric_range_moves_under_its_median_on_the_page() {
+        let mut t = Table::new(&[("CPUs", true), ("completion s", true), ("claim", false)]);
+        t.rows.push(vec![
+            "unlimited (2 planned)".into(),
+            "2.66 (2.54-2.77)".into(),
+            "a (1-2)".into(),
+        ]);
+        t.rows
+            .push(vec!["1".into(), "-0.5 (-1-0)".into(), "x".into()]);
+        let html = t.html();
+        assert!(
+            html.contains("<td class=\"num\">unlimited (2 planned)</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td class=\"num\">2.66 <span class=\"range\">(2.54-2.77)</span></td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>a (1-2)</td>"), "{html}");
+        assert!(
+            html.contains("<td class=\"num\">-0.5 <span class=\"range\">(-1-0)</span></td>"),
+            "{html}"
+        );
+        assert!(!is_range("2 planned") && !is_range("-") && !is_range("1-"));
     }
 
     fn spread(median: f64, min: f64, max: f64) -> Spread {

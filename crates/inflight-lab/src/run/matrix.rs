@@ -158,7 +158,7 @@ mod tests {
     #[test]
     fn default_matrix_is_the_reference_experiments() {
         let m = Matrix::builtin().default_cells();
-        assert_eq!(m.len(), 11);
+        assert_eq!(m.len(), 17);
         assert_eq!(m[0], Cell::new("c1", "healthy", 1.0));
         assert_eq!(m[1], Cell::new("c1", "healthy", 2.0));
         assert!(m[2..].iter().all(|c| c.cpus == 1.0 && c.strategy != "c1"));
@@ -168,26 +168,17 @@ mod tests {
     }
 
     #[test]
-    fn default_matrix_runs_c2_to_c4_per_scenario_in_order() {
+    fn default_matrix_runs_c2_to_c5_per_scenario_in_order() {
         let m = Matrix::builtin().default_cells();
         let names: Vec<String> = m[2..]
             .iter()
             .map(|c| format!("{} {}", c.strategy, c.scenario))
             .collect();
-        assert_eq!(
-            names,
-            [
-                "c2 healthy",
-                "c3 healthy",
-                "c4 healthy",
-                "c2 slow-write",
-                "c3 slow-write",
-                "c4 slow-write",
-                "c2 slow-enrichment",
-                "c3 slow-enrichment",
-                "c4 slow-enrichment"
-            ]
-        );
+        let expected: Vec<String> = ["healthy", "slow-write", "slow-enrichment"]
+            .iter()
+            .flat_map(|s| ["c2", "c3", "c4", "c4-64", "c5"].map(|c| format!("{c} {s}")))
+            .collect();
+        assert_eq!(names, expected);
     }
 
     #[test]
