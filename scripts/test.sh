@@ -81,16 +81,30 @@ step "cargo package (every crate packages, and builds from its package alone)"
 # the dependencies built with other features compile again. --allow-dirty lets the script run on
 # a working tree with uncommitted changes; CI's checkout is clean anyway.
 cargo package --workspace --locked --allow-dirty
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+# The workspace README's snippets are inflight-redis's doctests: they must run from its package
+# too, outside the workspace, with inflight from its own package. (The packaged Cargo.lock pins
+# every other dependency; the patch adds the one line cargo locks, so no --locked here.)
+for crate in inflight inflight-redis; do
+    tar xzf "$target_dir/package/$crate-$version.crate" -C "$scratch"
+done
+(
+    cd "$scratch/inflight-redis-$version"
+    CARGO_TARGET_DIR="$target_dir" cargo test --doc --quiet \
+        --config "patch.crates-io.inflight.path=\"../inflight-$version\""
+)
 
 step "cargo install (the installed binary works away from the repository)"
 # A debug build through the same target folder, so this reuses what the steps above built; the
 # release build users get differs only in optimisation. The binary runs from an empty folder
 # outside the repository, where no lab/ is found: the lab must use its built-in files.
-install_dir=$(mktemp -d)
-trap 'rm -rf "$install_dir"' EXIT
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" cargo install --path crates/inflight-cli \
+install_dir="$scratch/install"
+CARGO_TARGET_DIR="$target_dir" cargo install --path crates/inflight-cli \
     --locked --debug --quiet --root "$install_dir/root"
-mkdir "$install_dir/cwd"
+mkdir -p "$install_dir/cwd"
 cp examples/budgets.toml "$install_dir/cwd/budgets.toml"
 (
     cd "$install_dir/cwd"
