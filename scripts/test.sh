@@ -74,6 +74,54 @@ step "cargo test"
 cargo test --workspace --locked
 cargo test -p inflight --all-features --locked
 
+step "cargo package (every crate packages, and builds from its package alone)"
+# Packages the workspace in dependency order against a temporary local registry, then builds each
+# package from its unpacked .crate: a file read from outside a crate, or a path dependency without
+# a version, fails here. The verify builds share the target folder with the steps above, so only
+# the dependencies built with other features compile again. --allow-dirty lets the script run on
+# a working tree with uncommitted changes; CI's checkout is clean anyway.
+cargo package --workspace --locked --allow-dirty
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+# The workspace README's snippets are inflight-redis's doctests: they must run from its package
+# too, outside the workspace, with inflight from its own package. (The packaged Cargo.lock pins
+# every other dependency; the patch adds the one line cargo locks, so no --locked here.)
+for crate in inflight inflight-redis; do
+    tar xzf "$target_dir/package/$crate-$version.crate" -C "$scratch"
+done
+(
+    cd "$scratch/inflight-redis-$version"
+    CARGO_TARGET_DIR="$target_dir" cargo test --doc --quiet \
+        --config "patch.crates-io.inflight.path=\"../inflight-$version\""
+)
+
+step "cargo install (the installed binary works away from the repository)"
+# A debug build through the same target folder, so this reuses what the steps above built; the
+# release build users get differs only in optimisation. The binary runs from an empty folder
+# outside the repository, where no lab/ is found: the lab must use its built-in files.
+install_dir="$scratch/install"
+CARGO_TARGET_DIR="$target_dir" cargo install --path crates/inflight-cli \
+    --locked --debug --quiet --root "$install_dir/root"
+mkdir -p "$install_dir/cwd"
+cp examples/budgets.toml "$install_dir/cwd/budgets.toml"
+(
+    cd "$install_dir/cwd"
+    bin="$install_dir/root/bin/inflight"
+    "$bin" --version
+    "$bin" lab run --help | grep "Strategies in .*c2" >/dev/null \
+        || { echo "error: lab run --help lists no strategies" >&2; exit 1; }
+    "$bin" check-config budgets.toml
+    "$bin" lab run --no-limit --strategies c2 --scenarios healthy --records 20 --repeats 1 \
+        --time-scale 0.2 --out out >/dev/null
+    for origin in strategies_origin scenarios_origin; do
+        grep -q "\"$origin\": \"built-in\"" out/results.json \
+            || { echo "error: the installed lab did not use its built-in files ($origin)" >&2; exit 1; }
+    done
+    echo "  installed inflight ran from $PWD with its built-in lab files"
+)
+
 step "cargo doc (the library's links resolve)"
 RUSTDOCFLAGS="-D warnings" cargo doc -p inflight --no-deps --all-features --locked
 

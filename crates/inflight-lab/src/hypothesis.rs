@@ -23,7 +23,7 @@ use crate::results::{
 pub const DEFAULT_HYPOTHESES_PATH: &str = "lab/hypotheses.toml";
 
 /// The hypotheses file shipped with the lab, compiled in for runs outside the repository.
-pub const BUILTIN_HYPOTHESES: &str = include_str!("../../../lab/hypotheses.toml");
+pub const BUILTIN_HYPOTHESES: &str = include_str!("../lab/hypotheses.toml");
 
 /// Equality tolerance: the metrics are counts and seconds, so this only absorbs float noise.
 const EPSILON: f64 = 1e-9;

@@ -12,7 +12,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 /// The scenarios file shipped with the lab, compiled in so `inflight sim` works from any directory.
-pub const BUILTIN_SCENARIOS: &str = include_str!("../../../lab/scenarios.toml");
+pub const BUILTIN_SCENARIOS: &str = include_str!("../lab/scenarios.toml");
 
 /// The scenarios file path the lab uses by default (relative to the working directory).
 pub const DEFAULT_SCENARIOS_PATH: &str = "lab/scenarios.toml";

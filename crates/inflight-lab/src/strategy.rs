@@ -20,7 +20,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// The strategies file shipped with the lab, compiled in for runs outside the repository.
-pub const BUILTIN_STRATEGIES: &str = include_str!("../../../lab/strategies.toml");
+pub const BUILTIN_STRATEGIES: &str = include_str!("../lab/strategies.toml");
 
 /// A strategies file that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]

@@ -88,8 +88,16 @@ pub use scripts::budget_keys;
 pub use snapshot::FleetSnapshot;
 pub use store::{Fail, RedisStore};
 
-// Every Rust snippet in the README compiles (and, but for the one that needs a Redis, runs) as a
-// doctest here: the crate that sees every other one, with every feature of `inflight` on.
+// Every Rust snippet in the workspace README compiles (and, but for the one that needs a Redis,
+// runs) as a doctest here: the crate that sees every other one, with every feature of `inflight`
+// on. The include reads `tests/workspace-README.md`, a link to the workspace README, rather than
+// `../../../README.md`: a path outside the crate is missing from the packaged crate, while the
+// link is packaged with the README's text, so the doctests run there too.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../tests/workspace-README.md")]
+pub struct WorkspaceReadmeDoctests;
+
+// This crate's own README (its page in the registry) runs as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::support::{exits_2, inflight, run_json};
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/budgets.toml");
+// A link to `examples/budgets.toml`, inside the crate so that the packaged crate has it.
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/budgets.toml");
 
 fn file(text: &str) -> tempfile::NamedTempFile {
     let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();

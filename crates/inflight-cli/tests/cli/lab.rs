@@ -15,8 +15,9 @@ use crate::support::{
     assert_refused, exits_2, inflight, inflight_path, is_root, send_signal, wait_exit,
 };
 
+/// Links to the lab crate's files, inside this crate so that the packaged crate has them.
 fn lab_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab")
 }
 
 /// A lab folder with the repository's scenarios and hypotheses and these strategies.

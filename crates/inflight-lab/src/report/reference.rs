@@ -11,7 +11,7 @@ use crate::hypothesis::find_row;
 use crate::results::{Metric, ResultsDoc, Spread};
 
 /// The reference file shipped with the lab, compiled in for runs outside the repository.
-pub const BUILTIN_REFERENCE: &str = include_str!("../../../../lab/reference.toml");
+pub const BUILTIN_REFERENCE: &str = include_str!("../../lab/reference.toml");
 
 /// Why a reference file could not be used.
 #[derive(Debug, thiserror::Error)]

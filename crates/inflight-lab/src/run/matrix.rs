@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The matrix file shipped with the lab, compiled in for runs outside the repository.
-pub const BUILTIN_MATRIX: &str = include_str!("../../../../lab/matrix.toml");
+pub const BUILTIN_MATRIX: &str = include_str!("../../lab/matrix.toml");
 
 /// One cell of the matrix: a strategy in a scenario at a CPU count.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
