@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::hypothesis::{self, Hypothesis, HypothesisError};
+use crate::matrix::{Cell, Matrix, MatrixError};
 use crate::report::{Reference, ReferenceError};
-use crate::run::matrix::{Cell, Matrix, MatrixError};
 use crate::scenario::{ScenarioError, ScenarioSet};
 use crate::strategy::{self, Strategies, StrategyError};
 

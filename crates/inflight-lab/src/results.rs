@@ -10,7 +10,12 @@ use std::collections::BTreeMap;
 use inflight_cpu::Enforcement;
 use serde::{Deserialize, Serialize};
 
-use crate::hypothesis::fmt_num;
+use crate::matrix::Cell;
+use crate::numbers::fmt_num;
+
+pub mod summary;
+
+pub use self::summary::summarize;
 
 /// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -66,7 +71,7 @@ impl ResultsDoc {
         for run in &mut runs {
             run.unlimited = unlimited;
         }
-        let summary = crate::run::summarize(&runs);
+        let summary = summarize(&runs);
         ResultsDoc {
             meta,
             runs,
@@ -98,7 +103,7 @@ impl ResultsDoc {
                 run.scenario,
                 cpus_words(run.cpus, !run.unlimited)
             );
-            if let Err(e) = crate::run::check_outcomes(run) {
+            if let Err(e) = check_outcomes(run) {
                 problems.push(e);
             }
             if !(run.cpus.is_finite() && run.cpus > 0.0) {
@@ -147,6 +152,19 @@ impl ResultsDoc {
     }
 }
 
+/// Checks a run's outcome counts add up; the message says what is off.
+pub fn check_outcomes(run: &RunResult) -> Result<(), String> {
+    let sum = run.complete + run.incomplete + run.rejected + run.failed;
+    if sum != run.records {
+        return Err(format!(
+            "{} {} repeat {}: {} records started but complete {} + incomplete {} + rejected {} + failed {} = {sum}",
+            run.strategy, run.scenario, run.repeat, run.records, run.complete, run.incomplete,
+            run.rejected, run.failed
+        ));
+    }
+    Ok(())
+}
+
 /// The settings and environment of a lab run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
@@ -188,7 +206,7 @@ pub struct RunMeta {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RunPlan {
     /// The cells in the order they run; every repeat runs them all in this order.
-    pub cells: Vec<crate::run::Cell>,
+    pub cells: Vec<Cell>,
     /// Where the strategies came from: a file's path, or `built-in`.
     pub strategies_origin: String,
     /// The strategies file's text, as the runners read it.
@@ -594,5 +612,17 @@ mod tests {
             assert_eq!(Metric::from_name(metric.name()), Some(metric));
         }
         assert_eq!(Metric::from_name("nope"), None);
+    }
+
+    #[test]
+    fn outcome_check_names_the_run() {
+        let mut r = sample_run("c2", "slow-write", 1.0, 4, 1.0);
+        assert!(check_outcomes(&r).is_ok());
+        r.failed = 0;
+        let e = check_outcomes(&r).unwrap_err();
+        assert!(
+            e.contains("c2 slow-write repeat 4") && e.contains("= 9"),
+            "{e}"
+        );
     }
 }

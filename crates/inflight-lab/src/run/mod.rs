@@ -31,11 +31,11 @@ use crate::hypothesis::Hypothesis;
 use crate::report::Reference;
 use crate::results::{ResultsDoc, RunMeta, RunPlan, RunResult, SummaryRow};
 use crate::runner::loopback_base;
-use crate::sim::client::SimClientError;
-use crate::sim::process::{SimCommand, SimProcess, SimProcessError};
+use crate::sim::process::{SimCommand, SimProcess};
 
-pub mod matrix;
+mod error;
 mod measure;
+mod options;
 pub mod out_dir;
 pub mod plan;
 pub mod progress;
@@ -43,88 +43,23 @@ pub mod redis;
 pub mod replicas;
 mod runner_process;
 pub mod scheduler;
-pub mod summary;
 
-pub use self::matrix::{cross_product, Cell, Matrix};
+pub use self::error::LabError;
 pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};
+pub use self::options::LabOptions;
 pub use self::out_dir::{default_out_dir, OutDir, RESULTS_JSON};
 pub use self::plan::{
     missing_runs, planned_runs, PlanFiles, PlannedRun, Resume, ResumeError, Setting,
 };
 pub use self::progress::{Progress, ProgressReporter};
 pub use self::scheduler::{check_outcomes, probe_enforcement, run_deadline, run_seed};
-pub use self::summary::summarize;
+pub use crate::matrix::{self, cross_product, Cell, Matrix};
+pub use crate::results::summarize;
+pub use crate::results::summary;
 pub use inflight_bench::shutdown::Shutdown;
 
 use self::redis::LabRedis;
 use self::scheduler::{run_cells, RunEnv};
-
-/// Everything `inflight lab run` needs, resolved and checked by the command line.
-#[derive(Debug, Clone)]
-pub struct LabOptions {
-    /// The `inflight` binary, run as `inflight sim` and `inflight lab runner`.
-    pub exe: PathBuf,
-    pub cells: Vec<Cell>,
-    pub repeats: u32,
-    pub records: u64,
-    pub time_scale: f64,
-    /// The base RNG seed; each (scenario, repeat) gets one derived from it ([`run_seed`]).
-    pub seed: u64,
-    /// The strategies file the runners read; their built-in copy when `None`.
-    pub strategies_file: Option<PathBuf>,
-    /// The scenarios file the sim reads; its built-in copy when `None`.
-    pub scenarios_file: Option<PathBuf>,
-    /// Use this running sim instead of starting one.
-    pub sim_url: Option<String>,
-    /// Run without a CPU quota when none can be enforced.
-    pub no_limit: bool,
-    /// Each runner serves its budgets' metrics here (`inflight lab runner --metrics-addr`).
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Runner processes per run, each in its own CPU quota, splitting the records (at least 1).
-    pub replicas: u32,
-    /// The Redis that fleet budgets keep their permits in; when `None` and a strategy needs one,
-    /// the lab starts a `redis-server` of its own.
-    pub redis_url: Option<String>,
-}
-
-/// Why the lab stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum LabError {
-    #[error("interrupted; stopped the runner and the sim and removed the cgroups")]
-    Interrupted,
-    #[error("cannot enforce a CPU limit of {cpus} CPUs: {message}")]
-    NoLimit { cpus: f64, message: String },
-    #[error("cannot start `{what}`")]
-    Spawn {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the sim did not start: {0}")]
-    SimStart(String),
-    #[error(transparent)]
-    Sim(#[from] SimClientError),
-    #[error("run {run}: the runner failed: {message}")]
-    Runner { run: String, message: String },
-    #[error("{0}")]
-    Invalid(String),
-    #[error("cannot save the finished runs in {}", path.display())]
-    Save {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl From<SimProcessError> for LabError {
-    fn from(e: SimProcessError) -> LabError {
-        match e {
-            SimProcessError::Interrupted => LabError::Interrupted,
-            SimProcessError::Spawn { what, source } => LabError::Spawn { what, source },
-            SimProcessError::Start(message) => LabError::SimStart(message),
-        }
-    }
-}
 
 /// A lab run in its report folder: the plan and the runs finished so far, kept in
 /// `results.json` (marked partial until the report is written) and saved before the first run

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::matrix::Cell;
 use super::out_dir::RESULTS_JSON;
+use crate::matrix::Cell;
 use crate::results::{ResultsDoc, RunPlan, RunResult};
 
 /// One run of a plan: a cell at a repeat.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::ConnectionAddr;
 use tokio::process::{Child, Command};
 
-use super::LabError;
+use super::error::LabError;
 
 /// How long a Redis may take to answer its first PING.
 const READY_WITHIN: Duration = Duration::from_secs(10);

@@ -9,8 +9,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
+use super::options::LabOptions;
 use super::replicas::Share;
-use super::LabOptions;
 use crate::results::RunResult;
 
 /// What one runner is told besides the lab's options.

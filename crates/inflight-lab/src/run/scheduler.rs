@@ -6,16 +6,19 @@ use std::time::Duration;
 
 use inflight_cpu::{Enforcement, QuotaGroup};
 
-use super::matrix::Cell;
+pub use crate::results::check_outcomes;
+
+use super::error::LabError;
+use super::options::LabOptions;
 use super::plan::PlannedRun;
 use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
 use super::runner_process::{RunnerArgs, RunnerEnd, RunnerProcess};
-use super::Shutdown;
-use super::{LabError, LabOptions};
+use crate::matrix::Cell;
 use crate::results::{MeasuredBudget, RunResult};
 use crate::sim::client::{u64_at, SimClient, SimClientError};
+use inflight_bench::shutdown::Shutdown;
 
 /// The RNG seed of one run: the same for every strategy in a (scenario, repeat), so strategies face the
 /// same sequence of latencies (common random numbers), different across repeats and scenarios.
@@ -36,19 +39,6 @@ pub fn run_seed(base: u64, scenario: &str, repeat: u32) -> u64 {
 /// each at its full 2 s timeout (times the time scale), plus a minute for start-up.
 pub fn run_deadline(records: u64, time_scale: f64) -> Duration {
     Duration::from_secs(60) + Duration::from_secs_f64(records as f64 * 8.0 * time_scale * 1.25)
-}
-
-/// Checks a run's outcome counts add up; the message says what is off.
-pub fn check_outcomes(run: &RunResult) -> Result<(), String> {
-    let sum = run.complete + run.incomplete + run.rejected + run.failed;
-    if sum != run.records {
-        return Err(format!(
-            "{} {} repeat {}: {} records started but complete {} + incomplete {} + rejected {} + failed {} = {sum}",
-            run.strategy, run.scenario, run.repeat, run.records, run.complete, run.incomplete,
-            run.rejected, run.failed
-        ));
-    }
-    Ok(())
 }
 
 /// Whether a CPU quota can be enforced here: creates (and removes) one group per CPU count.
@@ -324,20 +314,6 @@ async fn kill_all(runners: Vec<RunnerProcess>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::results::sample_run as run;
-
-    #[test]
-    fn outcome_check_names_the_run() {
-        let mut r = run("c2", "slow-write", 1.0, 4, 1.0);
-        assert!(check_outcomes(&r).is_ok());
-        r.failed = 0;
-        let e = check_outcomes(&r).unwrap_err();
-        assert!(
-            e.contains("c2 slow-write repeat 4") && e.contains("= 9"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn run_seeds_are_shared_by_strategies_and_differ_by_repeat_and_scenario() {

@@ -36,6 +36,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
+pub use crate::stats::{EndpointStats, SimStats};
 
 pub mod client;
 mod gates;
@@ -98,35 +99,6 @@ fn check_time_scale(time_scale: f64) -> Result<f64, SimError> {
     } else {
         Err(SimError::TimeScale(time_scale))
     }
-}
-
-/// The counters of one endpoint as `GET /stats` reports them.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// Requests that reached the handler (malformed ones included).
-    pub seen: u64,
-    /// Requests answered 200.
-    pub accepted: u64,
-    /// Requests answered 503 because capacity and queue were full.
-    pub rejected_503: u64,
-    /// Requests answered 429 because they came faster than the scenario's quota.
-    #[serde(default)]
-    pub rejected_429: u64,
-    /// Requests being served right now (for records: holding one of the `capacity` slots).
-    pub in_service: u64,
-    /// Most requests in service at once.
-    pub peak_in_service: u64,
-    /// Most requests inside the server at once, counting waiting ones and those about to be refused.
-    pub peak_offered: u64,
-}
-
-/// The body of `GET /stats`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SimStats {
-    pub scenario: String,
-    pub time_scale: f64,
-    pub enrich: EndpointStats,
-    pub records: EndpointStats,
 }
 
 /// The body of `GET /scenario`: the current scenario with its parameters.
