@@ -6,9 +6,12 @@
 //! SIGTERM), and every cgroup made here is removed: the runner is killed and reaped before its
 //! cgroup is dropped, and the sim also exits by itself when our end of its stdin closes.
 //!
-//! - [`matrix`]: the cells to run and the matrix file (`lab/matrix.toml`).
+//! - `request`: the flags of `inflight lab run` resolved and checked into a [`LabRequest`]: its
+//!   [`LabOptions`] (with `--quick`'s defaults, or a resumed plan's), lab files and folder.
+//! - [`matrix`]: the cells to run and the matrix file (`lab/matrix.toml`), from the crate's
+//!   [`crate::matrix`].
 //! - [`scheduler`]: runs the cells one after another, each in a runner process.
-//! - [`summary`]: the repeats of each cell summarised.
+//! - [`summary`]: the repeats of each cell summarised, from [`crate::results`].
 //! - [`progress`]: what a run reports while it runs, and how it is shown.
 //! - [`out_dir`]: the report folder, made before the runs start, and `results.json` written
 //!   into it durably.
@@ -17,6 +20,7 @@
 //! - [`redis`]: the Redis that fleet budgets keep their permits in.
 //! - `measure`: budgets measured by a capacity sweep before the runs.
 //! - `runner_process`: one runner process in its cgroup.
+//! - `rewrite`: `inflight lab report`, the report of a results document written again.
 //!
 //! [`LabRun`] ties them together: it saves the plan before the first run and every run as it
 //! finishes, so a lab stopped at any point (Ctrl-C, SIGTERM, even SIGKILL) keeps the runs that
@@ -31,7 +35,8 @@ use crate::hypothesis::Hypothesis;
 use crate::report::Reference;
 use crate::results::{ResultsDoc, RunMeta, RunPlan, RunResult, SummaryRow};
 use crate::runner::loopback_base;
-use crate::sim::process::{SimCommand, SimProcess};
+use crate::sim::client::{SimClient, SimClientError};
+use crate::sim::process::SimProcess;
 
 mod error;
 mod measure;
@@ -41,17 +46,24 @@ pub mod plan;
 pub mod progress;
 pub mod redis;
 pub mod replicas;
+mod request;
+mod rewrite;
 mod runner_process;
 pub mod scheduler;
 
 pub use self::error::LabError;
 pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};
 pub use self::options::LabOptions;
-pub use self::out_dir::{default_out_dir, OutDir, RESULTS_JSON};
+pub use self::out_dir::{default_out_dir, write_outputs, OutDir, RESULTS_JSON};
 pub use self::plan::{
     missing_runs, planned_runs, PlanFiles, PlannedRun, Resume, ResumeError, Setting,
 };
 pub use self::progress::{Progress, ProgressReporter};
+pub use self::request::{
+    LabArgs, LabRequest, DEFAULT_RECORDS, DEFAULT_REPEATS, DEFAULT_SEED, MAX_CPUS, MAX_RECORDS,
+    MAX_REPLICAS, MIN_CPUS, QUICK_REPEATS, QUICK_TIME_SCALE,
+};
+pub use self::rewrite::{rewrite_report, Rewritten};
 pub use self::scheduler::{check_outcomes, probe_enforcement, run_deadline, run_seed};
 pub use crate::matrix::{self, cross_product, Cell, Matrix};
 pub use crate::results::summarize;
@@ -60,6 +72,52 @@ pub use inflight_bench::shutdown::Shutdown;
 
 use self::redis::LabRedis;
 use self::scheduler::{run_cells, RunEnv};
+
+/// How a lab session ended ([`LabRun::conclude`]).
+#[derive(Debug)]
+pub struct LabEnd {
+    /// Why the lab stopped before every run of the session finished; `None` when it did not.
+    pub stopped: Option<LabError>,
+    /// The run that was in progress when the lab stopped (`c1 healthy 1 CPU repeat 1`): stopped
+    /// and discarded.
+    pub unfinished: Option<String>,
+    /// The report folder (removed again when nothing was kept, if this run made it).
+    pub dir: PathBuf,
+    /// The document written into `dir` with its report; `None` when nothing was kept: a new run
+    /// that stopped before any of its runs finished.
+    pub kept: Option<ResultsDoc>,
+}
+
+impl LabEnd {
+    /// Whether a signal (Ctrl-C, SIGTERM, SIGHUP) stopped the lab.
+    pub fn interrupted(&self) -> bool {
+        matches!(self.stopped, Some(LabError::Interrupted))
+    }
+
+    /// What the lab kept, in a sentence: `..., so nothing was kept`, or the runs of a partial
+    /// report; `None` for a run that finished.
+    pub fn kept_line(&self) -> Option<String> {
+        let Some(doc) = &self.kept else {
+            let why = match &self.unfinished {
+                Some(run) => format!("no run had finished ({run} was in progress)"),
+                None => "the lab stopped before its first run finished".to_string(),
+            };
+            return Some(format!("{why}, so nothing was kept"));
+        };
+        if !doc.meta.partial {
+            return None;
+        }
+        let discarded = match &self.unfinished {
+            Some(run) => format!("; the run in progress ({run}) was stopped and discarded"),
+            None => String::new(),
+        };
+        Some(format!(
+            "partial report: {} of {} runs finished{discarded}",
+            doc.runs.len(),
+            doc.meta.runs_planned
+        ))
+    }
+}
 
 /// A lab run in its report folder: the plan and the runs finished so far, kept in
 /// `results.json` (marked partial until the report is written) and saved before the first run
@@ -133,6 +191,7 @@ impl LabRun {
                     strategies_toml,
                     scenarios_origin,
                     scenarios_toml,
+                    lab_files: opts.lab_files.clone(),
                 }),
             },
             ..ResultsDoc::default()
@@ -216,6 +275,10 @@ impl LabRun {
         shutdown: &Shutdown,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<(), LabError> {
+        // A signal while the lab started up: nothing saved yet, nothing started.
+        if shutdown.fired() {
+            return Err(LabError::Interrupted);
+        }
         self.check_options(opts)?;
         let limited = self.enforce(opts, progress)?;
         self.save()?;
@@ -229,17 +292,17 @@ impl LabRun {
                 (None, url)
             }
             None => {
-                let command = SimCommand {
-                    exe: opts.exe.clone(),
-                    scenarios_file: opts.scenarios_file.clone(),
-                    time_scale: opts.time_scale,
-                    seed: opts.seed,
-                };
-                let sim = SimProcess::start(&command, shutdown.wait()).await?;
+                let sim = SimProcess::start(&opts.sim_command(), shutdown.wait()).await?;
                 let url = sim.url().to_string();
                 (Some(sim), url)
             }
         };
+        if let Err(e) = check_sim(&url).await {
+            if let Some(sim) = sim {
+                sim.stop().await;
+            }
+            return Err(e);
+        }
         progress(Progress::SimReady {
             url: &url,
             started: sim.is_some(),
@@ -317,6 +380,42 @@ impl LabRun {
         self.doc.meta.partial = self.doc.runs.len() < self.doc.meta.runs_planned;
         evaluate_hypotheses(&mut self.doc, hypotheses);
         write_outputs(&self.doc, reference, self.out.path())
+    }
+
+    /// Ends the session after [`run`](LabRun::run) returned `result`: a new run that stopped
+    /// before any run finished keeps nothing (its folder is removed again, see
+    /// [`discard`](LabRun::discard)); otherwise the report is written
+    /// ([`write_report`](LabRun::write_report)), complete or partial. The end says which, and
+    /// why the lab stopped, for the command line to tell.
+    ///
+    /// # Errors
+    ///
+    /// If the report cannot be written.
+    pub fn conclude(
+        mut self,
+        result: Result<(), LabError>,
+        hypotheses: &[Hypothesis],
+        reference: &Reference,
+    ) -> anyhow::Result<LabEnd> {
+        let stopped = result.err();
+        let unfinished = self.in_progress.take();
+        let dir = self.out.path().to_path_buf();
+        if stopped.is_some() && self.is_empty() {
+            self.discard();
+            return Ok(LabEnd {
+                stopped,
+                unfinished,
+                dir,
+                kept: None,
+            });
+        }
+        self.write_report(hypotheses, reference)?;
+        Ok(LabEnd {
+            stopped,
+            unfinished,
+            dir,
+            kept: Some(self.doc),
+        })
     }
 
     /// The options must be the plan's: a resumed run that read them wrong would mix runs of
@@ -416,7 +515,7 @@ impl LabRun {
             });
         }
         if self.doc.measured.is_empty() {
-            let control = crate::sim::client::SimClient::new(url.to_string())?;
+            let control = SimClient::new(url.to_string())?;
             match measure::measure_budgets(opts, &strategies, shutdown, &control, progress).await {
                 Ok(measured) if !measured.is_empty() => {
                     self.doc.measured = measured;
@@ -440,6 +539,20 @@ impl LabRun {
             source,
         })
     }
+}
+
+/// Fails early, with the sim's own message, if no sim answers at `url` (a `--sim-url` where
+/// nothing listens): before the budgets are measured or a run starts.
+async fn check_sim(url: &str) -> Result<(), LabError> {
+    let control = SimClient::new(url.to_string())?;
+    control.stats().await.map_err(|e| SimClientError {
+        message: format!(
+            "no `inflight sim` answers there (start one with `inflight sim --port <port>`, or leave out --sim-url): {}",
+            e.message
+        ),
+        url: e.url,
+    })?;
+    Ok(())
 }
 
 /// The Redis the run's fleet budgets need: `opts.redis_url`, or one started here; `None` when no
@@ -526,18 +639,6 @@ pub fn evaluate_hypotheses(doc: &mut ResultsDoc, hypotheses: &[Hypothesis]) {
         }
     }
     doc.hypotheses = results;
-}
-
-/// Writes the report (`runs.csv`, `summary.md`, figures, `index.html`) and then `results.json`
-/// (durably, see [`OutDir::save`]) into `dir`, comparing with `reference`. The document comes
-/// last, so a folder whose report was cut short still reads as it was before.
-pub fn write_outputs(doc: &ResultsDoc, reference: &Reference, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    crate::report::write_report_with(doc, reference, dir)
-        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
-    out_dir::save_results(doc, dir)
-        .with_context(|| format!("cannot write {}", dir.join(RESULTS_JSON).display()))?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -666,6 +767,7 @@ threshold = 0
             metrics_addr: None,
             replicas: 1,
             redis_url: None,
+            lab_files: "the copies built into inflight".into(),
         };
         let out = OutDir::create(&dir.path().join("r"), false).unwrap();
         let run = LabRun::new(&opts, out).unwrap();

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::matrix::Cell;
+use crate::sim::process::SimCommand;
 
 /// Everything `inflight lab run` needs, resolved and checked by the command line.
 #[derive(Debug, Clone)]
@@ -30,4 +31,18 @@ pub struct LabOptions {
     /// The Redis that fleet budgets keep their permits in; when `None` and a strategy needs one,
     /// the lab starts a `redis-server` of its own.
     pub redis_url: Option<String>,
+    /// Where the lab's files came from, in words ([`crate::files::Origin`]), kept in the plan.
+    pub lab_files: String,
+}
+
+impl LabOptions {
+    /// How the lab starts its sim for these options.
+    pub fn sim_command(&self) -> SimCommand {
+        SimCommand {
+            exe: self.exe.clone(),
+            scenarios_file: self.scenarios_file.clone(),
+            time_scale: self.time_scale,
+            seed: self.seed,
+        }
+    }
 }

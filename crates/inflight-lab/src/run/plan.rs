@@ -359,9 +359,11 @@ impl Resume {
         Ok(())
     }
 
-    /// The plan's strategies and scenarios files, for the runners and the sim: the built-in
-    /// copies where the plan's text is theirs, else copies of the plan's text in a temporary
-    /// folder, so that the missing runs read exactly what the finished ones did.
+    /// The plan's strategies and scenarios files, for the runners and the sim, so that the
+    /// missing runs read exactly what the finished ones did, from where they read it when they
+    /// can: the file the plan names while it still holds the plan's text (so that a resumed
+    /// run's runners and sim are started as the first part's were), else the built-in copy
+    /// where the plan's text is its, else a copy of the plan's text in a temporary folder.
     ///
     /// # Errors
     ///
@@ -369,28 +371,42 @@ impl Resume {
     pub fn files(&self) -> std::io::Result<PlanFiles> {
         let plan = self.plan();
         let mut files = PlanFiles::default();
-        let mut copy =
-            |text: &str, builtin: &str, name: &str| -> std::io::Result<Option<PathBuf>> {
-                if text == builtin {
-                    return Ok(None);
-                }
-                if files.dir.is_none() {
-                    files.dir = Some(
-                        tempfile::Builder::new()
-                            .prefix("inflight-resume-")
-                            .tempdir()?,
-                    );
-                }
-                let path = files.dir.as_ref().expect("made above").path().join(name);
-                std::fs::write(&path, text)?;
-                Ok(Some(path))
-            };
-        let strategies = copy(
+        let mut source = |origin: &str,
+                          text: &str,
+                          builtin: &str,
+                          name: &str|
+         -> std::io::Result<Option<PathBuf>> {
+            let named = Path::new(origin);
+            if origin != "built-in" && std::fs::read_to_string(named).is_ok_and(|t| t == text) {
+                return Ok(Some(named.to_path_buf()));
+            }
+            // Without a file the sim reads `lab/scenarios.toml` where there is one, not its
+            // built-in copy.
+            let sim_default = Path::new(crate::scenario::DEFAULT_SCENARIOS_PATH);
+            let shadowed = name == crate::files::SCENARIOS
+                && std::fs::read_to_string(sim_default).is_ok_and(|t| t != builtin);
+            if text == builtin && !shadowed {
+                return Ok(None);
+            }
+            if files.dir.is_none() {
+                files.dir = Some(
+                    tempfile::Builder::new()
+                        .prefix("inflight-resume-")
+                        .tempdir()?,
+                );
+            }
+            let path = files.dir.as_ref().expect("made above").path().join(name);
+            std::fs::write(&path, text)?;
+            Ok(Some(path))
+        };
+        let strategies = source(
+            &plan.strategies_origin,
             &plan.strategies_toml,
             crate::strategy::BUILTIN_STRATEGIES,
             crate::files::STRATEGIES,
         )?;
-        let scenarios = copy(
+        let scenarios = source(
+            &plan.scenarios_origin,
             &plan.scenarios_toml,
             crate::scenario::BUILTIN_SCENARIOS,
             crate::files::SCENARIOS,
@@ -427,6 +443,7 @@ mod tests {
             strategies_toml: crate::strategy::BUILTIN_STRATEGIES.into(),
             scenarios_origin: "built-in".into(),
             scenarios_toml: crate::scenario::BUILTIN_SCENARIOS.into(),
+            lab_files: "the copies built into inflight".into(),
         }
     }
 
@@ -651,5 +668,21 @@ mod tests {
         assert_eq!(files.scenarios, None);
         drop(files);
         assert!(!path.exists(), "the copy goes with PlanFiles");
+
+        // The file the plan was read from, while it holds the plan's text: the first part's
+        // runners read it there, and so do the missing runs'.
+        let lab = tempfile::tempdir().unwrap();
+        let named = lab.path().join(crate::files::STRATEGIES);
+        std::fs::write(&named, "[c9]\n").unwrap();
+        doc.meta.plan.as_mut().unwrap().strategies_origin = named.display().to_string();
+        write(dir.path(), &doc);
+        let files = Resume::open(dir.path()).unwrap().files().unwrap();
+        assert_eq!(files.strategies, Some(named.clone()));
+        // Changed since: the plan's text, copied.
+        std::fs::write(&named, "[c8]\n").unwrap();
+        let files = Resume::open(dir.path()).unwrap().files().unwrap();
+        let copy = files.strategies.clone().unwrap();
+        assert_ne!(copy, named);
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "[c9]\n");
     }
 }

@@ -55,6 +55,8 @@ impl LabRedis {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
+                // Stopped by the lab, not by the terminal's Ctrl-C (see `SimProcess::start`).
+                .process_group(0)
                 .kill_on_drop(true);
             let child = command.spawn().map_err(|source| {
                 if source.kind() == std::io::ErrorKind::NotFound {

@@ -14,10 +14,11 @@ use super::plan::PlannedRun;
 use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
-use super::runner_process::{RunnerArgs, RunnerEnd, RunnerProcess};
+use super::runner_process::{RunnerEnd, RunnerProcess};
 use crate::matrix::Cell;
 use crate::results::{MeasuredBudget, RunResult};
-use crate::sim::client::{u64_at, SimClient, SimClientError};
+use crate::runner::RunnerArgs;
+use crate::sim::client::{u64_at, SimClient};
 use inflight_bench::shutdown::Shutdown;
 
 /// The RNG seed of one run: the same for every strategy in a (scenario, repeat), so strategies face the
@@ -33,6 +34,41 @@ pub fn run_seed(base: u64, scenario: &str, repeat: u32) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The command line of replica `replica` (0-based) of the run of `cell` at `repeat`: its share
+/// of the records, its seed, the lab's time scale and files, and where it serves its metrics.
+pub(crate) fn runner_args(
+    opts: &LabOptions,
+    sim_url: &str,
+    cell: &Cell,
+    repeat: u32,
+    replica: usize,
+    redis: Option<&LabRedis>,
+    measured: &[MeasuredBudget],
+) -> RunnerArgs {
+    let share = replicas::shares(opts.records, opts.replicas)[replica];
+    RunnerArgs {
+        strategy: cell.strategy.clone(),
+        strategies: opts.strategies_file.clone(),
+        sim_url: sim_url.to_string(),
+        records: share.records,
+        time_scale: opts.time_scale,
+        seed: run_seed(opts.seed, &cell.scenario, repeat),
+        exit_on_stdin_close: true,
+        // Replica i serves its metrics on the port after replica i - 1's.
+        metrics_addr: opts.metrics_addr.map(|mut addr| {
+            addr.set_port(addr.port().saturating_add(replica as u16));
+            addr
+        }),
+        first_id: share.first_id,
+        redis_url: redis.map(|r| r.url().to_string()),
+        measured: measured
+            .iter()
+            .filter(|m| m.scenario == cell.scenario)
+            .map(|m| (m.dependency.clone(), m.max_concurrent))
+            .collect(),
+    }
 }
 
 /// The most a run may take before it is stopped: every record's four calls one after another,
@@ -81,14 +117,6 @@ pub(crate) async fn run_cells(
     finished: &mut dyn FnMut(&RunResult) -> Result<(), LabError>,
 ) -> Result<(), LabError> {
     let control = SimClient::new(env.url.to_string())?;
-    // Fail early, with the sim's own message, if it is not there or lacks a scenario.
-    control.stats().await.map_err(|e| SimClientError {
-        message: format!(
-            "no `inflight sim` answers there (start one with `inflight sim --port <port>`, or leave out --sim-url): {}",
-            e.message
-        ),
-        url: e.url,
-    })?;
     let ctx = Context {
         opts,
         shutdown,
@@ -174,10 +202,7 @@ async fn run_one(
 
     // One runner per replica, each in a fresh cgroup of its own, all started before any waits.
     let mut runners = Vec::new();
-    for (i, share) in replicas::shares(opts.records, opts.replicas)
-        .into_iter()
-        .enumerate()
-    {
+    for i in 0..replicas::shares(opts.records, opts.replicas).len() {
         let group = if limited {
             match QuotaGroup::create(cell.cpus) {
                 Ok(group) => Some(group),
@@ -192,24 +217,8 @@ async fn run_one(
         } else {
             None
         };
-        let args = RunnerArgs {
-            strategy: &cell.strategy,
-            sim_url: control.url(),
-            seed,
-            share,
-            // Replica i serves its metrics on the port after replica i - 1's.
-            metrics_addr: opts.metrics_addr.map(|mut addr| {
-                addr.set_port(addr.port().saturating_add(i as u16));
-                addr
-            }),
-            redis_url: redis.map(LabRedis::url),
-            measured: measured
-                .iter()
-                .filter(|m| m.scenario == cell.scenario)
-                .map(|m| (m.dependency.as_str(), m.max_concurrent))
-                .collect(),
-        };
-        match RunnerProcess::spawn(opts, &args, group) {
+        let args = runner_args(opts, control.url(), cell, repeat, i, redis, measured);
+        match RunnerProcess::spawn(&opts.exe, &args, group) {
             Ok(runner) => runners.push(runner),
             Err(source) => {
                 kill_all(runners).await;

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
+use crate::scenario::{time_scale_ok, Scenario, ScenarioError, ScenarioSet, MAX_TIME_SCALE};
 pub use crate::stats::{EndpointStats, SimStats};
 
 pub mod client;
@@ -53,9 +53,6 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest request body the sim reads.
 const MAX_BODY: usize = 64 * 1024;
-
-/// Largest time scale accepted: beyond this a hanging call would outlive any sensible run.
-const MAX_TIME_SCALE: f64 = 100.0;
 
 /// Why the sim could not start.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +91,7 @@ impl SimConfig {
 }
 
 fn check_time_scale(time_scale: f64) -> Result<f64, SimError> {
-    if time_scale.is_finite() && time_scale > 0.0 && time_scale <= MAX_TIME_SCALE {
+    if time_scale_ok(time_scale) {
         Ok(time_scale)
     } else {
         Err(SimError::TimeScale(time_scale))
