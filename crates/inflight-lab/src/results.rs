@@ -179,6 +179,10 @@ pub struct RunMeta {
     pub enforcement: Enforcement,
     pub host_cpus: usize,
     pub inflight_version: String,
+    /// How that inflight was built: `release` or `debug` (whose sim and runners are slower, so
+    /// the runs of two builds do not compare); empty in documents written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub inflight_build: String,
     /// Runner processes per run, each in its own CPU quota, splitting the records between them
     /// (`lab run --replicas`); 1 in documents written before replicas existed.
     #[serde(default = "one")]
@@ -220,6 +224,10 @@ pub struct RunPlan {
     /// ([`crate::files::Origin`]); empty in documents written before it was kept.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lab_files: String,
+    /// The `inflight` binary that ran the lab and started its sim and runners; empty in
+    /// documents written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub exe: String,
 }
 
 fn one() -> u32 {
@@ -237,6 +245,7 @@ impl Default for RunMeta {
             enforcement: Enforcement::None,
             host_cpus: 0,
             inflight_version: String::new(),
+            inflight_build: String::new(),
             replicas: 1,
             partial: false,
             runs_planned: 0,

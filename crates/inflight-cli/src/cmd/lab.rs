@@ -276,8 +276,10 @@ fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
             end.dir.join("index.html").display()
         );
         if doc.meta.partial {
+            // This binary: a resumed run must be measured by the same build.
             eprintln!(
-                "lab: run the rest with: inflight lab run --resume {}",
+                "lab: run the rest with: {} lab run --resume {}",
+                request.options().exe.display(),
                 end.dir.display()
             );
         }

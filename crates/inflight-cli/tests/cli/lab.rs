@@ -486,6 +486,16 @@ fn an_interrupted_lab_keeps_its_finished_runs_and_resume_runs_the_rest() {
     );
     let hint = format!("inflight lab run --resume {}", out.display());
     assert!(rest.contains(&hint), "{rest}");
+    // Named by its path: the rest must be run by the same build.
+    let exe = inflight_path().canonicalize().unwrap();
+    assert!(
+        rest.contains(&format!("run the rest with: {} lab run", exe.display())),
+        "{rest}"
+    );
+    assert_eq!(
+        partial.meta.plan.as_ref().unwrap().exe,
+        exe.display().to_string()
+    );
 
     // A new run into the folder is pointed to --resume.
     let output = inflight().args(&args).output().unwrap();

@@ -56,7 +56,7 @@ pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};
 pub use self::options::LabOptions;
 pub use self::out_dir::{default_out_dir, write_outputs, OutDir, RESULTS_JSON};
 pub use self::plan::{
-    missing_runs, planned_runs, PlanFiles, PlannedRun, Resume, ResumeError, Setting,
+    missing_runs, planned_runs, PlanFiles, PlannedRun, Resume, ResumeError, Setting, INFLIGHT_BUILD,
 };
 pub use self::progress::{Progress, ProgressReporter};
 pub use self::request::{
@@ -180,6 +180,7 @@ impl LabRun {
                 enforcement: Enforcement::None,
                 host_cpus: crate::strategy::available_parallelism(),
                 inflight_version: env!("CARGO_PKG_VERSION").to_string(),
+                inflight_build: INFLIGHT_BUILD.to_string(),
                 replicas: opts.replicas,
                 partial: true,
                 runs_planned: todo.len(),
@@ -192,6 +193,7 @@ impl LabRun {
                     scenarios_origin,
                     scenarios_toml,
                     lab_files: opts.lab_files.clone(),
+                    exe: opts.exe.display().to_string(),
                 }),
             },
             ..ResultsDoc::default()
@@ -779,6 +781,8 @@ threshold = 0
         let plan = meta.plan.as_ref().unwrap();
         assert_eq!(plan.strategies_origin, "built-in");
         assert_eq!(plan.strategies_toml, crate::strategy::BUILTIN_STRATEGIES);
+        assert_eq!(plan.exe, "inflight");
+        assert_eq!(meta.inflight_build, INFLIGHT_BUILD);
         assert!(run.is_empty());
         let mut bad = opts.clone();
         bad.repeats = 0;

@@ -9,6 +9,14 @@ use super::out_dir::RESULTS_JSON;
 use crate::matrix::Cell;
 use crate::results::{ResultsDoc, RunPlan, RunResult};
 
+/// How this inflight was built, as [`RunMeta::inflight_build`](crate::results::RunMeta) keeps
+/// it: `debug` or `release`.
+pub const INFLIGHT_BUILD: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
 /// One run of a plan: a cell at a repeat.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRun {
@@ -115,6 +123,13 @@ pub enum ResumeError {
         path: PathBuf,
         theirs: String,
         ours: String,
+    },
+    #[error("--resume {}: its runs were measured by a {theirs} build of inflight ({exe}) and this is a {ours} build, whose sim and runners run at another speed; resume it with that binary", path.display())]
+    Build {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+        exe: String,
     },
     #[error("{flag} asks for {given}, but the run in {} was planned with {planned}; leave {flag} out to resume it", path.display())]
     Conflict {
@@ -281,6 +296,19 @@ impl Resume {
                 ours: ours.to_string(),
             });
         }
+        let theirs = &doc.meta.inflight_build;
+        if !theirs.is_empty() && theirs != INFLIGHT_BUILD {
+            return Err(ResumeError::Build {
+                path,
+                theirs: theirs.clone(),
+                ours: INFLIGHT_BUILD.to_string(),
+                exe: if plan.exe.is_empty() {
+                    "its path was not kept".to_string()
+                } else {
+                    plan.exe.clone()
+                },
+            });
+        }
         let inconsistent = |message: String| ResumeError::Inconsistent {
             path: path.clone(),
             message,
@@ -444,6 +472,7 @@ mod tests {
             scenarios_origin: "built-in".into(),
             scenarios_toml: crate::scenario::BUILTIN_SCENARIOS.into(),
             lab_files: "the copies built into inflight".into(),
+            exe: "inflight".into(),
         }
     }
 
@@ -551,6 +580,27 @@ mod tests {
             "{}",
             err(dir.path())
         );
+
+        let other = if INFLIGHT_BUILD == "debug" {
+            "release"
+        } else {
+            "debug"
+        };
+        let mut doc = partial_doc(Vec::new());
+        doc.meta.inflight_build = other.into();
+        doc.meta.plan.as_mut().unwrap().exe = "/opt/inflight/bin/inflight".into();
+        write(dir.path(), &doc);
+        assert!(
+            err(dir.path()).contains(&format!(
+                "measured by a {other} build of inflight (/opt/inflight/bin/inflight) and this is a {INFLIGHT_BUILD} build"
+            )),
+            "{}",
+            err(dir.path())
+        );
+        // Documents from before the build was kept resume as they did.
+        doc.meta.inflight_build = String::new();
+        write(dir.path(), &doc);
+        assert!(Resume::open(dir.path()).is_ok());
 
         let mut doc = partial_doc(Vec::new());
         doc.meta.inflight_version = "0.0.1".into();
