@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use super::options::LabOptions;
 use super::out_dir::{default_out_dir, OutDir};
 use super::plan::{PlanFiles, Resume, Setting};
-use super::LabRun;
+use super::session::LabRun;
 use crate::files::{LabConfig, LabFiles, SCENARIOS, STRATEGIES};
 use crate::runner::loopback_base;
 use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
