@@ -13,7 +13,7 @@ use crate::results::ResultsDoc;
 pub struct Rewritten {
     /// The document rebuilt from its runs, as written with the report.
     pub doc: ResultsDoc,
-    /// What differs from the document as it was stored, in words (see [`crate::report::rebuild`]).
+    /// What differs from the document as it was stored, in words (see [`crate::report::rebuild()`]).
     pub changes: Vec<String>,
     /// The folder the report went into.
     pub dir: PathBuf,
