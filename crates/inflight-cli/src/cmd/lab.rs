@@ -99,7 +99,8 @@ struct RunArgs {
     /// Continue the partial run in DIR (one stopped by Ctrl-C, SIGTERM or a kill): run only the
     /// runs it lacks, with its plan (cells, repeats, records, time scale, strategies and
     /// scenarios as they were) and seeds, and write the complete report there. Flags that set
-    /// the plan may be given only with the plan's values.
+    /// the plan may be given only with the plan's values; the runs must be measured by the same
+    /// build of inflight (release or debug) as the first part's, which the partial report names.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "replace"])]
     resume: Option<PathBuf>,
     /// Print the results document as JSON on stdout (tables and progress go to stderr).
@@ -133,7 +134,8 @@ struct RunArgs {
     redis_url: Option<String>,
     /// Folder holding strategies.toml, scenarios.toml and hypotheses.toml, and optionally
     /// matrix.toml and reference.toml (default `lab`, else the `lab` folder of the workspace the
-    /// binary was built in, else the copies built into the binary).
+    /// binary was built in, else the copies built into the binary). The lab says at start-up
+    /// which it uses, and results.json keeps it (meta.plan.lab_files).
     #[arg(long, value_name = "DIR")]
     lab_dir: Option<PathBuf>,
 }
