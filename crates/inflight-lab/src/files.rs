@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::hypothesis::{self, Hypothesis, HypothesisError};
+use crate::matrix::{Cell, Matrix, MatrixError};
 use crate::report::{Reference, ReferenceError};
-use crate::run::matrix::{Cell, Matrix, MatrixError};
 use crate::scenario::{ScenarioError, ScenarioSet};
 use crate::strategy::{self, Strategies, StrategyError};
 
@@ -33,6 +33,38 @@ pub struct LabFilesError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabFiles {
     dir: Option<PathBuf>,
+    origin: Origin,
+}
+
+/// How the lab folder in use was found ([`LabFiles::find`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// Named with `--lab-dir`.
+    LabDir(PathBuf),
+    /// `lab` in the current directory.
+    CurrentDir(PathBuf),
+    /// The `lab` folder of the workspace the binary was built in.
+    Workspace(PathBuf),
+    /// No folder: the copies built into the binary.
+    BuiltIn,
+}
+
+impl std::fmt::Display for Origin {
+    /// `--lab-dir DIR`, `lab in the current directory`, `the lab folder of the workspace inflight
+    /// was built in (DIR)` or `the copies built into inflight`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::LabDir(dir) => write!(f, "--lab-dir {}", dir.display()),
+            Origin::CurrentDir(dir) => write!(f, "{} in the current directory", dir.display()),
+            Origin::Workspace(dir) => write!(
+                f,
+                "the lab folder of the workspace inflight was built in ({})",
+                dir.display()
+            ),
+            Origin::BuiltIn => f.write_str("the copies built into inflight"),
+        }
+    }
 }
 
 impl LabFiles {
@@ -57,10 +89,17 @@ impl LabFiles {
                 dirs
             }
         };
-        let found = candidates.iter().find(|d| d.join(STRATEGIES).is_file());
-        let dir = match (found, explicit) {
-            (Some(dir), _) => dir.clone(),
-            (None, Some(dir)) => dir.to_path_buf(),
+        let found = candidates.iter().position(|d| d.join(STRATEGIES).is_file());
+        let (dir, origin) = match (found, explicit) {
+            (_, Some(dir)) => (dir.to_path_buf(), Origin::LabDir(dir.to_path_buf())),
+            (Some(0), None) => (
+                candidates[0].clone(),
+                Origin::CurrentDir(candidates[0].clone()),
+            ),
+            (Some(i), None) => (
+                candidates[i].clone(),
+                Origin::Workspace(candidates[i].clone()),
+            ),
             (None, None) => return Ok(LabFiles::builtin()),
         };
         for name in [STRATEGIES, SCENARIOS, HYPOTHESES] {
@@ -75,12 +114,23 @@ impl LabFiles {
                 });
             }
         }
-        Ok(LabFiles { dir: Some(dir) })
+        Ok(LabFiles {
+            dir: Some(dir),
+            origin,
+        })
     }
 
     /// The files compiled into the binary.
     pub fn builtin() -> LabFiles {
-        LabFiles { dir: None }
+        LabFiles {
+            dir: None,
+            origin: Origin::BuiltIn,
+        }
+    }
+
+    /// How the folder in use was found, or that there is none.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The folder in use, if not the built-in copies.
@@ -199,6 +249,11 @@ mod tests {
     fn the_repository_folder_is_used_when_named() {
         let files = LabFiles::find(Some(&repo_lab())).unwrap();
         assert_eq!(files.dir(), Some(repo_lab().as_path()));
+        assert_eq!(files.origin(), &Origin::LabDir(repo_lab()));
+        assert_eq!(
+            files.origin().to_string(),
+            format!("--lab-dir {}", repo_lab().display())
+        );
         assert_eq!(files.strategies().unwrap(), strategy::builtin());
         assert_eq!(files.matrix().unwrap(), Matrix::builtin());
         assert_eq!(files.reference().unwrap(), Reference::builtin());
@@ -248,6 +303,7 @@ mod tests {
     #[test]
     fn the_builtin_copies_are_all_valid() {
         let files = LabFiles::builtin();
+        assert_eq!(files.origin().to_string(), "the copies built into inflight");
         assert_eq!(files.path(STRATEGIES), None);
         assert!(files.strategies().is_ok());
         assert!(files.scenarios().is_ok());

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::numbers::fmt_num;
 use crate::results::{
     cpus_words, HypothesisResult, Metric, ResultsDoc, SkipReason, Spread, SummaryRow,
 };
@@ -345,27 +346,6 @@ pub(crate) fn find_row<'a>(
 /// `C4 @1 CPU`, `C1 @2 CPUs`, `C1 @unlimited (2 planned)`.
 fn cell_name(strategy: &str, cpus: f64, limited: bool) -> String {
     format!("{} @{}", strategy.to_uppercase(), cpus_words(cpus, limited))
-}
-
-/// Numbers as people read them: integers bare, others to about three significant places,
-/// without trailing zeros.
-pub fn fmt_num(v: f64) -> String {
-    if !v.is_finite() {
-        return v.to_string();
-    }
-    if (v - v.round()).abs() < 1e-9 && v.abs() < 1e15 {
-        return format!("{}", v.round() as i64);
-    }
-    let a = v.abs();
-    let text = if a >= 100.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    };
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    text.to_string()
 }
 
 fn describe_test(test: Test, cpus: f64) -> String {

@@ -16,7 +16,7 @@ use axum::Router;
 use metrics::{counter, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::sim::{EndpointStats, SimStats};
+use crate::stats::{EndpointStats, SimStats};
 
 /// The content type of Prometheus text exposition 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

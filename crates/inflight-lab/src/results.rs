@@ -10,7 +10,12 @@ use std::collections::BTreeMap;
 use inflight_cpu::Enforcement;
 use serde::{Deserialize, Serialize};
 
-use crate::hypothesis::fmt_num;
+use crate::matrix::Cell;
+use crate::numbers::fmt_num;
+
+pub mod summary;
+
+pub use self::summary::summarize;
 
 /// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -66,7 +71,7 @@ impl ResultsDoc {
         for run in &mut runs {
             run.unlimited = unlimited;
         }
-        let summary = crate::run::summarize(&runs);
+        let summary = summarize(&runs);
         ResultsDoc {
             meta,
             runs,
@@ -98,7 +103,7 @@ impl ResultsDoc {
                 run.scenario,
                 cpus_words(run.cpus, !run.unlimited)
             );
-            if let Err(e) = crate::run::check_outcomes(run) {
+            if let Err(e) = check_outcomes(run) {
                 problems.push(e);
             }
             if !(run.cpus.is_finite() && run.cpus > 0.0) {
@@ -147,6 +152,19 @@ impl ResultsDoc {
     }
 }
 
+/// Checks a run's outcome counts add up; the message says what is off.
+pub fn check_outcomes(run: &RunResult) -> Result<(), String> {
+    let sum = run.complete + run.incomplete + run.rejected + run.failed;
+    if sum != run.records {
+        return Err(format!(
+            "{} {} repeat {}: {} records started but complete {} + incomplete {} + rejected {} + failed {} = {sum}",
+            run.strategy, run.scenario, run.repeat, run.records, run.complete, run.incomplete,
+            run.rejected, run.failed
+        ));
+    }
+    Ok(())
+}
+
 /// The settings and environment of a lab run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
@@ -161,6 +179,10 @@ pub struct RunMeta {
     pub enforcement: Enforcement,
     pub host_cpus: usize,
     pub inflight_version: String,
+    /// How that inflight was built: `release` or `debug` (whose sim and runners are slower, so
+    /// the runs of two builds do not compare); empty in documents written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub inflight_build: String,
     /// Runner processes per run, each in its own CPU quota, splitting the records between them
     /// (`lab run --replicas`); 1 in documents written before replicas existed.
     #[serde(default = "one")]
@@ -188,7 +210,7 @@ pub struct RunMeta {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RunPlan {
     /// The cells in the order they run; every repeat runs them all in this order.
-    pub cells: Vec<crate::run::Cell>,
+    pub cells: Vec<Cell>,
     /// Where the strategies came from: a file's path, or `built-in`.
     pub strategies_origin: String,
     /// The strategies file's text, as the runners read it.
@@ -197,6 +219,15 @@ pub struct RunPlan {
     pub scenarios_origin: String,
     /// The scenarios file's text, as the sim read it.
     pub scenarios_toml: String,
+    /// Where the lab's files came from: `--lab-dir DIR`, `lab in the current directory`, the
+    /// lab folder of the workspace inflight was built in, or the copies built into inflight
+    /// ([`crate::files::Origin`]); empty in documents written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lab_files: String,
+    /// The `inflight` binary that ran the lab and started its sim and runners; empty in
+    /// documents written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub exe: String,
 }
 
 fn one() -> u32 {
@@ -214,6 +245,7 @@ impl Default for RunMeta {
             enforcement: Enforcement::None,
             host_cpus: 0,
             inflight_version: String::new(),
+            inflight_build: String::new(),
             replicas: 1,
             partial: false,
             runs_planned: 0,
@@ -594,5 +626,17 @@ mod tests {
             assert_eq!(Metric::from_name(metric.name()), Some(metric));
         }
         assert_eq!(Metric::from_name("nope"), None);
+    }
+
+    #[test]
+    fn outcome_check_names_the_run() {
+        let mut r = sample_run("c2", "slow-write", 1.0, 4, 1.0);
+        assert!(check_outcomes(&r).is_ok());
+        r.failed = 0;
+        let e = check_outcomes(&r).unwrap_err();
+        assert!(
+            e.contains("c2 slow-write repeat 4") && e.contains("= 9"),
+            "{e}"
+        );
     }
 }

@@ -15,8 +15,13 @@ use std::time::{Duration, Instant};
 use inflight_bench::gauge::PeakGauge;
 use serde::Serialize;
 
+mod args;
+
+pub use self::args::{RunnerArgs, RUNNER_SUBCOMMAND};
+
 use crate::gate::{CallFailure, Gate};
 use crate::results::{RunResult, Timeline};
+use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
 use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
 
 /// The client's timeout for each call at time scale 1, as in the reference experiment's lab.
@@ -39,6 +44,8 @@ pub struct RunnerConfig {
     pub records: u64,
     /// Multiplies the client timeout (the sim scales its own latencies).
     pub time_scale: f64,
+    /// The run's seed, as the sim was given it (the runner draws nothing); kept in the result.
+    pub seed: u64,
     /// Serve the budgets' metrics as Prometheus text at `GET /metrics` here while the run lasts.
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// The id of the first record; records are numbered on from it (replicas of a run each take
@@ -55,7 +62,7 @@ pub struct RunnerConfig {
 pub enum RunnerError {
     #[error("sim url `{0}` must be http://127.0.0.1:<port> or http://localhost:<port> (the lab talks to loopback only)")]
     NotLoopback(String),
-    #[error("time scale must be a number above 0 and at most 100, got {0}")]
+    #[error("time scale must be a number above 0 and at most {MAX_TIME_SCALE}, got {0}")]
     BadTimeScale(f64),
     #[error("{0}")]
     Metrics(String),
@@ -350,7 +357,7 @@ pub fn loopback_base(url: &str) -> Result<String, RunnerError> {
 /// Runs all records of one strategy against the sim and measures the run. Needs a tokio runtime
 /// with the time and I/O drivers.
 pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
-    if !(config.time_scale.is_finite() && config.time_scale > 0.0 && config.time_scale <= 100.0) {
+    if !time_scale_ok(config.time_scale) {
         return Err(RunnerError::BadTimeScale(config.time_scale));
     }
     let base = loopback_base(&config.sim_url)?;
@@ -455,7 +462,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         cpus: 0.0,
         // The lab knows whether it put the runner under a quota (`ResultsDoc::from_runs`).
         unlimited: false,
-        seed: 0,
+        seed: config.seed,
         runner_available_parallelism: available_parallelism(),
         records: tally.started,
         complete: tally.complete,
@@ -655,6 +662,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            seed: 1,
             measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
@@ -700,6 +708,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            seed: 1,
             measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
@@ -770,6 +779,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            seed: 1,
             measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
@@ -798,6 +808,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            seed: 1,
             measured: BTreeMap::new(),
         };
         let r = run(&config).await.unwrap();
@@ -815,6 +826,7 @@ mod tests {
             metrics_addr: None,
             first_id: 0,
             redis_url: None,
+            seed: 1,
             measured: BTreeMap::new(),
         };
         assert!(matches!(

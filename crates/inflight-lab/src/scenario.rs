@@ -17,6 +17,15 @@ pub const BUILTIN_SCENARIOS: &str = include_str!("../lab/scenarios.toml");
 /// The scenarios file path the lab uses by default (relative to the working directory).
 pub const DEFAULT_SCENARIOS_PATH: &str = "lab/scenarios.toml";
 
+/// The largest time scale the lab takes (the sim, the runner and `lab run --time-scale`): beyond
+/// it a hanging call would outlive any sensible run.
+pub const MAX_TIME_SCALE: f64 = 100.0;
+
+/// Whether `time_scale` is one the lab takes: a number above 0 and at most [`MAX_TIME_SCALE`].
+pub fn time_scale_ok(time_scale: f64) -> bool {
+    time_scale.is_finite() && time_scale > 0.0 && time_scale <= MAX_TIME_SCALE
+}
+
 /// Why a scenarios file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {

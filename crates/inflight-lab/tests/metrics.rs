@@ -149,6 +149,7 @@ async fn a_runner_serves_its_budgets_while_it_runs() {
         sim_url,
         records: 80,
         time_scale: 0.5,
+        seed: 1,
         metrics_addr: Some(addr),
         first_id: 0,
         redis_url: None,

@@ -5,15 +5,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Subcommand;
 use inflight_cpu::Enforcement;
-use inflight_lab::files::{LabConfig, LabFiles};
-use inflight_lab::run::{
-    self, LabError, LabOptions, LabRun, OutDir, ProgressReporter, Resume, Setting, Shutdown,
-};
-use inflight_lab::runner::{self, RunnerConfig};
-use inflight_lab::strategy;
+use inflight_lab::run::{self, LabArgs, LabError, LabRequest, ProgressReporter, Shutdown};
+use inflight_lab::runner::{self, RunnerArgs};
 
 /// The lab: strategies x scenarios under a real CPU quota, against simulated dependencies.
 #[derive(Debug, clap::Args)]
@@ -103,7 +99,8 @@ struct RunArgs {
     /// Continue the partial run in DIR (one stopped by Ctrl-C, SIGTERM or a kill): run only the
     /// runs it lacks, with its plan (cells, repeats, records, time scale, strategies and
     /// scenarios as they were) and seeds, and write the complete report there. Flags that set
-    /// the plan may be given only with the plan's values.
+    /// the plan may be given only with the plan's values; the runs must be measured by the same
+    /// build of inflight (release or debug) as the first part's, which the partial report names.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "replace"])]
     resume: Option<PathBuf>,
     /// Print the results document as JSON on stdout (tables and progress go to stderr).
@@ -137,7 +134,8 @@ struct RunArgs {
     redis_url: Option<String>,
     /// Folder holding strategies.toml, scenarios.toml and hypotheses.toml, and optionally
     /// matrix.toml and reference.toml (default `lab`, else the `lab` folder of the workspace the
-    /// binary was built in, else the copies built into the binary).
+    /// binary was built in, else the copies built into the binary). The lab says at start-up
+    /// which it uses, and results.json keeps it (meta.plan.lab_files).
     #[arg(long, value_name = "DIR")]
     lab_dir: Option<PathBuf>,
 }
@@ -160,55 +158,6 @@ struct ReportArgs {
     lab_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, clap::Args)]
-struct RunnerArgs {
-    /// The strategy to run.
-    #[arg(long)]
-    strategy: String,
-    /// The strategies file (default: the copy built into the binary).
-    #[arg(long, value_name = "FILE")]
-    strategies: Option<PathBuf>,
-    /// The sim's loopback URL.
-    #[arg(long, value_name = "URL")]
-    sim_url: String,
-    #[arg(long, default_value_t = 200)]
-    records: u64,
-    /// Multiplies the client's 2 s timeout.
-    #[arg(long, default_value_t = 1.0)]
-    time_scale: f64,
-    /// The run's seed, as given to the sim (which draws the latencies; the runner draws nothing).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Exit when stdin closes, so a killed lab never leaves a runner behind.
-    #[arg(long)]
-    exit_on_stdin_close: bool,
-    /// Serve the budgets' metrics as Prometheus text at http://ADDR/metrics while the run lasts
-    /// (a loopback address, e.g. 127.0.0.1:9464).
-    #[arg(long, value_name = "ADDR")]
-    metrics_addr: Option<std::net::SocketAddr>,
-    /// The id of this runner's first record (replicas of one run take separate ranges).
-    #[arg(long, default_value_t = 0)]
-    first_id: u64,
-    /// The Redis that fleet budgets keep their permits in.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    /// The measured size of a budget given as `{ measure = "capacity" }`, e.g. `records=6`.
-    #[arg(long, value_name = "DEPENDENCY=N", value_parser = parse_measured)]
-    measured: Vec<(String, usize)>,
-}
-
-fn parse_measured(text: &str) -> Result<(String, usize), String> {
-    let (dependency, n) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected DEPENDENCY=N, got `{text}`"))?;
-    let n: usize = n
-        .parse()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("the size must be a positive integer, got `{n}`"))?;
-    Ok((dependency.to_string(), n))
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         LabCommand::Run(args) => run_lab(args),
@@ -218,68 +167,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let path = if args.results.is_dir() {
-        args.results.join("results.json")
-    } else {
-        args.results.clone()
-    };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let stored: inflight_lab::results::ResultsDoc = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a lab results document", path.display()))?;
-    let files = match &args.lab_dir {
-        Some(dir) => LabFiles::find(Some(dir))?,
-        None => LabFiles::find(None).unwrap_or_else(|_| LabFiles::builtin()),
-    };
-    let hypotheses = files.hypotheses()?;
-    let reference = files.reference()?;
-    let rebuilt = inflight_lab::report::rebuild(&stored, &hypotheses)
-        .with_context(|| format!("cannot report {}", path.display()))?;
-    for change in &rebuilt.changes {
+    let rewritten =
+        run::rewrite_report(&args.results, args.out.as_deref(), args.lab_dir.as_deref())?;
+    for change in &rewritten.changes {
         eprintln!("lab report: {change}");
     }
-    let doc = rebuilt.doc;
-    let dir = match args.out {
-        Some(dir) => dir,
-        None => match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        },
-    };
-    run::write_outputs(&doc, &reference, &dir)?;
-    print!("{}", inflight_lab::report::terminal_summary(&doc));
+    let doc = &rewritten.doc;
+    print!("{}", inflight_lab::report::terminal_summary(doc));
     println!();
-    print!("{}", inflight_lab::report::hypotheses_table(&doc));
-    eprintln!("report written to {}", dir.join("index.html").display());
+    print!("{}", inflight_lab::report::hypotheses_table(doc));
+    eprintln!(
+        "report written to {}",
+        rewritten.dir.join("index.html").display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
-    let strategies = match &args.strategies {
-        Some(path) => strategy::load(path)?,
-        None => strategy::builtin(),
-    };
-    let strategy = strategies.get(&args.strategy)?.clone();
-    if args.records == 0 {
-        bail!("--records must be at least 1");
-    }
+    let config = args.config()?;
     if args.exit_on_stdin_close {
         std::thread::spawn(|| {
             super::wait_for_stdin_close();
             std::process::exit(3);
         });
     }
-    let _ = args.seed;
-    let config = RunnerConfig {
-        strategy,
-        sim_url: args.sim_url,
-        records: args.records,
-        time_scale: args.time_scale,
-        metrics_addr: args.metrics_addr,
-        first_id: args.first_id,
-        redis_url: args.redis_url,
-        measured: args.measured.into_iter().collect(),
-    };
     // Built with defaults, like a service's runtime, so its worker count follows the CPU quota.
     let rt = super::async_runtime()?;
     let result = rt.block_on(runner::run(&config))?;
@@ -290,320 +201,96 @@ fn run_runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The time scale of `--quick`: at 0.1 a call's fixed ~0.55 ms cost C1 4-6% against a full run;
-/// at 0.2 most medians scaled back were measured within 3% of a full run's (README: "Quick mode
-/// and the full run").
-const QUICK_TIME_SCALE: f64 = 0.2;
-
-/// `1 cell`, `3 cells`.
-fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
+impl From<RunArgs> for LabArgs {
+    fn from(a: RunArgs) -> LabArgs {
+        LabArgs {
+            strategies: a.strategies,
+            scenarios: a.scenarios,
+            cpus: a.cpus,
+            records: a.records,
+            repeats: a.repeats,
+            time_scale: a.time_scale,
+            seed: a.seed,
+            out: a.out,
+            replace: a.replace,
+            resume: a.resume,
+            sim_url: a.sim_url,
+            quick: a.quick,
+            metrics_addr: a.metrics_addr,
+            no_limit: a.no_limit,
+            replicas: a.replicas,
+            redis_url: a.redis_url,
+            lab_dir: a.lab_dir,
+        }
     }
 }
 
-fn dedup(v: &mut Vec<String>) {
-    let mut seen = std::collections::HashSet::new();
-    v.retain(|s| seen.insert(s.clone()));
-}
-
-fn run_lab(mut args: RunArgs) -> anyhow::Result<ExitCode> {
-    for list in [&mut args.strategies, &mut args.scenarios]
-        .into_iter()
-        .flatten()
-    {
-        list.iter_mut().for_each(|s| *s = s.trim().to_string());
-        if list.iter().any(String::is_empty) {
-            bail!("--strategies and --scenarios take comma-separated names, with none empty");
-        }
-        dedup(list);
-    }
-    if let Some(cpus) = &args.cpus {
-        if let Some(bad) = cpus
-            .iter()
-            .find(|c| !(c.is_finite() && **c >= 0.01 && **c <= 1024.0))
-        {
-            bail!(
-                "--cpus must be between 0.01 (the kernel's smallest quota, 1 ms per 100 ms) and 1024 CPUs, got {bad}"
-            );
-        }
-    }
-    if let Some(addr) = args.metrics_addr.filter(|a| !a.ip().is_loopback()) {
-        bail!("--metrics-addr must be a loopback address (127.0.0.1 or [::1]), got {addr}");
-    }
-    if args.repeats == Some(0) {
-        bail!("--repeats must be at least 1");
-    }
-    if let Some(records) = args.records.filter(|r| *r == 0 || *r > 1_000_000) {
-        bail!("--records must be between 1 and 1000000, got {records}");
-    }
-    if let Some(t) = args
-        .time_scale
-        .filter(|t| !(t.is_finite() && *t > 0.0 && *t <= 100.0))
-    {
-        bail!("--time-scale must be a number above 0 and at most 100, got {t}");
-    }
-    if let Some(url) = &args.sim_url {
-        runner::loopback_base(url)?;
-    }
-    if let Some(url) = &args.redis_url {
-        run::redis::check_url(url)?;
-    }
-    if let Some(replicas) = args.replicas {
-        if !(1..=16).contains(&replicas) {
-            bail!("--replicas must be between 1 and 16, got {replicas}");
-        }
-        if let Some(records) = args.records.filter(|r| u64::from(replicas) > *r) {
-            bail!(
-                "--replicas {replicas} needs at least one record per replica, but --records is {records}"
-            );
-        }
-    }
-
-    // A quota above the host's CPUs gives the runner only the host's, under the quota's label.
-    let host_cpus = strategy::available_parallelism();
-    let too_many = |c: &f64| *c > host_cpus as f64 + 1e-9;
-    if let Some(bad) = args.cpus.iter().flatten().find(|c| too_many(c)) {
-        bail!(
-            "--cpus {bad} is more than this host's {}: the runner would have {host_cpus} while its rows said {bad}; give at most {host_cpus}",
-            count(host_cpus, "CPU")
-        );
-    }
-
-    // What --quick stands for, where the flag itself is left out.
-    let repeats = args.repeats.or(args.quick.then_some(3));
-    let time_scale = args.time_scale.or(args.quick.then_some(QUICK_TIME_SCALE));
-
-    let lab = LabConfig::load(LabFiles::find(args.lab_dir.as_deref())?)?;
-    let exe = std::env::current_exe().context("cannot find the inflight binary to start")?;
-    // Kept until the runs are over: the resumed plan's strategies and scenarios files.
-    let mut _plan_files = None;
-    let (mut lab_run, opts) = match &args.resume {
-        None => {
-            let cells = lab.plan(
-                args.strategies.as_deref(),
-                args.scenarios.as_deref(),
-                args.cpus.as_deref(),
-            )?;
-            if let Some(cell) = cells.iter().find(|c| too_many(&c.cpus)) {
-                bail!(
-                    "the matrix runs {} in {} at {} CPUs, more than this host's {}: the runner would have {host_cpus} while its rows said {}; give --cpus {host_cpus} (or fewer)",
-                    cell.strategy,
-                    cell.scenario,
-                    cell.cpus,
-                    count(host_cpus, "CPU"),
-                    cell.cpus
-                );
-            }
-            let opts = LabOptions {
-                exe,
-                cells,
-                repeats: repeats.unwrap_or(5),
-                records: args.records.unwrap_or(200),
-                time_scale: time_scale.unwrap_or(1.0),
-                seed: args.seed.unwrap_or(1),
-                strategies_file: lab.files.path(inflight_lab::files::STRATEGIES),
-                scenarios_file: lab.files.path(inflight_lab::files::SCENARIOS),
-                sim_url: args.sim_url.clone(),
-                no_limit: args.no_limit,
-                metrics_addr: args.metrics_addr,
-                replicas: args.replicas.unwrap_or(1),
-                redis_url: args.redis_url.clone(),
-            };
-            let out_dir = args.out.clone().unwrap_or_else(run::default_out_dir);
-            // Made now, so a folder that cannot be written fails before the runs, not after them.
-            let out = OutDir::create(&out_dir, args.replace)?;
-            let total = opts.cells.len() * opts.repeats as usize;
-            let split = if opts.replicas > 1 {
-                format!(", each split between {} replicas", opts.replicas)
-            } else {
-                String::new()
-            };
-            eprintln!(
-                "lab: {} x {} = {total} {} of {} records{split}, time scale {}, seed {}; writing to {}",
-                count(opts.cells.len(), "cell"),
-                count(opts.repeats as usize, "repeat"),
-                if total == 1 { "run" } else { "runs" },
-                opts.records,
-                opts.time_scale,
-                opts.seed,
-                out_dir.display()
-            );
-            (LabRun::new(&opts, out)?, opts)
-        }
-        Some(dir) => {
-            let resume = Resume::open(dir)?;
-            let mut given = Vec::new();
-            if let Some(names) = &args.strategies {
-                given.push(("--strategies", Setting::Strategies(names.clone())));
-            }
-            if let Some(names) = &args.scenarios {
-                given.push(("--scenarios", Setting::Scenarios(names.clone())));
-            }
-            if let Some(cpus) = &args.cpus {
-                given.push(("--cpus", Setting::Cpus(cpus.clone())));
-            }
-            if let Some(records) = args.records {
-                given.push(("--records", Setting::Records(records)));
-            }
-            if let Some(repeats) = repeats {
-                let flag = if args.repeats.is_some() {
-                    "--repeats"
-                } else {
-                    "--quick"
-                };
-                given.push((flag, Setting::Repeats(repeats)));
-            }
-            if let Some(time_scale) = time_scale {
-                let flag = if args.time_scale.is_some() {
-                    "--time-scale"
-                } else {
-                    "--quick"
-                };
-                given.push((flag, Setting::TimeScale(time_scale)));
-            }
-            if let Some(seed) = args.seed {
-                given.push(("--seed", Setting::Seed(seed)));
-            }
-            if args.lab_dir.is_some() {
-                let files = Setting::files_of(&lab.files).context("cannot read the lab files")?;
-                given.extend(files.map(|s| ("--lab-dir", s)));
-            }
-            resume.check(&given)?;
-            let planned_replicas = resume.doc().meta.replicas;
-            if let Some(replicas) = args.replicas.filter(|r| *r != planned_replicas) {
-                bail!(
-                    "--replicas asks for {replicas}, but the run in {} was planned with {planned_replicas}; leave it out to resume",
-                    dir.display()
-                );
-            }
-            let files = resume
-                .files()
-                .context("cannot write the plan's strategies and scenarios for the runners")?;
-            let (meta, plan) = (&resume.doc().meta, resume.plan());
-            let opts = LabOptions {
-                exe,
-                cells: plan.cells.clone(),
-                repeats: meta.repeats,
-                records: meta.records,
-                time_scale: meta.time_scale,
-                seed: meta.seed,
-                strategies_file: files.strategies.clone(),
-                scenarios_file: files.scenarios.clone(),
-                sim_url: args.sim_url.clone(),
-                no_limit: args.no_limit,
-                metrics_addr: args.metrics_addr,
-                replicas: meta.replicas,
-                redis_url: args.redis_url.clone(),
-            };
-            _plan_files = Some(files);
-            let lab_run = LabRun::resume(resume)?;
-            let (done, planned) = (lab_run.done_before(), lab_run.doc().meta.runs_planned);
-            let to_run = match lab_run.to_run() {
-                0 => "none to run, the report to write".to_string(),
-                n => format!("{n} to run"),
-            };
-            eprintln!(
-                "lab: resuming {}: {done} of {planned} runs done, {to_run} ({} x {} of {} records, time scale {}, seed {})",
-                dir.display(),
-                count(opts.cells.len(), "cell"),
-                count(opts.repeats as usize, "repeat"),
-                opts.records,
-                opts.time_scale,
-                opts.seed,
-            );
-            (lab_run, opts)
-        }
-    };
-    let out_dir = lab_run.dir().to_path_buf();
-
+fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json;
     let rt = super::async_runtime()?;
-    let shutdown_seen = std::sync::OnceLock::new();
+    // Watched from the start: a signal at any point ends in a message that says what was kept.
+    let shutdown = rt.block_on(async { Shutdown::on_signals() });
+    let exe = std::env::current_exe().context("cannot find the inflight binary to start")?;
+    let request = LabRequest::resolve(args.into(), exe)?;
+    eprintln!("lab: lab files from {}", request.lab().files.origin());
+    eprintln!("{}", request.describe());
+    let mut lab_run = request.open()?;
     let result = rt.block_on(async {
-        let shutdown = Shutdown::on_signals();
-        let _ = shutdown_seen.set(shutdown.clone());
         let mut reporter = ProgressReporter::new();
         let result = lab_run
-            .run(&opts, &shutdown, &mut |p| reporter.report(p))
+            .run(request.options(), &shutdown, &mut |p| reporter.report(p))
             .await;
         reporter.finish();
-        // Nothing is running any more: a later Ctrl-C simply ends the command.
-        shutdown.exit_on_signal();
         result
     });
-    let stopped = result.err();
-    let interrupted = matches!(stopped, Some(LabError::Interrupted));
-    if interrupted {
-        let by = shutdown_seen
-            .get()
-            .and_then(|s| s.signal_name())
-            .unwrap_or("a signal");
+    let lab = request.lab();
+    let end = lab_run.conclude(result, &lab.hypotheses, &lab.reference)?;
+    if end.interrupted() {
+        let by = shutdown.signal_name().unwrap_or("a signal");
         // On its own line, whatever the progress bar left on the terminal.
         eprintln!(
             "\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups"
         );
     }
-    let unfinished = lab_run.unfinished().map(str::to_string);
-    if stopped.is_some() && lab_run.is_empty() {
-        lab_run.discard();
-        if let Some(run) = &unfinished {
-            eprintln!("lab: no run had finished ({run} was in progress), so nothing was kept");
+    if let Some(doc) = &end.kept {
+        let summary = inflight_lab::report::terminal_summary(doc);
+        let hypotheses_table = inflight_lab::report::hypotheses_table(doc);
+        if json {
+            let text = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;
+            println!("{text}");
+            eprintln!("{summary}\n{hypotheses_table}");
+        } else {
+            println!("{summary}\n{hypotheses_table}");
         }
-        return exit_after_stop(stopped, shutdown_seen.get());
+        if doc.meta.enforcement == Enforcement::None {
+            eprintln!(
+                "lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs"
+            );
+        }
     }
-    lab_run.write_report(&lab.hypotheses, &lab.reference)?;
-    let doc = lab_run.doc();
-
-    let summary = inflight_lab::report::terminal_summary(doc);
-    let hypotheses_table = inflight_lab::report::hypotheses_table(doc);
-    if args.json {
-        let json = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;
-        println!("{json}");
-        eprintln!("{summary}\n{hypotheses_table}");
-    } else {
-        println!("{summary}\n{hypotheses_table}");
+    if let Some(kept) = end.kept_line() {
+        eprintln!("lab: {kept}");
     }
-    if doc.meta.enforcement == Enforcement::None {
-        eprintln!("lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs");
-    }
-    if doc.meta.partial {
-        let discarded = match &unfinished {
-            Some(run) => format!("; the run in progress ({run}) was stopped and discarded"),
-            None => String::new(),
-        };
+    if let Some(doc) = &end.kept {
         eprintln!(
-            "lab: partial report: {} of {} runs finished{discarded}",
-            doc.runs.len(),
-            doc.meta.runs_planned
+            "lab: report in {} (open {})",
+            end.dir.display(),
+            end.dir.join("index.html").display()
         );
+        if doc.meta.partial {
+            // This binary: a resumed run must be measured by the same build.
+            eprintln!(
+                "lab: run the rest with: {} lab run --resume {}",
+                request.options().exe.display(),
+                end.dir.display()
+            );
+        }
     }
-    eprintln!(
-        "lab: report in {} (open {})",
-        out_dir.display(),
-        out_dir.join("index.html").display()
-    );
-    if doc.meta.partial {
-        eprintln!(
-            "lab: run the rest with: inflight lab run --resume {}",
-            out_dir.display()
-        );
-    }
-    exit_after_stop(stopped, shutdown_seen.get())
-}
-
-/// The exit status of a lab run: 0 when it ran to the end, 128 + the signal when interrupted
-/// (130 for Ctrl-C, 143 for SIGTERM), else the error (exit 2).
-fn exit_after_stop(
-    stopped: Option<LabError>,
-    shutdown: Option<&Shutdown>,
-) -> anyhow::Result<ExitCode> {
-    match stopped {
+    // The exit status: 0 when the lab ran to the end, 128 + the signal when interrupted (130
+    // for Ctrl-C, 143 for SIGTERM), else the error (exit 2).
+    match end.stopped {
         None => Ok(ExitCode::SUCCESS),
-        Some(LabError::Interrupted) => {
-            Ok(ExitCode::from(shutdown.map_or(130, Shutdown::exit_code)))
-        }
+        Some(LabError::Interrupted) => Ok(ExitCode::from(shutdown.exit_code())),
         Some(e) => Err(e.into()),
     }
 }

@@ -2,6 +2,7 @@
 //! cleanup, and bad flags.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
@@ -94,6 +95,14 @@ fn small_lab_run_end_to_end() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     // With --json, stdout holds exactly the results document.
     let doc: ResultsDoc = serde_json::from_str(&stdout).expect("stdout is one JSON document");
+    // Where the lab files came from, at start-up and in the plan.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let origin = format!("--lab-dir {}", lab_dir().display());
+    assert!(
+        stderr.contains(&format!("lab: lab files from {origin}\n")),
+        "{stderr}"
+    );
+    assert_eq!(doc.meta.plan.as_ref().unwrap().lab_files, origin);
 
     let from_file: ResultsDoc =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
@@ -478,6 +487,16 @@ fn an_interrupted_lab_keeps_its_finished_runs_and_resume_runs_the_rest() {
     );
     let hint = format!("inflight lab run --resume {}", out.display());
     assert!(rest.contains(&hint), "{rest}");
+    // Named by its path: the rest must be run by the same build.
+    let exe = inflight_path().canonicalize().unwrap();
+    assert!(
+        rest.contains(&format!("run the rest with: {} lab run", exe.display())),
+        "{rest}"
+    );
+    assert_eq!(
+        partial.meta.plan.as_ref().unwrap().exe,
+        exe.display().to_string()
+    );
 
     // A new run into the folder is pointed to --resume.
     let output = inflight().args(&args).output().unwrap();
@@ -612,6 +631,7 @@ fn resume_refuses_what_it_cannot_resume_and_flags_that_change_the_plan() {
         strategies_toml: inflight_lab::strategy::BUILTIN_STRATEGIES.into(),
         scenarios_origin: "built-in".into(),
         scenarios_toml: inflight_lab::scenario::BUILTIN_SCENARIOS.into(),
+        ..RunPlan::default()
     });
     std::fs::write(
         partial.join("results.json"),
@@ -1213,4 +1233,126 @@ fn more_cpus_than_the_host_has_are_refused_before_planning() {
         &format!("the matrix runs c1 in healthy at {over} CPUs, more than this host's {host} CPU"),
         "",
     );
+}
+
+/// A `lab/` folder in a fresh directory, as a checkout has it, and that directory.
+fn dir_with_a_lab_folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("lab")).unwrap();
+    for name in ["strategies.toml", "scenarios.toml", "hypotheses.toml"] {
+        std::fs::copy(lab_dir().join(name), dir.path().join("lab").join(name)).unwrap();
+    }
+    dir
+}
+
+/// A run into the default folder (`lab-results/<date>`) that fails before its first run, here
+/// for a --sim-url where nothing listens, says so and leaves no `lab-results` behind; it says
+/// which lab files it read, a `lab` folder in the current directory.
+#[test]
+fn a_run_that_fails_at_start_leaves_no_lab_results_folder() {
+    let cwd = dir_with_a_lab_folder();
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let output = inflight()
+        .current_dir(cwd.path())
+        .args(["lab", "run", "--strategies", "c4", "--scenarios", "healthy"])
+        .args(["--no-limit", "--sim-url"])
+        .arg(format!("http://127.0.0.1:{closed_port}"))
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = assert_refused(&output, "no `inflight sim` answers there", "");
+    assert!(
+        stderr.contains("lab: lab files from lab in the current directory\n"),
+        "{stderr}"
+    );
+    assert!(
+        !cwd.path().join("lab-results").exists(),
+        "a failed run left lab-results behind: {stderr}"
+    );
+}
+
+/// The parent and the process group of `pid` (fields 4 and 5 of /proc/PID/stat).
+fn parent_and_group(pid: u32) -> Option<(u32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: count from the last `)`.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// The children of `parent`, each with its process group.
+fn children_of(parent: u32) -> Vec<(u32, i32)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (ppid, group) = parent_and_group(pid)?;
+            (ppid == parent).then_some((pid, group))
+        })
+        .collect()
+}
+
+/// A Ctrl-C at the terminal sends SIGINT to the lab's whole process group. Wherever it lands (the
+/// sim starting, the first run under way) the lab stops everything, exits 130 and says what it
+/// kept; nothing it did not keep is left behind. The sim and the runner are in process groups of
+/// their own, so only the lab hears the terminal and stops them itself.
+#[test]
+fn a_ctrl_c_at_the_terminal_always_says_what_was_kept() {
+    for moment in ["start-up", "first run"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r");
+        let mut args = small_run_args(&out);
+        for (from, to) in [("0.05", "1.0"), ("24", "200")] {
+            let i = args.iter().position(|a| a == from).unwrap();
+            args[i] = to.into();
+        }
+        let mut child = std::process::Command::new(inflight_path())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // As a shell starts a command: a process group of its own, the terminal's.
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = child.id() as libc::pid_t;
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let needle = if moment == "start-up" {
+            "writing to"
+        } else {
+            "[1/4]"
+        };
+        let lines = read_until(&mut stderr, needle, Duration::from_secs(60));
+        assert!(
+            lines.last().is_some_and(|l| l.contains(needle)),
+            "{moment}: {lines:?}"
+        );
+        if moment == "first run" {
+            std::thread::sleep(Duration::from_millis(300));
+            // The sim and the runner.
+            let children = children_of(child.id());
+            assert!(children.len() >= 2, "{children:?}");
+            for (pid, pgid) in children {
+                assert_ne!(pgid, group, "child {pid} is in the lab's process group");
+            }
+        }
+        // SAFETY: kill with the process group of a child we spawned and a valid signal.
+        unsafe { libc::kill(-group, libc::SIGINT) };
+        let status = wait_exit(&mut child, Duration::from_secs(30), "lab after Ctrl-C");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+        assert_eq!(status.code(), Some(130), "{moment}: {lines:?} {rest}");
+        assert!(
+            rest.contains("lab: interrupted by SIGINT"),
+            "{moment}: {rest}"
+        );
+        assert!(rest.contains(", so nothing was kept"), "{moment}: {rest}");
+        assert!(
+            !out.exists(),
+            "{moment}: the folder of a run that kept nothing is left"
+        );
+    }
 }

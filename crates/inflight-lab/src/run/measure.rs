@@ -11,13 +11,15 @@ use inflight_capacity::knee::KneeRules;
 use inflight_capacity::suggest::Basis;
 use inflight_capacity::{InFlightSource, Levels, Stop, Sweep, Target};
 
+use super::error::LabError;
+use super::options::LabOptions;
 use super::progress::Progress;
 use super::scheduler::run_seed;
-use super::{LabError, LabOptions, Shutdown};
 use crate::results::MeasuredBudget;
 use crate::runner::CLIENT_TIMEOUT;
 use crate::sim::client::SimClient;
 use crate::strategy::Strategies;
+use inflight_bench::shutdown::Shutdown;
 
 /// Each level of a sweep lasts at most this long at time scale 1 (scaled like the sim), and
 /// sends at most [`CALLS_PER_LEVEL`] calls.

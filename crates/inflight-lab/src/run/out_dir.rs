@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use crate::report::{INDEX_HTML, RUNS_CSV, SUMMARY_MD};
+use crate::report::{Reference, INDEX_HTML, RUNS_CSV, SUMMARY_MD};
 use crate::results::ResultsDoc;
 
 /// The results document's name in a report folder.
@@ -27,8 +27,10 @@ pub fn default_out_dir() -> PathBuf {
 #[derive(Debug)]
 pub struct OutDir {
     path: PathBuf,
-    /// Whether this run made it (and so may remove it again if the run ends with nothing in it).
-    made: bool,
+    /// The folders this run made, the report folder first and then each parent it had to make
+    /// (`lab-results` for the default folder), so that a run that ends with nothing in them
+    /// removes them all again.
+    made: Vec<PathBuf>,
 }
 
 impl OutDir {
@@ -64,11 +66,15 @@ impl OutDir {
                 );
             }
         }
-        let made = !path.exists();
+        let made: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(path)
             .with_context(|| format!("cannot create the report folder {}", path.display()))?;
         check_writable(path)?;
-        if replace && !made {
+        if replace && made.is_empty() {
             for name in REPORT_FILES {
                 let file = path.join(name);
                 if file.is_file() {
@@ -88,7 +94,7 @@ impl OutDir {
         check_writable(path)?;
         Ok(OutDir {
             path: path.to_path_buf(),
-            made: false,
+            made: Vec::new(),
         })
     }
 
@@ -103,15 +109,31 @@ impl OutDir {
         save_results(doc, &self.path)
     }
 
-    /// Removes what this run wrote (its `results.json`), and the folder if this run made it and
-    /// nothing else is in it: for a run that ends before any of its runs finished.
+    /// Removes what this run wrote (its `results.json`), and the folders this run made (the
+    /// report folder, and parents such as `lab-results`) as long as nothing else is in them: for
+    /// a run that ends before any of its runs finished.
     pub fn discard(&self) {
         let _ = std::fs::remove_file(self.path.join(RESULTS_JSON));
-        if self.made {
-            // `remove_dir` refuses a folder that is not empty, which is what we want.
-            let _ = std::fs::remove_dir(&self.path);
+        for dir in &self.made {
+            // `remove_dir` refuses a folder that is not empty, which is what we want: another
+            // run's folder in `lab-results` keeps it.
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
         }
     }
+}
+
+/// Writes the report (`runs.csv`, `summary.md`, figures, `index.html`) and then `results.json`
+/// (durably, see [`OutDir::save`]) into `dir`, comparing with `reference`. The document comes
+/// last, so a folder whose report was cut short still reads as it was before.
+pub fn write_outputs(doc: &ResultsDoc, reference: &Reference, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::report::write_report_with(doc, reference, dir)
+        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    save_results(doc, dir)
+        .with_context(|| format!("cannot write {}", dir.join(RESULTS_JSON).display()))?;
+    Ok(())
 }
 
 /// Writes `doc` as `dir/results.json` durably (see [`OutDir::save`]).
@@ -237,5 +259,27 @@ mod tests {
         out.discard();
         assert!(dir.path().is_dir());
         assert!(!dir.path().join(RESULTS_JSON).exists());
+    }
+
+    #[test]
+    fn discarding_removes_the_parents_this_run_made_too() {
+        let dir = tempfile::tempdir().unwrap();
+        // As the default folder `lab-results/<date>` is made where there is no `lab-results`.
+        let results = dir.path().join("lab-results");
+        let out = OutDir::create(&results.join("2026-12-01T09-00-00Z"), false).unwrap();
+        out.save(&ResultsDoc::default()).unwrap();
+        out.discard();
+        assert!(
+            !results.exists(),
+            "the empty lab-results made for it is gone"
+        );
+        assert!(dir.path().is_dir());
+        // A parent that holds another run's folder stays, with that folder.
+        let earlier = results.join("2026-11-30T10-00-00Z");
+        std::fs::create_dir_all(&earlier).unwrap();
+        let out = OutDir::create(&results.join("2026-12-01T09-00-00Z"), false).unwrap();
+        out.discard();
+        assert!(!out.path().exists());
+        assert!(earlier.is_dir());
     }
 }

@@ -5,9 +5,17 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::matrix::Cell;
 use super::out_dir::RESULTS_JSON;
+use crate::matrix::Cell;
 use crate::results::{ResultsDoc, RunPlan, RunResult};
+
+/// How this inflight was built, as [`RunMeta::inflight_build`](crate::results::RunMeta) keeps
+/// it: `debug` or `release`.
+pub const INFLIGHT_BUILD: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
 
 /// One run of a plan: a cell at a repeat.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +123,13 @@ pub enum ResumeError {
         path: PathBuf,
         theirs: String,
         ours: String,
+    },
+    #[error("--resume {}: its runs were measured by a {theirs} build of inflight ({exe}) and this is a {ours} build, whose sim and runners run at another speed; resume it with that binary", path.display())]
+    Build {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+        exe: String,
     },
     #[error("{flag} asks for {given}, but the run in {} was planned with {planned}; leave {flag} out to resume it", path.display())]
     Conflict {
@@ -281,6 +296,19 @@ impl Resume {
                 ours: ours.to_string(),
             });
         }
+        let theirs = &doc.meta.inflight_build;
+        if !theirs.is_empty() && theirs != INFLIGHT_BUILD {
+            return Err(ResumeError::Build {
+                path,
+                theirs: theirs.clone(),
+                ours: INFLIGHT_BUILD.to_string(),
+                exe: if plan.exe.is_empty() {
+                    "its path was not kept".to_string()
+                } else {
+                    plan.exe.clone()
+                },
+            });
+        }
         let inconsistent = |message: String| ResumeError::Inconsistent {
             path: path.clone(),
             message,
@@ -359,9 +387,11 @@ impl Resume {
         Ok(())
     }
 
-    /// The plan's strategies and scenarios files, for the runners and the sim: the built-in
-    /// copies where the plan's text is theirs, else copies of the plan's text in a temporary
-    /// folder, so that the missing runs read exactly what the finished ones did.
+    /// The plan's strategies and scenarios files, for the runners and the sim, so that the
+    /// missing runs read exactly what the finished ones did, from where they read it when they
+    /// can: the file the plan names while it still holds the plan's text (so that a resumed
+    /// run's runners and sim are started as the first part's were), else the built-in copy
+    /// where the plan's text is its, else a copy of the plan's text in a temporary folder.
     ///
     /// # Errors
     ///
@@ -369,28 +399,42 @@ impl Resume {
     pub fn files(&self) -> std::io::Result<PlanFiles> {
         let plan = self.plan();
         let mut files = PlanFiles::default();
-        let mut copy =
-            |text: &str, builtin: &str, name: &str| -> std::io::Result<Option<PathBuf>> {
-                if text == builtin {
-                    return Ok(None);
-                }
-                if files.dir.is_none() {
-                    files.dir = Some(
-                        tempfile::Builder::new()
-                            .prefix("inflight-resume-")
-                            .tempdir()?,
-                    );
-                }
-                let path = files.dir.as_ref().expect("made above").path().join(name);
-                std::fs::write(&path, text)?;
-                Ok(Some(path))
-            };
-        let strategies = copy(
+        let mut source = |origin: &str,
+                          text: &str,
+                          builtin: &str,
+                          name: &str|
+         -> std::io::Result<Option<PathBuf>> {
+            let named = Path::new(origin);
+            if origin != "built-in" && std::fs::read_to_string(named).is_ok_and(|t| t == text) {
+                return Ok(Some(named.to_path_buf()));
+            }
+            // Without a file the sim reads `lab/scenarios.toml` where there is one, not its
+            // built-in copy.
+            let sim_default = Path::new(crate::scenario::DEFAULT_SCENARIOS_PATH);
+            let shadowed = name == crate::files::SCENARIOS
+                && std::fs::read_to_string(sim_default).is_ok_and(|t| t != builtin);
+            if text == builtin && !shadowed {
+                return Ok(None);
+            }
+            if files.dir.is_none() {
+                files.dir = Some(
+                    tempfile::Builder::new()
+                        .prefix("inflight-resume-")
+                        .tempdir()?,
+                );
+            }
+            let path = files.dir.as_ref().expect("made above").path().join(name);
+            std::fs::write(&path, text)?;
+            Ok(Some(path))
+        };
+        let strategies = source(
+            &plan.strategies_origin,
             &plan.strategies_toml,
             crate::strategy::BUILTIN_STRATEGIES,
             crate::files::STRATEGIES,
         )?;
-        let scenarios = copy(
+        let scenarios = source(
+            &plan.scenarios_origin,
             &plan.scenarios_toml,
             crate::scenario::BUILTIN_SCENARIOS,
             crate::files::SCENARIOS,
@@ -427,6 +471,8 @@ mod tests {
             strategies_toml: crate::strategy::BUILTIN_STRATEGIES.into(),
             scenarios_origin: "built-in".into(),
             scenarios_toml: crate::scenario::BUILTIN_SCENARIOS.into(),
+            lab_files: "the copies built into inflight".into(),
+            exe: "inflight".into(),
         }
     }
 
@@ -534,6 +580,27 @@ mod tests {
             "{}",
             err(dir.path())
         );
+
+        let other = if INFLIGHT_BUILD == "debug" {
+            "release"
+        } else {
+            "debug"
+        };
+        let mut doc = partial_doc(Vec::new());
+        doc.meta.inflight_build = other.into();
+        doc.meta.plan.as_mut().unwrap().exe = "/opt/inflight/bin/inflight".into();
+        write(dir.path(), &doc);
+        assert!(
+            err(dir.path()).contains(&format!(
+                "measured by a {other} build of inflight (/opt/inflight/bin/inflight) and this is a {INFLIGHT_BUILD} build"
+            )),
+            "{}",
+            err(dir.path())
+        );
+        // Documents from before the build was kept resume as they did.
+        doc.meta.inflight_build = String::new();
+        write(dir.path(), &doc);
+        assert!(Resume::open(dir.path()).is_ok());
 
         let mut doc = partial_doc(Vec::new());
         doc.meta.inflight_version = "0.0.1".into();
@@ -651,5 +718,21 @@ mod tests {
         assert_eq!(files.scenarios, None);
         drop(files);
         assert!(!path.exists(), "the copy goes with PlanFiles");
+
+        // The file the plan was read from, while it holds the plan's text: the first part's
+        // runners read it there, and so do the missing runs'.
+        let lab = tempfile::tempdir().unwrap();
+        let named = lab.path().join(crate::files::STRATEGIES);
+        std::fs::write(&named, "[c9]\n").unwrap();
+        doc.meta.plan.as_mut().unwrap().strategies_origin = named.display().to_string();
+        write(dir.path(), &doc);
+        let files = Resume::open(dir.path()).unwrap().files().unwrap();
+        assert_eq!(files.strategies, Some(named.clone()));
+        // Changed since: the plan's text, copied.
+        std::fs::write(&named, "[c8]\n").unwrap();
+        let files = Resume::open(dir.path()).unwrap().files().unwrap();
+        let copy = files.strategies.clone().unwrap();
+        assert_ne!(copy, named);
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "[c9]\n");
     }
 }

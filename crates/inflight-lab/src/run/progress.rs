@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::matrix::Cell;
+use crate::matrix::Cell;
 use crate::results::RunResult;
 
 /// What the lab reports while it runs.

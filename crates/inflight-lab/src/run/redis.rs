@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::ConnectionAddr;
 use tokio::process::{Child, Command};
 
-use super::LabError;
+use super::error::LabError;
 
 /// How long a Redis may take to answer its first PING.
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -55,6 +55,8 @@ impl LabRedis {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
+                // Stopped by the lab, not by the terminal's Ctrl-C (see `SimProcess::start`).
+                .process_group(0)
                 .kill_on_drop(true);
             let child = command.spawn().map_err(|source| {
                 if source.kind() == std::io::ErrorKind::NotFound {

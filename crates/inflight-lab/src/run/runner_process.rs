@@ -2,6 +2,8 @@
 //! before its async runtime starts, its output collected, and killed and reaped before the
 //! cgroup is dropped.
 
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 
 use inflight_cpu::QuotaGroup;
@@ -9,23 +11,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
-use super::replicas::Share;
-use super::LabOptions;
 use crate::results::RunResult;
-
-/// What one runner is told besides the lab's options.
-#[derive(Debug, Clone)]
-pub(crate) struct RunnerArgs<'a> {
-    pub strategy: &'a str,
-    pub sim_url: &'a str,
-    pub seed: u64,
-    pub share: Share,
-    /// Where it serves its metrics, if anywhere.
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    pub redis_url: Option<&'a str>,
-    /// Measured budget sizes, by dependency.
-    pub measured: Vec<(&'a str, usize)>,
-}
+use crate::runner::RunnerArgs;
 
 /// A started runner.
 pub(crate) struct RunnerProcess {
@@ -53,37 +40,16 @@ pub(crate) enum RunnerEnd {
 }
 
 impl RunnerProcess {
-    /// Starts a runner with `args`, inside `group` when given.
+    /// Starts `exe` as a runner with `args`, inside `group` when given, in a process group of
+    /// its own: a Ctrl-C at the terminal reaches the lab alone, which stops the runner itself
+    /// and so always knows it was interrupted.
     pub(crate) fn spawn(
-        opts: &LabOptions,
-        args: &RunnerArgs<'_>,
+        exe: &Path,
+        args: &RunnerArgs,
         group: Option<QuotaGroup>,
     ) -> std::io::Result<RunnerProcess> {
-        let mut cmd = std::process::Command::new(&opts.exe);
-        cmd.args(["lab", "runner", "--exit-on-stdin-close", "--strategy"])
-            .arg(args.strategy);
-        if let Some(file) = &opts.strategies_file {
-            cmd.arg("--strategies").arg(file);
-        }
-        cmd.arg("--sim-url")
-            .arg(args.sim_url)
-            .arg("--records")
-            .arg(args.share.records.to_string())
-            .arg("--first-id")
-            .arg(args.share.first_id.to_string())
-            .arg("--time-scale")
-            .arg(opts.time_scale.to_string())
-            .arg("--seed")
-            .arg(args.seed.to_string());
-        if let Some(addr) = args.metrics_addr {
-            cmd.arg("--metrics-addr").arg(addr.to_string());
-        }
-        if let Some(url) = args.redis_url {
-            cmd.arg("--redis-url").arg(url);
-        }
-        for (dependency, n) in &args.measured {
-            cmd.arg("--measured").arg(format!("{dependency}={n}"));
-        }
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(args.command_line()).process_group(0);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -6,16 +6,20 @@ use std::time::Duration;
 
 use inflight_cpu::{Enforcement, QuotaGroup};
 
-use super::matrix::Cell;
+pub use crate::results::check_outcomes;
+
+use super::error::LabError;
+use super::options::LabOptions;
 use super::plan::PlannedRun;
 use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
-use super::runner_process::{RunnerArgs, RunnerEnd, RunnerProcess};
-use super::Shutdown;
-use super::{LabError, LabOptions};
+use super::runner_process::{RunnerEnd, RunnerProcess};
+use crate::matrix::Cell;
 use crate::results::{MeasuredBudget, RunResult};
-use crate::sim::client::{u64_at, SimClient, SimClientError};
+use crate::runner::RunnerArgs;
+use crate::sim::client::{u64_at, SimClient};
+use inflight_bench::shutdown::Shutdown;
 
 /// The RNG seed of one run: the same for every strategy in a (scenario, repeat), so strategies face the
 /// same sequence of latencies (common random numbers), different across repeats and scenarios.
@@ -32,23 +36,45 @@ pub fn run_seed(base: u64, scenario: &str, repeat: u32) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The command line of replica `replica` (0-based) of the run of `cell` at `repeat`: its share
+/// of the records, its seed, the lab's time scale and files, and where it serves its metrics.
+pub(crate) fn runner_args(
+    opts: &LabOptions,
+    sim_url: &str,
+    cell: &Cell,
+    repeat: u32,
+    replica: usize,
+    redis: Option<&LabRedis>,
+    measured: &[MeasuredBudget],
+) -> RunnerArgs {
+    let share = replicas::shares(opts.records, opts.replicas)[replica];
+    RunnerArgs {
+        strategy: cell.strategy.clone(),
+        strategies: opts.strategies_file.clone(),
+        sim_url: sim_url.to_string(),
+        records: share.records,
+        time_scale: opts.time_scale,
+        seed: run_seed(opts.seed, &cell.scenario, repeat),
+        exit_on_stdin_close: true,
+        // Replica i serves its metrics on the port after replica i - 1's.
+        metrics_addr: opts.metrics_addr.map(|mut addr| {
+            addr.set_port(addr.port().saturating_add(replica as u16));
+            addr
+        }),
+        first_id: share.first_id,
+        redis_url: redis.map(|r| r.url().to_string()),
+        measured: measured
+            .iter()
+            .filter(|m| m.scenario == cell.scenario)
+            .map(|m| (m.dependency.clone(), m.max_concurrent))
+            .collect(),
+    }
+}
+
 /// The most a run may take before it is stopped: every record's four calls one after another,
 /// each at its full 2 s timeout (times the time scale), plus a minute for start-up.
 pub fn run_deadline(records: u64, time_scale: f64) -> Duration {
     Duration::from_secs(60) + Duration::from_secs_f64(records as f64 * 8.0 * time_scale * 1.25)
-}
-
-/// Checks a run's outcome counts add up; the message says what is off.
-pub fn check_outcomes(run: &RunResult) -> Result<(), String> {
-    let sum = run.complete + run.incomplete + run.rejected + run.failed;
-    if sum != run.records {
-        return Err(format!(
-            "{} {} repeat {}: {} records started but complete {} + incomplete {} + rejected {} + failed {} = {sum}",
-            run.strategy, run.scenario, run.repeat, run.records, run.complete, run.incomplete,
-            run.rejected, run.failed
-        ));
-    }
-    Ok(())
 }
 
 /// Whether a CPU quota can be enforced here: creates (and removes) one group per CPU count.
@@ -91,14 +117,6 @@ pub(crate) async fn run_cells(
     finished: &mut dyn FnMut(&RunResult) -> Result<(), LabError>,
 ) -> Result<(), LabError> {
     let control = SimClient::new(env.url.to_string())?;
-    // Fail early, with the sim's own message, if it is not there or lacks a scenario.
-    control.stats().await.map_err(|e| SimClientError {
-        message: format!(
-            "no `inflight sim` answers there (start one with `inflight sim --port <port>`, or leave out --sim-url): {}",
-            e.message
-        ),
-        url: e.url,
-    })?;
     let ctx = Context {
         opts,
         shutdown,
@@ -184,10 +202,7 @@ async fn run_one(
 
     // One runner per replica, each in a fresh cgroup of its own, all started before any waits.
     let mut runners = Vec::new();
-    for (i, share) in replicas::shares(opts.records, opts.replicas)
-        .into_iter()
-        .enumerate()
-    {
+    for i in 0..replicas::shares(opts.records, opts.replicas).len() {
         let group = if limited {
             match QuotaGroup::create(cell.cpus) {
                 Ok(group) => Some(group),
@@ -202,24 +217,8 @@ async fn run_one(
         } else {
             None
         };
-        let args = RunnerArgs {
-            strategy: &cell.strategy,
-            sim_url: control.url(),
-            seed,
-            share,
-            // Replica i serves its metrics on the port after replica i - 1's.
-            metrics_addr: opts.metrics_addr.map(|mut addr| {
-                addr.set_port(addr.port().saturating_add(i as u16));
-                addr
-            }),
-            redis_url: redis.map(LabRedis::url),
-            measured: measured
-                .iter()
-                .filter(|m| m.scenario == cell.scenario)
-                .map(|m| (m.dependency.as_str(), m.max_concurrent))
-                .collect(),
-        };
-        match RunnerProcess::spawn(opts, &args, group) {
+        let args = runner_args(opts, control.url(), cell, repeat, i, redis, measured);
+        match RunnerProcess::spawn(&opts.exe, &args, group) {
             Ok(runner) => runners.push(runner),
             Err(source) => {
                 kill_all(runners).await;
@@ -324,20 +323,6 @@ async fn kill_all(runners: Vec<RunnerProcess>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::results::sample_run as run;
-
-    #[test]
-    fn outcome_check_names_the_run() {
-        let mut r = run("c2", "slow-write", 1.0, 4, 1.0);
-        assert!(check_outcomes(&r).is_ok());
-        r.failed = 0;
-        let e = check_outcomes(&r).unwrap_err();
-        assert!(
-            e.contains("c2 slow-write repeat 4") && e.contains("= 9"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn run_seeds_are_shared_by_strategies_and_differ_by_repeat_and_scenario() {

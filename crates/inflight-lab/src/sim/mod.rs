@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use crate::scenario::{Scenario, ScenarioError, ScenarioSet};
+use crate::scenario::{time_scale_ok, Scenario, ScenarioError, ScenarioSet, MAX_TIME_SCALE};
+pub use crate::stats::{EndpointStats, SimStats};
 
 pub mod client;
 mod gates;
@@ -52,9 +53,6 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest request body the sim reads.
 const MAX_BODY: usize = 64 * 1024;
-
-/// Largest time scale accepted: beyond this a hanging call would outlive any sensible run.
-const MAX_TIME_SCALE: f64 = 100.0;
 
 /// Why the sim could not start.
 #[derive(Debug, thiserror::Error)]
@@ -93,40 +91,11 @@ impl SimConfig {
 }
 
 fn check_time_scale(time_scale: f64) -> Result<f64, SimError> {
-    if time_scale.is_finite() && time_scale > 0.0 && time_scale <= MAX_TIME_SCALE {
+    if time_scale_ok(time_scale) {
         Ok(time_scale)
     } else {
         Err(SimError::TimeScale(time_scale))
     }
-}
-
-/// The counters of one endpoint as `GET /stats` reports them.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// Requests that reached the handler (malformed ones included).
-    pub seen: u64,
-    /// Requests answered 200.
-    pub accepted: u64,
-    /// Requests answered 503 because capacity and queue were full.
-    pub rejected_503: u64,
-    /// Requests answered 429 because they came faster than the scenario's quota.
-    #[serde(default)]
-    pub rejected_429: u64,
-    /// Requests being served right now (for records: holding one of the `capacity` slots).
-    pub in_service: u64,
-    /// Most requests in service at once.
-    pub peak_in_service: u64,
-    /// Most requests inside the server at once, counting waiting ones and those about to be refused.
-    pub peak_offered: u64,
-}
-
-/// The body of `GET /stats`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SimStats {
-    pub scenario: String,
-    pub time_scale: f64,
-    pub enrich: EndpointStats,
-    pub records: EndpointStats,
 }
 
 /// The body of `GET /scenario`: the current scenario with its parameters.

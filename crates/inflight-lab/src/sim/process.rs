@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use crate::runner::loopback_base;
 
 /// How to start the sim: the `inflight` binary and the flags it gets.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SimCommand {
     /// The `inflight` binary, run as `inflight sim`.
     pub exe: PathBuf,
@@ -63,6 +63,10 @@ impl SimProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // A process group of its own: a Ctrl-C at the terminal reaches only the lab, which
+            // then stops the sim itself, so that the sim never goes away under a lab that does
+            // not yet know it was interrupted.
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|source| SimProcessError::Spawn {
             what: format!("{} sim", command.exe.display()),
