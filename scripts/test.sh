@@ -64,6 +64,9 @@ done
 step "cargo fmt --check"
 cargo fmt --all --check
 
+step "module layering (no module reaches up into one that uses it)"
+python3 scripts/check-layers.py crates/inflight-lab crates/inflight-capacity
+
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The library's optional integrations (tower, metrics, tracing) and its smallest build.

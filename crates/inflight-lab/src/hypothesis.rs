@@ -430,7 +430,12 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                     let subtrahend = h.stat.of(other_row.get(h.metric));
                     let other_name = cell_name(&cell.strategy, cell.cpus);
                     let difference = value - subtrahend;
-                    let ok = passes(h.test, difference, cpus);
+                    // As for a single value below: compared at time scale 1.
+                    let ok = passes(
+                        h.test,
+                        difference * h.metric.to_full_time(doc.meta.time_scale),
+                        cpus,
+                    );
                     all_pass &= ok;
                     parts.push(format!(
                         "{name} {} - {other_name} {} = {} ({test_text}: {})",
@@ -465,11 +470,19 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                 }
                 (Some(_), None) => {} // the missing denominator is already listed
                 (None, _) => {
-                    let ok = passes(h.test, value, cpus);
+                    // A threshold in seconds or records/s is the seed's, at time scale 1: a
+                    // scaled run's value is compared scaled back (a ratio needs no such care).
+                    let factor = h.metric.to_full_time(doc.meta.time_scale);
+                    let full = value * factor;
+                    let ok = passes(h.test, full, cpus);
                     all_pass &= ok;
+                    let shown = if factor == 1.0 {
+                        fmt_num(value)
+                    } else {
+                        format!("{} ({} at time scale 1)", fmt_num(value), fmt_num(full))
+                    };
                     parts.push(format!(
-                        "{name} {} ({test_text}: {})",
-                        fmt_num(value),
+                        "{name} {shown} ({test_text}: {})",
                         if ok { "ok" } else { "no" }
                     ));
                 }
@@ -586,6 +599,39 @@ threshold = 1.8
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "skipped");
         assert!(r.observed.contains("C1 @2 CPUs"), "{}", r.observed);
+    }
+
+    #[test]
+    fn a_rate_threshold_is_compared_at_time_scale_one() {
+        let h = one(r#"[[hypothesis]]
+id = "abs"
+claim = "c"
+metric = "accepted_per_s"
+scenario = "slow-write"
+strategies = ["c5"]
+cpus = [1]
+compare = ">="
+threshold = 36.19
+"#);
+        let mut a = row("c5", "slow-write", 1.0);
+        // At time scale 0.2 rates run five times faster: 113.6/s is 22.72/s at full time.
+        a.accepted_per_s = spread(113.6);
+        let mut doc = summary_doc(vec![a]);
+        doc.meta.time_scale = 0.2;
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "fail", "{r:?}");
+        assert!(
+            r.observed.contains("22.72 at time scale 1"),
+            "{}",
+            r.observed
+        );
+        doc.summary[0].accepted_per_s = spread(185.0);
+        assert_eq!(evaluate_one(&h, &doc).outcome, "pass");
+        doc.meta.time_scale = 1.0;
+        doc.summary[0].accepted_per_s = spread(36.5);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "pass", "{r:?}");
+        assert!(!r.observed.contains("time scale"), "{}", r.observed);
     }
 
     #[test]

@@ -487,6 +487,20 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// What a value of this metric measured at `time_scale` is multiplied by to give it at time
+    /// scale 1: seconds shrink and rates grow with the time scale, counts do not change. A
+    /// `time_scale` that is not above 0 (an old document without one) is taken as 1.
+    pub fn to_full_time(self, time_scale: f64) -> f64 {
+        if !(time_scale.is_finite() && time_scale > 0.0) {
+            return 1.0;
+        }
+        match self {
+            Metric::CompletionS => 1.0 / time_scale,
+            Metric::AcceptedPerS => time_scale,
+            _ => 1.0,
+        }
+    }
+
     /// Every metric, in the order of the [`SummaryRow`] fields.
     pub const ALL: [Metric; 12] = [
         Metric::CompletionS,

@@ -22,8 +22,9 @@ pub struct Args {
 enum LabCommand {
     /// Run strategies x scenarios x CPU counts x repeats and write a report.
     ///
-    /// With no flags it runs the seed's matrix: C1 in `healthy` at 1 and at 2 CPUs, and C2-C4 in
-    /// all three scenarios at 1 CPU, 5 repeats of 200 records each (about 20 minutes). Each run is
+    /// With no flags it runs the matrix of the lab's matrix.toml: C1 in `healthy` at 1 and at 2
+    /// CPUs, and C2, C3, C4, C4-64 and C5 in all three scenarios at 1 CPU, 5 repeats of 200
+    /// records each (about 24 minutes). Each run is
     /// a separate runner process placed in a fresh cgroup with the CPU quota before its async
     /// runtime starts. Needs root (or a delegated cgroup) unless --no-limit.
     ///
@@ -47,9 +48,12 @@ enum LabCommand {
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Strategies in lab/strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4r, tower-acc-gradient2,
-  tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas, c4-fleet, c4-measured
-Scenarios in lab/scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
+Strategies in the built-in strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4r,
+  tower-acc-gradient2, tower-acc-vegas, tower-resilience-aimd, tower-resilience-vegas, c4-fleet,
+  c4-measured
+Scenarios in the built-in scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
+(A lab/ folder in the current directory, or --lab-dir, may hold others; `lab run` names the
+files it uses.)
 
 Examples:
   sudo inflight lab run --quick
@@ -58,16 +62,16 @@ Examples:
   inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json
   sudo inflight lab run --resume lab-results/2026-11-30T10-00-00Z   # after Ctrl-C: the missing runs")]
 struct RunArgs {
-    /// Strategies to run, from `<lab-dir>/strategies.toml` (default: the seed's matrix; with
+    /// Strategies to run, from `<lab-dir>/strategies.toml` (default: the matrix of matrix.toml; with
     /// --scenarios or --cpus alone: c1,c2,c3,c4).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     strategies: Option<Vec<String>>,
-    /// Scenarios to run, from `<lab-dir>/scenarios.toml` (default: the seed's matrix; with
+    /// Scenarios to run, from `<lab-dir>/scenarios.toml` (default: the matrix of matrix.toml; with
     /// --strategies or --cpus alone: healthy,slow-write,slow-enrichment).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     scenarios: Option<Vec<String>>,
     /// CPU quotas for the runner, e.g. `1` or `1,2` or `0.5`, at most the host's CPU count
-    /// (default: the seed's matrix; with --strategies or --scenarios alone: 1).
+    /// (default: the matrix of matrix.toml; with --strategies or --scenarios alone: 1).
     #[arg(
         long,
         value_delimiter = ',',
@@ -109,7 +113,7 @@ struct RunArgs {
     /// Use a running `inflight sim` at this loopback URL instead of starting one.
     #[arg(long, value_name = "URL")]
     sim_url: Option<String>,
-    /// Time scale 0.2 and 3 repeats: the default matrix in about two and a half minutes, its
+    /// Time scale 0.2 and 3 repeats: the default matrix in about three minutes, its
     /// medians within about 3% of a full run's (README: "Quick mode and the full run").
     #[arg(long)]
     quick: bool,

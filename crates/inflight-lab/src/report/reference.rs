@@ -171,11 +171,7 @@ impl Reference {
 /// Seconds shrink and rates grow with the time scale; undo that so numbers compare with the
 /// reference, which ran at time scale 1.
 fn rescale(metric: Metric, s: Spread, time_scale: f64) -> Spread {
-    let factor = match metric {
-        Metric::CompletionS => 1.0 / time_scale,
-        Metric::AcceptedPerS => time_scale,
-        _ => 1.0,
-    };
+    let factor = metric.to_full_time(time_scale);
     s.map(|v| v * factor)
 }
 
