@@ -44,7 +44,6 @@ pub use snapshot::{BudgetSnapshot, LatencySummary};
 
 use crate::limit::{Limit, LimitChange, Outcome};
 use crate::store::Store;
-pub(crate) use call::CallGuard;
 use engine::Engine;
 
 /// A named limit on the calls in flight to one dependency.
@@ -364,25 +363,7 @@ impl Budget {
         Fut: Future<Output = Result<T, E>>,
     {
         let permit = self.acquire().await.map_err(CallError::Rejected)?;
-        let guard = CallGuard::start(permit);
-        let call = call();
-        #[cfg(feature = "tracing")]
-        let call = tracing::Instrument::instrument(
-            call,
-            tracing::debug_span!("inflight.call", budget = %self.name()),
-        );
-        let result = match guard.timeout() {
-            Some(deadline) => match tokio::time::timeout(deadline, call).await {
-                Ok(result) => result,
-                Err(_) => {
-                    guard.timed_out();
-                    return Err(CallError::Timeout);
-                }
-            },
-            None => call.await,
-        };
-        guard.finish(result.is_ok(), classify(&result));
-        result.map_err(CallError::Inner)
+        call::run(permit, classify, call()).await
     }
 
     /// The budget's counters and latency summaries now.
