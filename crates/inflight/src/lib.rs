@@ -52,11 +52,11 @@
 //! - `tower` (feature `tower`): `BudgetLayer`, a budget around any `tower::Service`.
 //! - `metrics` (feature `metrics`): every budget's gauges, counters and histograms through the
 //!   `metrics` facade, with Prometheus names and units.
+//! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! With the feature `tracing`, permit waits and calls run in `tracing` spans (`inflight.permit_wait`,
 //! `inflight.call`, at debug level) and refusals and call timeouts are events; all silent unless a
 //! subscriber is installed.
-//! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
 //! use `budget`, never the reverse. The CPU budget of a process (cores, affinity, cgroup quotas)
