@@ -7,7 +7,8 @@
 //! deadline for waiting for a permit that is separate from the call's own timeout (which starts only
 //! once the permit is held), and counters you can export.
 //!
-//! ```
+#![cfg_attr(feature = "toml", doc = "```")]
+#![cfg_attr(not(feature = "toml"), doc = "```ignore")]
 //! use std::time::Duration;
 //! use inflight::Budgets;
 //!

@@ -240,11 +240,13 @@ async fn dropping_the_response_future_gives_the_permit_back() {
 
 /// How a request ends in the scenario below: the value is the service time in ms, and 0 is an
 /// error from the dependency.
+#[cfg(feature = "adaptive")]
 const SCENARIO: [u64; 5] = [10, 0, 500, 20, 0];
 
 /// Runs `SCENARIO` one request at a time through `run`, with a budget whose limit learns from
 /// each outcome, then one request dropped while it runs and one turned away; returns the
 /// budget's snapshot and limit changes.
+#[cfg(feature = "adaptive")]
 async fn run_scenario<R, Fut>(
     mut run: R,
 ) -> (inflight::BudgetSnapshot, Vec<inflight::limit::LimitChange>)
@@ -275,6 +277,7 @@ where
 }
 
 /// The dependency of the scenario: answers after `ms`, or fails for 0.
+#[cfg(feature = "adaptive")]
 async fn dependency(ms: u64) -> Result<u64, &'static str> {
     if ms == 0 {
         return Err("failed");
@@ -283,6 +286,7 @@ async fn dependency(ms: u64) -> Result<u64, &'static str> {
     Ok(ms)
 }
 
+#[cfg(feature = "adaptive")]
 #[tokio::test(start_paused = true)]
 async fn the_layer_counts_and_teaches_the_limit_as_budget_call_does() {
     let through_call = run_scenario(|budget, ms| async move {

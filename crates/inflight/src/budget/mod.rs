@@ -429,7 +429,8 @@ impl Budget {
     ///
     /// # Examples
     ///
-    /// ```
+    #[cfg_attr(feature = "adaptive", doc = "```")]
+    #[cfg_attr(not(feature = "adaptive"), doc = "```ignore")]
     /// use inflight::limit::{Adaptive, Outcome};
     /// use inflight::{Budget, BudgetConfig};
     ///
