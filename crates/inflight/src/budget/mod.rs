@@ -52,12 +52,14 @@ use engine::Engine;
 /// - **Fairness.** Waiters are served in the order they started waiting (FIFO), as by tokio's
 ///   [`Semaphore`](tokio::sync::Semaphore). A newcomer never takes a permit ahead of a caller
 ///   that is already waiting: [`try_acquire`](Budget::try_acquire) fails while anyone waits.
-///   With a rate limit, callers get their turns in the order they got their permits.
+///   With a rate limit, turns are reserved in the order callers ask for them, once they hold
+///   their permits.
 /// - **Cancel safety.** A permit goes back when its `Permit` is dropped: on success, on error,
 ///   when the task holding it is cancelled, and when it panics. A caller that stops waiting (its
 ///   future is dropped, or its deadline passes) leaves the queue, frees its place and gives back
-///   whatever it had taken (a permit, a rate slot nobody queued behind, a store lease); like
-///   tokio's semaphore, a caller that is cancelled loses its place in the queue.
+///   whatever it had taken (its local permit, its rate slot when nobody reserved one after it,
+///   its store lease); like tokio's semaphore, a caller that is cancelled loses its place in the
+///   queue.
 /// - **Ordering.** A caller passes the gates in one order: a local permit, then a rate slot (if
 ///   the budget has a rate limit), then a lease from the shared store (if it has one), all
 ///   within one `permit_timeout`. A gate that refuses gives back what the earlier ones took.
@@ -318,6 +320,26 @@ impl Budget {
     /// # Errors
     ///
     /// As [`Budget::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{Budget, BudgetConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new("records", BudgetConfig::new(1)).unwrap();
+    /// let permit = budget.acquire_owned().await.unwrap();
+    /// let write = tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_millis(30)).await; // the write, under the permit
+    ///     drop(permit);
+    /// });
+    /// assert_eq!(budget.in_flight(), 1);
+    /// write.await.unwrap();
+    /// assert_eq!(budget.in_flight(), 0);
+    /// # }
+    /// ```
     pub async fn acquire_owned(&self) -> Result<OwnedPermit, AcquireError> {
         let grant = self.engine.grant().await?;
         Ok(OwnedPermit::new(self.clone(), grant))
@@ -325,7 +347,8 @@ impl Budget {
 
     /// Takes a permit if one is free and nobody is waiting for one, without waiting.
     ///
-    /// A caller turned away is counted as `rejected`.
+    /// A caller turned away is counted as `rejected`, or as `rate_limited` when the budget's rate
+    /// limit turned it away.
     ///
     /// # Errors
     ///
