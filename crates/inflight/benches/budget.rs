@@ -2,7 +2,12 @@
 //! `ConcurrencyLimit` and `GlobalConcurrencyLimit` (the shared-semaphore variant) around a no-op
 //! service, uncontended and with 64 tasks contending.
 //!
-//! Run with `cargo bench -p inflight --bench budget`; times are per acquire + release.
+//! `budget_call` is one [`Budget::call`] around a ready future, and `budget_layer` (with the
+//! feature `tower`) one request through a `BudgetLayer` around a no-op service: the routine that
+//! runs a call under its permit, on top of the acquire + release.
+//!
+//! Run with `cargo bench -p inflight --bench budget` (add `--features tower` for
+//! `budget_layer`); times are per acquire + release.
 
 use std::future::{ready, Future, Ready};
 use std::sync::Arc;
@@ -86,6 +91,35 @@ fn uncontended(c: &mut Criterion) {
                 let start = Instant::now();
                 for _ in 0..iters {
                     drop(budget.try_acquire().unwrap());
+                }
+                start.elapsed()
+            }
+        })
+    });
+    group.bench_function("budget_call", |b| {
+        let budget = budget();
+        b.to_async(&rt).iter_custom(|iters| {
+            let budget = &budget;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    budget.call(|| ready(Ok::<_, ()>(()))).await.unwrap();
+                }
+                start.elapsed()
+            }
+        })
+    });
+    #[cfg(feature = "tower")]
+    group.bench_function("budget_layer", |b| {
+        let f: fn(()) -> Ready<Result<(), ()>> = |_| ready(Ok(()));
+        let svc = inflight::tower::BudgetLayer::new(budget()).layer(service_fn(f));
+        b.to_async(&rt).iter_custom(|iters| {
+            let mut svc = svc.clone();
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    svc.ready().await.unwrap();
+                    svc.call(()).await.unwrap();
                 }
                 start.elapsed()
             }

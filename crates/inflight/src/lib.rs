@@ -7,7 +7,8 @@
 //! deadline for waiting for a permit that is separate from the call's own timeout (which starts only
 //! once the permit is held), and counters you can export.
 //!
-//! ```
+#![cfg_attr(feature = "toml", doc = "```")]
+#![cfg_attr(not(feature = "toml"), doc = "```ignore")]
 //! use std::time::Duration;
 //! use inflight::Budgets;
 //!
@@ -52,11 +53,11 @@
 //! - `tower` (feature `tower`): `BudgetLayer`, a budget around any `tower::Service`.
 //! - `metrics` (feature `metrics`): every budget's gauges, counters and histograms through the
 //!   `metrics` facade, with Prometheus names and units.
+//! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! With the feature `tracing`, permit waits and calls run in `tracing` spans (`inflight.permit_wait`,
 //! `inflight.call`, at debug level) and refusals and call timeouts are events; all silent unless a
 //! subscriber is installed.
-//! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
 //!
 //! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
 //! use `budget`, never the reverse. The CPU budget of a process (cores, affinity, cgroup quotas)

@@ -20,8 +20,8 @@
 //! Nothing on the fast path: a permit granted at once records no metric there. Gauges and
 //! counters are read from the budget's own counters when [`publish`] runs (call it before each
 //! scrape, or every few seconds), and the zero waits of the fast path are added to the wait
-//! histogram then, in one call. Waits that did wait, and calls through `Budget::call`, are
-//! recorded as they end: they read the clock already.
+//! histogram then, in one call. Waits that did wait, and calls through the budget (`call`,
+//! `call_with`, a `BudgetLayer`), are recorded as they end: they read the clock already.
 //!
 //! Install the recorder before building budgets: a budget takes its histogram handles from the
 //! recorder installed when it is built (as every handle of the `metrics` crate does). With

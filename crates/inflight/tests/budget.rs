@@ -315,9 +315,11 @@ fn budget_and_permits_are_send_sync_static() {
     fn assert_send<T: Send>() {}
     assert_send_sync_static::<Budget>();
     assert_send_sync_static::<inflight::OwnedPermit>();
+    #[cfg(feature = "toml")]
     assert_send_sync_static::<inflight::Budgets>();
     assert_send::<inflight::Permit<'static>>();
     assert_send_sync_static::<AcquireError>();
+    #[cfg(feature = "toml")]
     assert_send_sync_static::<inflight::ConfigError>();
     fn assert_send_future<F: std::future::Future + Send>(_: F) {}
     let b = budget(BudgetConfig::new(1));

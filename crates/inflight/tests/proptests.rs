@@ -1,12 +1,13 @@
 //! Random interleavings of acquire, cancel and release on a multi-thread runtime, with fixed and
-//! adaptive limits: the limit holds, no permit is lost, and every acquire is counted exactly once.
+//! adaptive limits, rate limits and call timeouts: the limit holds, no permit is lost, every
+//! acquire is counted exactly once, and so is every call that got its permit.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use inflight::limit::{Adaptive, Algorithm, Outcome};
-use inflight::{Budget, BudgetConfig};
+use inflight::{Budget, BudgetConfig, Rate};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -51,20 +52,32 @@ fn config() -> impl Strategy<Value = BudgetConfig> {
             Algorithm::Aimd,
             Algorithm::Vegas,
         ])),
+        // A rate of 2,000 to 20,000 calls a second, with a burst of 1 to 3: slow enough next to
+        // the permit timeouts above that some turns come too late.
+        prop::option::of((2_000..20_000u32, 1..4u32)),
+        prop::option::of(50..400u64),
     )
-        .prop_map(|(max, queued, timeout_us, algorithm)| {
-            let mut c = BudgetConfig::new(max);
-            if let Some(a) = algorithm {
-                c = c.adaptive(Adaptive::new(a).initial(max.min(2)));
-            }
-            if let Some(q) = queued {
-                c = c.max_queued(q);
-            }
-            if let Some(t) = timeout_us {
-                c = c.permit_timeout(Duration::from_micros(t));
-            }
-            c
-        })
+        .prop_map(
+            |(max, queued, timeout_us, algorithm, rate, call_timeout_us)| {
+                let mut c = BudgetConfig::new(max);
+                if let Some((per_second, burst)) = rate {
+                    c = c.rate(Rate::per_second(f64::from(per_second))).burst(burst);
+                }
+                if let Some(t) = call_timeout_us {
+                    c = c.call_timeout(Duration::from_micros(t));
+                }
+                if let Some(a) = algorithm {
+                    c = c.adaptive(Adaptive::new(a).initial(max.min(2)));
+                }
+                if let Some(q) = queued {
+                    c = c.max_queued(q);
+                }
+                if let Some(t) = timeout_us {
+                    c = c.permit_timeout(Duration::from_micros(t));
+                }
+                c
+            },
+        )
 }
 
 proptest! {
@@ -83,12 +96,18 @@ proptest! {
         let holders = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let attempts = Arc::new(AtomicUsize::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
 
         rt.block_on(async {
             let mut handles = Vec::new();
             for op in ops {
-                let (budget, holders, most, attempts) =
-                    (budget.clone(), holders.clone(), most.clone(), attempts.clone());
+                let (budget, holders, most, attempts, calls) = (
+                    budget.clone(),
+                    holders.clone(),
+                    most.clone(),
+                    attempts.clone(),
+                    calls.clone(),
+                );
                 let task = tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_micros(op.start_us)).await;
                     attempts.fetch_add(1, SeqCst);
@@ -110,7 +129,11 @@ proptest! {
                     };
                     let outcome = if op.overload { Outcome::Overload } else { Outcome::Success };
                     if op.via_call {
-                        let _ = budget.call_with(|_| outcome, hold).await;
+                        let call = || {
+                            calls.fetch_add(1, SeqCst);
+                            hold()
+                        };
+                        let _ = budget.call_with(|_| outcome, call).await;
                     } else if let Ok(permit) = budget.acquire_owned().await {
                         let _ = hold().await;
                         permit.report(outcome);
@@ -145,9 +168,14 @@ proptest! {
         prop_assert_eq!(budget.available_permits(), budget.limit(), "a permit was lost");
         prop_assert!((1..=max).contains(&budget.limit()));
         prop_assert_eq!(
-            s.admitted + s.rejected + s.permit_timeouts + s.cancelled,
+            s.admitted + s.rejected + s.permit_timeouts + s.rate_limited + s.cancelled,
             attempts.load(SeqCst) as u64,
             "every acquire ends in exactly one outcome: {:?}", s
+        );
+        prop_assert_eq!(
+            s.calls_ok + s.calls_error + s.call_timeouts + s.calls_cancelled,
+            calls.load(SeqCst) as u64,
+            "every call that got its permit ends in exactly one outcome: {:?}", s
         );
     }
 }

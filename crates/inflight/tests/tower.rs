@@ -237,3 +237,108 @@ async fn dropping_the_response_future_gives_the_permit_back() {
     assert_eq!(budget.in_flight(), 0);
     assert!(budget.try_acquire().is_ok());
 }
+
+/// How a request ends in the scenario below: the value is the service time in ms, and 0 is an
+/// error from the dependency.
+#[cfg(feature = "adaptive")]
+const SCENARIO: [u64; 5] = [10, 0, 500, 20, 0];
+
+/// Runs `SCENARIO` one request at a time through `run`, with a budget whose limit learns from
+/// each outcome, then one request dropped while it runs and one turned away; returns the
+/// budget's snapshot and limit changes.
+#[cfg(feature = "adaptive")]
+async fn run_scenario<R, Fut>(
+    mut run: R,
+) -> (inflight::BudgetSnapshot, Vec<inflight::limit::LimitChange>)
+where
+    R: FnMut(Budget, u64) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, &'static str>> + Send + 'static,
+{
+    let budget = Budget::new(
+        "api",
+        BudgetConfig::new(8)
+            .max_queued(0)
+            .call_timeout(Duration::from_millis(100))
+            .adaptive(inflight::limit::Adaptive::aimd()),
+    )
+    .unwrap();
+    for ms in SCENARIO {
+        let _ = run(budget.clone(), ms).await;
+    }
+    let dropped = tokio::spawn(run(budget.clone(), 60_000));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    dropped.abort();
+    let _ = dropped.await;
+    let limit = budget.limit();
+    let held: Vec<_> = (0..limit).map(|_| budget.try_acquire().unwrap()).collect();
+    assert_eq!(run(budget.clone(), 10).await, Err("rejected"));
+    drop(held);
+    (budget.snapshot(), budget.limit_changes())
+}
+
+/// The dependency of the scenario: answers after `ms`, or fails for 0.
+#[cfg(feature = "adaptive")]
+async fn dependency(ms: u64) -> Result<u64, &'static str> {
+    if ms == 0 {
+        return Err("failed");
+    }
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(ms)
+}
+
+#[cfg(feature = "adaptive")]
+#[tokio::test(start_paused = true)]
+async fn the_layer_counts_and_teaches_the_limit_as_budget_call_does() {
+    let through_call = run_scenario(|budget, ms| async move {
+        budget.call(|| dependency(ms)).await.map_err(|e| match e {
+            inflight::CallError::Rejected(_) => "rejected",
+            inflight::CallError::Timeout => "timeout",
+            e => e.into_inner().unwrap(),
+        })
+    })
+    .await;
+    let through_layer = run_scenario(|budget, ms| async move {
+        BudgetLayer::new(budget)
+            .layer(service_fn(dependency))
+            .oneshot(ms)
+            .await
+            .map_err(|e| match e {
+                BudgetError::Rejected(_) => "rejected",
+                BudgetError::Timeout => "timeout",
+                e => e.into_inner().unwrap(),
+            })
+    })
+    .await;
+    let (call, layer) = (&through_call.0, &through_layer.0);
+    assert_eq!(
+        (call.calls_ok, call.calls_error, call.call_timeouts),
+        (2, 2, 1)
+    );
+    assert_eq!((call.calls_cancelled, call.rejected), (1, 1));
+    assert_eq!(
+        (
+            layer.admitted,
+            layer.rejected,
+            layer.calls_ok,
+            layer.calls_error,
+            layer.call_timeouts,
+            layer.calls_cancelled,
+            layer.limit,
+        ),
+        (
+            call.admitted,
+            call.rejected,
+            call.calls_ok,
+            call.calls_error,
+            call.call_timeouts,
+            call.calls_cancelled,
+            call.limit,
+        )
+    );
+    assert_eq!(layer.call, call.call, "the same call latencies");
+    let limits = |changes: &[inflight::limit::LimitChange]| {
+        changes.iter().map(|c| c.limit).collect::<Vec<_>>()
+    };
+    assert!(through_call.1.len() > 1, "the overloads moved the limit");
+    assert_eq!(limits(&through_layer.1), limits(&through_call.1));
+}

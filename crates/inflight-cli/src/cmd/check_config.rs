@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use inflight::sizing::{assess, Warning};
+use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Budgets, Rate};
 use serde_json::{json, Value};
 
@@ -100,12 +100,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|b| BudgetReport::new(b.name(), b.config()))
         .collect();
-    let warnings: usize = reports.iter().map(|r| r.warnings.len()).sum();
+    let warnings: usize = reports.iter().map(|r| r.assessment.warnings.len()).sum();
     if args.json {
         let doc = json!({
             "file": shown_file,
             "valid": true,
-            "warnings": reports.iter().map(|r| r.warnings.len()).sum::<usize>(),
+            "warnings": warnings,
             "budgets": reports.iter().map(BudgetReport::to_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -119,35 +119,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One budget and what the library's [`assess`] makes of it; this module only prints it.
 struct BudgetReport<'a> {
     name: &'a str,
     config: &'a BudgetConfig,
-    warnings: Vec<Warning>,
-    max_rate: Option<f64>,
-    needed: Option<f64>,
-    rate_in_flight: Option<f64>,
+    assessment: Assessment,
 }
 
 impl<'a> BudgetReport<'a> {
     fn new(name: &'a str, config: &'a BudgetConfig) -> Self {
-        let a = assess(config);
         BudgetReport {
             name,
             config,
-            warnings: a.warnings,
-            max_rate: a.max_rate.map(|r| r.events_per_second()),
-            needed: a.needed_concurrency,
-            rate_in_flight: a.rate_in_flight,
+            assessment: assess(config),
         }
-    }
-
-    fn target_exceeds_budget(&self) -> Option<bool> {
-        self.needed
-            .map(|n| n > self.config.max_concurrent() as f64 + 1e-9)
     }
 
     fn to_json(&self) -> Value {
         let c = self.config;
+        let a = &self.assessment;
         // From whole nanoseconds, so that 1ns is 1e-6 ms and not 1.0000000000000002e-6.
         let ms = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e6);
         json!({
@@ -158,15 +148,15 @@ impl<'a> BudgetReport<'a> {
             "call_timeout_ms": ms(c.call_timeout_limit()),
             "service_time_ms": ms(c.service_time_hint()),
             "target_rate_per_s": c.target_rate_hint().map(|r| r.events_per_second()),
-            "max_rate_per_s": self.max_rate,
-            "needed_concurrency": self.needed,
-            "target_exceeds_budget": self.target_exceeds_budget(),
+            "max_rate_per_s": a.max_rate.map(|r| r.events_per_second()),
+            "needed_concurrency": a.needed_concurrency,
+            "target_exceeds_budget": a.target_exceeds_budget(),
             "limit": limit_kind(c),
             "adaptive": adaptive_json(c),
             "rate_per_s": c.rate_limit().map(|(r, _)| r.events_per_second()),
             "burst": c.rate_limit().map(|(_, b)| b),
-            "rate_needs_in_flight": self.rate_in_flight,
-            "warnings": self.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            "rate_needs_in_flight": a.rate_in_flight,
+            "warnings": a.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
         })
     }
 }
@@ -179,7 +169,7 @@ fn duration(d: Option<Duration>, none: &str) -> String {
 fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let warnings: usize = reports.iter().map(|r| r.warnings.len()).sum();
+    let warnings: usize = reports.iter().map(|r| r.assessment.warnings.len()).sum();
     let _ = writeln!(
         out,
         "{file}: valid, {} budget{}, {warnings} warning{}",
@@ -189,6 +179,7 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
     );
     for r in reports {
         let c = r.config;
+        let a = &r.assessment;
         let _ = writeln!(out, "\n[{}]", shown_name(r.name));
         let _ = writeln!(out, "  max_concurrent  {}", c.max_concurrent());
         if let Some(adaptive) = adaptive_line(c) {
@@ -213,13 +204,13 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                 "none (set one: calls that hang hold their permit forever)"
             )
         );
-        match (c.service_time_hint(), r.max_rate) {
+        match (c.service_time_hint(), a.max_rate) {
             (Some(t), Some(rate)) => {
                 let _ = writeln!(
                     out,
                     "  service_time    {}  -> at most {} through this budget ({} / {})",
                     humantime::format_duration(t),
-                    per_s(rate),
+                    per_s(rate.events_per_second()),
                     c.max_concurrent(),
                     humantime::format_duration(t)
                 );
@@ -232,13 +223,9 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
             }
         }
         if let Some(target) = c.target_rate_hint() {
-            match r.needed {
+            match a.needed_concurrency {
                 Some(needed) => {
-                    let verdict = if r.target_exceeds_budget() == Some(true) {
-                        format!("EXCEEDS max_concurrent {}", c.max_concurrent())
-                    } else {
-                        format!("fits within {}", c.max_concurrent())
-                    };
+                    let verdict = verdict(a.target_exceeds_budget(), c);
                     let _ = writeln!(
                         out,
                         "  target_rate     {}  -> needs {needed:.1} in flight ({} x {}): {verdict}",
@@ -258,13 +245,9 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
         }
         if let Some((rate, burst)) = c.rate_limit() {
             let rate_text = per_s(rate.events_per_second());
-            match r.rate_in_flight {
+            match a.rate_in_flight {
                 Some(needed) => {
-                    let verdict = if needed > c.max_concurrent() as f64 + 1e-9 {
-                        format!("EXCEEDS max_concurrent {}", c.max_concurrent())
-                    } else {
-                        format!("fits within {}", c.max_concurrent())
-                    };
+                    let verdict = verdict(a.rate_exceeds_budget(), c);
                     let _ = writeln!(
                         out,
                         "  rate            {rate_text}, burst {burst}  -> needs {needed:.1} in flight ({rate_text} x {}): {verdict}",
@@ -279,11 +262,21 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                 }
             }
         }
-        for w in &r.warnings {
+        for w in &a.warnings {
             let _ = writeln!(out, "  warning: {w}");
         }
     }
     out
+}
+
+/// The library's verdict on the calls in flight a target or a rate limit needs, as the table
+/// shows it.
+fn verdict(exceeds: Option<bool>, c: &BudgetConfig) -> String {
+    if exceeds == Some(true) {
+        format!("EXCEEDS max_concurrent {}", c.max_concurrent())
+    } else {
+        format!("fits within {}", c.max_concurrent())
+    }
 }
 
 /// A budget's name as a terminal should show it: bare when it is a plain key, else quoted with

@@ -309,3 +309,274 @@ fn a_missing_file_says_why() {
             "cannot read /nonexistent/budgets.toml: No such file or directory",
         ));
 }
+
+/// The workspace root, where `examples/` lives: the example is checked by its relative path, as
+/// the README shows, so that the output names the file the same way on every machine.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// `inflight check-config ARGS` in the workspace root, with `stdin`; its exit code and stdout.
+fn check_config_output(args: &[&str], stdin: &str) -> (Option<i32>, String) {
+    let out = inflight()
+        .current_dir(ROOT)
+        .arg("check-config")
+        .args(args)
+        .write_stdin(stdin)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap())
+}
+
+const EXAMPLE_TEXT: &str = r#"examples/budgets.toml: valid, 2 budgets, 0 warnings
+
+[enrichment]
+  max_concurrent  24
+  max_queued      unbounded
+  permit_timeout  1s
+  call_timeout    2s
+  service_time    120ms  -> at most 200/s through this budget (24 / 120ms)
+  target_rate     120/s  -> needs 14.4 in flight (120/s x 120ms): fits within 24
+
+[records]
+  max_concurrent  6
+  max_queued      6
+  permit_timeout  500ms
+  call_timeout    2s
+  service_time    150ms  -> at most 40/s through this budget (6 / 150ms)
+  target_rate     40/s  -> needs 6.0 in flight (40/s x 150ms): fits within 6
+"#;
+
+const EXAMPLE_JSON: &str = r#"{
+  "file": "examples/budgets.toml",
+  "valid": true,
+  "warnings": 0,
+  "budgets": [
+    {
+      "name": "enrichment",
+      "max_concurrent": 24,
+      "max_queued": null,
+      "permit_timeout_ms": 1000.0,
+      "call_timeout_ms": 2000.0,
+      "service_time_ms": 120.0,
+      "target_rate_per_s": 120.0,
+      "max_rate_per_s": 200.0,
+      "needed_concurrency": 14.399999999999999,
+      "target_exceeds_budget": false,
+      "limit": "fixed",
+      "adaptive": null,
+      "rate_per_s": null,
+      "burst": null,
+      "rate_needs_in_flight": null,
+      "warnings": []
+    },
+    {
+      "name": "records",
+      "max_concurrent": 6,
+      "max_queued": 6,
+      "permit_timeout_ms": 500.0,
+      "call_timeout_ms": 2000.0,
+      "service_time_ms": 150.0,
+      "target_rate_per_s": 40.0,
+      "max_rate_per_s": 40.0,
+      "needed_concurrency": 6.0,
+      "target_exceeds_budget": false,
+      "limit": "fixed",
+      "adaptive": null,
+      "rate_per_s": null,
+      "burst": null,
+      "rate_needs_in_flight": null,
+      "warnings": []
+    }
+  ]
+}
+"#;
+
+#[test]
+fn the_example_prints_exactly_this() {
+    let (code, text) = check_config_output(&["examples/budgets.toml"], "");
+    assert_eq!((code, text.as_str()), (Some(0), EXAMPLE_TEXT));
+    let (code, json) = check_config_output(&["examples/budgets.toml", "--json"], "");
+    assert_eq!((code, json.as_str()), (Some(0), EXAMPLE_JSON));
+}
+
+/// Every verdict and warning: a target and a rate limit that fit exactly (100/s x 70 ms is
+/// 7.000000000000001 in floating point, within 7), a budget they both exceed with every
+/// contradiction, an adaptive limit, and a budget without a service time.
+const VERDICTS: &str = r#"[budgets.at_the_limit]
+max_concurrent = 7
+service_time = "70ms"
+target_rate = "100/s"
+rate = "100/s"
+
+[budgets.over]
+max_concurrent = 6
+max_queued = 10
+permit_timeout = "100ms"
+call_timeout = "50ms"
+service_time = "150ms"
+target_rate = "120/s"
+rate = "100/s"
+burst = 5
+
+[budgets.learning]
+max_concurrent = 32
+limit = "adaptive"
+service_time = "150ms"
+rate = "100/s"
+
+[budgets.unsized]
+max_concurrent = 3
+max_queued = 0
+permit_timeout = "1s"
+target_rate = "10/s"
+rate = "5/s"
+"#;
+
+const VERDICTS_TEXT: &str = r#"<stdin>: valid, 4 budgets, 7 warnings
+
+[at_the_limit]
+  max_concurrent  7
+  max_queued      unbounded
+  permit_timeout  none (wait as long as it takes)
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    70ms  -> at most 100/s through this budget (7 / 70ms)
+  target_rate     100/s  -> needs 7.0 in flight (100/s x 70ms): fits within 7
+  rate            100/s, burst 1  -> needs 7.0 in flight (100/s x 70ms): fits within 7
+
+[over]
+  max_concurrent  6
+  max_queued      10
+  permit_timeout  100ms
+  call_timeout    50ms
+  service_time    150ms  -> at most 40/s through this budget (6 / 150ms)
+  target_rate     120/s  -> needs 18.0 in flight (120/s x 150ms): EXCEEDS max_concurrent 6
+  rate            100/s, burst 5  -> needs 15.0 in flight (100/s x 150ms): EXCEEDS max_concurrent 6
+  warning: target_rate 120/s needs 18.0 calls in flight but max_concurrent is 6 (at most 40/s): lower the target, or raise the budget after measuring that the service can take it
+  warning: a full queue of 10 takes about 250ms to drain, longer than permit_timeout 100ms: the last waiters would always time out (lower max_queued or raise permit_timeout)
+  warning: call_timeout 50ms is shorter than service_time 150ms: a typical call would time out
+  warning: rate 100/s needs 15.0 calls in flight but max_concurrent is 6: the budget passes at most 40/s, so the rate limit never binds (lower the rate, or raise max_concurrent after measuring)
+  warning: target_rate 120/s is above the rate limit 100/s: the target cannot be met
+
+[learning]
+  max_concurrent  32
+  limit           adaptive (vegas), from 4 within 1..=32: learnt from how calls end
+  max_queued      unbounded
+  permit_timeout  none (wait as long as it takes)
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    150ms  -> at most 213.33/s through this budget (32 / 150ms)
+  rate            100/s, burst 1  -> needs 15.0 in flight (100/s x 150ms): fits within 32
+
+[unsized]
+  max_concurrent  3
+  max_queued      0 (fail fast when all permits are held)
+  permit_timeout  1s
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    not given (add it to see the most this budget lets through)
+  target_rate     10/s  (add service_time to size it)
+  rate            5/s, burst 1  (add service_time to see the calls in flight it needs)
+  warning: permit_timeout 1s never applies with max_queued = 0 (callers are turned away instead of waiting)
+  warning: target_rate 10/s is above the rate limit 5/s: the target cannot be met
+"#;
+
+const VERDICTS_JSON: &str = r#"{
+  "file": "<stdin>",
+  "valid": true,
+  "warnings": 7,
+  "budgets": [
+    {
+      "name": "at_the_limit",
+      "max_concurrent": 7,
+      "max_queued": null,
+      "permit_timeout_ms": null,
+      "call_timeout_ms": null,
+      "service_time_ms": 70.0,
+      "target_rate_per_s": 100.0,
+      "max_rate_per_s": 99.99999999999999,
+      "needed_concurrency": 7.000000000000001,
+      "target_exceeds_budget": false,
+      "limit": "fixed",
+      "adaptive": null,
+      "rate_per_s": 100.0,
+      "burst": 1,
+      "rate_needs_in_flight": 7.000000000000001,
+      "warnings": []
+    },
+    {
+      "name": "over",
+      "max_concurrent": 6,
+      "max_queued": 10,
+      "permit_timeout_ms": 100.0,
+      "call_timeout_ms": 50.0,
+      "service_time_ms": 150.0,
+      "target_rate_per_s": 120.0,
+      "max_rate_per_s": 40.0,
+      "needed_concurrency": 18.0,
+      "target_exceeds_budget": true,
+      "limit": "fixed",
+      "adaptive": null,
+      "rate_per_s": 100.0,
+      "burst": 5,
+      "rate_needs_in_flight": 15.0,
+      "warnings": [
+        "target_rate 120/s needs 18.0 calls in flight but max_concurrent is 6 (at most 40/s): lower the target, or raise the budget after measuring that the service can take it",
+        "a full queue of 10 takes about 250ms to drain, longer than permit_timeout 100ms: the last waiters would always time out (lower max_queued or raise permit_timeout)",
+        "call_timeout 50ms is shorter than service_time 150ms: a typical call would time out",
+        "rate 100/s needs 15.0 calls in flight but max_concurrent is 6: the budget passes at most 40/s, so the rate limit never binds (lower the rate, or raise max_concurrent after measuring)",
+        "target_rate 120/s is above the rate limit 100/s: the target cannot be met"
+      ]
+    },
+    {
+      "name": "learning",
+      "max_concurrent": 32,
+      "max_queued": null,
+      "permit_timeout_ms": null,
+      "call_timeout_ms": null,
+      "service_time_ms": 150.0,
+      "target_rate_per_s": null,
+      "max_rate_per_s": 213.33333333333334,
+      "needed_concurrency": null,
+      "target_exceeds_budget": null,
+      "limit": "adaptive",
+      "adaptive": {
+        "algorithm": "vegas",
+        "min": 1,
+        "initial": 4,
+        "max": 32,
+        "backoff": null
+      },
+      "rate_per_s": 100.0,
+      "burst": 1,
+      "rate_needs_in_flight": 15.0,
+      "warnings": []
+    },
+    {
+      "name": "unsized",
+      "max_concurrent": 3,
+      "max_queued": 0,
+      "permit_timeout_ms": 1000.0,
+      "call_timeout_ms": null,
+      "service_time_ms": null,
+      "target_rate_per_s": 10.0,
+      "max_rate_per_s": null,
+      "needed_concurrency": null,
+      "target_exceeds_budget": null,
+      "limit": "fixed",
+      "adaptive": null,
+      "rate_per_s": 5.0,
+      "burst": 1,
+      "rate_needs_in_flight": null,
+      "warnings": [
+        "permit_timeout 1s never applies with max_queued = 0 (callers are turned away instead of waiting)",
+        "target_rate 10/s is above the rate limit 5/s: the target cannot be met"
+      ]
+    }
+  ]
+}
+"#;
+
+#[test]
+fn every_verdict_prints_exactly_this() {
+    let (code, text) = check_config_output(&["-"], VERDICTS);
+    assert_eq!((code, text.as_str()), (Some(0), VERDICTS_TEXT));
+    let (code, json) = check_config_output(&["-", "--json"], VERDICTS);
+    assert_eq!((code, json.as_str()), (Some(0), VERDICTS_JSON));
+}

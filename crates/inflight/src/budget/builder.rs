@@ -148,8 +148,10 @@ impl BudgetConfig {
         self
     }
 
-    /// The deadline for the call itself in [`Budget::call`](super::Budget::call). It starts only once
-    /// the permit is held, so time spent queueing never eats into it. Default: none.
+    /// The deadline for the call itself in [`Budget::call`](super::Budget::call) and
+    /// [`Budget::call_with`](super::Budget::call_with) (and for each request through a
+    /// `BudgetLayer`, feature `tower`). It starts only once the permit is held, so time spent
+    /// queueing never eats into it. Default: none.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self

@@ -1,63 +1,62 @@
-//! [`CallGuard`]: the call timeout's start, call accounting and outcome reporting around one
-//! call that holds a permit, shared by [`Budget::call`](super::Budget::call) and any wrapper
-//! that runs calls through a budget.
+//! [`run`]: one call under a held permit: the call timeout, started once the permit is held, the
+//! call's accounting and the outcome its limit learns from. [`Budget::call`](super::Budget::call),
+//! [`Budget::call_with`](super::Budget::call_with) and every wrapper that runs calls through a
+//! budget end here.
 
-use std::time::Duration;
+use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::engine::Engine;
-use super::{OwnedPermit, Permit};
+use super::{CallError, Permit};
 use crate::limit::Outcome;
 
-/// A permit a call runs under.
-pub(crate) trait Held {
-    fn engine(&self) -> &Engine;
-    fn granted_at(&self) -> Option<Instant>;
-    fn set_outcome(&mut self, outcome: Outcome);
-}
-
-impl Held for Permit<'_> {
-    fn engine(&self) -> &Engine {
-        Permit::engine(self)
-    }
-
-    fn granted_at(&self) -> Option<Instant> {
-        Permit::granted_at(self)
-    }
-
-    fn set_outcome(&mut self, outcome: Outcome) {
-        Permit::set_outcome(self, outcome)
-    }
-}
-
-impl Held for OwnedPermit {
-    fn engine(&self) -> &Engine {
-        self.budget().engine()
-    }
-
-    fn granted_at(&self) -> Option<Instant> {
-        OwnedPermit::granted_at(self)
-    }
-
-    fn set_outcome(&mut self, outcome: Outcome) {
-        OwnedPermit::set_outcome(self, outcome)
-    }
+/// Runs `call` under `permit`: within the budget's `call_timeout` if it has one, with `classify`
+/// deciding what its result tells the limit (a timeout is always [`Outcome::Overload`]).
+///
+/// Cancel safe: dropped while the call runs, it drops the call, counts it as cancelled and gives
+/// the permit back as [`Outcome::Ignore`].
+pub(super) async fn run<C, Fut, T, E>(
+    permit: Permit<'_>,
+    classify: C,
+    call: Fut,
+) -> Result<T, CallError<E>>
+where
+    C: FnOnce(&Result<T, E>) -> Outcome,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let guard = CallGuard::start(permit);
+    #[cfg(feature = "tracing")]
+    let call = tracing::Instrument::instrument(
+        call,
+        tracing::debug_span!("inflight.call", budget = %guard.permit.engine().name),
+    );
+    let result = match guard.permit.engine().config.call_timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                guard.timed_out();
+                return Err(CallError::Timeout);
+            }
+        },
+        None => call.await,
+    };
+    guard.finish(result.is_ok(), classify(&result));
+    result.map_err(CallError::Inner)
 }
 
 /// One call under a permit. Ending it with [`CallGuard::finish`] or [`CallGuard::timed_out`]
 /// counts the call and reports its outcome; dropping it unended (the call's future was dropped)
-/// gives the permit back as [`Outcome::Ignore`] and counts nothing.
-pub(crate) struct CallGuard<P: Held> {
-    permit: P,
+/// gives the permit back as [`Outcome::Ignore`] and counts the call as cancelled.
+struct CallGuard<'a> {
+    permit: Permit<'a>,
     start: Instant,
     ended: bool,
 }
 
-impl<P: Held> CallGuard<P> {
+impl<'a> CallGuard<'a> {
     /// Starts the call's clock: when the permit was granted if that is known (after a wait it
     /// is, and reading the clock again would cost a read), else now.
-    pub(crate) fn start(permit: P) -> CallGuard<P> {
+    fn start(permit: Permit<'a>) -> CallGuard<'a> {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
         CallGuard {
             permit,
@@ -66,13 +65,8 @@ impl<P: Held> CallGuard<P> {
         }
     }
 
-    /// The call's timeout, if the budget has one.
-    pub(crate) fn timeout(&self) -> Option<Duration> {
-        self.permit.engine().config.call_timeout
-    }
-
     /// The call returned (`ok`, or with an error), with this outcome for the limit.
-    pub(crate) fn finish(mut self, ok: bool, outcome: Outcome) {
+    fn finish(mut self, ok: bool, outcome: Outcome) {
         self.ended = true;
         self.permit
             .engine()
@@ -82,7 +76,7 @@ impl<P: Held> CallGuard<P> {
     }
 
     /// The call ran past its timeout and was dropped: an overload signal.
-    pub(crate) fn timed_out(mut self) {
+    fn timed_out(mut self) {
         self.ended = true;
         self.permit
             .engine()
@@ -92,7 +86,7 @@ impl<P: Held> CallGuard<P> {
     }
 }
 
-impl<P: Held> Drop for CallGuard<P> {
+impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if !self.ended {
             self.permit.engine().stats.call_cancelled();

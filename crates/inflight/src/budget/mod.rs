@@ -1,27 +1,11 @@
-//! [`Budget`]: a named limit on the calls in flight to one dependency.
+//! [`Budget`]: a named limit on the calls in flight to one dependency, with its settings
+//! ([`BudgetConfig`], [`BudgetBuilder`]), its permits, its errors and its [`BudgetSnapshot`].
 //!
-//! A budget holds `max_concurrent` permits. A caller takes one with [`Budget::acquire`] (or lets
-//! [`Budget::call`] do it around a future) and gives it back when the [`Permit`] is dropped. When all
-//! permits are held, callers wait in a queue, which can be bounded ([`BudgetConfig::max_queued`])
-//! and given a deadline ([`BudgetConfig::permit_timeout`]). The call itself gets its own deadline
-//! ([`BudgetConfig::call_timeout`]) that starts only once the permit is held.
-//!
-//! Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and cancel-safe; a
-//! crate-private engine adds the queue bound, the deadlines, the limit (fixed, or one that learns:
-//! see [`crate::limit`]), an optional shared store (see [`crate::store`]) and the counters.
-//!
-//! # Guarantees
-//!
-//! - **Limit.** At most `max_concurrent` permits are held at once, counting every clone of the
-//!   budget; with a limit that learns, at most its current value, except that lowering it never
-//!   takes a permit back from a caller that holds one.
-//! - **Fairness.** Waiters are served in the order they started waiting (FIFO). A newcomer never takes
-//!   a permit ahead of a caller that is already waiting.
-//! - **Nothing is lost.** A permit goes back when its `Permit` is dropped: on success, on error, when
-//!   the task holding it is cancelled, and when it panics. A caller that stops waiting (its future is
-//!   dropped, or its deadline passes) leaves the queue and frees its place.
-//! - **Accounting.** Every call to `acquire` ends in exactly one of: admitted, rejected (queue full),
-//!   permit timeout, or cancelled while waiting; [`BudgetSnapshot`] counts each.
+//! The idea, the guarantees (limit, fairness, cancel safety, ordering, accounting) and examples
+//! are on [`Budget`]. Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and
+//! cancel-safe; a crate-private engine adds the queue bound, the deadlines, the limit (fixed, or
+//! one that learns: see [`crate::limit`]), an optional rate limit, an optional shared store (see
+//! [`crate::store`]) and the counters.
 
 mod builder;
 mod call;
@@ -44,14 +28,50 @@ pub use snapshot::{BudgetSnapshot, LatencySummary};
 
 use crate::limit::{Limit, LimitChange, Outcome};
 use crate::store::Store;
-pub(crate) use call::CallGuard;
 use engine::Engine;
 
 /// A named limit on the calls in flight to one dependency.
 ///
+/// A budget holds a set of permits, `max_concurrent` of them (or, with a limit that learns, its
+/// current value). A caller takes one with [`acquire`](Budget::acquire) (or lets
+/// [`call`](Budget::call) take it around a future) and gives it back by dropping the [`Permit`].
+/// When every permit is held, callers wait in a queue that can be bounded
+/// ([`BudgetConfig::max_queued`]) and given a deadline ([`BudgetConfig::permit_timeout`]); a
+/// call made through the budget then gets its own deadline ([`BudgetConfig::call_timeout`]),
+/// started only once its permit is held, so time spent queueing never eats into it.
+///
 /// Cloning a `Budget` is cheap and every clone shares the same permits and counters: create one per
 /// dependency at startup and hand clones to the work it constrains. A new budget per request would
 /// give each request its own allowance.
+///
+/// # Guarantees
+///
+/// - **Limit.** At most `max_concurrent` permits are held at once, counting every clone of the
+///   budget; with a limit that learns, at most its current value, except that lowering it never
+///   takes a permit back from a caller that holds one.
+/// - **Fairness.** Waiters are served in the order they started waiting (FIFO), as by tokio's
+///   [`Semaphore`](tokio::sync::Semaphore). A newcomer never takes a permit ahead of a caller
+///   that is already waiting: [`try_acquire`](Budget::try_acquire) fails while anyone waits.
+///   With a rate limit, turns are reserved in the order callers ask for them, once they hold
+///   their permits.
+/// - **Cancel safety.** A permit goes back when its `Permit` is dropped: on success, on error,
+///   when the task holding it is cancelled, and when it panics. A caller that stops waiting (its
+///   future is dropped, or its deadline passes) leaves the queue, frees its place and gives back
+///   whatever it had taken (its local permit, its rate slot when nobody reserved one after it,
+///   its store lease); like tokio's semaphore, a caller that is cancelled loses its place in the
+///   queue.
+/// - **Ordering.** A caller passes the gates in one order: a local permit, then a rate slot (if
+///   the budget has a rate limit), then a lease from the shared store (if it has one), all
+///   within one `permit_timeout`. A gate that refuses gives back what the earlier ones took.
+///   [`call`](Budget::call) invokes its closure only once every gate is passed, so a refused
+///   caller never starts work.
+/// - **Accounting.** Every `acquire`, `acquire_owned`, `try_acquire` and `try_acquire_owned`
+///   ends in exactly one outcome, and [`BudgetSnapshot`] counts each: `admitted`; `rejected`
+///   (the queue was full, or `try_acquire` found no free permit or a shared store);
+///   `permit_timeouts`; `rate_limited`; `unavailable` (the shared store could not be asked); or
+///   `cancelled` (the future was dropped while it waited). Every call through
+///   [`call`](Budget::call) or [`call_with`](Budget::call_with) that got its permit then ends in
+///   exactly one of `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled`.
 ///
 /// # Examples
 ///
@@ -83,6 +103,77 @@ use engine::Engine;
 /// assert_eq!(snapshot.admitted, 1);
 /// assert_eq!(snapshot.in_flight, 0);
 /// # Ok(())
+/// # }
+/// ```
+///
+/// Fan out over many items with spawned tasks, never more than 4 in flight: each task takes an
+/// [`OwnedPermit`] before it is spawned, so the loop itself waits when the budget is full.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::{Budget, BudgetConfig};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let enrichment = Budget::new("enrichment", BudgetConfig::new(4)).unwrap();
+/// let mut tasks = tokio::task::JoinSet::new();
+/// for item in 0..20u64 {
+///     let permit = enrichment.acquire_owned().await.unwrap();
+///     tasks.spawn(async move {
+///         tokio::time::sleep(Duration::from_millis(10 * item)).await; // the call
+///         drop(permit);
+///     });
+/// }
+/// tasks.join_all().await;
+/// let s = enrichment.snapshot();
+/// assert_eq!((s.admitted, s.peak_in_flight, s.in_flight), (20, 4, 0));
+/// # }
+/// ```
+///
+/// Shed load at once instead of queueing: with `max_queued(0)`, a caller that finds every permit
+/// held is turned away (a server answers 503), and the snapshot counts it.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::{AcquireError, Budget, BudgetConfig, CallError};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let api = Budget::new("api", BudgetConfig::new(2).max_queued(0)).unwrap();
+/// let slow = || async {
+///     tokio::time::sleep(Duration::from_secs(1)).await;
+///     Ok::<_, std::io::Error>(200)
+/// };
+/// let (a, b, c) = tokio::join!(api.call(slow), api.call(slow), api.call(slow));
+/// assert_eq!((a.unwrap(), b.unwrap()), (200, 200));
+/// assert!(matches!(c, Err(CallError::Rejected(AcquireError::QueueFull))));
+/// let s = api.snapshot();
+/// assert_eq!((s.admitted, s.rejected, s.calls_ok), (2, 1, 2));
+/// # }
+/// ```
+///
+/// Give up on a permit that takes too long: a caller waits at most `permit_timeout`, and a
+/// caller whose future is dropped while it waits is counted as cancelled.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::{AcquireError, Budget, BudgetConfig};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let budget = Budget::new(
+///     "records",
+///     BudgetConfig::new(1).permit_timeout(Duration::from_millis(500)),
+/// )
+/// .unwrap();
+/// let held = budget.acquire().await.unwrap();
+/// assert_eq!(budget.acquire().await.unwrap_err(), AcquireError::PermitTimeout);
+/// let gave_up = tokio::time::timeout(Duration::from_millis(100), budget.acquire()).await;
+/// assert!(gave_up.is_err());
+/// drop(held);
+/// let s = budget.snapshot();
+/// assert_eq!((s.admitted, s.permit_timeouts, s.cancelled), (1, 1, 1));
+/// assert!(budget.try_acquire().is_ok(), "the permit went back");
 /// # }
 /// ```
 #[derive(Clone)]
@@ -188,7 +279,11 @@ impl Budget {
     ///
     /// - [`AcquireError::QueueFull`] at once when all permits are held and `max_queued` callers are
     ///   already waiting (with `max_queued(0)`, whenever all permits are held).
-    /// - [`AcquireError::PermitTimeout`] when no permit came within `permit_timeout`.
+    /// - [`AcquireError::PermitTimeout`] when no permit came within `permit_timeout` (nor, with a
+    ///   shared store, a lease from it).
+    /// - [`AcquireError::RateLimited`] when the budget's rate limit would let the call start only
+    ///   after `permit_timeout`: refused as soon as the permit is held, without waiting for the
+    ///   turn.
     /// - [`AcquireError::Unavailable`] when the budget's shared store could not be asked.
     ///
     /// # Examples
@@ -225,6 +320,26 @@ impl Budget {
     /// # Errors
     ///
     /// As [`Budget::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{Budget, BudgetConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new("records", BudgetConfig::new(1)).unwrap();
+    /// let permit = budget.acquire_owned().await.unwrap();
+    /// let write = tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_millis(30)).await; // the write, under the permit
+    ///     drop(permit);
+    /// });
+    /// assert_eq!(budget.in_flight(), 1);
+    /// write.await.unwrap();
+    /// assert_eq!(budget.in_flight(), 0);
+    /// # }
+    /// ```
     pub async fn acquire_owned(&self) -> Result<OwnedPermit, AcquireError> {
         let grant = self.engine.grant().await?;
         Ok(OwnedPermit::new(self.clone(), grant))
@@ -232,11 +347,14 @@ impl Budget {
 
     /// Takes a permit if one is free and nobody is waiting for one, without waiting.
     ///
-    /// A caller turned away is counted as `rejected`.
+    /// A caller turned away is counted as `rejected`, or as `rate_limited` when the budget's rate
+    /// limit turned it away.
     ///
     /// # Errors
     ///
     /// - [`TryAcquireError::NoPermits`] when every permit is held or callers are waiting.
+    /// - [`TryAcquireError::RateLimited`] when the budget's rate limit lets the next call start
+    ///   only later (counted as `rate_limited`).
     /// - [`TryAcquireError::WouldWait`] when the budget keeps its permits in a shared store.
     ///
     /// # Examples
@@ -334,7 +452,8 @@ impl Budget {
     ///
     /// # Examples
     ///
-    /// ```
+    #[cfg_attr(feature = "adaptive", doc = "```")]
+    #[cfg_attr(not(feature = "adaptive"), doc = "```ignore")]
     /// use inflight::limit::{Adaptive, Outcome};
     /// use inflight::{Budget, BudgetConfig};
     ///
@@ -364,25 +483,7 @@ impl Budget {
         Fut: Future<Output = Result<T, E>>,
     {
         let permit = self.acquire().await.map_err(CallError::Rejected)?;
-        let guard = CallGuard::start(permit);
-        let call = call();
-        #[cfg(feature = "tracing")]
-        let call = tracing::Instrument::instrument(
-            call,
-            tracing::debug_span!("inflight.call", budget = %self.name()),
-        );
-        let result = match guard.timeout() {
-            Some(deadline) => match tokio::time::timeout(deadline, call).await {
-                Ok(result) => result,
-                Err(_) => {
-                    guard.timed_out();
-                    return Err(CallError::Timeout);
-                }
-            },
-            None => call.await,
-        };
-        guard.finish(result.is_ok(), classify(&result));
-        result.map_err(CallError::Inner)
+        call::run(permit, classify, call()).await
     }
 
     /// The budget's counters and latency summaries now.

@@ -4,8 +4,10 @@ use std::time::Duration;
 
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
-/// Every `acquire` ends in exactly one of `admitted`, `rejected`, `permit_timeouts`,
-/// `rate_limited`, `cancelled` or `unavailable` (or is still `waiting`).
+/// Every `acquire` (and `try_acquire`) ends in exactly one of `admitted`, `rejected`,
+/// `permit_timeouts`, `rate_limited`, `cancelled` or `unavailable`, or is still in progress; every
+/// call through the budget that got its permit ends in exactly one of `calls_ok`, `calls_error`,
+/// `call_timeouts` or `calls_cancelled` (see [`Budget`](super::Budget#guarantees)).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BudgetSnapshot {
@@ -38,7 +40,9 @@ pub struct BudgetSnapshot {
     pub cancelled: u64,
     /// Callers refused because the budget's shared store could not be asked.
     pub unavailable: u64,
-    /// Calls through [`Budget::call`](super::Budget::call) that ran past `call_timeout`.
+    /// Calls through the budget ([`Budget::call`](super::Budget::call),
+    /// [`Budget::call_with`](super::Budget::call_with), a `BudgetLayer`) that ran past
+    /// `call_timeout`.
     pub call_timeouts: u64,
     /// Calls through the budget that returned `Ok`.
     pub calls_ok: u64,
@@ -48,7 +52,7 @@ pub struct BudgetSnapshot {
     pub calls_cancelled: u64,
     /// Time admitted callers waited for their permit (zero when one was free).
     pub wait: LatencySummary,
-    /// Time calls through [`Budget::call`](super::Budget::call) held their permit, timeouts included.
+    /// Time calls through the budget held their permit, timeouts included.
     pub call: LatencySummary,
 }
 

@@ -84,6 +84,51 @@ pub struct Assessment {
     pub warnings: Vec<Warning>,
 }
 
+impl Assessment {
+    /// Whether [`target_rate`](BudgetConfig::target_rate) needs more calls in flight than
+    /// `max_concurrent` allows, if both it and a service time are given: the verdict behind
+    /// [`Warning::TargetExceedsBudget`], which is in `warnings` exactly when this is `Some(true)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{BudgetConfig, Rate};
+    /// use inflight::sizing::assess;
+    ///
+    /// let records = BudgetConfig::new(6).service_time(Duration::from_millis(150));
+    /// assert_eq!(assess(&records).target_exceeds_budget(), None, "no target");
+    /// let fits = records.clone().target_rate(Rate::per_second(40.0)); // needs 6.0
+    /// assert_eq!(assess(&fits).target_exceeds_budget(), Some(false));
+    /// let exceeds = records.target_rate(Rate::per_second(100.0)); // needs 15.0
+    /// assert_eq!(assess(&exceeds).target_exceeds_budget(), Some(true));
+    /// ```
+    pub fn target_exceeds_budget(&self) -> Option<bool> {
+        self.needed_concurrency.map(|_| {
+            self.warnings
+                .iter()
+                .any(|w| matches!(w, Warning::TargetExceedsBudget { .. }))
+        })
+    }
+
+    /// Whether the budget's rate limit needs more calls in flight than `max_concurrent` allows
+    /// (so that the rate limit never binds), if it has one and a service time is given: the
+    /// verdict behind [`Warning::RateNeedsMoreThanBudget`], which is in `warnings` exactly when
+    /// this is `Some(true)`.
+    pub fn rate_exceeds_budget(&self) -> Option<bool> {
+        self.rate_in_flight.map(|_| {
+            self.warnings
+                .iter()
+                .any(|w| matches!(w, Warning::RateNeedsMoreThanBudget { .. }))
+        })
+    }
+}
+
+/// Whether `needed` calls in flight are more than `max_concurrent`, with room for the rounding
+/// of `rate x service_time` (100/s x 70 ms is 7.000000000000001 in floating point, and fits
+/// within 7).
+fn exceeds(needed: f64, max_concurrent: usize) -> bool {
+    needed > max_concurrent as f64 + 1e-9
+}
+
 /// A budget setting that contradicts another, or a target the budget cannot meet.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -194,7 +239,7 @@ pub fn assess(config: &BudgetConfig) -> Assessment {
     if let (Some(needed), Some(max_rate), Some(target_rate)) =
         (needed_concurrency, max_rate, hints.target_rate)
     {
-        if needed > max_concurrent as f64 + 1e-9 {
+        if exceeds(needed, max_concurrent) {
             warnings.push(Warning::TargetExceedsBudget {
                 needed,
                 max_concurrent,
@@ -238,7 +283,7 @@ pub fn assess(config: &BudgetConfig) -> Assessment {
     if let (Some(needed), Some((rate, _)), Some(max_rate)) =
         (rate_in_flight, hints.rate_limit, max_rate)
     {
-        if needed > max_concurrent as f64 + 1e-9 {
+        if exceeds(needed, max_concurrent) {
             warnings.push(Warning::RateNeedsMoreThanBudget {
                 needed,
                 max_concurrent,
@@ -312,6 +357,7 @@ mod assess_tests {
         ));
     }
 
+    #[cfg(feature = "rate")]
     #[test]
     fn a_rate_limit_is_sized_next_to_the_concurrency() {
         // A rate of 100/s at 150 ms needs 15 in flight: within 32, beyond 6.
@@ -338,6 +384,44 @@ mod assess_tests {
             a.warnings[1].to_string().contains("at most 40/s"),
             "{}",
             a.warnings[1]
+        );
+    }
+
+    #[test]
+    fn the_verdicts_agree_with_the_warnings() {
+        // 100/s x 70 ms is 7.000000000000001 in floating point: it fits within 7.
+        let at_the_limit = BudgetConfig::new(7)
+            .service_time(ms(70))
+            .target_rate(Rate::per_second(100.0));
+        let a = assess(&at_the_limit);
+        assert!(a.needed_concurrency.unwrap() > 7.0);
+        assert_eq!(a.target_exceeds_budget(), Some(false));
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        let above = at_the_limit.clone().target_rate(Rate::per_second(101.0));
+        assert_eq!(assess(&above).target_exceeds_budget(), Some(true));
+        let without_service_time = BudgetConfig::new(7).target_rate(Rate::per_second(100.0));
+        assert_eq!(assess(&without_service_time).target_exceeds_budget(), None);
+        assert_eq!(assess(&without_service_time).rate_exceeds_budget(), None);
+    }
+
+    #[cfg(feature = "rate")]
+    #[test]
+    fn the_rate_verdict_agrees_with_its_warning() {
+        let c = BudgetConfig::new(7)
+            .rate(Rate::per_second(100.0))
+            .service_time(ms(70));
+        let a = assess(&c);
+        assert_eq!(a.rate_exceeds_budget(), Some(false));
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        let a = assess(&c.clone().rate(Rate::per_second(101.0)));
+        assert_eq!(a.rate_exceeds_budget(), Some(true));
+        assert!(matches!(
+            a.warnings[..],
+            [Warning::RateNeedsMoreThanBudget { .. }]
+        ));
+        assert_eq!(
+            assess(&BudgetConfig::new(7).rate(Rate::per_second(1.0))).rate_exceeds_budget(),
+            None
         );
     }
 

@@ -122,6 +122,30 @@ impl Lease {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future loses nothing.
+    ///
+    /// # Examples
+    ///
+    /// Stop a long call once its lease is gone, since its permit may now be someone else's:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::store::{Lease, LeaseWatch};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let watch = LeaseWatch::new();
+    /// let lease = Lease::watched("7f3a", watch.clone());
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_secs(5)).await;
+    ///     watch.mark_lost(); // the store saw the lease expire
+    /// });
+    /// let long_call = tokio::time::sleep(Duration::from_secs(60));
+    /// tokio::select! {
+    ///     _ = long_call => unreachable!("the lease is lost first"),
+    ///     _ = lease.lost() => assert!(lease.is_lost()),
+    /// }
+    /// # }
+    /// ```
     pub async fn lost(&self) {
         match &self.watch {
             Some(watch) => watch.lost().await,

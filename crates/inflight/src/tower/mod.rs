@@ -43,7 +43,7 @@
 //! assert_eq!(svc.oneshot(21).await.unwrap(), 42);
 //! assert_eq!(records.snapshot().admitted, 1);
 //! # }
-//! //! ```
+//! ```
 
 mod error;
 mod layer;

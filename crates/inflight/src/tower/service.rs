@@ -8,7 +8,6 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::{BudgetError, Classify};
-use crate::budget::CallGuard;
 use crate::Budget;
 
 /// A service whose every request takes a permit from a [`Budget`] in its response future; made
@@ -67,32 +66,16 @@ where
         let budget = self.budget.clone();
         let classify = self.classify.clone();
         Box::pin(async move {
-            let permit = budget
-                .acquire_owned()
+            budget
+                .call_with(
+                    move |result: &Result<S::Response, S::Error>| classify.classify(result),
+                    || async move {
+                        poll_fn(|cx| inner.poll_ready(cx)).await?;
+                        inner.call(request).await
+                    },
+                )
                 .await
-                .map_err(BudgetError::Rejected)?;
-            let guard = CallGuard::start(permit);
-            let call = async {
-                poll_fn(|cx| inner.poll_ready(cx)).await?;
-                inner.call(request).await
-            };
-            #[cfg(feature = "tracing")]
-            let call = tracing::Instrument::instrument(
-                call,
-                tracing::debug_span!("inflight.call", budget = %budget.name()),
-            );
-            let result = match guard.timeout() {
-                Some(limit) => match tokio::time::timeout(limit, call).await {
-                    Ok(result) => result,
-                    Err(_) => {
-                        guard.timed_out();
-                        return Err(BudgetError::Timeout);
-                    }
-                },
-                None => call.await,
-            };
-            guard.finish(result.is_ok(), classify.classify(&result));
-            result.map_err(BudgetError::Inner)
+                .map_err(BudgetError::from)
         })
     }
 }
