@@ -3,6 +3,8 @@
 
 #[cfg(feature = "rate")]
 pub(crate) mod gcra;
+#[cfg(feature = "rate")]
+mod wait;
 
 use std::fmt;
 use std::str::FromStr;
