@@ -1,0 +1,252 @@
+//! One proxied budget: its settings, its pooled client to the upstream, and the forwarding of a
+//! request once it holds a permit.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use inflight::config::{Release, Route};
+use inflight::limit::Outcome;
+use inflight::tower::HeldCall;
+use inflight::Budget;
+use tokio::time::Instant;
+
+use crate::body::ProxyBody;
+use crate::headers;
+use crate::metrics::{Registry, RouteMetrics};
+use crate::refusal::{self, Reason};
+use crate::Log;
+
+/// The pooled HTTP/1.1 client to one upstream.
+pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
+
+/// How long an idle pooled connection to an upstream is kept.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// How long a connection to an upstream may take before the request gets a 502, when the
+/// budget has no call timeout to bound it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A budget's route as it runs: replaced whole on reload.
+pub(crate) struct RouteState {
+    pub(crate) budget: Budget,
+    pub(crate) route: Route,
+    authority: HeaderValue,
+    client: UpstreamClient,
+    metrics: Arc<RouteMetrics>,
+}
+
+impl RouteState {
+    pub(crate) fn new(registry: &Registry, budget: Budget, route: Route) -> RouteState {
+        let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
+        RouteState::with(budget, route, client(), metrics)
+    }
+
+    fn with(
+        budget: Budget,
+        route: Route,
+        client: UpstreamClient,
+        metrics: Arc<RouteMetrics>,
+    ) -> RouteState {
+        let authority = HeaderValue::from_str(route.upstream().authority())
+            .expect("a checked upstream's authority is a valid header value");
+        RouteState {
+            budget,
+            route,
+            authority,
+            client,
+            metrics,
+        }
+    }
+
+    /// This route under new settings: the same budget (permits, counters) if its settings did
+    /// not change, the same pool of connections if the upstream did not.
+    pub(crate) fn reloaded(&self, budget: Budget, route: Route) -> RouteState {
+        let budget = if budget.config() == self.budget.config() {
+            self.budget.clone()
+        } else {
+            budget
+        };
+        let client = if route.upstream() == self.route.upstream() {
+            self.client.clone()
+        } else {
+            client()
+        };
+        RouteState::with(budget, route, client, self.metrics.clone())
+    }
+}
+
+fn client() -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .build(connector)
+}
+
+/// A route's place: where it listens (as configured) and its current state.
+pub(crate) struct RouteSlot {
+    pub(crate) name: String,
+    pub(crate) listen: SocketAddr,
+    state: RwLock<Arc<RouteState>>,
+}
+
+impl RouteSlot {
+    pub(crate) fn new(name: &str, state: RouteState) -> RouteSlot {
+        RouteSlot {
+            name: name.to_string(),
+            listen: state.route.listen(),
+            state: RwLock::new(Arc::new(state)),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Arc<RouteState> {
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn replace(&self, state: RouteState) {
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(state);
+    }
+}
+
+/// Forwards `request` from `peer` through `state`'s budget, or answers it itself.
+pub(crate) async fn forward(
+    state: Arc<RouteState>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    log: &Log,
+) -> Response<ProxyBody> {
+    let arrived = Instant::now();
+    let response = forward_held(&state, request, peer, log).await;
+    state
+        .metrics
+        .responded(response.status().as_u16(), arrived.elapsed());
+    response
+}
+
+async fn forward_held(
+    state: &RouteState,
+    mut request: Request<Incoming>,
+    peer: SocketAddr,
+    log: &Log,
+) -> Response<ProxyBody> {
+    if request.method() == Method::CONNECT {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "inflight: CONNECT is not proxied\n",
+        );
+    }
+    let Some(uri) = upstream_uri(state, request.uri()) else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "inflight: the request target cannot be forwarded\n",
+        );
+    };
+    // The permit first: a refused request is never forwarded, and the call timeout starts now.
+    let call = match HeldCall::start(&state.budget).await {
+        Ok(call) => call,
+        Err(e) => return replied(state, Reason::from(&e)),
+    };
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    headers::for_upstream(
+        request.headers_mut(),
+        &state.authority,
+        state.route.preserve_host(),
+        peer.ip(),
+    );
+    let sent = state.client.request(request);
+    let result = match call.deadline() {
+        Some(at) => match tokio::time::timeout_at(at, sent).await {
+            Ok(result) => result,
+            Err(_) => {
+                call.timed_out();
+                return replied(state, Reason::CallTimeout);
+            }
+        },
+        None => sent.await,
+    };
+    let mut response = match result {
+        Ok(response) => response,
+        Err(e) => {
+            // Whatever kept the upstream from answering says it cannot take more now.
+            call.finish(false, Outcome::Overload);
+            log(&format!(
+                "budget {:?}: {} {}: 502: {}",
+                state.budget.name(),
+                state.route.upstream().url(),
+                if e.is_connect() {
+                    "cannot connect"
+                } else {
+                    "failed"
+                },
+                chain(&e)
+            ));
+            return replied(state, Reason::Unreachable);
+        }
+    };
+    let status = response.status().as_u16();
+    let overload = state.route.overload_status().contains(&status);
+    let outcome = if overload {
+        Outcome::Overload
+    } else {
+        Outcome::Success
+    };
+    let ok = !overload && status < 500;
+    headers::remove_hop_by_hop(response.headers_mut());
+    let (parts, body) = response.into_parts();
+    let body = match state.route.release() {
+        Release::Headers => {
+            call.finish(ok, outcome);
+            ProxyBody::streamed(body)
+        }
+        _ => ProxyBody::holding(body, call, ok, outcome),
+    };
+    Response::from_parts(parts, body)
+}
+
+fn replied(state: &RouteState, reason: Reason) -> Response<ProxyBody> {
+    state.metrics.replied(reason);
+    refusal::answer(&state.budget, reason)
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::full(text));
+    *response.status_mut() = status;
+    response
+}
+
+/// The URI to send to the upstream: its authority, the request's path and query.
+fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    if !path.starts_with('/') {
+        return None;
+    }
+    format!("http://{}{}", state.route.upstream().authority(), path)
+        .parse()
+        .ok()
+}
+
+/// An error and its sources, one line.
+fn chain(e: &dyn StdError) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,93 @@
+//! Forwarding: paths, bodies and headers reach the upstream as they should.
+
+use crate::support::{budget, client, proxy, send, Upstream};
+
+#[tokio::test]
+async fn requests_reach_the_upstream_with_their_path_body_and_rewritten_headers() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 4")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = client();
+
+    let (status, headers, body) = send(
+        &client,
+        addr,
+        "POST",
+        "/records/7?fields=a,b",
+        &[
+            ("connection", "x-client-hop"),
+            ("x-client-hop", "drop me"),
+            ("keep-alive", "timeout=5"),
+            ("x-forwarded-for", "10.1.2.3"),
+            ("x-end-to-end", "keep me"),
+        ],
+        "the record",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body, "POST /records/7?fields=a,b");
+    assert_eq!(headers["x-upstream"], "yes");
+    assert!(
+        !headers.contains_key("x-upstream-hop"),
+        "the upstream's hop-by-hop header came through: {headers:?}"
+    );
+
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    let seen = &seen[0];
+    assert_eq!(seen.method, "POST");
+    assert_eq!(seen.uri, "/records/7?fields=a,b");
+    assert_eq!(seen.body, "the record");
+    assert_eq!(seen.headers["host"], upstream.addr.to_string());
+    assert_eq!(seen.headers["x-forwarded-for"], "10.1.2.3, 127.0.0.1");
+    assert_eq!(seen.headers["x-end-to-end"], "keep me");
+    for hop in ["x-client-hop", "keep-alive"] {
+        assert!(!seen.headers.contains_key(hop), "{hop} was forwarded");
+    }
+    assert!(
+        seen.headers
+            .get("connection")
+            .is_none_or(|v| !v.to_str().unwrap().contains("x-client-hop")),
+        "the client's Connection header was forwarded: {:?}",
+        seen.headers
+    );
+}
+
+#[tokio::test]
+async fn preserve_host_forwards_the_clients_host() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &upstream.url(),
+        "max_concurrent = 4\npreserve_host = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let (status, _, _) = send(
+        &client(),
+        addr,
+        "GET",
+        "/",
+        &[("host", "records.example")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(upstream.seen()[0].headers["host"], "records.example");
+}
+
+#[tokio::test]
+async fn keep_alive_connections_to_the_upstream_are_reused() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 1")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = client();
+    for i in 0..20 {
+        let (status, _, body) = send(&client, addr, "GET", &format!("/n/{i}"), &[], "").await;
+        assert_eq!((status, body), (200, format!("GET /n/{i}")));
+    }
+    // Every request came over the one pooled connection: the upstream saw one peer port.
+    let peers: std::collections::HashSet<_> = upstream.seen().iter().map(|s| s.peer).collect();
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    assert_eq!(upstream.seen().len(), 20);
+}
