@@ -285,6 +285,17 @@ impl Proxy {
         self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
     }
 
+    /// Each proxied budget's name and the address its listener is bound to, in file order.
+    pub fn listeners(&self) -> impl Iterator<Item = (&str, SocketAddr)> {
+        self.addrs.iter().map(|(n, a)| (n.as_str(), *a))
+    }
+
+    /// The URL budget `name` forwards to now.
+    pub fn upstream(&self, name: &str) -> Option<String> {
+        let slot = self.shared.routes.iter().find(|s| s.name == name)?;
+        Some(slot.current().route.upstream().url().to_string())
+    }
+
     /// The address the admin server is bound to, if there is one.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr

@@ -216,7 +216,11 @@ async fn malformed_requests_get_400_and_oversized_headers_431() {
     );
     let answer = raw(addr, huge.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
-    let answer = raw(addr, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let answer = raw(
+        addr,
+        b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(upstream.seen().is_empty(), "bad input was forwarded");
     // The proxy is still serving.
