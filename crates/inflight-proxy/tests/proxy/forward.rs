@@ -91,3 +91,49 @@ async fn keep_alive_connections_to_the_upstream_are_reused() {
     assert_eq!(peers.len(), 1, "{peers:?}");
     assert_eq!(upstream.seen().len(), 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_through_a_budget_of_six_see_six_at_the_upstream() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 6")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let per_client = 10;
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..64)
+        .map(|_| {
+            tokio::spawn(async move {
+                let client = client();
+                let mut ok = 0;
+                for _ in 0..per_client {
+                    if crate::support::get(&client, addr, "/sleep/20").await.0 == 200 {
+                        ok += 1;
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for c in clients {
+        ok += c.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        ok,
+        64 * per_client,
+        "every request succeeds: none is refused"
+    );
+    assert_eq!(
+        upstream.peak(),
+        6,
+        "the upstream saw more or fewer than 6 at once"
+    );
+    // Six at a time, 20 ms each: the requests cannot all be through sooner than this.
+    let floor = std::time::Duration::from_millis(20) * (64 * per_client / 6) as u32;
+    assert!(elapsed >= floor, "{elapsed:?} < {floor:?}");
+    eprintln!(
+        "{} requests in {elapsed:.2?}: {:.0}/s (Little's law: 6 / 20 ms = 300/s)",
+        64 * per_client,
+        f64::from(64 * per_client) / elapsed.as_secs_f64()
+    );
+}

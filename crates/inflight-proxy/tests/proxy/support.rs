@@ -61,6 +61,7 @@ impl Upstream {
             .route("/hold", any(hold))
             .route("/stream", any(stream))
             .route("/status/{code}", any(status))
+            .route("/sleep/{ms}", any(sleep))
             .fallback(echo)
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -183,6 +184,12 @@ async fn status(
 ) -> Response {
     record(&state, request).await;
     (StatusCode::from_u16(code).unwrap(), "as asked\n").into_response()
+}
+
+async fn sleep(State(state): State<Arc<UpstreamState>>, Path(ms): Path<u64>) -> Response {
+    let _in = InService::enter(&state);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    "slept\n".into_response()
 }
 
 /// An HTTP/1.1 client with its own pool.
