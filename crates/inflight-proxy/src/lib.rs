@@ -140,6 +140,7 @@ pub(crate) struct Shared {
     routes: Vec<Arc<RouteSlot>>,
     proxy: Mutex<ProxyConfig>,
     draining: AtomicBool,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -227,6 +228,7 @@ impl ProxyBuilder {
             routes,
             proxy: Mutex::new(proxy_config),
             draining: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut servers = Vec::new();
@@ -310,9 +312,9 @@ impl Proxy {
     /// are never taken back. A budget whose settings did not change keeps its permits and
     /// counters.
     ///
-    /// A budget whose settings changed gets a fresh budget: requests admitted before finish
-    /// under the old one, so for as long as they run, the upstream may see them on top of the
-    /// new limit.
+    /// A budget whose settings changed is built anew: requests admitted before the reload
+    /// finish under the old one, and count against the new limit until they end (the new
+    /// budget holds a permit for each, and counts those as admitted).
     ///
     /// # Errors
     ///
@@ -384,7 +386,15 @@ impl Proxy {
         for (slot, budget, route) in next {
             let old = slot.current();
             let state = old.reloaded(budget, route);
-            if state.budget.config() != old.budget.config() || state.route != old.route {
+            let new_budget = state.budget.config() != old.budget.config();
+            if new_budget {
+                route::hand_over(
+                    &self.shared.runtime,
+                    old.budget.clone(),
+                    state.budget.clone(),
+                );
+            }
+            if new_budget || state.route != old.route {
                 reloaded.changed.push(slot.name.clone());
             }
             slot.replace(state);

@@ -15,7 +15,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use inflight::config::{Release, Route};
 use inflight::limit::Outcome;
 use inflight::tower::HeldCall;
-use inflight::Budget;
+use inflight::{Budget, OwnedPermit};
 use tokio::time::Instant;
 
 use crate::body::ProxyBody;
@@ -91,6 +91,48 @@ fn client() -> UpstreamClient {
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE)
         .build(connector)
+}
+
+/// How often a budget replaced by a reload is checked for calls still running under it.
+const HANDOFF_POLL: Duration = Duration::from_millis(5);
+
+/// Keeps `new` from admitting on top of the calls still running under `old`, the budget it
+/// replaced: holds one permit of `new` for each call in flight or waiting under `old` (up to
+/// `new`'s limit), and gives them back as those calls end. Held permits of `old` are never
+/// revoked; new ones come from `new` only as far as its limit leaves room beside them.
+///
+/// Checked every [`HANDOFF_POLL`], so a permit comes back up to that late: the limit is kept,
+/// at the cost of a moment's unused capacity. A permit taken here is counted by `new` as
+/// admitted. With a rate limit, `new` may grant fewer of them than asked (one per slot).
+pub(crate) fn hand_over(runtime: &tokio::runtime::Handle, old: Budget, new: Budget) {
+    // The first permits are taken before the new budget serves anyone.
+    let mut held: Vec<OwnedPermit> = Vec::new();
+    if !take_over(&old, &new, &mut held) {
+        return;
+    }
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(HANDOFF_POLL).await;
+            if !take_over(&old, &new, &mut held) {
+                return;
+            }
+        }
+    });
+}
+
+/// Holds as many permits of `new` as calls run or wait under `old` (up to `new`'s limit);
+/// whether any still do.
+fn take_over(old: &Budget, new: &Budget, held: &mut Vec<OwnedPermit>) -> bool {
+    let under_old = old.in_flight() + old.snapshot().waiting;
+    let want = under_old.min(new.limit());
+    held.truncate(want);
+    while held.len() < want {
+        match new.try_acquire_owned() {
+            Ok(permit) => held.push(permit),
+            Err(_) => break,
+        }
+    }
+    under_old > 0
 }
 
 /// A route's place: where it listens (as configured) and its current state.

@@ -79,21 +79,45 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
         .reload(&file("max_concurrent = 3\nmax_queued = 0"))
         .unwrap();
     assert_eq!(reloaded.changed, ["records"]);
-    // The held requests keep their permits and finish.
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_limit{budget=records}"],
+        3.0
+    );
+    // The held requests keep their permits, and count against the new limit of 3: one more
+    // gets in, the next is refused.
     let third = tokio::spawn(async move { get(&client(), addr, "/hold").await });
     until("a third request held upstream", || {
         upstream.seen().len() == 3
     })
     .await;
+    let (status, headers, _) = get(&client(), addr, "/").await;
     assert_eq!(
-        metrics(&proxy)["inflight_budget_limit{budget=records}"],
-        3.0
+        status, 503,
+        "admitted on top of the requests held before the reload"
     );
+    assert_eq!(headers["x-inflight-refused"], "queue_full");
+    assert_eq!(upstream.seen().len(), 3);
     upstream.release(3);
     for h in held {
         assert_eq!(h.await.unwrap().0, 200);
     }
     assert_eq!(third.await.unwrap().0, 200);
+    // Once they are done, the new limit is all there is: three at once again.
+    until("the held permits come back", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+    })
+    .await;
+    let three: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("three requests held upstream", || {
+        upstream.seen().len() == 6
+    })
+    .await;
+    upstream.release(3);
+    for h in three {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
 
     // An invalid file keeps the running configuration.
     let err = proxy.reload(&file("max_concurrent = 0")).unwrap_err();
