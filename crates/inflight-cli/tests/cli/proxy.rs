@@ -254,3 +254,24 @@ fn sigterm_lets_a_request_in_flight_finish() {
     assert_eq!(status.code(), Some(0));
     server.join().unwrap();
 }
+
+#[test]
+fn check_config_accepts_proxied_budgets_and_names_wrong_proxy_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_config(
+        &dir,
+        "[proxy]\nadmin = \"127.0.0.1:9901\"\ndrain = \"5s\"\n\n[budgets.records]\nmax_concurrent = 6\nupstream = \"http://127.0.0.1:7070\"\nlisten = \"127.0.0.1:7002\"\nrelease = \"headers\"\noverload_status = [503]\n",
+    );
+    inflight()
+        .args(["check-config".as_ref(), good.as_os_str()])
+        .assert()
+        .success();
+    let bad = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 6\nupstream = \"ftp://127.0.0.1:7070\"\nlisten = \"127.0.0.1:7002\"\n",
+    );
+    exits_2(
+        ["check-config".as_ref(), bad.as_os_str()],
+        "budgets.records.upstream: must start with http://",
+    );
+}
