@@ -23,8 +23,10 @@
 //!   back when the headers arrive; the body then streams under no permit and no deadline.
 //! - Upstream answers listed in `overload_status` (429 and 503 by default), and failures to
 //!   reach the upstream, are fed to an adaptive limit as overload.
-//! - HTTP/1.1 both ways, keep-alive pooled to the upstream; bodies stream both ways, never
-//!   buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
+//! - Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge (told apart by the first bytes
+//!   of the connection). To the upstream: HTTP/1.1 over a pool of keep-alive connections, or
+//!   with `upstream_http2 = true` HTTP/2 with prior knowledge, every request a stream of one
+//!   connection. Bodies stream both ways, never buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
 //!   named in `Connection`), `Host` names the upstream unless `preserve_host = true`, and the
 //!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400, headers too
 //!   large 431.

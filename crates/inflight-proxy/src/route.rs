@@ -46,7 +46,8 @@ pub(crate) struct RouteState {
 impl RouteState {
     pub(crate) fn new(registry: &Registry, budget: Budget, route: Route) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
-        RouteState::with(budget, route, client(), metrics)
+        let client = client(route.upstream_http2());
+        RouteState::with(budget, route, client, metrics)
     }
 
     fn with(
@@ -74,23 +75,30 @@ impl RouteState {
         } else {
             budget
         };
-        let client = if route.upstream() == self.route.upstream() {
+        let same_upstream = route.upstream() == self.route.upstream()
+            && route.upstream_http2() == self.route.upstream_http2();
+        let client = if same_upstream {
             self.client.clone()
         } else {
-            client()
+            client(route.upstream_http2())
         };
         RouteState::with(budget, route, client, self.metrics.clone())
     }
 }
 
-fn client() -> UpstreamClient {
+/// A pooled client: HTTP/1.1 with keep-alive, or HTTP/2 with prior knowledge (`http2`), whose
+/// requests share one connection as streams.
+fn client(http2: bool) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    Client::builder(TokioExecutor::new())
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE)
-        .build(connector)
+        .timer(TokioTimer::new())
+        .http2_only(http2);
+    builder.build(connector)
 }
 
 /// How often a budget replaced by a reload is checked for calls still running under it.
@@ -201,8 +209,22 @@ async fn forward_held(
         Ok(call) => call,
         Err(e) => return replied(state, Reason::from(&e)),
     };
+    // An HTTP/2 client names the host in the request target, not in a Host header.
+    let client_host = request
+        .uri()
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+    if state.route.preserve_host() && !request.headers().contains_key(hyper::header::HOST) {
+        if let Some(host) = client_host {
+            request.headers_mut().insert(hyper::header::HOST, host);
+        }
+    }
     *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_11;
+    *request.version_mut() = if state.route.upstream_http2() {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
     headers::for_upstream(
         request.headers_mut(),
         &state.authority,

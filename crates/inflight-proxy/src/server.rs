@@ -1,4 +1,5 @@
-//! The accept loop: HTTP/1.1 connections served by hyper until told to stop, then drained.
+//! The accept loop: HTTP/1.1 and HTTP/2 (prior knowledge, told apart by the connection's first
+//! bytes) served by hyper until told to stop, then drained.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -6,10 +7,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -41,10 +42,12 @@ where
 {
     tokio::spawn(async move {
         let graceful = GracefulShutdown::new();
-        let mut builder = http1::Builder::new();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
+            .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT);
+        builder.http2().timer(TokioTimer::new());
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
@@ -64,11 +67,12 @@ where
                 let response = handle(request, peer);
                 async move { Ok::<_, Infallible>(response.await) }
             });
-            let connection =
-                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            let watcher = graceful.watcher();
+            let builder = builder.clone();
             tokio::spawn(async move {
+                let connection = builder.serve_connection(TokioIo::new(stream), service);
                 // A client that goes away, or sends garbage, ends its own connection only.
-                let _ = connection.await;
+                let _ = watcher.watch(connection).await;
             });
         }
         drop(listener);

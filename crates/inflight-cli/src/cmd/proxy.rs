@@ -16,6 +16,8 @@ listen address instead of the dependency. A refused request is never forwarded: 
 queue or a missed permit deadline, 429 when rate limited (with Retry-After); 504 when the call
 timeout passes, 502 when the upstream cannot be reached. By default a permit is held until the
 response body has been sent in full (release = \"headers\" gives it back at the headers).
+Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge; upstream_http2 = true speaks HTTP/2
+with prior knowledge to the upstream.
 
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid

@@ -2,6 +2,7 @@
 //! area, helpers in `support`.
 
 mod forward;
+mod http2;
 mod operations;
 mod refusals;
 mod release;

@@ -31,6 +31,7 @@ pub struct Seen {
     pub body: Bytes,
     /// The proxy's end of the connection the request came on.
     pub peer: Option<SocketAddr>,
+    pub version: hyper::Version,
 }
 
 pub struct UpstreamState {
@@ -109,6 +110,7 @@ async fn record(state: &UpstreamState, request: Request<Body>) {
         headers: parts.headers,
         body,
         peer,
+        version: parts.version,
     });
 }
 
@@ -186,8 +188,13 @@ async fn status(
     (StatusCode::from_u16(code).unwrap(), "as asked\n").into_response()
 }
 
-async fn sleep(State(state): State<Arc<UpstreamState>>, Path(ms): Path<u64>) -> Response {
+async fn sleep(
+    State(state): State<Arc<UpstreamState>>,
+    Path(ms): Path<u64>,
+    request: Request<Body>,
+) -> Response {
     let _in = InService::enter(&state);
+    record(&state, request).await;
     tokio::time::sleep(Duration::from_millis(ms)).await;
     "slept\n".into_response()
 }
@@ -197,6 +204,13 @@ pub type TestClient = Client<HttpConnector, Full<Bytes>>;
 
 pub fn client() -> TestClient {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A client that speaks HTTP/2 with prior knowledge: all its requests share one connection.
+pub fn h2_client() -> TestClient {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
 }
 
 /// A GET to `addr` + `path`, answered in full: status, headers, body.

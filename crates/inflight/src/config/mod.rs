@@ -69,6 +69,7 @@
 //! release = "body"          # "body" (the default) or "headers": when the permit goes back
 //! overload_status = [429, 503]  # upstream answers fed to an adaptive limit as overload
 //! preserve_host = false     # true: forward the client's Host header unchanged
+//! upstream_http2 = false    # true: HTTP/2 with prior knowledge to the upstream
 //! ```
 //!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.

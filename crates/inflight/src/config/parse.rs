@@ -33,6 +33,7 @@ const FIELDS: &[&str] = &[
     "release",
     "overload_status",
     "preserve_host",
+    "upstream_http2",
 ];
 
 /// Keys of the `[fleet]` table.

@@ -13,7 +13,10 @@
 //! release = "body"                     # "body" (the default) or "headers": when the permit goes back
 //! overload_status = [429, 503]         # upstream answers that mean overload (the default)
 //! preserve_host = false                # true: forward the client's Host header unchanged
+//! upstream_http2 = false               # true: HTTP/2 with prior knowledge to the upstream
 //! ```
+//!
+//! Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge to `listen`, whichever this says.
 //!
 //! A budget with `upstream` and `listen` is proxied; one with neither is not, and one with only
 //! one of them is refused.
@@ -38,6 +41,7 @@ pub(super) const ROUTE_FIELDS: &[&str] = &[
     "release",
     "overload_status",
     "preserve_host",
+    "upstream_http2",
 ];
 
 /// Keys of the `[proxy]` table.
@@ -129,6 +133,7 @@ pub struct Route {
     release: Release,
     overload_status: Vec<u16>,
     preserve_host: bool,
+    upstream_http2: bool,
 }
 
 impl Route {
@@ -155,6 +160,12 @@ impl Route {
     /// Whether the client's `Host` header is forwarded unchanged (else it names the upstream).
     pub fn preserve_host(&self) -> bool {
         self.preserve_host
+    }
+
+    /// Whether the upstream is spoken to in HTTP/2 with prior knowledge (`h2c`), all requests
+    /// sharing one connection, rather than HTTP/1.1 over a pool of connections.
+    pub fn upstream_http2(&self) -> bool {
+        self.upstream_http2
     }
 }
 
@@ -248,17 +259,19 @@ pub(super) fn route(
             Vec::new()
         }),
     };
-    let preserve_host = match table.get("preserve_host") {
+    let mut flag = |key: &str| match table.get(key) {
         None => false,
         Some(Value::Boolean(b)) => *b,
         Some(other) => {
             errors.push(ConfigError::invalid(
-                field("preserve_host"),
+                field(key),
                 format!("must be true or false, got {}", super::parse::shown(other)),
             ));
             false
         }
     };
+    let preserve_host = flag("preserve_host");
+    let upstream_http2 = flag("upstream_http2");
     if let Some(e) = ConfigError::all(errors) {
         return Err(e);
     }
@@ -271,6 +284,7 @@ pub(super) fn route(
         release,
         overload_status,
         preserve_host,
+        upstream_http2,
     }))
 }
 
@@ -494,6 +508,7 @@ mod tests {
         assert_eq!(enrichment.release(), Release::Headers);
         assert_eq!(enrichment.overload_status(), [503]);
         assert!(enrichment.preserve_host());
+        assert!(!enrichment.upstream_http2());
         assert!(budgets.route("local").is_none());
         let names: Vec<_> = budgets.routes().map(|(b, _)| b.name()).collect();
         assert_eq!(names, ["records", "enrichment"]);
@@ -570,6 +585,10 @@ mod tests {
             (
                 "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\npreserve_host = \"yes\"\n",
                 "budgets.r.preserve_host: must be true or false",
+            ),
+            (
+                "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nupstream_http2 = 1\n",
+                "budgets.r.upstream_http2: must be true or false",
             ),
         ];
         for (extra, expected) in cases {
