@@ -15,14 +15,9 @@ pub enum StartError {
     /// No budget in the file names both an `upstream` and a `listen` address.
     #[error("no budget is proxied: give at least one [budgets.<name>] both upstream and listen")]
     NoProxiedBudget,
-    /// The file asks for something this proxy does not do.
-    #[error("{field}: {message}")]
-    Unsupported {
-        /// The dotted path of the field.
-        field: String,
-        /// What is not supported.
-        message: String,
-    },
+    /// The file's `[fleet]` table names no usable Redis.
+    #[error(transparent)]
+    Fleet(inflight_redis::LoadError),
     /// An address could not be listened on (in use, or not this machine's).
     #[error("{field}: cannot listen on {addr}: {source}")]
     Bind {
@@ -42,8 +37,11 @@ pub enum ReloadError {
     /// The new file is not valid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The new file's `[fleet]` table names no usable Redis.
+    #[error(transparent)]
+    Fleet(inflight_redis::LoadError),
     /// The new file changes something only a restart can change (which budgets are proxied,
-    /// where they listen, the admin address), or asks for something unsupported.
+    /// where they listen, the admin address).
     #[error("{field}: {message}")]
     NeedsRestart {
         /// The dotted path of the field.

@@ -21,6 +21,8 @@
 //!   covers the body too: a body still streaming when it runs out is cut (the client sees the
 //!   connection end early) and counted as a call timeout. `release = "headers"` gives the permit
 //!   back when the headers arrive; the body then streams under no permit and no deadline.
+//! - A budget with `scope = "fleet"` keeps its permits in the Redis of the file's `[fleet]`
+//!   table (through `inflight-redis`), so every replica's proxy shares one limit.
 //! - Upstream answers listed in `overload_status` (429 and 503 by default), and failures to
 //!   reach the upstream, are fed to an adaptive limit as overload.
 //! - Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge (told apart by the first bytes
@@ -82,7 +84,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inflight::config::{ProxyConfig, Scope};
+use inflight::config::ProxyConfig;
 use inflight::Budgets;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -177,12 +179,12 @@ impl ProxyBuilder {
     /// # Errors
     ///
     /// [`StartError::Config`] for an invalid file, [`StartError::NoProxiedBudget`] when no budget
-    /// names both `upstream` and `listen`, [`StartError::Unsupported`] for a proxied budget with
-    /// `scope = "fleet"`, [`StartError::Bind`] naming the field and address that could not be
+    /// names both `upstream` and `listen`, [`StartError::Fleet`] when the `[fleet]` table names no
+    /// usable Redis, [`StartError::Bind`] naming the field and address that could not be
     /// listened on.
     pub async fn start(self, text: &str) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let budgets = registry.within(|| Budgets::from_toml_str(text))?;
+        let budgets = fleet(&registry, || Budgets::from_toml_str(text))?;
         self.start_with(registry, budgets).await
     }
 
@@ -193,7 +195,7 @@ impl ProxyBuilder {
     /// As [`ProxyBuilder::start`]; [`StartError::Config`] also when the file cannot be read.
     pub async fn start_path(self, path: impl AsRef<Path>) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let budgets = registry.within(|| Budgets::from_path(path))?;
+        let budgets = fleet(&registry, || Budgets::from_path(path))?;
         self.start_with(registry, budgets).await
     }
 
@@ -201,12 +203,6 @@ impl ProxyBuilder {
         let log = self.log.unwrap_or_else(|| Arc::new(|_: &str| {}));
         if budgets.routes().next().is_none() {
             return Err(StartError::NoProxiedBudget);
-        }
-        if let Some(field) = fleet_route(&budgets) {
-            return Err(StartError::Unsupported {
-                field,
-                message: "inflight proxy does not share budgets across a fleet yet; use scope = \"local\"".into(),
-            });
         }
         let mut listeners = Vec::new();
         let mut routes = Vec::new();
@@ -324,10 +320,7 @@ impl Proxy {
     /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, or
     /// the admin address ([`ReloadError::NeedsRestart`]).
     pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
-        let budgets = self
-            .shared
-            .registry
-            .within(|| Budgets::from_toml_str(text))?;
+        let budgets = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
         self.apply(budgets)
     }
 
@@ -337,7 +330,7 @@ impl Proxy {
     ///
     /// As [`Proxy::reload`]; [`ReloadError::Config`] also when the file cannot be read.
     pub fn reload_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, ReloadError> {
-        let budgets = self.shared.registry.within(|| Budgets::from_path(path))?;
+        let budgets = fleet(&self.shared.registry, || Budgets::from_path(path))?;
         self.apply(budgets)
     }
 
@@ -346,12 +339,6 @@ impl Proxy {
             field,
             message: message.to_string(),
         };
-        if let Some(field) = fleet_route(&budgets) {
-            return Err(restart(
-                field,
-                "inflight proxy does not share budgets across a fleet yet",
-            ));
-        }
         let mut next = Vec::new();
         for (budget, route) in budgets.routes() {
             let path = path_of(budget.name());
@@ -446,12 +433,52 @@ impl Drop for Proxy {
     }
 }
 
-/// The field of the first proxied budget with `scope = "fleet"`, if any.
-fn fleet_route(budgets: &Budgets) -> Option<String> {
-    budgets
-        .routes()
-        .find(|(b, _)| matches!(budgets.scope(b.name()), Some(Scope::Fleet { .. })))
-        .map(|(b, _)| format!("{}.scope", path_of(b.name())))
+/// The budgets `load` gives, built under `registry` (so their metrics are its), with each
+/// `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table.
+fn fleet(
+    registry: &Registry,
+    load: impl FnOnce() -> Result<Budgets, inflight::ConfigError>,
+) -> Result<Budgets, FleetLoadError> {
+    registry.within(|| Ok(inflight_redis::attach(load()?)?))
+}
+
+/// A budgets file that could not be loaded, before it is told apart for start or reload.
+enum FleetLoadError {
+    Config(inflight::ConfigError),
+    Fleet(inflight_redis::LoadError),
+}
+
+impl From<inflight::ConfigError> for FleetLoadError {
+    fn from(e: inflight::ConfigError) -> Self {
+        FleetLoadError::Config(e)
+    }
+}
+
+impl From<inflight_redis::LoadError> for FleetLoadError {
+    fn from(e: inflight_redis::LoadError) -> Self {
+        match e {
+            inflight_redis::LoadError::Config(e) => FleetLoadError::Config(e),
+            other => FleetLoadError::Fleet(other),
+        }
+    }
+}
+
+impl From<FleetLoadError> for StartError {
+    fn from(e: FleetLoadError) -> Self {
+        match e {
+            FleetLoadError::Config(e) => StartError::Config(e),
+            FleetLoadError::Fleet(e) => StartError::Fleet(e),
+        }
+    }
+}
+
+impl From<FleetLoadError> for ReloadError {
+    fn from(e: FleetLoadError) -> Self {
+        match e {
+            FleetLoadError::Config(e) => ReloadError::Config(e),
+            FleetLoadError::Fleet(e) => ReloadError::Fleet(e),
+        }
+    }
 }
 
 /// Budget `name`'s path in a budgets file, as errors print it.
