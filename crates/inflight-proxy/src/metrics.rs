@@ -10,6 +10,8 @@
 //! Each proxy renders through a recorder of its own, so two proxies in one process never mix
 //! their numbers; budgets are built under it, as `inflight::metrics` requires.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use inflight::Budget;
@@ -85,11 +87,42 @@ impl Registry {
     }
 }
 
-/// The handles of one budget's route.
+/// The handles of one budget's route, and the pace of its log lines.
 pub(crate) struct RouteMetrics {
     classes: [Counter; 5],
     replies: [Counter; 6],
     duration: Histogram,
+    log: LogPace,
+}
+
+/// At most one log line per [`LOG_INTERVAL`]: an upstream that is down fails every request,
+/// and a line for each would flood the log. The lines left out are counted.
+struct LogPace {
+    last: Mutex<Option<std::time::Instant>>,
+    left_out: AtomicU64,
+}
+
+/// The least time between two log lines of one route.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+impl LogPace {
+    fn new() -> LogPace {
+        LogPace {
+            last: Mutex::new(None),
+            left_out: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines left out since the last)` when a line may be written now.
+    fn may_log(&self, now: std::time::Instant) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|at| now.duration_since(at) < LOG_INTERVAL) {
+            self.left_out.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(now);
+        Some(self.left_out.swap(0, Ordering::Relaxed))
+    }
 }
 
 impl RouteMetrics {
@@ -101,6 +134,7 @@ impl RouteMetrics {
                 replies: REASONS
                     .map(|r| counter!(REPLIES, "budget" => b.clone(), "reason" => r.as_str())),
                 duration: histogram!(REQUEST_DURATION, "budget" => b.clone()),
+                log: LogPace::new(),
             }
         })
     }
@@ -116,10 +150,32 @@ impl RouteMetrics {
         self.duration.record(elapsed.as_secs_f64());
     }
 
+    /// Whether a log line may be written now, and how many were left out since the last.
+    pub(crate) fn may_log(&self) -> Option<u64> {
+        self.log.may_log(std::time::Instant::now())
+    }
+
     /// The proxy answered a request itself, for `reason`.
     pub(crate) fn replied(&self, reason: Reason) {
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.replies[i].increment(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_paced_and_the_ones_left_out_counted() {
+        let pace = LogPace::new();
+        let t0 = std::time::Instant::now();
+        assert_eq!(pace.may_log(t0), Some(0));
+        for ms in [1, 500, 999] {
+            assert_eq!(pace.may_log(t0 + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(pace.may_log(t0 + Duration::from_millis(1000)), Some(3));
+        assert_eq!(pace.may_log(t0 + Duration::from_millis(2500)), Some(0));
     }
 }

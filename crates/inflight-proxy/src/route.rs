@@ -247,17 +247,24 @@ async fn forward_held(
         Err(e) => {
             // Whatever kept the upstream from answering says it cannot take more now.
             call.finish(false, Outcome::Overload);
-            log(&format!(
-                "budget {:?}: {} {}: 502: {}",
-                state.budget.name(),
-                state.route.upstream().url(),
-                if e.is_connect() {
+            if let Some(left_out) = state.metrics.may_log() {
+                let also = if left_out > 0 {
+                    format!(" ({left_out} more since the last line)")
+                } else {
+                    String::new()
+                };
+                let what = if e.is_connect() {
                     "cannot connect"
                 } else {
                     "failed"
-                },
-                chain(&e)
-            ));
+                };
+                log(&format!(
+                    "budget {:?}: {} {what}: 502: {}{also}",
+                    state.budget.name(),
+                    state.route.upstream().url(),
+                    chain(&e)
+                ));
+            }
             return replied(state, Reason::Unreachable);
         }
     };
