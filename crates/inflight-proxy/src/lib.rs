@@ -68,6 +68,15 @@
 //! it exports). Inside: `route` forwards one budget's requests, `body` streams a response while
 //! holding its permit, `headers` rewrites headers, `refusal` writes the proxy's own answers,
 //! `server` runs the accept loops and `admin` the admin server.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines.
+//!
+//! - `admin`, `route`, `server`
+//! - `metrics`
+//! - `refusal`
+//! - `body`, `headers`, `error`
 
 mod admin;
 mod body;

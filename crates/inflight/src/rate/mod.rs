@@ -3,8 +3,6 @@
 
 #[cfg(feature = "rate")]
 pub(crate) mod gcra;
-#[cfg(feature = "rate")]
-mod wait;
 
 use std::fmt;
 use std::str::FromStr;

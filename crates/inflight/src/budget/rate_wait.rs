@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::Budget;
+use super::Budget;
 
 impl Budget {
     /// How long from now until the budget's rate limit would let a new caller start within its
