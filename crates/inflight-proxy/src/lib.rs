@@ -93,7 +93,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inflight::config::ProxyConfig;
+use inflight::config::{FleetConfig, ProxyConfig};
 use inflight::Budgets;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -152,6 +152,8 @@ pub(crate) struct Shared {
     registry: Registry,
     routes: Vec<Arc<RouteSlot>>,
     proxy: Mutex<ProxyConfig>,
+    /// The `[fleet]` table the proxy started with: a reload may not change it.
+    fleet: Option<FleetConfig>,
     draining: AtomicBool,
     runtime: tokio::runtime::Handle,
 }
@@ -221,7 +223,8 @@ impl ProxyBuilder {
                 route.listen(),
             )
             .await?;
-            let state = RouteState::new(&registry, budget.clone(), route.clone());
+            let scope = budgets.scope(budget.name()).unwrap_or_default();
+            let state = RouteState::new(&registry, budget.clone(), route.clone(), scope);
             routes.push(Arc::new(RouteSlot::new(budget.name(), state)));
             listeners.push(listener);
         }
@@ -234,6 +237,7 @@ impl ProxyBuilder {
             registry,
             routes,
             proxy: Mutex::new(proxy_config),
+            fleet: budgets.fleet().cloned(),
             draining: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::current(),
         });
@@ -326,8 +330,8 @@ impl Proxy {
     /// # Errors
     ///
     /// The running configuration stays as it was when the file is not valid
-    /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, or
-    /// the admin address ([`ReloadError::NeedsRestart`]).
+    /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, the
+    /// admin address or the `[fleet]` table ([`ReloadError::NeedsRestart`]).
     pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
         let budgets = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
         self.apply(budgets)
@@ -373,6 +377,12 @@ impl Proxy {
                 "a budget no longer proxied needs a restart",
             ));
         }
+        if budgets.fleet() != self.shared.fleet.as_ref() {
+            return Err(restart(
+                "fleet".into(),
+                "a new [fleet] table needs a restart",
+            ));
+        }
         let proxy = budgets.proxy().cloned().unwrap_or_default();
         if proxy.admin() != self.shared.proxy_config().admin() {
             return Err(restart(
@@ -383,8 +393,8 @@ impl Proxy {
         let mut reloaded = Reloaded::default();
         for (slot, budget, route) in next {
             let old = slot.current();
-            let state = old.reloaded(budget, route);
-            let new_budget = state.budget.config() != old.budget.config();
+            let scope = budgets.scope(budget.name()).unwrap_or_default();
+            let (state, new_budget) = old.reloaded(budget, route, scope);
             if new_budget {
                 route::hand_over(
                     &self.shared.runtime,

@@ -12,7 +12,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use inflight::config::{Release, Route};
+use inflight::config::{Release, Route, Scope};
 use inflight::limit::Outcome;
 use inflight::tower::HeldCall;
 use inflight::{Budget, OwnedPermit};
@@ -38,21 +38,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct RouteState {
     pub(crate) budget: Budget,
     pub(crate) route: Route,
+    scope: Scope,
     authority: HeaderValue,
     client: UpstreamClient,
     metrics: Arc<RouteMetrics>,
 }
 
 impl RouteState {
-    pub(crate) fn new(registry: &Registry, budget: Budget, route: Route) -> RouteState {
+    pub(crate) fn new(
+        registry: &Registry,
+        budget: Budget,
+        route: Route,
+        scope: Scope,
+    ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
         let client = client(route.upstream_http2());
-        RouteState::with(budget, route, client, metrics)
+        RouteState::with(budget, route, scope, client, metrics)
     }
 
     fn with(
         budget: Budget,
         route: Route,
+        scope: Scope,
         client: UpstreamClient,
         metrics: Arc<RouteMetrics>,
     ) -> RouteState {
@@ -61,19 +68,27 @@ impl RouteState {
         RouteState {
             budget,
             route,
+            scope,
             authority,
             client,
             metrics,
         }
     }
 
-    /// This route under new settings: the same budget (permits, counters) if its settings did
-    /// not change, the same pool of connections if the upstream did not.
-    pub(crate) fn reloaded(&self, budget: Budget, route: Route) -> RouteState {
-        let budget = if budget.config() == self.budget.config() {
-            self.budget.clone()
-        } else {
+    /// This route under new settings, and whether its budget was replaced: the same budget
+    /// (permits, counters) if its settings and scope did not change, the same pool of
+    /// connections if the upstream did not.
+    pub(crate) fn reloaded(
+        &self,
+        budget: Budget,
+        route: Route,
+        scope: Scope,
+    ) -> (RouteState, bool) {
+        let replaced = budget.config() != self.budget.config() || scope != self.scope;
+        let budget = if replaced {
             budget
+        } else {
+            self.budget.clone()
         };
         let same_upstream = route.upstream() == self.route.upstream()
             && route.upstream_http2() == self.route.upstream_http2();
@@ -82,7 +97,8 @@ impl RouteState {
         } else {
             client(route.upstream_http2())
         };
-        RouteState::with(budget, route, client, self.metrics.clone())
+        let state = RouteState::with(budget, route, scope, client, self.metrics.clone());
+        (state, replaced)
     }
 }
 

@@ -104,4 +104,21 @@ async fn two_proxies_share_one_fleet_budget() {
         metrics(&b)["inflight_budget_rejections_total{budget=records,reason=permit_timeout}"],
         1.0
     );
+
+    // A reload to scope = "local" gives replica b a budget of its own.
+    let local = file.replace("scope = \"fleet\"\n", "");
+    assert_eq!(b.reload(&local).unwrap().changed, ["records"]);
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), a_addr, "/hold").await }))
+        .collect();
+    until("two more requests held upstream", || {
+        upstream.seen().len() == 5
+    })
+    .await;
+    let (status, _, _) = get(&client(), b_addr, "/").await;
+    assert_eq!(status, 200, "a local budget of 2 on b is free");
+    upstream.release(2);
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
 }

@@ -137,6 +137,12 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
         err.to_string().starts_with("budgets.records.listen: "),
         "{err}"
     );
+    let fleet = format!(
+        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n{}",
+        file("max_concurrent = 3\nmax_queued = 0")
+    );
+    let err = proxy.reload(&fleet).unwrap_err();
+    assert!(err.to_string().starts_with("fleet: "), "{err}");
     assert_eq!(get(&client(), addr, "/").await.0, 200);
 
     // An unchanged file changes nothing, and keeps the budget's counters.
