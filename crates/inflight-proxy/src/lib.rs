@@ -35,14 +35,15 @@
 //!
 //! # Example
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let proxy = inflight_proxy::Proxy::builder()
 //!     .log(|line| eprintln!("{line}"))
 //!     .start(
 //!         r#"
 //!         [proxy]
-//!         admin = "127.0.0.1:9901"
+//!         admin = "127.0.0.1:0"      # port 0: any free port
 //!
 //!         [budgets.records]
 //!         max_concurrent = 6
@@ -50,11 +51,13 @@
 //!         permit_timeout = "500ms"
 //!         call_timeout = "2s"
 //!         upstream = "http://127.0.0.1:7070"
-//!         listen = "127.0.0.1:7002"
+//!         listen = "127.0.0.1:0"
 //!         "#,
 //!     )
 //!     .await?;
-//! println!("records on {}", proxy.local_addr("records").unwrap());
+//! let records = proxy.local_addr("records").unwrap();
+//! assert!(records.ip().is_loopback());
+//! assert!(proxy.metrics().contains("inflight_budget_limit{budget=\"records\"} 6"));
 //! // ... until told to stop:
 //! let drained = proxy.drain().await;
 //! assert!(drained.in_time);
