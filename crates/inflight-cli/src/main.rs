@@ -33,6 +33,8 @@ enum Command {
     Sim(cmd::sim::Args),
     /// Run the lab: strategies x scenarios x repeats under a real CPU quota, with a report.
     Lab(cmd::lab::Args),
+    /// Forward requests to each dependency only once they hold a permit of its budget (a sidecar).
+    Proxy(cmd::proxy::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Fanout(args) => cmd::fanout::run(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Proxy(args) => cmd::proxy::run(args),
     };
     match result {
         Ok(code) => code,

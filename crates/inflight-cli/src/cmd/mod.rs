@@ -9,6 +9,7 @@ pub mod fanout;
 pub mod lab;
 pub mod pool_bench;
 pub mod probe;
+pub mod proxy;
 pub mod sim;
 
 /// A multi-threaded tokio runtime built with defaults, like a service's, so its worker count

@@ -6,5 +6,6 @@ mod fanout;
 mod lab;
 mod pool_bench;
 mod probe;
+mod proxy;
 mod sim;
 mod support;

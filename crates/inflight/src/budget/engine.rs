@@ -50,7 +50,7 @@ pub(crate) struct Engine {
     learner: Option<Mutex<Learner>>,
     store: Option<Arc<dyn Store>>,
     #[cfg(feature = "rate")]
-    rate: Option<Gcra>,
+    pub(crate) rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
     pub(crate) stats: Stats,
 }

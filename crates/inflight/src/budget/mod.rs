@@ -13,6 +13,8 @@ mod engine;
 mod error;
 mod histogram;
 mod permit;
+#[cfg(feature = "rate")]
+mod rate_wait;
 mod snapshot;
 mod stats;
 

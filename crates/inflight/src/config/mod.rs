@@ -53,9 +53,29 @@
 //! local_limit = 2           # with fail = "local": the limit per process meanwhile
 //! ```
 //!
+//! A budget can also be enforced in front of its dependency by `inflight proxy`, for clients in
+//! any language: it names the `upstream` to forward to and the address to `listen` on, with a
+//! `[proxy]` table for the proxy as a whole (see [`Route`] and [`ProxyConfig`]):
+//!
+//! ```toml
+//! [proxy]
+//! admin = "127.0.0.1:9901"  # optional: GET /metrics, /healthz, /readyz
+//! drain = "10s"             # optional: on SIGTERM, how long in-flight requests may finish
+//!
+//! [budgets.records]
+//! max_concurrent = 6
+//! upstream = "http://127.0.0.1:7070"
+//! listen = "127.0.0.1:7002"
+//! release = "body"          # "body" (the default) or "headers": when the permit goes back
+//! overload_status = [429, 503]  # upstream answers fed to an adaptive limit as overload
+//! preserve_host = false     # true: forward the client's Host header unchanged
+//! upstream_http2 = false    # true: HTTP/2 with prior knowledge to the upstream
+//! ```
+//!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
 mod parse;
+mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +83,8 @@ use std::time::Duration;
 
 use crate::budget::{Budget, BuildError};
 use crate::store::Store;
+
+pub use proxy::{ProxyConfig, Release, Route, Upstream, DEFAULT_DRAIN, DEFAULT_OVERLOAD_STATUS};
 
 /// Why a budget or a budgets file was refused.
 ///
@@ -214,7 +236,9 @@ pub(crate) fn budget_path(name: &str) -> String {
 pub struct Budgets {
     budgets: Vec<Budget>,
     scopes: Vec<Scope>,
+    routes: Vec<Option<Route>>,
     fleet: Option<FleetConfig>,
+    proxy: Option<ProxyConfig>,
 }
 
 /// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits.
@@ -272,15 +296,57 @@ impl Budgets {
         let parsed = parse::budgets_file(text)?;
         let mut budgets = Vec::with_capacity(parsed.budgets.len());
         let mut scopes = Vec::with_capacity(parsed.budgets.len());
-        for (name, config, scope) in parsed.budgets {
+        let mut routes = Vec::with_capacity(parsed.budgets.len());
+        for (name, config, scope, route) in parsed.budgets {
             budgets.push(Budget::new(&name, config).map_err(ConfigError::from_build)?);
             scopes.push(scope);
+            routes.push(route);
         }
         Ok(Budgets {
             budgets,
             scopes,
+            routes,
             fleet: parsed.fleet,
+            proxy: parsed.proxy,
         })
+    }
+
+    /// The file's `[proxy]` table, if it has one.
+    pub fn proxy(&self) -> Option<&ProxyConfig> {
+        self.proxy.as_ref()
+    }
+
+    /// Where `inflight proxy` listens for budget `name` and forwards to, if it is proxied.
+    ///
+    /// ```
+    /// use inflight::config::Release;
+    /// use inflight::Budgets;
+    ///
+    /// let budgets = Budgets::from_toml_str(r#"
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     upstream = "http://127.0.0.1:7070"
+    ///     listen = "127.0.0.1:7002"
+    ///
+    ///     [budgets.enrichment]
+    ///     max_concurrent = 24
+    /// "#).unwrap();
+    /// let records = budgets.route("records").unwrap();
+    /// assert_eq!(records.upstream().authority(), "127.0.0.1:7070");
+    /// assert_eq!(records.release(), Release::Body);
+    /// assert!(budgets.route("enrichment").is_none());
+    /// ```
+    pub fn route(&self, name: &str) -> Option<&Route> {
+        let i = self.budgets.iter().position(|b| b.name() == name)?;
+        self.routes.get(i)?.as_ref()
+    }
+
+    /// The proxied budgets with their routes, in file order.
+    pub fn routes(&self) -> impl Iterator<Item = (&Budget, &Route)> {
+        self.budgets
+            .iter()
+            .zip(&self.routes)
+            .filter_map(|(b, r)| Some((b, r.as_ref()?)))
     }
 
     /// The file's `[fleet]` table, if it has one.

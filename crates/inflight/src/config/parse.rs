@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+use super::proxy::{self, ProxyConfig, Route};
 use super::{budget_path, ConfigError, FleetConfig, FleetFail, Scope};
 use crate::budget::BudgetConfig;
 use crate::rate::{ParseRateError, Rate};
@@ -27,6 +28,12 @@ const FIELDS: &[&str] = &[
     "scope",
     "fail",
     "local_limit",
+    "upstream",
+    "listen",
+    "release",
+    "overload_status",
+    "preserve_host",
+    "upstream_http2",
 ];
 
 /// Keys of the `[fleet]` table.
@@ -38,10 +45,12 @@ const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backof
 /// The most calls at once an adaptive limit may reach when the file gives no `max`.
 pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
 
-/// A budgets file, checked: each budget with its scope, and the `[fleet]` table if any.
+/// A budgets file, checked: each budget with its scope and route, and the `[fleet]` and
+/// `[proxy]` tables if any.
 pub(super) struct Parsed {
-    pub(super) budgets: Vec<(String, BudgetConfig, Scope)>,
+    pub(super) budgets: Vec<(String, BudgetConfig, Scope, Option<Route>)>,
     pub(super) fleet: Option<FleetConfig>,
+    pub(super) proxy: Option<ProxyConfig>,
 }
 
 pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
@@ -49,14 +58,15 @@ pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::Toml(capped(e.to_string().trim_end())))?;
     for key in root.keys() {
-        if key != "budgets" && key != "fleet" {
+        if key != "budgets" && key != "fleet" && key != "proxy" {
             return Err(ConfigError::invalid(
                 key.as_str(),
-                "unknown top-level key (expected only [budgets.<name>] tables and [fleet])",
+                "unknown top-level key (expected only [budgets.<name>] tables, [fleet] and [proxy])",
             ));
         }
     }
     let fleet = root.get("fleet").map(fleet_config).transpose()?;
+    let proxy = root.get("proxy").map(proxy::proxy_config).transpose()?;
     let budgets = match root.get("budgets") {
         None => {
             return Err(ConfigError::invalid(
@@ -91,18 +101,28 @@ pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
         };
         let checked = budget_config(name, table).and_then(|config| {
             let scope = scope(name, table, &config, fleet.is_some())?;
-            Ok((config, scope))
+            let path = budget_path(name);
+            let route = proxy::route(table, &|f| format!("{path}.{f}"))?;
+            Ok((config, scope, route))
         });
         match checked {
-            Ok((config, scope)) => configs.push((name.clone(), config, scope)),
+            Ok((config, scope, route)) => configs.push((name.clone(), config, scope, route)),
             Err(e) => errors.push(e),
         }
+    }
+    let routes: Vec<(String, &Route)> = configs
+        .iter()
+        .filter_map(|(name, _, _, route)| Some((name.clone(), route.as_ref()?)))
+        .collect();
+    if let Err(e) = proxy::distinct_addresses(&routes, proxy.as_ref()) {
+        errors.push(e);
     }
     match ConfigError::all(errors) {
         Some(e) => Err(e),
         None => Ok(Parsed {
             budgets: configs,
             fleet,
+            proxy,
         }),
     }
 }
@@ -440,7 +460,7 @@ fn integer(field: &str, value: &Value, min: i64) -> Result<usize, ConfigError> {
     usize::try_from(n).map_err(|_| ConfigError::invalid(field, format!("is too large: {n}")))
 }
 
-fn duration(field: &str, value: &Value) -> Result<Duration, ConfigError> {
+pub(super) fn duration(field: &str, value: &Value) -> Result<Duration, ConfigError> {
     let text = value.as_str().ok_or_else(|| {
         ConfigError::invalid(
             field,
@@ -516,7 +536,7 @@ fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
 }
 
 /// `text` quoted for a message, cut to [`MAX_ECHOED_LINE`] characters.
-fn short(text: &str) -> String {
+pub(super) fn short(text: &str) -> String {
     if text.chars().count() > MAX_ECHOED_LINE {
         let cut: String = text.chars().take(MAX_ECHOED_LINE).collect();
         format!("{cut:?}... ({} characters in all)", text.chars().count())
@@ -527,7 +547,7 @@ fn short(text: &str) -> String {
 
 /// A value of the wrong type, for a message: its type and its text as written (`integer 500`,
 /// `datetime 1979-05-27`; toml would show a datetime as its internal table).
-fn shown(value: &Value) -> String {
+pub(super) fn shown(value: &Value) -> String {
     match value {
         Value::Datetime(d) => format!("datetime {d}"),
         other => format!("{} {other}", other.type_str()),

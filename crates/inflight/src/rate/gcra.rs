@@ -61,6 +61,13 @@ impl Gcra {
         Ok(Slot { at, tat_after })
     }
 
+    /// The earliest slot a caller asking at `now` would get, reserving nothing.
+    pub(crate) fn earliest(&self, now: Instant) -> Instant {
+        let tat = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = tat.unwrap_or(now);
+        current.checked_sub(self.tolerance).unwrap_or(now).max(now)
+    }
+
     /// Gives back a slot whose caller left before using it, if no later slot was reserved since;
     /// a slot in the middle of the line stays used (the gate never lets more through than its
     /// rate, at the cost of a gap).

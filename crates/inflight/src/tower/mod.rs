@@ -46,9 +46,11 @@
 //! ```
 
 mod error;
+mod held;
 mod layer;
 mod service;
 
 pub use error::BudgetError;
+pub use held::HeldCall;
 pub use layer::{BudgetLayer, Classify, DefaultClassifier};
 pub use service::BudgetService;

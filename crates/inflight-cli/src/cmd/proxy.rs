@@ -1,0 +1,113 @@
+//! `inflight proxy`: run the `inflight-proxy` sidecar for a budgets file until told to stop.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use inflight_proxy::Proxy;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Forward each request to its dependency only once it holds a permit of that dependency's budget.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Every budget with upstream and listen is proxied: the application sends its requests to the
+listen address instead of the dependency. A refused request is never forwarded: 503 for a full
+queue or a missed permit deadline, 429 when rate limited (with Retry-After); 504 when the call
+timeout passes, 502 when the upstream cannot be reached. By default a permit is held until the
+response body has been sent in full (release = \"headers\" gives it back at the headers).
+Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge; upstream_http2 = true speaks HTTP/2
+with prior knowledge to the upstream.
+
+Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
+SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid
+file keeps the running config (the error goes to stderr). SIGTERM or Ctrl-C stops accepting,
+lets requests in flight finish within drain, and exits 0.
+Exit status 2: the file is invalid, proxies no budget, or an address is in use.
+
+Example budgets file:
+  [proxy]
+  admin = \"127.0.0.1:9901\"   # GET /metrics, /healthz, /readyz
+  drain = \"10s\"              # on SIGTERM: finish what is in flight, then exit 0
+
+  [budgets.records]
+  max_concurrent = 6
+  max_queued = 6
+  permit_timeout = \"500ms\"
+  call_timeout = \"2s\"
+  upstream = \"http://127.0.0.1:7070\"
+  listen = \"127.0.0.1:7002\"
+  release = \"body\"           # or \"headers\": when the permit goes back
+  overload_status = [429, 503] # upstream answers an adaptive limit treats as overload
+
+Examples:
+  inflight proxy --config budgets.toml
+  curl -s 127.0.0.1:9901/metrics | grep inflight_proxy_requests_total
+  kill -HUP <pid>     # reload budgets.toml")]
+pub struct Args {
+    /// The budgets file (TOML); every budget with `upstream` and `listen` is proxied.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let runtime = super::async_runtime()?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+    let shown = args.config.display().to_string();
+    let proxy = Proxy::builder()
+        .log(|line| eprintln!("inflight proxy: {line}"))
+        .start_path(&args.config)
+        .await
+        .with_context(|| format!("cannot start the proxy for {shown}"))?;
+    // Signals are set up before "ready", so a signal sent after it is never missed.
+    let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    {
+        let mut out = std::io::stdout().lock();
+        for (name, addr) in proxy.listeners() {
+            let upstream = proxy.upstream(name).unwrap_or_default();
+            writeln!(
+                out,
+                "inflight proxy: {name} listening on {addr}, forwarding to {upstream}"
+            )?;
+        }
+        if let Some(admin) = proxy.admin_addr() {
+            writeln!(out, "inflight proxy: admin listening on {admin}")?;
+        }
+        writeln!(out, "inflight proxy: ready")?;
+        out.flush()?;
+    }
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => match proxy.reload_path(&args.config) {
+                Ok(reloaded) if reloaded.changed.is_empty() => {
+                    eprintln!("inflight proxy: reloaded {shown}: nothing changed");
+                }
+                Ok(reloaded) => eprintln!(
+                    "inflight proxy: reloaded {shown}: new settings for {}",
+                    reloaded.changed.join(", ")
+                ),
+                Err(e) => eprintln!(
+                    "inflight proxy: reload of {shown} refused, the running config stays: {e}"
+                ),
+            },
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    eprintln!("inflight proxy: draining");
+    let drained = proxy.drain().await;
+    if drained.in_time {
+        eprintln!("inflight proxy: drained");
+    } else {
+        eprintln!(
+            "inflight proxy: the drain time passed with {} requests in flight; they are cut",
+            drained.in_flight
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

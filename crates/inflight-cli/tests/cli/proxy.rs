@@ -1,0 +1,277 @@
+//! `inflight proxy`: a real process in front of a real upstream (`inflight sim`, or a plain TCP
+//! server the test answers by hand), driven with signals.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::support::{exits_2, inflight, inflight_path, send_signal, wait_exit, SimProcess};
+
+/// A running `inflight proxy`, killed when dropped.
+struct ProxyProcess {
+    child: Child,
+    /// Each listener's line, `<budget> listening on <addr>, ...`, by budget.
+    listening: Vec<(String, SocketAddr)>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl ProxyProcess {
+    fn start(config: &std::path::Path) -> ProxyProcess {
+        let mut child = Command::new(inflight_path())
+            .args(["proxy", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, stderr) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut listening = Vec::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap() == 0 {
+                let _ = child.kill();
+                let errors: Vec<String> = stderr.try_iter().collect();
+                panic!("the proxy exited before it was ready: {errors:?}");
+            }
+            let line = line.trim_end();
+            if line == "inflight proxy: ready" {
+                break;
+            }
+            let rest = line.strip_prefix("inflight proxy: ").unwrap();
+            let (name, rest) = rest.split_once(" listening on ").unwrap();
+            let addr = rest.split(',').next().unwrap().parse().unwrap();
+            listening.push((name.to_string(), addr));
+        }
+        ProxyProcess {
+            child,
+            listening,
+            stderr,
+        }
+    }
+
+    fn addr(&self, name: &str) -> SocketAddr {
+        self.listening
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no listener for {name}: {:?}", self.listening))
+            .1
+    }
+
+    /// Waits for a stderr line containing `needle`; panics after a generous bound.
+    fn stderr_line(&self, needle: &str) -> String {
+        loop {
+            match self.stderr.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("no stderr line with {needle:?} within 20 s"),
+            }
+        }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request on a new connection; returns the status and the whole answer.
+fn request(addr: SocketAddr, head: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(format!("{head}\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    (status, answer)
+}
+
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn help_shows_an_example_budgets_file() {
+    inflight()
+        .args(["proxy", "--help"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains(
+            "upstream = \"http://127.0.0.1:7070\"",
+        ))
+        .stdout(predicates::str::contains("listen = \"127.0.0.1:7002\""))
+        .stdout(predicates::str::contains("SIGHUP"));
+}
+
+#[test]
+fn a_file_without_a_proxied_budget_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, "[budgets.records]\nmax_concurrent = 2\n");
+    exits_2(
+        ["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
+        "no budget is proxied",
+    );
+}
+
+#[test]
+fn an_invalid_file_exits_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:0\"\nrelease = \"later\"\n",
+    );
+    exits_2(
+        ["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
+        "budgets.records.release: must be \"body\" or \"headers\"",
+    );
+    exits_2(
+        ["proxy", "--config", "/nonexistent/budgets.toml"],
+        "cannot read",
+    );
+}
+
+#[test]
+fn a_port_in_use_exits_2_naming_it() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        &format!("[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:1\"\nlisten = \"{addr}\"\n"),
+    );
+    exits_2(
+        ["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
+        &format!("budgets.records.listen: cannot listen on {addr}"),
+    );
+}
+
+#[test]
+fn it_forwards_to_the_sim_reloads_on_sighup_and_drains_on_sigterm() {
+    let sim = SimProcess::start(&["--time-scale", "0.05"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |max: usize| {
+        format!(
+            "[proxy]\nadmin = \"127.0.0.1:0\"\ndrain = \"20s\"\n\n[budgets.enrichment]\nmax_concurrent = {max}\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+            sim.url
+        )
+    };
+    let path = write_config(&dir, &file(4));
+    let proxy = ProxyProcess::start(&path);
+    let addr = proxy.addr("enrichment");
+    let admin = proxy.addr("admin");
+
+    let (status, answer) = request(addr, "GET /enrich/7 HTTP/1.1");
+    assert_eq!(status, 200, "{answer}");
+    let (_, metrics) = request(admin, "GET /metrics HTTP/1.1");
+    assert!(
+        metrics.contains("inflight_budget_limit{budget=\"enrichment\"} 4"),
+        "{metrics}"
+    );
+
+    // A valid new file applies; an invalid one is refused and the proxy keeps running.
+    write_config(&dir, &file(9));
+    send_signal(&proxy.child, libc::SIGHUP);
+    proxy.stderr_line("reloaded");
+    let (_, metrics) = request(admin, "GET /metrics HTTP/1.1");
+    assert!(
+        metrics.contains("inflight_budget_limit{budget=\"enrichment\"} 9"),
+        "{metrics}"
+    );
+    write_config(&dir, "[budgets.enrichment]\nmax_concurrent = 0\n");
+    send_signal(&proxy.child, libc::SIGHUP);
+    let line = proxy.stderr_line("refused");
+    assert!(line.contains("budgets.enrichment.max_concurrent"), "{line}");
+    assert_eq!(request(addr, "GET /enrich/8 HTTP/1.1").0, 200);
+
+    let mut proxy = proxy;
+    send_signal(&proxy.child, libc::SIGTERM);
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
+    assert_eq!(status.code(), Some(0));
+    proxy.stderr_line("drained");
+}
+
+#[test]
+fn sigterm_lets_a_request_in_flight_finish() {
+    // An upstream the test answers by hand, once the proxy is draining.
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let (answer_tx, answer_rx) = mpsc::channel::<()>();
+    let (arrived_tx, arrived_rx) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = upstream.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = conn.read(&mut buf).unwrap();
+        arrived_tx.send(()).unwrap();
+        answer_rx.recv().unwrap();
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nfinished\n")
+            .unwrap();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        &format!("[proxy]\ndrain = \"20s\"\n\n[budgets.records]\nmax_concurrent = 2\nupstream = \"http://{upstream_addr}\"\nlisten = \"127.0.0.1:0\"\n"),
+    );
+    let mut proxy = ProxyProcess::start(&path);
+    let addr = proxy.addr("records");
+    let client = std::thread::spawn(move || request(addr, "GET /write HTTP/1.1"));
+    arrived_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+
+    send_signal(&proxy.child, libc::SIGTERM);
+    proxy.stderr_line("draining");
+    assert!(
+        proxy.child.try_wait().unwrap().is_none(),
+        "the proxy exited with a request in flight"
+    );
+    answer_tx.send(()).unwrap();
+    let (status, answer) = client.join().unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.ends_with("finished\n"), "{answer}");
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
+    assert_eq!(status.code(), Some(0));
+    server.join().unwrap();
+}
+
+#[test]
+fn check_config_accepts_proxied_budgets_and_names_wrong_proxy_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_config(
+        &dir,
+        "[proxy]\nadmin = \"127.0.0.1:9901\"\ndrain = \"5s\"\n\n[budgets.records]\nmax_concurrent = 6\nupstream = \"http://127.0.0.1:7070\"\nlisten = \"127.0.0.1:7002\"\nrelease = \"headers\"\noverload_status = [503]\n",
+    );
+    inflight()
+        .args(["check-config".as_ref(), good.as_os_str()])
+        .assert()
+        .success();
+    let bad = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 6\nupstream = \"ftp://127.0.0.1:7070\"\nlisten = \"127.0.0.1:7002\"\n",
+    );
+    exits_2(
+        ["check-config".as_ref(), bad.as_os_str()],
+        "budgets.records.upstream: must start with http://",
+    );
+}

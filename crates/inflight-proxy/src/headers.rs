@@ -1,0 +1,132 @@
+//! Header rewriting between client and upstream: hop-by-hop headers out (RFC 9110 section
+//! 7.6.1), `Host` for the upstream, `X-Forwarded-For` appended.
+
+use std::net::IpAddr;
+
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), beyond
+/// those the `Connection` header names. `Expect` is answered by the proxy's own server.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers of `headers`: the fixed list and every header the
+/// `Connection` header names.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+}
+
+/// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out (the
+/// proxy answered it), `Host` set to `authority` unless `preserve_host` (and the client sent
+/// one), and `peer` appended to `X-Forwarded-For`.
+pub(crate) fn for_upstream(
+    headers: &mut HeaderMap,
+    authority: &HeaderValue,
+    preserve_host: bool,
+    peer: IpAddr,
+) {
+    remove_hop_by_hop(headers);
+    headers.remove(header::EXPECT);
+    if !preserve_host || !headers.contains_key(header::HOST) {
+        headers.insert(header::HOST, authority.clone());
+    }
+    let forwarded_for = HeaderName::from_static("x-forwarded-for");
+    let earlier: Vec<String> = headers
+        .get_all(&forwarded_for)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    let mut chain = earlier.join(", ");
+    if !chain.is_empty() {
+        chain.push_str(", ");
+    }
+    chain.push_str(&peer.to_string());
+    if let Ok(value) = HeaderValue::from_str(&chain) {
+        headers.insert(forwarded_for, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut h = headers(&[
+            ("connection", "keep-alive, X-Trace-Hop"),
+            ("connection", "x-second"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-trace-hop", "1"),
+            ("x-second", "2"),
+            ("x-end-to-end", "3"),
+            ("content-length", "10"),
+        ]);
+        remove_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-end-to-end", "content-length"]);
+    }
+
+    #[test]
+    fn host_is_the_upstreams_unless_preserved_and_forwarded_for_is_appended() {
+        let authority = HeaderValue::from_static("127.0.0.1:7070");
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+
+        let mut h = headers(&[("host", "proxy:7002"), ("expect", "100-continue")]);
+        for_upstream(&mut h, &authority, false, peer);
+        assert_eq!(h["host"], "127.0.0.1:7070");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.9");
+        assert!(!h.contains_key("expect"));
+
+        let mut h = headers(&[
+            ("host", "proxy:7002"),
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "2.2.2.2, 3.3.3.3"),
+        ]);
+        for_upstream(&mut h, &authority, true, peer);
+        assert_eq!(h["host"], "proxy:7002");
+        assert_eq!(
+            h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
+            ["1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9"]
+        );
+
+        // A request without Host (HTTP/1.0) still names the upstream.
+        let mut h = HeaderMap::new();
+        for_upstream(&mut h, &authority, true, peer);
+        assert_eq!(h["host"], "127.0.0.1:7070");
+    }
+}

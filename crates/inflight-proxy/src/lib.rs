@@ -1,0 +1,527 @@
+//! `inflight proxy`: per-dependency budgets for clients in any language, with no code change.
+//!
+//! A sidecar in front of each dependency. The application calls `http://127.0.0.1:7002/...`
+//! instead of the dependency, and the proxy forwards each request only once it holds a permit
+//! of that dependency's [`Budget`](inflight::Budget): the same budgets file, limits, queue bound,
+//! permit deadline, call timeout, adaptive limit and rate as in a Rust process.
+//!
+//! # Semantics
+//!
+//! - A request is forwarded only once it holds a permit; the call timeout starts then.
+//! - A refused request is never forwarded. It gets a small body naming the budget and the
+//!   reason, and an `X-Inflight-Refused` header with the reason: 503 for a full queue
+//!   (`queue_full`) or a missed permit deadline (`permit_timeout`), 429 when rate limited
+//!   (`rate_limited`, with `Retry-After`: the seconds until the rate would admit a request in
+//!   time). A full queue or a missed deadline carries no `Retry-After`: when a permit frees
+//!   depends on calls still running, so no honest estimate exists.
+//! - 504 (`call_timeout`) when the upstream's headers do not come within the call timeout;
+//!   502 (`upstream_unreachable`) when the upstream cannot be reached, logged and counted.
+//! - By default (`release = "body"`) the permit is held until the response body has been sent to
+//!   the client in full, since a streamed body keeps the dependency busy. The call timeout
+//!   covers the body too: a body still streaming when it runs out is cut (the client sees the
+//!   connection end early) and counted as a call timeout. `release = "headers"` gives the permit
+//!   back when the headers arrive; the body then streams under no permit and no deadline.
+//! - A budget with `scope = "fleet"` keeps its permits in the Redis of the file's `[fleet]`
+//!   table (through `inflight-redis`), so every replica's proxy shares one limit.
+//! - Upstream answers listed in `overload_status` (429 and 503 by default), and failures to
+//!   reach the upstream, are fed to an adaptive limit as overload.
+//! - Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge (told apart by the first bytes
+//!   of the connection). To the upstream: HTTP/1.1 over a pool of keep-alive connections, or
+//!   with `upstream_http2 = true` HTTP/2 with prior knowledge, every request a stream of one
+//!   connection. Bodies stream both ways, never buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
+//!   named in `Connection`), `Host` names the upstream unless `preserve_host = true`, and the
+//!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400, headers too
+//!   large 431.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let proxy = inflight_proxy::Proxy::builder()
+//!     .log(|line| eprintln!("{line}"))
+//!     .start(
+//!         r#"
+//!         [proxy]
+//!         admin = "127.0.0.1:0"      # port 0: any free port
+//!
+//!         [budgets.records]
+//!         max_concurrent = 6
+//!         max_queued = 6
+//!         permit_timeout = "500ms"
+//!         call_timeout = "2s"
+//!         upstream = "http://127.0.0.1:7070"
+//!         listen = "127.0.0.1:0"
+//!         "#,
+//!     )
+//!     .await?;
+//! let records = proxy.local_addr("records").unwrap();
+//! assert!(records.ip().is_loopback());
+//! assert!(proxy.metrics().contains("inflight_budget_limit{budget=\"records\"} 6"));
+//! // ... until told to stop:
+//! let drained = proxy.drain().await;
+//! assert!(drained.in_time);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules
+//!
+//! The public surface is [`Proxy`], [`ProxyBuilder`], their errors and [`metrics`] (the names
+//! it exports). Inside: `route` forwards one budget's requests, `body` streams a response while
+//! holding its permit, `headers` rewrites headers, `refusal` writes the proxy's own answers,
+//! `server` runs the accept loops and `admin` the admin server.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines.
+//!
+//! - `admin`, `route`, `server`
+//! - `metrics`
+//! - `refusal`
+//! - `body`, `headers`, `error`
+
+mod admin;
+mod body;
+mod error;
+mod headers;
+pub mod metrics;
+mod refusal;
+mod route;
+mod server;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use inflight::config::{FleetConfig, ProxyConfig};
+use inflight::Budgets;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use body::ProxyBody;
+pub use error::{ReloadError, StartError};
+
+use metrics::Registry;
+use route::{RouteSlot, RouteState};
+
+/// Where the proxy's log lines go: one line per call, no trailing newline.
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A running proxy: one listener per proxied budget, and the admin server if configured.
+///
+/// Serving starts when [`ProxyBuilder::start`] returns. [`Proxy::reload`] applies a new
+/// budgets file; [`Proxy::drain`] stops it. Dropping a `Proxy` without draining stops its
+/// accept loops at once.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    admin_stop: watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+    admin: Option<JoinHandle<()>>,
+    addrs: Vec<(String, SocketAddr)>,
+    admin_addr: Option<SocketAddr>,
+}
+
+/// Options of a proxy before it starts.
+#[derive(Default)]
+pub struct ProxyBuilder {
+    log: Option<Log>,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Drained {
+    /// Whether every connection finished its request within the `drain` time.
+    pub in_time: bool,
+    /// Permits still held when the drain ended (0 when `in_time`).
+    pub in_flight: usize,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// Budgets whose limits or settings changed: new permits follow the new settings.
+    pub changed: Vec<String>,
+}
+
+/// What the accept loops, the admin server and reloads share.
+pub(crate) struct Shared {
+    registry: Registry,
+    routes: Vec<Arc<RouteSlot>>,
+    proxy: Mutex<ProxyConfig>,
+    /// The `[fleet]` table the proxy started with: a reload may not change it.
+    fleet: Option<FleetConfig>,
+    draining: AtomicBool,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Shared {
+    pub(crate) fn render_metrics(&self) -> String {
+        let states: Vec<_> = self.routes.iter().map(|r| r.current()).collect();
+        self.registry.render(states.iter().map(|s| &s.budget))
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    fn proxy_config(&self) -> ProxyConfig {
+        self.proxy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl ProxyBuilder {
+    /// Sends the proxy's log lines (upstream failures, refused reloads) to `log`; by default
+    /// they are dropped.
+    pub fn log(mut self, log: impl Fn(&str) + Send + Sync + 'static) -> ProxyBuilder {
+        self.log = Some(Arc::new(log));
+        self
+    }
+
+    /// Starts a proxy for the budgets file `text`: binds every proxied budget's `listen`
+    /// address and the admin address, and starts serving.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Config`] for an invalid file, [`StartError::NoProxiedBudget`] when no budget
+    /// names both `upstream` and `listen`, [`StartError::Fleet`] when the `[fleet]` table names no
+    /// usable Redis, [`StartError::Bind`] naming the field and address that could not be
+    /// listened on.
+    pub async fn start(self, text: &str) -> Result<Proxy, StartError> {
+        let registry = Registry::new();
+        let budgets = fleet(&registry, || Budgets::from_toml_str(text))?;
+        self.start_with(registry, budgets).await
+    }
+
+    /// [`ProxyBuilder::start`] for the budgets file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ProxyBuilder::start`]; [`StartError::Config`] also when the file cannot be read.
+    pub async fn start_path(self, path: impl AsRef<Path>) -> Result<Proxy, StartError> {
+        let registry = Registry::new();
+        let budgets = fleet(&registry, || Budgets::from_path(path))?;
+        self.start_with(registry, budgets).await
+    }
+
+    async fn start_with(self, registry: Registry, budgets: Budgets) -> Result<Proxy, StartError> {
+        let log = self.log.unwrap_or_else(|| Arc::new(|_: &str| {}));
+        if budgets.routes().next().is_none() {
+            return Err(StartError::NoProxiedBudget);
+        }
+        let mut listeners = Vec::new();
+        let mut routes = Vec::new();
+        for (budget, route) in budgets.routes() {
+            let listener = bind(
+                &format!("{}.listen", path_of(budget.name())),
+                route.listen(),
+            )
+            .await?;
+            let scope = budgets.scope(budget.name()).unwrap_or_default();
+            let state = RouteState::new(&registry, budget.clone(), route.clone(), scope);
+            routes.push(Arc::new(RouteSlot::new(budget.name(), state)));
+            listeners.push(listener);
+        }
+        let proxy_config = budgets.proxy().cloned().unwrap_or_default();
+        let admin_listener = match proxy_config.admin() {
+            Some(addr) => Some(bind("proxy.admin", addr).await?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            registry,
+            routes,
+            proxy: Mutex::new(proxy_config),
+            fleet: budgets.fleet().cloned(),
+            draining: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let mut servers = Vec::new();
+        let mut addrs = Vec::new();
+        for (slot, listener) in shared.routes.iter().zip(listeners) {
+            addrs.push((
+                slot.name.clone(),
+                listener
+                    .local_addr()
+                    .expect("a bound listener has an address"),
+            ));
+            let slot = slot.clone();
+            let handle_log = log.clone();
+            servers.push(server::spawn(
+                listener,
+                stopped.clone(),
+                log.clone(),
+                move |request, peer| {
+                    let state = slot.current();
+                    let log = handle_log.clone();
+                    async move { route::forward(state, request, peer, &log).await }
+                },
+            ));
+        }
+        let mut admin_addr = None;
+        // The admin server answers until the drain is over (/readyz says 503 meanwhile).
+        let (admin_stop, admin_stopped) = watch::channel(false);
+        let admin = admin_listener.map(|listener| {
+            admin_addr = listener.local_addr().ok();
+            let shared = shared.clone();
+            server::spawn(listener, admin_stopped, log.clone(), move |request, _| {
+                let response = admin::answer(&shared, &request);
+                async move { response }
+            })
+        });
+        Ok(Proxy {
+            shared,
+            stop,
+            admin_stop,
+            servers,
+            admin,
+            addrs,
+            admin_addr,
+        })
+    }
+}
+
+impl Proxy {
+    /// Options before starting: see [`ProxyBuilder`].
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder::default()
+    }
+
+    /// The address budget `name`'s listener is bound to (the port picked, for port 0).
+    pub fn local_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+
+    /// Each proxied budget's name and the address its listener is bound to, in file order.
+    pub fn listeners(&self) -> impl Iterator<Item = (&str, SocketAddr)> {
+        self.addrs.iter().map(|(n, a)| (n.as_str(), *a))
+    }
+
+    /// The URL budget `name` forwards to now.
+    pub fn upstream(&self, name: &str) -> Option<String> {
+        let slot = self.shared.routes.iter().find(|s| s.name == name)?;
+        Some(slot.current().route.upstream().url().to_string())
+    }
+
+    /// The address the admin server is bound to, if there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The Prometheus text `/metrics` serves.
+    pub fn metrics(&self) -> String {
+        self.shared.render_metrics()
+    }
+
+    /// Applies the budgets file `text`. New permits follow the new limits; permits held now
+    /// are never taken back. A budget whose settings did not change keeps its permits and
+    /// counters.
+    ///
+    /// A budget whose settings changed is built anew: requests admitted before the reload
+    /// finish under the old one, and count against the new limit until they end (the new
+    /// budget holds a permit for each, and counts those as admitted).
+    ///
+    /// # Errors
+    ///
+    /// The running configuration stays as it was when the file is not valid
+    /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, the
+    /// admin address or the `[fleet]` table ([`ReloadError::NeedsRestart`]).
+    pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
+        let budgets = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
+        self.apply(budgets)
+    }
+
+    /// [`Proxy::reload`] from the file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Proxy::reload`]; [`ReloadError::Config`] also when the file cannot be read.
+    pub fn reload_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, ReloadError> {
+        let budgets = fleet(&self.shared.registry, || Budgets::from_path(path))?;
+        self.apply(budgets)
+    }
+
+    fn apply(&self, budgets: Budgets) -> Result<Reloaded, ReloadError> {
+        let restart = |field: String, message: &str| ReloadError::NeedsRestart {
+            field,
+            message: message.to_string(),
+        };
+        let mut next = Vec::new();
+        for (budget, route) in budgets.routes() {
+            let path = path_of(budget.name());
+            let Some(slot) = self.shared.routes.iter().find(|s| s.name == budget.name()) else {
+                return Err(restart(path, "a newly proxied budget needs a restart"));
+            };
+            if slot.listen != route.listen() {
+                return Err(restart(
+                    format!("{path}.listen"),
+                    "a new listen address needs a restart",
+                ));
+            }
+            next.push((slot.clone(), budget.clone(), route.clone()));
+        }
+        if let Some(gone) = self
+            .shared
+            .routes
+            .iter()
+            .find(|s| !next.iter().any(|(n, _, _)| n.name == s.name))
+        {
+            return Err(restart(
+                path_of(&gone.name),
+                "a budget no longer proxied needs a restart",
+            ));
+        }
+        if budgets.fleet() != self.shared.fleet.as_ref() {
+            return Err(restart(
+                "fleet".into(),
+                "a new [fleet] table needs a restart",
+            ));
+        }
+        let proxy = budgets.proxy().cloned().unwrap_or_default();
+        if proxy.admin() != self.shared.proxy_config().admin() {
+            return Err(restart(
+                "proxy.admin".into(),
+                "a new admin address needs a restart",
+            ));
+        }
+        let mut reloaded = Reloaded::default();
+        for (slot, budget, route) in next {
+            let old = slot.current();
+            let scope = budgets.scope(budget.name()).unwrap_or_default();
+            let (state, new_budget) = old.reloaded(budget, route, scope);
+            if new_budget {
+                route::hand_over(
+                    &self.shared.runtime,
+                    old.budget.clone(),
+                    state.budget.clone(),
+                );
+            }
+            if new_budget || state.route != old.route {
+                reloaded.changed.push(slot.name.clone());
+            }
+            slot.replace(state);
+        }
+        *self
+            .shared
+            .proxy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = proxy;
+        Ok(reloaded)
+    }
+
+    /// Stops accepting connections, lets every connection finish the request it is serving
+    /// (response body included), and returns once all have closed or the `drain` time of the
+    /// running configuration has passed, whichever is first. `/readyz` answers 503 meanwhile.
+    pub async fn drain(mut self) -> Drained {
+        self.shared.draining.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        let drain: Duration = self.shared.proxy_config().drain();
+        let servers = std::mem::take(&mut self.servers);
+        let in_time = tokio::time::timeout(drain, async {
+            for server in servers {
+                let _ = server.await;
+            }
+        })
+        .await
+        .is_ok();
+        let _ = self.admin_stop.send(true);
+        let in_flight = self
+            .shared
+            .routes
+            .iter()
+            .map(|r| r.current().budget.in_flight())
+            .sum();
+        Drained { in_time, in_flight }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for server in &self.servers {
+            server.abort();
+        }
+        if let Some(admin) = &self.admin {
+            admin.abort();
+        }
+    }
+}
+
+/// The budgets `load` gives, built under `registry` (so their metrics are its), with each
+/// `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table.
+fn fleet(
+    registry: &Registry,
+    load: impl FnOnce() -> Result<Budgets, inflight::ConfigError>,
+) -> Result<Budgets, FleetLoadError> {
+    registry.within(|| Ok(inflight_redis::attach(load()?)?))
+}
+
+/// A budgets file that could not be loaded, before it is told apart for start or reload.
+enum FleetLoadError {
+    Config(inflight::ConfigError),
+    Fleet(inflight_redis::LoadError),
+}
+
+impl From<inflight::ConfigError> for FleetLoadError {
+    fn from(e: inflight::ConfigError) -> Self {
+        FleetLoadError::Config(e)
+    }
+}
+
+impl From<inflight_redis::LoadError> for FleetLoadError {
+    fn from(e: inflight_redis::LoadError) -> Self {
+        match e {
+            inflight_redis::LoadError::Config(e) => FleetLoadError::Config(e),
+            other => FleetLoadError::Fleet(other),
+        }
+    }
+}
+
+impl From<FleetLoadError> for StartError {
+    fn from(e: FleetLoadError) -> Self {
+        match e {
+            FleetLoadError::Config(e) => StartError::Config(e),
+            FleetLoadError::Fleet(e) => StartError::Fleet(e),
+        }
+    }
+}
+
+impl From<FleetLoadError> for ReloadError {
+    fn from(e: FleetLoadError) -> Self {
+        match e {
+            FleetLoadError::Config(e) => ReloadError::Config(e),
+            FleetLoadError::Fleet(e) => ReloadError::Fleet(e),
+        }
+    }
+}
+
+/// Budget `name`'s path in a budgets file, as errors print it.
+fn path_of(name: &str) -> String {
+    let bare = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        format!("budgets.{name}")
+    } else {
+        format!("budgets.{name:?}")
+    }
+}
+
+async fn bind(field: &str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            field: field.to_string(),
+            addr,
+            source,
+        })
+}

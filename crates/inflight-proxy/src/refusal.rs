@@ -1,0 +1,121 @@
+//! The proxy's own answers: refusals (503, 429) that never reached the upstream, a call timeout
+//! (504) and an unreachable upstream (502), each with a small body naming the budget and why.
+
+use std::time::Duration;
+
+use hyper::header::{self, HeaderValue};
+use hyper::{Response, StatusCode};
+use inflight::{AcquireError, Budget};
+
+use crate::body::ProxyBody;
+
+/// Why the proxy answered a request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    QueueFull,
+    PermitTimeout,
+    RateLimited,
+    Unavailable,
+    CallTimeout,
+    Unreachable,
+}
+
+impl Reason {
+    /// The reason as metrics and the `X-Inflight-Refused` header name it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::QueueFull => "queue_full",
+            Reason::PermitTimeout => "permit_timeout",
+            Reason::RateLimited => "rate_limited",
+            Reason::Unavailable => "unavailable",
+            Reason::CallTimeout => "call_timeout",
+            Reason::Unreachable => "upstream_unreachable",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Reason::QueueFull | Reason::PermitTimeout | Reason::Unavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Reason::Unreachable => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    fn explain(self) -> &'static str {
+        match self {
+            Reason::QueueFull => "every permit is held and the wait queue is full (max_queued)",
+            Reason::PermitTimeout => "no permit within permit_timeout",
+            Reason::RateLimited => {
+                "the rate limit would let the request start only after permit_timeout"
+            }
+            Reason::Unavailable => "the budget's permit store is unavailable",
+            Reason::CallTimeout => "the upstream did not answer within call_timeout",
+            Reason::Unreachable => "the upstream cannot be reached",
+        }
+    }
+}
+
+impl From<&AcquireError> for Reason {
+    fn from(e: &AcquireError) -> Reason {
+        match e {
+            AcquireError::QueueFull => Reason::QueueFull,
+            AcquireError::PermitTimeout => Reason::PermitTimeout,
+            AcquireError::RateLimited => Reason::RateLimited,
+            _ => Reason::Unavailable,
+        }
+    }
+}
+
+/// The header that says the proxy answered a request itself, and why.
+pub(crate) const REFUSED_HEADER: &str = "x-inflight-refused";
+
+/// The proxy's answer for `reason`, for a request through `budget`.
+///
+/// A rate-limited refusal carries `Retry-After`: the seconds until the rate limit would admit
+/// a new request in time, rounded up. Other refusals carry none, as no honest estimate exists
+/// (when a permit frees depends on calls still running).
+pub(crate) fn answer(budget: &Budget, reason: Reason) -> Response<ProxyBody> {
+    let body = format!(
+        "inflight: budget {:?}: {} ({})\n",
+        budget.name(),
+        reason.explain(),
+        reason.as_str()
+    );
+    let mut response = Response::new(ProxyBody::full(body));
+    *response.status_mut() = reason.status();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(REFUSED_HEADER, HeaderValue::from_static(reason.as_str()));
+    if reason == Reason::RateLimited {
+        if let Some(wait) = budget.rate_limited_for() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_seconds(wait)));
+        }
+    }
+    response
+}
+
+/// Whole seconds, rounded up, at least 1: `Retry-After` has no finer unit, and 0 would invite
+/// a retry that is refused again.
+fn retry_seconds(wait: Duration) -> u64 {
+    let whole = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    whole.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_seconds(Duration::ZERO), 1);
+        assert_eq!(retry_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(retry_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(retry_seconds(Duration::from_millis(2001)), 3);
+    }
+}

@@ -1,0 +1,339 @@
+//! One proxied budget: its settings, its pooled client to the upstream, and the forwarding of a
+//! request once it holds a permit.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use inflight::config::{Release, Route, Scope};
+use inflight::limit::Outcome;
+use inflight::tower::HeldCall;
+use inflight::{Budget, OwnedPermit};
+use tokio::time::Instant;
+
+use crate::body::ProxyBody;
+use crate::headers;
+use crate::metrics::{Registry, RouteMetrics};
+use crate::refusal::{self, Reason};
+use crate::Log;
+
+/// The pooled HTTP/1.1 client to one upstream.
+pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
+
+/// How long an idle pooled connection to an upstream is kept.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// How long a connection to an upstream may take before the request gets a 502, when the
+/// budget has no call timeout to bound it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A budget's route as it runs: replaced whole on reload.
+pub(crate) struct RouteState {
+    pub(crate) budget: Budget,
+    pub(crate) route: Route,
+    scope: Scope,
+    authority: HeaderValue,
+    client: UpstreamClient,
+    metrics: Arc<RouteMetrics>,
+}
+
+impl RouteState {
+    pub(crate) fn new(
+        registry: &Registry,
+        budget: Budget,
+        route: Route,
+        scope: Scope,
+    ) -> RouteState {
+        let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
+        let client = client(route.upstream_http2());
+        RouteState::with(budget, route, scope, client, metrics)
+    }
+
+    fn with(
+        budget: Budget,
+        route: Route,
+        scope: Scope,
+        client: UpstreamClient,
+        metrics: Arc<RouteMetrics>,
+    ) -> RouteState {
+        let authority = HeaderValue::from_str(route.upstream().authority())
+            .expect("a checked upstream's authority is a valid header value");
+        RouteState {
+            budget,
+            route,
+            scope,
+            authority,
+            client,
+            metrics,
+        }
+    }
+
+    /// This route under new settings, and whether its budget was replaced: the same budget
+    /// (permits, counters) if its settings and scope did not change, the same pool of
+    /// connections if the upstream did not.
+    pub(crate) fn reloaded(
+        &self,
+        budget: Budget,
+        route: Route,
+        scope: Scope,
+    ) -> (RouteState, bool) {
+        let replaced = budget.config() != self.budget.config() || scope != self.scope;
+        let budget = if replaced {
+            budget
+        } else {
+            self.budget.clone()
+        };
+        let same_upstream = route.upstream() == self.route.upstream()
+            && route.upstream_http2() == self.route.upstream_http2();
+        let client = if same_upstream {
+            self.client.clone()
+        } else {
+            client(route.upstream_http2())
+        };
+        let state = RouteState::with(budget, route, scope, client, self.metrics.clone());
+        (state, replaced)
+    }
+}
+
+/// A pooled client: HTTP/1.1 with keep-alive, or HTTP/2 with prior knowledge (`http2`), whose
+/// requests share one connection as streams.
+fn client(http2: bool) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .timer(TokioTimer::new())
+        .http2_only(http2);
+    builder.build(connector)
+}
+
+/// How often a budget replaced by a reload is checked for calls still running under it.
+const HANDOFF_POLL: Duration = Duration::from_millis(5);
+
+/// Keeps `new` from admitting on top of the calls still running under `old`, the budget it
+/// replaced: holds one permit of `new` for each call in flight or waiting under `old` (up to
+/// `new`'s limit), and gives them back as those calls end. Held permits of `old` are never
+/// revoked; new ones come from `new` only as far as its limit leaves room beside them.
+///
+/// Checked every [`HANDOFF_POLL`], so a permit comes back up to that late: the limit is kept,
+/// at the cost of a moment's unused capacity. A permit taken here is counted by `new` as
+/// admitted. With a rate limit, `new` may grant fewer of them than asked (one per slot).
+pub(crate) fn hand_over(runtime: &tokio::runtime::Handle, old: Budget, new: Budget) {
+    // The first permits are taken before the new budget serves anyone.
+    let mut held: Vec<OwnedPermit> = Vec::new();
+    if !take_over(&old, &new, &mut held) {
+        return;
+    }
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(HANDOFF_POLL).await;
+            if !take_over(&old, &new, &mut held) {
+                return;
+            }
+        }
+    });
+}
+
+/// Holds as many permits of `new` as calls run or wait under `old` (up to `new`'s limit);
+/// whether any still do.
+fn take_over(old: &Budget, new: &Budget, held: &mut Vec<OwnedPermit>) -> bool {
+    let under_old = old.in_flight() + old.snapshot().waiting;
+    let want = under_old.min(new.limit());
+    held.truncate(want);
+    while held.len() < want {
+        match new.try_acquire_owned() {
+            Ok(permit) => held.push(permit),
+            Err(_) => break,
+        }
+    }
+    under_old > 0
+}
+
+/// A route's place: where it listens (as configured) and its current state.
+pub(crate) struct RouteSlot {
+    pub(crate) name: String,
+    pub(crate) listen: SocketAddr,
+    state: RwLock<Arc<RouteState>>,
+}
+
+impl RouteSlot {
+    pub(crate) fn new(name: &str, state: RouteState) -> RouteSlot {
+        RouteSlot {
+            name: name.to_string(),
+            listen: state.route.listen(),
+            state: RwLock::new(Arc::new(state)),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Arc<RouteState> {
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn replace(&self, state: RouteState) {
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(state);
+    }
+}
+
+/// Forwards `request` from `peer` through `state`'s budget, or answers it itself.
+pub(crate) async fn forward(
+    state: Arc<RouteState>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    log: &Log,
+) -> Response<ProxyBody> {
+    let arrived = Instant::now();
+    let response = forward_held(&state, request, peer, log).await;
+    state
+        .metrics
+        .responded(response.status().as_u16(), arrived.elapsed());
+    response
+}
+
+async fn forward_held(
+    state: &RouteState,
+    mut request: Request<Incoming>,
+    peer: SocketAddr,
+    log: &Log,
+) -> Response<ProxyBody> {
+    if request.method() == Method::CONNECT {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "inflight: CONNECT is not proxied\n",
+        );
+    }
+    let Some(uri) = upstream_uri(state, request.uri()) else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "inflight: the request target cannot be forwarded\n",
+        );
+    };
+    // The permit first: a refused request is never forwarded, and the call timeout starts now.
+    let call = match HeldCall::start(&state.budget).await {
+        Ok(call) => call,
+        Err(e) => return replied(state, Reason::from(&e)),
+    };
+    // An HTTP/2 client names the host in the request target, not in a Host header.
+    let client_host = request
+        .uri()
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+    if state.route.preserve_host() && !request.headers().contains_key(hyper::header::HOST) {
+        if let Some(host) = client_host {
+            request.headers_mut().insert(hyper::header::HOST, host);
+        }
+    }
+    *request.uri_mut() = uri;
+    *request.version_mut() = if state.route.upstream_http2() {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+    headers::for_upstream(
+        request.headers_mut(),
+        &state.authority,
+        state.route.preserve_host(),
+        peer.ip(),
+    );
+    let sent = state.client.request(request);
+    let result = match call.deadline() {
+        Some(at) => match tokio::time::timeout_at(at, sent).await {
+            Ok(result) => result,
+            Err(_) => {
+                call.timed_out();
+                return replied(state, Reason::CallTimeout);
+            }
+        },
+        None => sent.await,
+    };
+    let mut response = match result {
+        Ok(response) => response,
+        Err(e) => {
+            // Whatever kept the upstream from answering says it cannot take more now.
+            call.finish(false, Outcome::Overload);
+            if let Some(left_out) = state.metrics.may_log() {
+                let also = if left_out > 0 {
+                    format!(" ({left_out} more since the last line)")
+                } else {
+                    String::new()
+                };
+                let what = if e.is_connect() {
+                    "cannot connect"
+                } else {
+                    "failed"
+                };
+                log(&format!(
+                    "budget {:?}: {} {what}: 502: {}{also}",
+                    state.budget.name(),
+                    state.route.upstream().url(),
+                    chain(&e)
+                ));
+            }
+            return replied(state, Reason::Unreachable);
+        }
+    };
+    let status = response.status().as_u16();
+    let overload = state.route.overload_status().contains(&status);
+    let outcome = if overload {
+        Outcome::Overload
+    } else {
+        Outcome::Success
+    };
+    let ok = !overload && status < 500;
+    headers::remove_hop_by_hop(response.headers_mut());
+    let (parts, body) = response.into_parts();
+    let body = match state.route.release() {
+        Release::Headers => {
+            call.finish(ok, outcome);
+            ProxyBody::streamed(body)
+        }
+        _ => ProxyBody::holding(body, call, ok, outcome),
+    };
+    Response::from_parts(parts, body)
+}
+
+fn replied(state: &RouteState, reason: Reason) -> Response<ProxyBody> {
+    state.metrics.replied(reason);
+    refusal::answer(&state.budget, reason)
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::full(text));
+    *response.status_mut() = status;
+    response
+}
+
+/// The URI to send to the upstream: its authority, the request's path and query.
+fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    if !path.starts_with('/') {
+        return None;
+    }
+    format!("http://{}{}", state.route.upstream().authority(), path)
+        .parse()
+        .ok()
+}
+
+/// An error and its sources, one line.
+fn chain(e: &dyn StdError) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,124 @@
+//! `scope = "fleet"`: two proxies (two replicas) share one budget through a real redis-server.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{client, get, metrics, proxy, until, Upstream};
+
+/// A `redis-server` on a free loopback port, without persistence, killed on drop.
+struct RedisServer {
+    port: u16,
+    child: Child,
+}
+
+impl RedisServer {
+    /// Starts one, or says why not and gives `None` when `redis-server` is not installed.
+    fn start() -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .ok()?
+            .port();
+        let child = match Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("skipped: cannot run redis-server ({e}); apt-get install redis-server");
+                return None;
+            }
+        };
+        let server = RedisServer { port, child };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if server.ping() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {port} did not answer within 10 s");
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut answer = [0u8; 7];
+        conn.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+            && conn.read_exact(&mut answer).is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn two_proxies_share_one_fleet_budget() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let file = format!(
+        "[fleet]\nurl = \"{}\"\nlease = \"5s\"\n\n[budgets.records]\nmax_concurrent = 2\npermit_timeout = \"300ms\"\nscope = \"fleet\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+        redis.url(),
+        upstream.url()
+    );
+    let (a, _) = proxy(&file).await;
+    let (b, _) = proxy(&file).await;
+    let a_addr = a.local_addr("records").unwrap();
+    let b_addr = b.local_addr("records").unwrap();
+
+    // Two held through one replica take the whole fleet's budget...
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), a_addr, "/hold").await }))
+        .collect();
+    until("two requests held upstream", || upstream.seen().len() == 2).await;
+    // ...so the other replica's request waits its permit_timeout and is refused, unforwarded.
+    let (status, headers, _) = get(&client(), b_addr, "/").await;
+    assert_eq!(status, 503);
+    assert_eq!(headers["x-inflight-refused"], "permit_timeout");
+    assert_eq!(upstream.seen().len(), 2);
+
+    upstream.release(2);
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
+    // With the leases back, the other replica gets through.
+    let (status, _, body) = get(&client(), b_addr, "/after").await;
+    assert_eq!((status, body.as_str()), (200, "GET /after"));
+    assert_eq!(upstream.peak(), 2);
+    assert_eq!(
+        metrics(&b)["inflight_budget_rejections_total{budget=records,reason=permit_timeout}"],
+        1.0
+    );
+
+    // A reload to scope = "local" gives replica b a budget of its own.
+    let local = file.replace("scope = \"fleet\"\n", "");
+    assert_eq!(b.reload(&local).unwrap().changed, ["records"]);
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), a_addr, "/hold").await }))
+        .collect();
+    until("two more requests held upstream", || {
+        upstream.seen().len() == 5
+    })
+    .await;
+    let (status, _, _) = get(&client(), b_addr, "/").await;
+    assert_eq!(status, 200, "a local budget of 2 on b is free");
+    upstream.release(2);
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the proxy against real upstreams on 127.0.0.1: one binary, a module per
+//! area, helpers in `support`.
+
+mod fleet;
+mod forward;
+mod http2;
+mod operations;
+mod refusals;
+mod release;
+mod support;

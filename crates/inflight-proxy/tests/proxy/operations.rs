@@ -1,0 +1,303 @@
+//! Operations: the admin server, reloads, draining, bad input and startup errors.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use inflight_proxy::{Proxy, ReloadError, StartError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{budget, client, get, metrics, proxy, until, within, Upstream};
+
+#[tokio::test]
+async fn the_admin_server_serves_metrics_health_and_readiness() {
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[proxy]\nadmin = \"127.0.0.1:0\"\n{}",
+        budget("records", &upstream.url(), "max_concurrent = 3")
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let admin = proxy.admin_addr().unwrap();
+    let client = client();
+    for i in 0..7 {
+        assert_eq!(get(&client, addr, &format!("/{i}")).await.0, 200);
+    }
+    let (status, headers, body) = get(&client, admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    let value = |name: &str, label: (&str, &str)| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get(label.0) == Some(label.1))
+            .map(|s| s.value.clone())
+    };
+    assert_eq!(
+        value("inflight_proxy_requests_total", ("class", "2xx")),
+        Some(prometheus_parse::Value::Counter(7.0))
+    );
+    match value(
+        "inflight_proxy_request_duration_seconds",
+        ("budget", "records"),
+    ) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            assert_eq!(buckets.last().unwrap().count, 7.0, "{buckets:?}");
+        }
+        other => panic!("no latency histogram: {other:?}"),
+    }
+    assert_eq!(
+        value("inflight_budget_admitted_total", ("budget", "records")),
+        Some(prometheus_parse::Value::Counter(7.0))
+    );
+    assert_eq!(
+        value("inflight_budget_limit", ("budget", "records")),
+        Some(prometheus_parse::Value::Gauge(3.0))
+    );
+    assert_eq!(get(&client, admin, "/healthz").await.0, 200);
+    assert_eq!(get(&client, admin, "/readyz").await.0, 200);
+    assert_eq!(get(&client, admin, "/nothing").await.0, 404);
+}
+
+#[tokio::test]
+async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
+    let upstream = Upstream::start().await;
+    let file = |extra: &str| budget("records", &upstream.url(), extra);
+    let (proxy, _) = proxy(&file("max_concurrent = 2\nmax_queued = 0")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("two requests held upstream", || upstream.seen().len() == 2).await;
+
+    let reloaded = proxy
+        .reload(&file("max_concurrent = 3\nmax_queued = 0"))
+        .unwrap();
+    assert_eq!(reloaded.changed, ["records"]);
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_limit{budget=records}"],
+        3.0
+    );
+    // The held requests keep their permits, and count against the new limit of 3: one more
+    // gets in, the next is refused.
+    let third = tokio::spawn(async move { get(&client(), addr, "/hold").await });
+    until("a third request held upstream", || {
+        upstream.seen().len() == 3
+    })
+    .await;
+    let (status, headers, _) = get(&client(), addr, "/").await;
+    assert_eq!(
+        status, 503,
+        "admitted on top of the requests held before the reload"
+    );
+    assert_eq!(headers["x-inflight-refused"], "queue_full");
+    assert_eq!(upstream.seen().len(), 3);
+    upstream.release(3);
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
+    assert_eq!(third.await.unwrap().0, 200);
+    // Once they are done, the new limit is all there is: three at once again.
+    until("the held permits come back", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+    })
+    .await;
+    let three: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("three requests held upstream", || {
+        upstream.seen().len() == 6
+    })
+    .await;
+    upstream.release(3);
+    for h in three {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
+
+    // An invalid file keeps the running configuration.
+    let err = proxy.reload(&file("max_concurrent = 0")).unwrap_err();
+    assert!(matches!(err, ReloadError::Config(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("budgets.records.max_concurrent"),
+        "{err}"
+    );
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_limit{budget=records}"],
+        3.0
+    );
+    // So does one that moves the listener.
+    let moved = "[budgets.records]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:1\"\n";
+    let err = proxy.reload(moved).unwrap_err();
+    assert!(
+        err.to_string().starts_with("budgets.records.listen: "),
+        "{err}"
+    );
+    let fleet = format!(
+        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n{}",
+        file("max_concurrent = 3\nmax_queued = 0")
+    );
+    let err = proxy.reload(&fleet).unwrap_err();
+    assert!(err.to_string().starts_with("fleet: "), "{err}");
+    assert_eq!(get(&client(), addr, "/").await.0, 200);
+
+    // An unchanged file changes nothing, and keeps the budget's counters.
+    let before = metrics(&proxy)["inflight_budget_admitted_total{budget=records}"];
+    let reloaded = proxy
+        .reload(&file("max_concurrent = 3\nmax_queued = 0"))
+        .unwrap();
+    assert!(reloaded.changed.is_empty(), "{reloaded:?}");
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_admitted_total{budget=records}"],
+        before
+    );
+}
+
+#[tokio::test]
+async fn draining_finishes_what_is_in_flight_and_refuses_new_connections() {
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[proxy]\nadmin = \"127.0.0.1:0\"\ndrain = \"20s\"\n{}",
+        budget("records", &upstream.url(), "max_concurrent = 4")
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let admin = proxy.admin_addr().unwrap();
+    let body = upstream.next_stream();
+    let streaming = tokio::spawn(async move { get(&client(), addr, "/stream").await });
+    until("the stream started upstream", || upstream.seen().len() == 1).await;
+
+    let drain = tokio::spawn(proxy.drain());
+    let mut readyz = 0;
+    for _ in 0..200 {
+        readyz = get(&client(), admin, "/readyz").await.0;
+        if readyz == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(readyz, 503, "readyz while draining");
+    // New connections are refused once the listener is closed.
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the listener still accepts while draining");
+    assert!(
+        !drain.is_finished(),
+        "the drain ended with a body still streaming"
+    );
+
+    body.send(Bytes::from("the end")).await.unwrap();
+    drop(body);
+    let (status, _, text) = streaming.await.unwrap();
+    assert_eq!((status, text.as_str()), (200, "the end"));
+    let drained = within(drain).await.unwrap();
+    assert!(drained.in_time);
+    assert_eq!(drained.in_flight, 0);
+}
+
+#[tokio::test]
+async fn a_drain_stops_waiting_at_its_limit() {
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[proxy]\ndrain = \"100ms\"\n{}",
+        budget("records", &upstream.url(), "max_concurrent = 4")
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let _held = tokio::spawn(async move { get(&client(), addr, "/hold").await });
+    until("one request held upstream", || upstream.seen().len() == 1).await;
+    let drained = within(proxy.drain()).await;
+    assert!(!drained.in_time);
+    assert_eq!(drained.in_flight, 1);
+}
+
+async fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer and close before reading all of a huge request.
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    within(stream.read_to_end(&mut answer)).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_and_oversized_headers_431() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 2")).await;
+    let addr = proxy.local_addr("records").unwrap();
+
+    let answer = raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let answer = raw(addr, b"\x16\x03\x01\x02\x00garbage\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1024 * 1024)
+    );
+    let answer = raw(addr, huge.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let answer = raw(
+        addr,
+        b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(upstream.seen().is_empty(), "bad input was forwarded");
+    // The proxy is still serving.
+    assert_eq!(get(&client(), addr, "/").await.0, 200);
+}
+
+#[tokio::test]
+async fn startup_errors_name_what_is_wrong() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = taken.local_addr().unwrap();
+    let text = format!(
+        "[budgets.records]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:1\"\nlisten = \"{port}\"\n"
+    );
+    let err = Proxy::builder().start(&text).await.err().unwrap();
+    assert!(matches!(err, StartError::Bind { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "budgets.records.listen: cannot listen on {port}: "
+        )),
+        "{err}"
+    );
+    let admin = format!(
+        "[proxy]\nadmin = \"{port}\"\n{}",
+        budget("r", "http://127.0.0.1:1", "max_concurrent = 1")
+    );
+    let err = Proxy::builder().start(&admin).await.err().unwrap();
+    assert!(
+        err.to_string().starts_with("proxy.admin: cannot listen on"),
+        "{err}"
+    );
+
+    let err = Proxy::builder()
+        .start("[budgets.records]\nmax_concurrent = 1\n")
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, StartError::NoProxiedBudget), "{err:?}");
+
+    let fleet = format!(
+        "[fleet]\nurl = \"http://127.0.0.1:1\"\n{}",
+        budget(
+            "records",
+            "http://127.0.0.1:1",
+            "max_concurrent = 1\nscope = \"fleet\""
+        )
+    );
+    let err = Proxy::builder().start(&fleet).await.err().unwrap();
+    assert!(matches!(err, StartError::Fleet(_)), "{err:?}");
+    assert!(err.to_string().starts_with("fleet: "), "{err}");
+}

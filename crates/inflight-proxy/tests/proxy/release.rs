@@ -1,0 +1,141 @@
+//! When the permit goes back: at the end of the body by default, at the headers on request.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+
+use crate::support::{budget, client, get, metrics, proxy, within, TestClient, Upstream};
+
+/// Starts a GET of `/stream` and returns the response once its headers and first chunk came.
+async fn first_chunk(client: &TestClient, addr: SocketAddr) -> (hyper::Response<Incoming>, Bytes) {
+    let request = hyper::Request::get(format!("http://{addr}/stream"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut response = within(client.request(request)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let frame = within(response.body_mut().frame()).await.unwrap().unwrap();
+    (response, frame.into_data().unwrap())
+}
+
+#[tokio::test]
+async fn a_streamed_body_holds_its_permit_to_the_end() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "downloads",
+        &upstream.url(),
+        "max_concurrent = 1\nmax_queued = 0",
+    ))
+    .await;
+    let addr = proxy.local_addr("downloads").unwrap();
+    let client = client();
+    let body = upstream.next_stream();
+    body.send(Bytes::from("first ")).await.unwrap();
+    let (response, first) = first_chunk(&client, addr).await;
+    assert_eq!(first, "first ");
+
+    // Headers sent, body still streaming: the one permit is held, the next request refused.
+    let (status, headers, _) = get(&client, addr, "/other").await;
+    assert_eq!(
+        status, 503,
+        "a request got through while a body was streaming"
+    );
+    assert_eq!(headers["x-inflight-refused"], "queue_full");
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"],
+        1.0
+    );
+
+    body.send(Bytes::from("second")).await.unwrap();
+    drop(body);
+    let rest = within(response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(rest, "second");
+
+    // The body ended: the permit is back.
+    crate::support::until("the permit comes back", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"] == 0.0
+    })
+    .await;
+    assert_eq!(get(&client, addr, "/other").await.0, 200);
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_calls_total{budget=downloads,outcome=ok}"],
+        2.0
+    );
+    assert_eq!(upstream.peak(), 1);
+}
+
+#[tokio::test]
+async fn release_headers_gives_the_permit_back_before_the_body() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "downloads",
+        &upstream.url(),
+        "max_concurrent = 1\nmax_queued = 0\nrelease = \"headers\"",
+    ))
+    .await;
+    let addr = proxy.local_addr("downloads").unwrap();
+    let client = client();
+    let body = upstream.next_stream();
+    body.send(Bytes::from("first")).await.unwrap();
+    let (response, _) = first_chunk(&client, addr).await;
+    assert_eq!(
+        get(&client, addr, "/other").await.0,
+        200,
+        "the permit was still held after the headers"
+    );
+    drop(body);
+    within(response.into_body().collect()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_body_still_streaming_at_the_call_timeout_is_cut_and_counted() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "downloads",
+        &upstream.url(),
+        "max_concurrent = 1\ncall_timeout = \"200ms\"",
+    ))
+    .await;
+    let addr = proxy.local_addr("downloads").unwrap();
+    let client = client();
+    let body = upstream.next_stream();
+    body.send(Bytes::from("first")).await.unwrap();
+    let (response, _) = first_chunk(&client, addr).await;
+    let rest = within(response.into_body().collect()).await;
+    assert!(rest.is_err(), "a cut body must not look complete");
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_calls_total{budget=downloads,outcome=timeout}"],
+        1.0
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=downloads}"], 0.0);
+    drop(body);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_body_frees_the_permit() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("downloads", &upstream.url(), "max_concurrent = 1")).await;
+    let addr = proxy.local_addr("downloads").unwrap();
+    let body = upstream.next_stream();
+    body.send(Bytes::from("first")).await.unwrap();
+    let client = client();
+    let (response, _) = first_chunk(&client, addr).await;
+    drop(response);
+    drop(client);
+    crate::support::until("the permit comes back", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"] == 0.0
+    })
+    .await;
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_calls_total{budget=downloads,outcome=cancelled}"],
+        1.0
+    );
+    drop(body);
+}

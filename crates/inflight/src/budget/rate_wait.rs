@@ -1,0 +1,47 @@
+//! [`Budget::rate_limited_for`](crate::Budget::rate_limited_for): how long a budget's rate gate
+//! would keep a new caller out, for a refusal's `Retry-After`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Budget;
+
+impl Budget {
+    /// How long from now until the budget's rate limit would let a new caller start within its
+    /// `permit_timeout`, if nobody else asks meanwhile: zero when a caller asking now would get
+    /// its turn in time; `None` when the budget has no rate limit.
+    ///
+    /// A caller refused with [`AcquireError::RateLimited`](crate::AcquireError::RateLimited)
+    /// may try again after this long (an HTTP refusal's `Retry-After`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{AcquireError, Budget, BudgetConfig, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new(
+    ///     "llm",
+    ///     BudgetConfig::new(8)
+    ///         .rate(Rate::per_second(1.0))
+    ///         .permit_timeout(Duration::from_millis(100)),
+    /// )
+    /// .unwrap();
+    /// assert_eq!(budget.rate_limited_for(), Some(Duration::ZERO));
+    /// drop(budget.acquire().await.unwrap()); // takes the slot of this second
+    /// assert_eq!(budget.acquire().await.unwrap_err(), AcquireError::RateLimited);
+    /// // The next slot is 1 s away; 100 ms of it may be waited for.
+    /// assert_eq!(budget.rate_limited_for(), Some(Duration::from_millis(900)));
+    /// # }
+    /// ```
+    pub fn rate_limited_for(&self) -> Option<Duration> {
+        let rate = self.engine().rate.as_ref()?;
+        let now = Instant::now();
+        let wait = rate.earliest(now) - now;
+        Some(match self.permit_timeout() {
+            Some(deadline) => wait.saturating_sub(deadline),
+            None => Duration::ZERO,
+        })
+    }
+}
