@@ -51,12 +51,12 @@ pub enum Origin {
 }
 
 impl std::fmt::Display for Origin {
-    /// `--lab-dir DIR`, `lab in the current directory`, `the lab folder of the workspace inflight
+    /// `--lab-dir DIR`, `lab/ in the current directory`, `the lab folder of the workspace inflight
     /// was built in (DIR)` or `the copies built into inflight`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Origin::LabDir(dir) => write!(f, "--lab-dir {}", dir.display()),
-            Origin::CurrentDir(dir) => write!(f, "{} in the current directory", dir.display()),
+            Origin::CurrentDir(dir) => write!(f, "{}/ in the current directory", dir.display()),
             Origin::Workspace(dir) => write!(
                 f,
                 "the lab folder of the workspace inflight was built in ({})",

@@ -219,7 +219,7 @@ pub struct RunPlan {
     pub scenarios_origin: String,
     /// The scenarios file's text, as the sim read it.
     pub scenarios_toml: String,
-    /// Where the lab's files came from: `--lab-dir DIR`, `lab in the current directory`, the
+    /// Where the lab's files came from: `--lab-dir DIR`, `lab/ in the current directory`, the
     /// lab folder of the workspace inflight was built in, or the copies built into inflight
     /// ([`crate::files::Origin`]); empty in documents written before it was kept.
     #[serde(default, skip_serializing_if = "String::is_empty")]

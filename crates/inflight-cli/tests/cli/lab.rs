@@ -1265,7 +1265,7 @@ fn a_run_that_fails_at_start_leaves_no_lab_results_folder() {
         .unwrap();
     let stderr = assert_refused(&output, "no `inflight sim` answers there", "");
     assert!(
-        stderr.contains("lab: lab files from lab in the current directory\n"),
+        stderr.contains("lab: lab files from lab/ in the current directory\n"),
         "{stderr}"
     );
     assert!(

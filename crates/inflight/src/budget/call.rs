@@ -7,7 +7,8 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::{CallError, Permit};
+use super::engine::Engine;
+use super::{CallError, OwnedPermit, Permit};
 use crate::limit::Outcome;
 
 /// Runs `call` under `permit`: within the budget's `call_timeout` if it has one, with `classify`
@@ -44,19 +45,55 @@ where
     result.map_err(CallError::Inner)
 }
 
+/// A permit a call runs under: borrowed by [`run`], owned by a call that outlives its future
+/// ([`HeldCall`](crate::tower::HeldCall)).
+pub(crate) trait Held {
+    fn engine(&self) -> &Engine;
+    fn granted_at(&self) -> Option<Instant>;
+    fn set_outcome(&mut self, outcome: Outcome);
+}
+
+impl Held for Permit<'_> {
+    fn engine(&self) -> &Engine {
+        Permit::engine(self)
+    }
+
+    fn granted_at(&self) -> Option<Instant> {
+        Permit::granted_at(self)
+    }
+
+    fn set_outcome(&mut self, outcome: Outcome) {
+        Permit::set_outcome(self, outcome)
+    }
+}
+
+impl Held for OwnedPermit {
+    fn engine(&self) -> &Engine {
+        self.budget().engine()
+    }
+
+    fn granted_at(&self) -> Option<Instant> {
+        OwnedPermit::granted_at(self)
+    }
+
+    fn set_outcome(&mut self, outcome: Outcome) {
+        OwnedPermit::set_outcome(self, outcome)
+    }
+}
+
 /// One call under a permit. Ending it with [`CallGuard::finish`] or [`CallGuard::timed_out`]
 /// counts the call and reports its outcome; dropping it unended (the call's future was dropped)
 /// gives the permit back as [`Outcome::Ignore`] and counts the call as cancelled.
-struct CallGuard<'a> {
-    permit: Permit<'a>,
+pub(crate) struct CallGuard<P: Held> {
+    permit: P,
     start: Instant,
     ended: bool,
 }
 
-impl<'a> CallGuard<'a> {
+impl<P: Held> CallGuard<P> {
     /// Starts the call's clock: when the permit was granted if that is known (after a wait it
     /// is, and reading the clock again would cost a read), else now.
-    fn start(permit: Permit<'a>) -> CallGuard<'a> {
+    pub(crate) fn start(permit: P) -> CallGuard<P> {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
         CallGuard {
             permit,
@@ -66,7 +103,7 @@ impl<'a> CallGuard<'a> {
     }
 
     /// The call returned (`ok`, or with an error), with this outcome for the limit.
-    fn finish(mut self, ok: bool, outcome: Outcome) {
+    pub(crate) fn finish(mut self, ok: bool, outcome: Outcome) {
         self.ended = true;
         self.permit
             .engine()
@@ -76,7 +113,7 @@ impl<'a> CallGuard<'a> {
     }
 
     /// The call ran past its timeout and was dropped: an overload signal.
-    fn timed_out(mut self) {
+    pub(crate) fn timed_out(mut self) {
         self.ended = true;
         self.permit
             .engine()
@@ -86,7 +123,7 @@ impl<'a> CallGuard<'a> {
     }
 }
 
-impl Drop for CallGuard<'_> {
+impl<P: Held> Drop for CallGuard<P> {
     fn drop(&mut self) {
         if !self.ended {
             self.permit.engine().stats.call_cancelled();

@@ -121,6 +121,10 @@ impl OwnedPermit {
     pub fn budget(&self) -> &Budget {
         &self.budget
     }
+
+    pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
 }
 
 impl Drop for OwnedPermit {
