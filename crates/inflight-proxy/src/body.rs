@@ -3,15 +3,16 @@
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use inflight::limit::Outcome;
 use inflight::tower::HeldCall;
-use tokio::time::Sleep;
+use tokio::task::JoinHandle;
 
 /// The error a streamed body ends with: the upstream's, or the call timeout.
 pub type BodyError = Box<dyn StdError + Send + Sync>;
@@ -28,8 +29,35 @@ enum Kind {
 
 struct Streamed {
     inner: Incoming,
-    held: Option<Held>,
+    /// The call still under way, if this body holds one.
+    call: Option<Arc<CallSlot>>,
+    /// Ends the call at its deadline. A task of its own, not a timer polled with the body:
+    /// hyper stops polling a body while the client does not read (its write buffer full, or an
+    /// HTTP/2 stream without window), and a client that never reads must not keep the permit.
+    timer: Option<JoinHandle<()>>,
     ended: bool,
+}
+
+/// The call a streamed body holds, shared with the task that ends it at its deadline.
+struct CallSlot {
+    held: Mutex<Option<Held>>,
+    timed_out: AtomicBool,
+    /// The task that last polled the body: woken at the deadline, so that a body waiting on the
+    /// upstream is cut then.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl CallSlot {
+    fn take(&self) -> Option<Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn holds(&self) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
 }
 
 /// The request's call, still holding its permit while the body streams.
@@ -37,7 +65,6 @@ struct Held {
     call: HeldCall,
     ok: bool,
     outcome: Outcome,
-    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 /// The body was cut because the call held its permit for its whole `call_timeout`.
@@ -65,7 +92,8 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
                 inner,
-                held: None,
+                call: None,
+                timer: None,
                 ended: false,
             })),
         }
@@ -80,18 +108,31 @@ impl ProxyBody {
         ok: bool,
         outcome: Outcome,
     ) -> ProxyBody {
-        let deadline = call
-            .deadline()
-            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+        let deadline = call.deadline();
+        let slot = Arc::new(CallSlot {
+            held: Mutex::new(Some(Held { call, ok, outcome })),
+            timed_out: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        });
+        let timer = deadline.map(|at| {
+            let slot = Arc::clone(&slot);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                if let Some(held) = slot.take() {
+                    slot.timed_out.store(true, Ordering::Release);
+                    held.call.timed_out();
+                    let waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(waker) = waker {
+                        waker.wake();
+                    }
+                }
+            })
+        });
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
                 inner,
-                held: Some(Held {
-                    call,
-                    ok,
-                    outcome,
-                    deadline,
-                }),
+                call: Some(slot),
+                timer,
                 ended: false,
             })),
         }
@@ -102,9 +143,23 @@ impl Streamed {
     /// The body was sent in full: the call ends as it went.
     fn end(&mut self) {
         self.ended = true;
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.take() {
             held.call.finish(held.ok, held.outcome);
         }
+    }
+
+    /// The call, if it is still under way (not ended, not timed out); its timer stops.
+    fn take(&mut self) -> Option<Held> {
+        if let Some(timer) = self.timer.take() {
+            timer.abort();
+        }
+        self.call.as_ref().and_then(|slot| slot.take())
+    }
+
+    fn timed_out(&self) -> bool {
+        self.call
+            .as_ref()
+            .is_some_and(|slot| slot.timed_out.load(Ordering::Acquire))
     }
 }
 
@@ -120,14 +175,18 @@ impl Body for ProxyBody {
             Kind::Full(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Streamed(s) => s,
         };
-        if let Some(held) = &mut streamed.held {
-            if let Some(deadline) = &mut held.deadline {
-                if deadline.as_mut().poll(cx).is_ready() {
-                    if let Some(held) = streamed.held.take() {
-                        held.call.timed_out();
-                    }
-                    return Poll::Ready(Some(Err(Box::new(CallTimeout))));
-                }
+        if streamed.ended {
+            return Poll::Ready(None);
+        }
+        if streamed.timed_out() {
+            // The timer ended the call (and gave the permit back); the body is cut.
+            streamed.ended = true;
+            return Poll::Ready(Some(Err(Box::new(CallTimeout))));
+        }
+        if let Some(slot) = &streamed.call {
+            let mut waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner());
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
             }
         }
         match Pin::new(&mut streamed.inner).poll_frame(cx) {
@@ -136,9 +195,17 @@ impl Body for ProxyBody {
                 streamed.end();
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Ok(frame))) => {
+                // Trailers are a body's last frame: hyper may drop the body without polling
+                // it again, and the call has ended as it went.
+                if frame.is_trailers() {
+                    streamed.end();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Poll::Ready(Some(Err(e))) => {
-                if let Some(held) = streamed.held.take() {
+                streamed.ended = true;
+                if let Some(held) = streamed.take() {
                     held.call.finish(false, Outcome::Overload);
                 }
                 Poll::Ready(Some(Err(Box::new(e))))
@@ -151,7 +218,9 @@ impl Body for ProxyBody {
             Kind::Full(bytes) => bytes.is_none(),
             // While the permit is held, the end is seen by polling, so that it is the poll
             // that gives the permit back.
-            Kind::Streamed(s) => s.held.is_none() && s.inner.is_end_stream(),
+            Kind::Streamed(s) => {
+                s.ended || (!s.call.as_ref().is_some_and(|c| c.holds()) && s.inner.is_end_stream())
+            }
         }
     }
 
@@ -171,6 +240,9 @@ impl Drop for Streamed {
         if !self.ended && self.inner.is_end_stream() {
             self.end();
         }
+        // Otherwise the call, if still held, is dropped here and counted as cancelled; the
+        // timer must not keep it (and its permit) until the deadline.
+        drop(self.take());
     }
 }
 
@@ -180,7 +252,7 @@ impl fmt::Debug for ProxyBody {
             Kind::Full(_) => f.write_str("ProxyBody::Full"),
             Kind::Streamed(s) => f
                 .debug_struct("ProxyBody::Streamed")
-                .field("holds_permit", &s.held.is_some())
+                .field("holds_permit", &s.call.as_ref().is_some_and(|c| c.holds()))
                 .finish(),
         }
     }

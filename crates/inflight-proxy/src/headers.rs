@@ -6,12 +6,17 @@ use std::net::IpAddr;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), beyond
-/// those the `Connection` header names. `Expect` is answered by the proxy's own server.
+/// those the `Connection` header names; with the proxy credentials and trailer announcement
+/// that RFC 2616 counted as hop-by-hop too (credentials meant for this hop must not reach the
+/// upstream). `Expect` is answered by the proxy's own server.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
     "proxy-connection",
     "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
     "te",
+    "trailer",
     "transfer-encoding",
     "upgrade",
 ];
@@ -43,7 +48,18 @@ pub(crate) fn for_upstream(
     preserve_host: bool,
     peer: IpAddr,
 ) {
+    // `TE: trailers` says the client takes trailers (gRPC needs it said): it holds for the
+    // upstream hop too, since the proxy passes trailers through.
+    let trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
     remove_hop_by_hop(headers);
+    if trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     headers.remove(header::EXPECT);
     if !preserve_host || !headers.contains_key(header::HOST) {
         headers.insert(header::HOST, authority.clone());
@@ -60,7 +76,7 @@ pub(crate) fn for_upstream(
     if !chain.is_empty() {
         chain.push_str(", ");
     }
-    chain.push_str(&peer.to_string());
+    chain.push_str(&peer.to_canonical().to_string());
     if let Ok(value) = HeaderValue::from_str(&chain) {
         headers.insert(forwarded_for, value);
     }
@@ -91,6 +107,9 @@ mod tests {
             ("te", "trailers"),
             ("transfer-encoding", "chunked"),
             ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic c2VjcmV0"),
+            ("proxy-authenticate", "Basic"),
+            ("trailer", "x-checksum"),
             ("x-trace-hop", "1"),
             ("x-second", "2"),
             ("x-end-to-end", "3"),
@@ -123,6 +142,15 @@ mod tests {
             h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
             ["1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9"]
         );
+
+        // `TE: trailers` is the one TE the upstream hop gets.
+        let mut h = headers(&[("te", "gzip, trailers"), ("proxy-authorization", "x")]);
+        for_upstream(&mut h, &authority, false, peer);
+        assert_eq!(h["te"], "trailers");
+        assert!(!h.contains_key("proxy-authorization"));
+        let mut h = headers(&[("te", "gzip")]);
+        for_upstream(&mut h, &authority, false, peer);
+        assert!(!h.contains_key("te"));
 
         // A request without Host (HTTP/1.0) still names the upstream.
         let mut h = HeaderMap::new();

@@ -96,7 +96,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inflight::config::{FleetConfig, ProxyConfig};
+use inflight::config::{budget_path, FleetConfig, ProxyConfig, Scope};
 use inflight::Budgets;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -222,7 +222,7 @@ impl ProxyBuilder {
         let mut routes = Vec::new();
         for (budget, route) in budgets.routes() {
             let listener = bind(
-                &format!("{}.listen", path_of(budget.name())),
+                &format!("{}.listen", budget_path(budget.name())),
                 route.listen(),
             )
             .await?;
@@ -261,9 +261,9 @@ impl ProxyBuilder {
                 stopped.clone(),
                 log.clone(),
                 move |request, peer| {
-                    let state = slot.current();
+                    let slot = slot.clone();
                     let log = handle_log.clone();
-                    async move { route::forward(state, request, peer, &log).await }
+                    async move { route::forward(&slot, request, peer, &log).await }
                 },
             ));
         }
@@ -357,7 +357,7 @@ impl Proxy {
         };
         let mut next = Vec::new();
         for (budget, route) in budgets.routes() {
-            let path = path_of(budget.name());
+            let path = budget_path(budget.name());
             let Some(slot) = self.shared.routes.iter().find(|s| s.name == budget.name()) else {
                 return Err(restart(path, "a newly proxied budget needs a restart"));
             };
@@ -376,7 +376,7 @@ impl Proxy {
             .find(|s| !next.iter().any(|(n, _, _)| n.name == s.name))
         {
             return Err(restart(
-                path_of(&gone.name),
+                budget_path(&gone.name),
                 "a budget no longer proxied needs a restart",
             ));
         }
@@ -397,12 +397,14 @@ impl Proxy {
         for (slot, budget, route) in next {
             let old = slot.current();
             let scope = budgets.scope(budget.name()).unwrap_or_default();
+            let fleet = matches!(scope, Scope::Fleet { .. });
             let (state, new_budget) = old.reloaded(budget, route, scope);
             if new_budget {
                 route::hand_over(
                     &self.shared.runtime,
                     old.budget.clone(),
                     state.budget.clone(),
+                    fleet,
                 );
             }
             if new_budget || state.route != old.route {
@@ -500,19 +502,6 @@ impl From<FleetLoadError> for ReloadError {
             FleetLoadError::Config(e) => ReloadError::Config(e),
             FleetLoadError::Fleet(e) => ReloadError::Fleet(e),
         }
-    }
-}
-
-/// Budget `name`'s path in a budgets file, as errors print it.
-fn path_of(name: &str) -> String {
-    let bare = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if bare {
-        format!("budgets.{name}")
-    } else {
-        format!("budgets.{name:?}")
     }
 }
 

@@ -31,13 +31,14 @@ pub const REQUEST_DURATION: &str = "inflight_proxy_request_duration_seconds";
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
-const REASONS: [Reason; 6] = [
+const REASONS: [Reason; 7] = [
     Reason::QueueFull,
     Reason::PermitTimeout,
     Reason::RateLimited,
     Reason::Unavailable,
     Reason::CallTimeout,
     Reason::Unreachable,
+    Reason::ClientBody,
 ];
 
 /// One proxy's recorder.
@@ -90,7 +91,7 @@ impl Registry {
 /// The handles of one budget's route, and the pace of its log lines.
 pub(crate) struct RouteMetrics {
     classes: [Counter; 5],
-    replies: [Counter; 6],
+    replies: [Counter; 7],
     duration: Histogram,
     log: LogPace,
 }

@@ -1,5 +1,6 @@
 //! The proxy's own answers: refusals (503, 429) that never reached the upstream, a call timeout
-//! (504) and an unreachable upstream (502), each with a small body naming the budget and why.
+//! (504), an unreachable upstream (502) and a client's request body that broke off (400), each
+//! with a small body naming the budget and why.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ pub(crate) enum Reason {
     Unavailable,
     CallTimeout,
     Unreachable,
+    ClientBody,
 }
 
 impl Reason {
@@ -30,6 +32,7 @@ impl Reason {
             Reason::Unavailable => "unavailable",
             Reason::CallTimeout => "call_timeout",
             Reason::Unreachable => "upstream_unreachable",
+            Reason::ClientBody => "client_body",
         }
     }
 
@@ -41,6 +44,7 @@ impl Reason {
             Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Unreachable => StatusCode::BAD_GATEWAY,
+            Reason::ClientBody => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -54,6 +58,9 @@ impl Reason {
             Reason::Unavailable => "the budget's permit store is unavailable",
             Reason::CallTimeout => "the upstream did not answer within call_timeout",
             Reason::Unreachable => "the upstream cannot be reached",
+            Reason::ClientBody => {
+                "the request's body broke off or was malformed on its way from the client"
+            }
         }
     }
 }

@@ -37,6 +37,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A budget's route as it runs: replaced whole on reload.
 pub(crate) struct RouteState {
     pub(crate) budget: Budget,
+    /// Which budget of the route this is: one more each time a reload replaces it.
+    generation: u64,
     pub(crate) route: Route,
     scope: Scope,
     authority: HeaderValue,
@@ -53,11 +55,12 @@ impl RouteState {
     ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
         let client = client(route.upstream_http2());
-        RouteState::with(budget, route, scope, client, metrics)
+        RouteState::with(budget, 0, route, scope, client, metrics)
     }
 
     fn with(
         budget: Budget,
+        generation: u64,
         route: Route,
         scope: Scope,
         client: UpstreamClient,
@@ -67,6 +70,7 @@ impl RouteState {
             .expect("a checked upstream's authority is a valid header value");
         RouteState {
             budget,
+            generation,
             route,
             scope,
             authority,
@@ -85,10 +89,10 @@ impl RouteState {
         scope: Scope,
     ) -> (RouteState, bool) {
         let replaced = budget.config() != self.budget.config() || scope != self.scope;
-        let budget = if replaced {
-            budget
+        let (budget, generation) = if replaced {
+            (budget, self.generation + 1)
         } else {
-            self.budget.clone()
+            (self.budget.clone(), self.generation)
         };
         let same_upstream = route.upstream() == self.route.upstream()
             && route.upstream_http2() == self.route.upstream_http2();
@@ -97,7 +101,14 @@ impl RouteState {
         } else {
             client(route.upstream_http2())
         };
-        let state = RouteState::with(budget, route, scope, client, self.metrics.clone());
+        let state = RouteState::with(
+            budget,
+            generation,
+            route,
+            scope,
+            client,
+            self.metrics.clone(),
+        );
         (state, replaced)
     }
 }
@@ -127,8 +138,15 @@ const HANDOFF_POLL: Duration = Duration::from_millis(5);
 ///
 /// Checked every [`HANDOFF_POLL`], so a permit comes back up to that late: the limit is kept,
 /// at the cost of a moment's unused capacity. A permit taken here is counted by `new` as
-/// admitted. With a rate limit, `new` may grant fewer of them than asked (one per slot).
-pub(crate) fn hand_over(runtime: &tokio::runtime::Handle, old: Budget, new: Budget) {
+/// admitted.
+///
+/// Not done for a budget with a rate limit (a permit taken here would spend a rate slot that a
+/// request should have) or with permits in the fleet's store (the old calls' leases are in the
+/// store already, under the same keys, and count against the new budget there).
+pub(crate) fn hand_over(runtime: &tokio::runtime::Handle, old: Budget, new: Budget, fleet: bool) {
+    if fleet || new.config().rate_limit().is_some() {
+        return;
+    }
     // The first permits are taken before the new budget serves anyone.
     let mut held: Vec<OwnedPermit> = Vec::new();
     if !take_over(&old, &new, &mut held) {
@@ -151,6 +169,10 @@ fn take_over(old: &Budget, new: &Budget, held: &mut Vec<OwnedPermit>) -> bool {
     let want = under_old.min(new.limit());
     held.truncate(want);
     while held.len() < want {
+        // A try that fails is counted as a refusal: ask only while a permit is free.
+        if new.in_flight() >= new.limit() || new.snapshot().waiting > 0 {
+            break;
+        }
         match new.try_acquire_owned() {
             Ok(permit) => held.push(permit),
             Err(_) => break,
@@ -187,43 +209,85 @@ impl RouteSlot {
     }
 }
 
-/// Forwards `request` from `peer` through `state`'s budget, or answers it itself.
+/// Forwards `request` from `peer` through the budget of `slot`'s current state, or answers it
+/// itself.
 pub(crate) async fn forward(
-    state: Arc<RouteState>,
+    slot: &RouteSlot,
     request: Request<Incoming>,
     peer: SocketAddr,
     log: &Log,
 ) -> Response<ProxyBody> {
     let arrived = Instant::now();
-    let response = forward_held(&state, request, peer, log).await;
+    let (state, response) = forward_held(slot, request, peer, log).await;
     state
         .metrics
         .responded(response.status().as_u16(), arrived.elapsed());
     response
 }
 
+/// Waits for a permit of the route's budget. A permit granted by a budget that a reload
+/// replaced meanwhile goes back, and the request waits again under the new one: else the old
+/// budget's queue would keep admitting up to the old limit after the limit was lowered.
+async fn acquire(slot: &RouteSlot) -> (Arc<RouteState>, Result<HeldCall, Reason>) {
+    let mut state = slot.current();
+    loop {
+        let call = match HeldCall::start(&state.budget).await {
+            Ok(call) => call,
+            Err(e) => return (state, Err(Reason::from(&e))),
+        };
+        let now = slot.current();
+        if now.generation == state.generation {
+            // The same budget, perhaps with other route settings: forward under those.
+            return (now, Ok(call));
+        }
+        drop(call);
+        state = now;
+    }
+}
+
 async fn forward_held(
+    slot: &RouteSlot,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    log: &Log,
+) -> (Arc<RouteState>, Response<ProxyBody>) {
+    if request.method() == Method::CONNECT {
+        let state = slot.current();
+        return (
+            state,
+            plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "inflight: CONNECT is not proxied\n",
+            ),
+        );
+    }
+    if !forwardable(request.uri()) {
+        return (slot.current(), target_refused());
+    }
+    // The permit first: a refused request is never forwarded, and the call timeout starts now.
+    let (state, call) = acquire(slot).await;
+    let call = match call {
+        Ok(call) => call,
+        Err(reason) => {
+            let response = replied(&state, reason);
+            return (state, response);
+        }
+    };
+    let response = forward_call(&state, call, request, peer, log).await;
+    (state, response)
+}
+
+async fn forward_call(
     state: &RouteState,
+    call: HeldCall,
     mut request: Request<Incoming>,
     peer: SocketAddr,
     log: &Log,
 ) -> Response<ProxyBody> {
-    if request.method() == Method::CONNECT {
-        return plain(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "inflight: CONNECT is not proxied\n",
-        );
-    }
     let Some(uri) = upstream_uri(state, request.uri()) else {
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "inflight: the request target cannot be forwarded\n",
-        );
-    };
-    // The permit first: a refused request is never forwarded, and the call timeout starts now.
-    let call = match HeldCall::start(&state.budget).await {
-        Ok(call) => call,
-        Err(e) => return replied(state, Reason::from(&e)),
+        // Checked before the permit was asked for; an upstream's authority always joins.
+        call.finish(false, Outcome::Ignore);
+        return target_refused();
     };
     // An HTTP/2 client names the host in the request target, not in a Host header.
     let client_host = request
@@ -260,6 +324,11 @@ async fn forward_held(
     };
     let mut response = match result {
         Ok(response) => response,
+        Err(e) if from_client_body(&e) => {
+            // The client's request body failed, not the upstream: nothing for the limit to learn.
+            call.finish(false, Outcome::Ignore);
+            return replied(state, Reason::ClientBody);
+        }
         Err(e) => {
             // Whatever kept the upstream from answering says it cannot take more now.
             call.finish(false, Outcome::Overload);
@@ -315,6 +384,19 @@ fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
     response
 }
 
+/// Whether the request's target is a path the upstream can be sent (origin form).
+fn forwardable(uri: &Uri) -> bool {
+    uri.path_and_query()
+        .is_none_or(|p| p.as_str().starts_with('/'))
+}
+
+fn target_refused() -> Response<ProxyBody> {
+    plain(
+        StatusCode::BAD_REQUEST,
+        "inflight: the request target cannot be forwarded\n",
+    )
+}
+
 /// The URI to send to the upstream: its authority, the request's path and query.
 fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -324,6 +406,21 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
     format!("http://{}{}", state.route.upstream().authority(), path)
         .parse()
         .ok()
+}
+
+/// Whether the request failed because its body, read from the client, did (hyper's "user body"
+/// error somewhere in the chain), rather than the upstream or the way to it.
+fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// An error and its sources, one line.

@@ -25,6 +25,10 @@ const FOLLOWS_SHARE: f64 = 0.9;
 /// event (C2 in healthy), and the sentence only gives the counts.
 const OVERLOAD_SHARE: f64 = 0.1;
 
+/// The least share of the best refused strategy's accepted/s at which a strategy that drew no
+/// 503 is said to protect the system of record (rather than to have sent it little).
+const PROTECT_RATE_SHARE: f64 = 0.8;
+
 /// Failed hypotheses named in the summary; more are counted.
 const NAMED_FAILURES: usize = 4;
 
@@ -300,30 +304,60 @@ fn protection(doc: &ResultsDoc) -> Vec<String> {
                 .iter()
                 .max_by(|a, b| a.accepted_per_s.median.total_cmp(&b.accepted_per_s.median))
                 .expect("refused is not empty");
-            let names = clean_names;
-            let ratios: Vec<String> = clean
+            let share = |r: &SummaryRow| ratio(r.accepted_per_s.median, best.accepted_per_s.median);
+            // Drawing no 503 by doing little (a starved strategy) is not protection: only a
+            // strategy that kept most of the rate of the best refused one is said to protect.
+            let (protect, slow): (Vec<&&SummaryRow>, Vec<&&SummaryRow>) = clean
                 .iter()
-                .filter_map(|r| ratio(r.accepted_per_s.median, best.accepted_per_s.median))
-                .map(|r| format!("{}x", fmt_ratio(r)))
-                .collect();
-            let rate = if ratios.len() == clean.len() {
-                format!(
-                    ", at {} {}'s accepted/s",
-                    list(&ratios),
-                    strategy_label(&best.strategy)
-                )
-            } else {
-                String::new()
+                .copied()
+                .partition(|r| share(r).is_some_and(|s| s >= PROTECT_RATE_SHARE));
+            let at = |rows: &[&&SummaryRow]| -> String {
+                let ratios: Vec<String> = rows
+                    .iter()
+                    .filter_map(|r| share(r))
+                    .map(|r| format!("{}x", fmt_ratio(r)))
+                    .collect();
+                if ratios.len() == rows.len() {
+                    format!(
+                        ", at {} {}'s accepted/s",
+                        list(&ratios),
+                        strategy_label(&best.strategy)
+                    )
+                } else {
+                    String::new()
+                }
             };
-            let verb = if clean.len() == 1 {
+            let names = |rows: &[&&SummaryRow]| -> Vec<String> {
+                rows.iter().map(|r| strategy_label(&r.strategy)).collect()
+            };
+            if protect.is_empty() {
+                out.push(format!(
+                    "In {place}, {} drew no 503 in any repeat, against {} (medians per run), but only{}.",
+                    list(&names(&slow)),
+                    list(&refused_counts),
+                    at(&slow).trim_start_matches(','),
+                ));
+                continue;
+            }
+            let verb = if protect.len() == 1 {
                 "protects"
             } else {
                 "protect"
             };
+            let also = if slow.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} drew none too, but only{}",
+                    list(&names(&slow)),
+                    at(&slow).trim_start_matches(',')
+                )
+            };
             out.push(format!(
-                "In {place}, {} {verb} the system of record: no write refused (503) in any repeat, against {} (medians per run){rate}.",
-                list(&names),
+                "In {place}, {} {verb} the system of record: no write refused (503) in any repeat, against {} (medians per run){}{also}.",
+                list(&names(&protect)),
                 list(&refused_counts),
+                at(&protect),
             ));
         }
     }
@@ -393,20 +427,26 @@ fn answer(doc: &ResultsDoc) -> Option<String> {
         .iter()
         .filter(|r| r.strategy.eq_ignore_ascii_case("c5") && r.write_503s.max > 0.0)
         .map(|r| {
-            format!(
-                "{} in {}",
-                fmt_num(r.write_503s.median),
-                scenario_phrase(&r.scenario, r.cpus, r.unlimited)
-            )
+            let place = scenario_phrase(&r.scenario, r.cpus, r.unlimited);
+            if r.write_503s.median > 0.0 {
+                format!(
+                    "{} a run in {place} (median, at most {})",
+                    fmt_num(r.write_503s.median),
+                    fmt_num(r.write_503s.max)
+                )
+            } else {
+                // A median of 0: refusals in some repeats only, said as such.
+                format!(
+                    "none in most repeats of {place}, at most {} in one",
+                    fmt_num(r.write_503s.max)
+                )
+            }
         })
         .collect();
     let writes = if refused.is_empty() {
         "with no write refused (503) in any repeat".to_string()
     } else {
-        format!(
-            "with writes refused (503, median per run): {}",
-            list(&refused)
-        )
+        format!("with writes refused (503): {}", list(&refused))
     };
     Some(format!(
         "Told nothing about capacity, C5 accepts {parts}, {writes}."
@@ -650,9 +690,55 @@ mod tests {
         );
         assert!(
             found.iter().any(|s| s.ends_with(
-                "with writes refused (503, median per run): 2 in slow-write."
+                "with writes refused (503): 2 a run in slow-write (median, at most 4)."
             )),
             "C5's own sentence says so: {found:#?}"
+        );
+    }
+
+    #[test]
+    fn refusals_in_some_repeats_only_are_said_as_such() {
+        let mut d = default_run();
+        for r in &mut d.summary {
+            if (r.strategy.as_str(), r.scenario.as_str()) == ("c5", "slow-write") {
+                r.write_503s = spread(0.0, 0.0, 2.0);
+            }
+        }
+        let found = findings(&d);
+        assert!(
+            found.iter().any(|s| s.starts_with("Told nothing about capacity")
+                && s.ends_with("with writes refused (503): none in most repeats of slow-write, at most 2 in one.")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn drawing_no_503_by_sending_little_is_not_protection() {
+        let none = (0.0, 0.0);
+        // C1 at 1 CPU in slow-write: no 503, because it has one record in flight.
+        let d = doc(vec![
+            row("c1", "slow-write", 1.0, 2.45, 81.7, none),
+            row("c2", "slow-write", 1.0, 34.78, 3.85, (68.0, 70.0)),
+            row("c4", "slow-write", 1.0, 36.05, 5.55, none),
+        ]);
+        let found = findings(&d);
+        let slow_write = found
+            .iter()
+            .find(|s| s.starts_with("In slow-write"))
+            .unwrap();
+        assert_eq!(
+            slow_write,
+            "In slow-write, C4 protects the system of record: no write refused (503) in any repeat, against 68 for C2 (medians per run), at 1.04x C2's accepted/s; C1 drew none too, but only at 0.07x C2's accepted/s."
+        );
+        let d = doc(vec![
+            row("c1", "slow-write", 1.0, 2.45, 81.7, none),
+            row("c2", "slow-write", 1.0, 34.78, 3.85, (68.0, 70.0)),
+        ]);
+        let found = findings(&d);
+        assert!(!found.iter().any(|s| s.contains("protect")), "{found:#?}");
+        assert!(
+            found.contains(&"In slow-write, C1 drew no 503 in any repeat, against 68 for C2 (medians per run), but only at 0.07x C2's accepted/s.".to_string()),
+            "{found:#?}"
         );
     }
 

@@ -157,6 +157,44 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
     );
 }
 
+/// Lowering a limit holds for requests that were already waiting: the old budget's queue does
+/// not go on admitting up to the old limit.
+#[tokio::test]
+async fn a_lowered_limit_holds_for_requests_queued_before_the_reload() {
+    let upstream = Upstream::start().await;
+    let file = |extra: &str| budget("records", &upstream.url(), extra);
+    let (proxy, _) = proxy(&file("max_concurrent = 3\nmax_queued = 10")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let requests: Vec<_> = (0..9)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("three held upstream and six waiting", || {
+        upstream.seen().len() == 3
+            && metrics(&proxy)["inflight_budget_waiting{budget=records}"] == 6.0
+    })
+    .await;
+    proxy
+        .reload(&file("max_concurrent = 1\nmax_queued = 10"))
+        .unwrap();
+    // The three held requests end; of the six that waited, one at a time reaches the upstream.
+    upstream.release(3);
+    until("a fourth request upstream", || upstream.seen().len() == 4).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        upstream.seen().len(),
+        4,
+        "requests queued before the reload were admitted beside each other"
+    );
+    for n in 5..=9 {
+        upstream.release(1);
+        until("the next request upstream", || upstream.seen().len() == n).await;
+    }
+    upstream.release(1);
+    for r in requests {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+}
+
 #[tokio::test]
 async fn draining_finishes_what_is_in_flight_and_refuses_new_connections() {
     let upstream = Upstream::start().await;

@@ -139,3 +139,50 @@ async fn a_client_that_leaves_mid_body_frees_the_permit() {
     );
     drop(body);
 }
+
+/// A client that asks and never reads: hyper stops polling the body once the socket's buffers
+/// are full, and the call timeout must still end the call and give the permit back.
+#[tokio::test]
+async fn a_client_that_never_reads_loses_the_permit_at_the_call_timeout() {
+    use tokio::io::AsyncWriteExt;
+
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "downloads",
+        &upstream.url(),
+        "max_concurrent = 1\ncall_timeout = \"300ms\"",
+    ))
+    .await;
+    let addr = proxy.local_addr("downloads").unwrap();
+    let body = upstream.next_stream();
+    // More than loopback's socket buffers hold (a few MB), sent as long as anyone takes it.
+    let feeder = tokio::spawn(async move {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        for _ in 0..1024 {
+            if body.send(chunk.clone()).await.is_err() {
+                break;
+            }
+        }
+        body
+    });
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET /stream HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    crate::support::until("the call to start", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"] == 1.0
+    })
+    .await;
+    crate::support::until("the permit comes back at the call timeout", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"] == 0.0
+    })
+    .await;
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_calls_total{budget=downloads,outcome=timeout}"],
+        1.0
+    );
+    drop(socket);
+    feeder.abort();
+}

@@ -23,8 +23,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use call::CallGuard;
 pub use builder::{BudgetBuilder, BudgetConfig};
+pub(crate) use call::CallGuard;
 pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
 pub use snapshot::{BudgetSnapshot, LatencySummary};

@@ -194,7 +194,14 @@ impl ConfigError {
 /// The dotted path of budget `name` in a budgets file, as errors print it: `budgets.records`, or
 /// `budgets."a.b"` when the name is not a bare TOML key (so a dot in a name is not read as a
 /// nested table, and an empty name still shows).
-pub(crate) fn budget_path(name: &str) -> String {
+///
+/// ```
+/// use inflight::config::budget_path;
+///
+/// assert_eq!(budget_path("records"), "budgets.records");
+/// assert_eq!(budget_path("a.b"), r#"budgets."a.b""#);
+/// ```
+pub fn budget_path(name: &str) -> String {
     let bare = !name.is_empty()
         && name
             .chars()
