@@ -8,7 +8,9 @@ use std::future::Future;
 use tokio::time::Instant;
 
 use super::engine::Engine;
-use super::{CallError, OwnedPermit, Permit};
+#[cfg(feature = "tower")]
+use super::OwnedPermit;
+use super::{CallError, Permit};
 use crate::limit::Outcome;
 
 /// Runs `call` under `permit`: within the budget's `call_timeout` if it has one, with `classify`
@@ -67,6 +69,7 @@ impl Held for Permit<'_> {
     }
 }
 
+#[cfg(feature = "tower")]
 impl Held for OwnedPermit {
     fn engine(&self) -> &Engine {
         self.budget().engine()

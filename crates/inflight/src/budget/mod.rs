@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use builder::{BudgetBuilder, BudgetConfig};
+#[cfg(feature = "tower")]
 pub(crate) use call::CallGuard;
 pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};

@@ -122,6 +122,7 @@ impl OwnedPermit {
         &self.budget
     }
 
+    #[cfg(feature = "tower")]
     pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
         self.outcome = outcome;
     }

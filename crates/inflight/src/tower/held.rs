@@ -101,7 +101,9 @@ mod tests {
     use std::time::Duration;
 
     use super::HeldCall;
-    use crate::limit::{Adaptive, Outcome};
+    #[cfg(feature = "adaptive")]
+    use crate::limit::Adaptive;
+    use crate::limit::Outcome;
     use crate::{AcquireError, Budget, BudgetConfig};
 
     #[tokio::test(start_paused = true)]
@@ -139,6 +141,7 @@ mod tests {
         assert_eq!((s.in_flight, s.call_timeouts), (0, 1));
     }
 
+    #[cfg(feature = "adaptive")]
     #[tokio::test(start_paused = true)]
     async fn a_dropped_call_is_cancelled_and_an_overload_cuts_the_limit() {
         let budget = Budget::new("b", BudgetConfig::new(8).adaptive(Adaptive::aimd())).unwrap();
