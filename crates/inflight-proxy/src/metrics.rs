@@ -65,7 +65,7 @@ impl Registry {
             describe_counter!(
                 REPLIES,
                 Unit::Count,
-                "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, unavailable, call_timeout, upstream_unreachable."
+                "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, unavailable, call_timeout, upstream_unreachable, client_body."
             );
             describe_histogram!(
                 REQUEST_DURATION,
