@@ -204,6 +204,20 @@ pub struct QuotaGroup {
     procs_c: CString,
 }
 
+/// The CPUs this process can use (as std reads them: affinity and quota; 1 when they cannot be
+/// read), if a quota of `cpus` is more than that. Such a quota gives a process in its group
+/// no more than those CPUs, so results labelled with `cpus` would be mislabelled.
+///
+/// ```
+/// let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// assert_eq!(inflight_cpu::more_than_available(available as f64), None);
+/// assert_eq!(inflight_cpu::more_than_available(available as f64 + 1.0), Some(available));
+/// ```
+pub fn more_than_available(cpus: f64) -> Option<usize> {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus > available as f64 + 1e-9).then_some(available)
+}
+
 impl QuotaGroup {
     /// Creates a fresh cgroup (unique name `inflight-<pid>-<n>`) with a CPU quota of `cpus`
     /// (fractional allowed; quota = cpus x period, period 100 ms) under the v2 or v1 cpu mount found.

@@ -51,7 +51,8 @@ mod mounts;
 pub mod runtimes;
 
 pub use cgroup::{
-    throttle_stats_at, CgroupError, Enforcement, QuotaGroup, ThrottleStats, PERIOD_US,
+    more_than_available, throttle_stats_at, CgroupError, Enforcement, QuotaGroup, ThrottleStats,
+    PERIOD_US,
 };
 pub use detect::{
     CgroupVersion, CpuBudget, CpuController, DetectError, LevelLimit, Limit, QuotaStatus,

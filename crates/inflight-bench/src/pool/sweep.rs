@@ -101,9 +101,7 @@ pub fn sweep(
     mut progress: impl FnMut(SweepEvent<'_>),
 ) -> Result<SweepOutcome, BenchError> {
     if let Some(cpus) = config.cpus {
-        // As std reads it (affinity and quota), 1 when it cannot be read.
-        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cpus > available as f64 + 1e-9 {
+        if let Some(available) = inflight_cpu::more_than_available(cpus) {
             return Err(BenchError::MoreThanAvailable { cpus, available });
         }
     }

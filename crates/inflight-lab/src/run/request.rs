@@ -244,12 +244,11 @@ fn check(mut args: LabArgs) -> anyhow::Result<LabArgs> {
         }
     }
     // A quota above the host's CPUs gives the runner only the host's, under the quota's label.
-    let host_cpus = crate::strategy::available_parallelism();
-    if let Some(bad) = args
+    if let Some((bad, host_cpus)) = args
         .cpus
         .iter()
         .flatten()
-        .find(|c| too_many(**c, host_cpus))
+        .find_map(|c| inflight_cpu::more_than_available(*c).map(|host| (c, host)))
     {
         bail!(
             "--cpus {bad} is more than this host's {}: the runner would have {host_cpus} while its rows said {bad}; give at most {host_cpus}",
@@ -257,10 +256,6 @@ fn check(mut args: LabArgs) -> anyhow::Result<LabArgs> {
         );
     }
     Ok(args)
-}
-
-fn too_many(cpus: f64, host_cpus: usize) -> bool {
-    cpus > host_cpus as f64 + 1e-9
 }
 
 /// A value given on the command line, with the flag that gave it.
@@ -288,8 +283,10 @@ fn new_request(args: LabArgs, lab: LabConfig, exe: PathBuf) -> anyhow::Result<La
         args.scenarios.as_deref(),
         args.cpus.as_deref(),
     )?;
-    let host_cpus = crate::strategy::available_parallelism();
-    if let Some(cell) = cells.iter().find(|c| too_many(c.cpus, host_cpus)) {
+    if let Some((cell, host_cpus)) = cells
+        .iter()
+        .find_map(|c| inflight_cpu::more_than_available(c.cpus).map(|host| (c, host)))
+    {
         bail!(
             "the matrix runs {} in {} at {} CPUs, more than this host's {}: the runner would have {host_cpus} while its rows said {}; give --cpus {host_cpus} (or fewer)",
             cell.strategy,
