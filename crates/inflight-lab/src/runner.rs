@@ -28,6 +28,11 @@ use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Enrichment calls per record, made one after another.
 pub const ENRICHMENT_CALLS: u32 = 3;
+/// How much longer than the call timeout the runner waits for an answer when a proxy enforces
+/// the budgets: the proxy holds the call in its queue (with no deadline, as the runner's own
+/// budgets do) and ends it with a 504 at the call timeout, so the runner's own timeout only
+/// guards against a proxy that never answers.
+pub const PROXIED_TIMEOUT_FACTOR: u32 = 30;
 /// How often the calls in flight are sampled for the timeline (wall time, not scaled).
 pub const TIMELINE_INTERVAL: Duration = Duration::from_millis(10);
 /// The timeline keeps at most this many samples (an hour at 10 ms), so memory stays bounded.
@@ -55,6 +60,11 @@ pub struct RunnerConfig {
     pub redis_url: Option<String>,
     /// The sizes the lab measured for budgets given as `{ measure = "capacity" }`, by dependency.
     pub measured: BTreeMap<String, usize>,
+    /// Where enrichment calls go instead of the sim (the proxy of a strategy with
+    /// `enforce = "proxy"`).
+    pub enrichment_url: Option<String>,
+    /// Where writes go instead of the sim.
+    pub records_url: Option<String>,
 }
 
 /// Why a run could not be carried out (as opposed to records that failed, which are counted).
@@ -72,6 +82,8 @@ pub enum RunnerError {
     Client(#[source] reqwest::Error),
     #[error("outcome accounting is off: {0}")]
     Accounting(String),
+    #[error("strategy `{0}` is enforced by a proxy (enforce = \"proxy\"): give the runner --enrichment-url and --records-url of the proxy (`inflight lab run` starts one)")]
+    NoProxy(String),
 }
 
 /// How one record ended. Every record started ends in exactly one of these.
@@ -213,7 +225,13 @@ impl Gates {
 /// What the record tasks share.
 struct Shared {
     client: reqwest::Client,
+    /// The sim's base URL, for the warm-up.
     base: String,
+    /// Where enrichment calls and writes go: the sim, or the proxy in front of it.
+    enrichment_base: String,
+    records_base: String,
+    /// Whether a proxy enforces the budgets, so that its 504 is the call timeout.
+    proxied: bool,
     gates: Gates,
     call_timeout: Duration,
     enrichment: Arc<PeakGauge>,
@@ -243,9 +261,9 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
 /// which starts only once the call is admitted), or under the client timeout alone when the
 /// dependency has no gate.
 async fn gated<F>(
+    shared: &Shared,
     gate: Option<&Gate>,
     gauge: &Arc<PeakGauge>,
-    timeout: Duration,
     call: F,
 ) -> Result<u16, CallFailure>
 where
@@ -265,8 +283,17 @@ where
             .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
         Ok(status)
     };
+    let timeout = shared.call_timeout;
     match gate {
         Some(gate) => gate.call(Box::pin(answered), timeout).await,
+        // The proxy ends a call at its call timeout with a 504 (it never forwards before it
+        // holds a permit, so the wait in its queue is not part of the timeout).
+        None if shared.proxied => {
+            match tokio::time::timeout(timeout * PROXIED_TIMEOUT_FACTOR, answered).await {
+                Ok(Ok(504)) | Err(_) => Err(CallFailure::Timeout),
+                Ok(answer) => answer,
+            }
+        }
         None => tokio::time::timeout(timeout, answered)
             .await
             .map_err(|_| CallFailure::Timeout)?,
@@ -276,11 +303,11 @@ where
 async fn process(shared: &Shared, id: u64) -> Outcome {
     let mut timed_out = false;
     for _ in 0..ENRICHMENT_CALLS {
-        let url = format!("{}/enrich/{id}", shared.base);
+        let url = format!("{}/enrich/{id}", shared.enrichment_base);
         let result = gated(
+            shared,
             shared.gates.enrichment.as_ref(),
             &shared.enrichment,
-            shared.call_timeout,
             shared.client.get(url).send(),
         )
         .await;
@@ -302,12 +329,12 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
     }
     let body = serde_json::json!({ "id": id, "complete": !timed_out });
     let result = gated(
+        shared,
         shared.gates.records.as_ref(),
         &shared.writes,
-        shared.call_timeout,
         shared
             .client
-            .post(format!("{}/records", shared.base))
+            .post(format!("{}/records", shared.records_base))
             .json(&body)
             .send(),
     )
@@ -361,6 +388,21 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         return Err(RunnerError::BadTimeScale(config.time_scale));
     }
     let base = loopback_base(&config.sim_url)?;
+    let proxied = config.strategy.proxied();
+    let (enrichment_base, records_base) = match (&config.enrichment_url, &config.records_url) {
+        (Some(e), Some(r)) => (loopback_base(e)?, loopback_base(r)?),
+        _ if proxied => return Err(RunnerError::NoProxy(config.strategy.name.clone())),
+        (e, r) => (
+            e.as_deref().map_or(Ok(base.clone()), loopback_base)?,
+            r.as_deref().map_or(Ok(base.clone()), loopback_base)?,
+        ),
+    };
+    // The proxy enforces the budgets: the runner has none of its own.
+    let budgets = if proxied {
+        &BudgetPlan::None
+    } else {
+        &config.strategy.budgets
+    };
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -388,8 +430,11 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let shared = Arc::new(Shared {
         client,
         base,
+        enrichment_base,
+        records_base,
+        proxied,
         gates: Gates::new(
-            &config.strategy.budgets,
+            budgets,
             call_timeout,
             config.time_scale,
             fleet.as_ref(),
@@ -644,6 +689,7 @@ mod tests {
             description: String::new(),
             records_in_flight: RecordsInFlight::Fixed(in_flight),
             budgets,
+            enforce: crate::strategy::Enforce::Runner,
         }
     }
 
@@ -664,6 +710,8 @@ mod tests {
             redis_url: None,
             seed: 1,
             measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
         };
         let r = run(&config).await.unwrap();
         // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
@@ -710,6 +758,8 @@ mod tests {
             redis_url: None,
             seed: 1,
             measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.records, 30);
@@ -781,6 +831,8 @@ mod tests {
             redis_url: None,
             seed: 1,
             measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.complete, 40);
@@ -810,6 +862,8 @@ mod tests {
             redis_url: None,
             seed: 1,
             measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.failed, 5);
@@ -828,6 +882,8 @@ mod tests {
             redis_url: None,
             seed: 1,
             measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
         };
         assert!(matches!(
             run(&config).await,

@@ -247,6 +247,19 @@ impl fmt::Display for BudgetPlan {
     }
 }
 
+/// Where a strategy's budgets are enforced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforce {
+    /// In the runner process, around its calls (the default).
+    #[default]
+    Runner,
+    /// In an `inflight proxy` sidecar that the lab starts in front of the sim, as its own process
+    /// in its own CPU quota: the runner has no dependency limits and sends its calls to the
+    /// proxy, as an unmodified application would.
+    Proxy,
+}
+
 /// One strategy from the strategies file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Strategy {
@@ -254,9 +267,16 @@ pub struct Strategy {
     pub description: String,
     pub records_in_flight: RecordsInFlight,
     pub budgets: BudgetPlan,
+    /// Where the budgets are enforced (`enforce = "proxy"`: by a sidecar proxy).
+    pub enforce: Enforce,
 }
 
 impl Strategy {
+    /// Whether an `inflight proxy` sidecar enforces this strategy's budgets (`enforce = "proxy"`).
+    pub fn proxied(&self) -> bool {
+        self.enforce == Enforce::Proxy
+    }
+
     /// The dependencies whose budget sizes the lab measures before the runs.
     pub fn measured(&self) -> Vec<&'static str> {
         self.gates()
@@ -336,6 +356,8 @@ struct RawStrategy {
     shared: Option<Count>,
     enrichment: Option<RawGate>,
     records: Option<RawGate>,
+    #[serde(default)]
+    enforce: Enforce,
 }
 
 /// One dependency's gate as written: a count, or a table.
@@ -548,13 +570,49 @@ impl RawStrategy {
                 records,
             },
         };
+        if self.enforce == Enforce::Proxy {
+            proxied_budgets(&budgets)?;
+        }
         Ok(Strategy {
             name: name.to_string(),
             description: self.description,
             records_in_flight: self.records_in_flight,
             budgets,
+            enforce: self.enforce,
         })
     }
+}
+
+/// Checks that a proxy can enforce `budgets`: one `inflight` budget per dependency, kept in the
+/// proxy's process (a shared budget, a peer limiter, a measured size or a fleet budget is the
+/// runner's alone).
+fn proxied_budgets(budgets: &BudgetPlan) -> Result<(), String> {
+    let refuse = |what: &str| {
+        Err(format!(
+            "field `enforce` is \"proxy\", but {what}: a proxy enforces per-dependency `inflight` budgets (counts or budget tables)"
+        ))
+    };
+    let (enrichment, records) = match budgets {
+        BudgetPlan::None => return refuse("the strategy has no budgets"),
+        BudgetPlan::Shared(_) => return refuse("`shared` budgets all calls as one"),
+        BudgetPlan::PerDependency {
+            enrichment,
+            records,
+        } => (enrichment, records),
+    };
+    for (dependency, gate) in [("enrichment", enrichment), ("records", records)] {
+        match gate {
+            Some(GateSpec::Peer(_)) => return refuse(&format!("`{dependency}` is a peer limiter")),
+            Some(GateSpec::Measured) => {
+                return refuse(&format!("`{dependency}` is measured by the lab"))
+            }
+            Some(gate @ GateSpec::Budget(_)) if gate.fleet(dependency).is_some() => {
+                return refuse(&format!("`{dependency}` keeps its permits in Redis"))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -154,6 +154,8 @@ async fn a_runner_serves_its_budgets_while_it_runs() {
         first_id: 0,
         redis_url: None,
         measured: Default::default(),
+        enrichment_url: None,
+        records_url: None,
     };
     let run = tokio::spawn(async move { runner::run(&run_config).await });
 

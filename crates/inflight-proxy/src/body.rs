@@ -65,6 +65,8 @@ struct Held {
     call: HeldCall,
     ok: bool,
     outcome: Outcome,
+    /// What the call tells the limit if the body outlasts the call timeout.
+    on_timeout: Outcome,
 }
 
 /// The body was cut because the call held its permit for its whole `call_timeout`.
@@ -101,16 +103,22 @@ impl ProxyBody {
 
     /// The upstream's body, holding `call` (and its permit) until the body has been sent in
     /// full; it then ends the call with `ok` and `outcome`. Past the call's deadline the body is
-    /// cut and the call counted as timed out.
+    /// cut and the call counted as timed out, telling the limit `on_timeout`.
     pub(crate) fn holding(
         inner: Incoming,
         call: HeldCall,
         ok: bool,
         outcome: Outcome,
+        on_timeout: Outcome,
     ) -> ProxyBody {
         let deadline = call.deadline();
         let slot = Arc::new(CallSlot {
-            held: Mutex::new(Some(Held { call, ok, outcome })),
+            held: Mutex::new(Some(Held {
+                call,
+                ok,
+                outcome,
+                on_timeout,
+            })),
             timed_out: AtomicBool::new(false),
             waker: Mutex::new(None),
         });
@@ -120,7 +128,7 @@ impl ProxyBody {
                 tokio::time::sleep_until(at).await;
                 if let Some(held) = slot.take() {
                     slot.timed_out.store(true, Ordering::Release);
-                    held.call.timed_out();
+                    held.call.timed_out_as(held.on_timeout);
                     let waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(waker) = waker {
                         waker.wake();

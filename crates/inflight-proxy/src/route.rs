@@ -316,7 +316,7 @@ async fn forward_call(
         Some(at) => match tokio::time::timeout_at(at, sent).await {
             Ok(result) => result,
             Err(_) => {
-                call.timed_out();
+                call.timed_out_as(timeout_outcome(&state.route));
                 return replied(state, Reason::CallTimeout);
             }
         },
@@ -368,9 +368,18 @@ async fn forward_call(
             call.finish(ok, outcome);
             ProxyBody::streamed(body)
         }
-        _ => ProxyBody::holding(body, call, ok, outcome),
+        _ => ProxyBody::holding(body, call, ok, outcome, timeout_outcome(&state.route)),
     };
     Response::from_parts(parts, body)
+}
+
+/// What a call past its call timeout tells the budget's limit (`overload_on_timeout`).
+fn timeout_outcome(route: &Route) -> Outcome {
+    if route.overload_on_timeout() {
+        Outcome::Overload
+    } else {
+        Outcome::Ignore
+    }
 }
 
 fn replied(state: &RouteState, reason: Reason) -> Response<ProxyBody> {

@@ -39,6 +39,7 @@ Example budgets file:
   listen = \"127.0.0.1:7002\"
   release = \"body\"           # or \"headers\": when the permit goes back
   overload_status = [429, 503] # upstream answers an adaptive limit treats as overload
+  overload_on_timeout = true   # false: a call past call_timeout tells the limit nothing
 
 Examples:
   inflight proxy --config budgets.toml

@@ -233,6 +233,61 @@ fn adaptive_and_rate_limited_strategies_run_end_to_end() {
     );
 }
 
+/// The budgets of C4-PROXY and C5-PROXY are enforced by an `inflight proxy` the lab starts in
+/// front of the sim: the runner, with no limits of its own, keeps 64 records in flight, yet the
+/// system of record sees at most the proxy's 6 writes at once, and every record ends in one
+/// outcome.
+#[test]
+fn proxied_strategies_put_their_budgets_in_a_proxy_in_front_of_the_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small_run_args(&dir.path().join("r"));
+    let i = args.iter().position(|a| a == "c1,c4").unwrap();
+    args[i] = "c2-64,c4-proxy,c5-proxy".into();
+    let i = args.iter().position(|a| a == "healthy,slow-write").unwrap();
+    args[i] = "slow-write".into();
+    let i = args.iter().position(|a| a == "24").unwrap();
+    args[i] = "96".into();
+    let i = args.iter().position(|a| a == "0.05").unwrap();
+    args[i] = "0.2".into();
+    let output = run_lab(&args);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r/results.json")).unwrap())
+            .unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let run = |name: &str| {
+        runs.iter()
+            .find(|r| r["strategy"] == name)
+            .unwrap_or_else(|| panic!("a run of {name}"))
+    };
+    for r in runs {
+        let outcomes = ["complete", "incomplete", "rejected", "failed"]
+            .iter()
+            .map(|k| r[k].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(outcomes, 96, "every record ends in one outcome: {r}");
+    }
+    // Without limits the runner offers the system of record far more than 6 writes at once...
+    let unlimited = run("c2-64")["peak_writes_offered"].as_u64().unwrap();
+    assert!(unlimited > 6, "c2-64 offered {unlimited} writes at once");
+    // ... and behind the proxy it offers the proxy as many, which lets 6 through.
+    let c4 = run("c4-proxy");
+    assert!(
+        c4["peak_writes_in_flight"].as_u64().unwrap() > 6,
+        "the runner itself has no limit: {c4}"
+    );
+    assert_eq!(c4["peak_writes_offered"], 6, "{c4}");
+    assert_eq!(c4["write_503s"], 0, "{c4}");
+    let c5 = run("c5-proxy");
+    assert!(c5["complete"].as_u64().unwrap() + c5["incomplete"].as_u64().unwrap() > 0);
+    assert!(
+        c5["peak_writes_offered"].as_u64().unwrap() < unlimited,
+        "the proxy's adaptive budget holds writes below the unlimited peak: {c5}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("the proxy"), "no proxy trouble: {stderr}");
+}
+
 #[test]
 fn without_json_the_summary_goes_to_stdout() {
     let dir = tempfile::tempdir().unwrap();

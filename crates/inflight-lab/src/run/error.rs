@@ -24,6 +24,8 @@ pub enum LabError {
     Sim(#[from] SimClientError),
     #[error("run {run}: the runner failed: {message}")]
     Runner { run: String, message: String },
+    #[error("run {run}: the proxy in front of the sim failed: {message}")]
+    Proxy { run: String, message: String },
     #[error("{0}")]
     Invalid(String),
     #[error("cannot save the finished runs in {}", path.display())]

@@ -20,6 +20,8 @@
 //! - [`redis`]: the Redis that fleet budgets keep their permits in.
 //! - `measure`: budgets measured by a capacity sweep before the runs.
 //! - `runner_process`: one runner process in its cgroup.
+//! - `sidecar`: the `inflight proxy` in front of the sim, in its own cgroup, for a strategy whose
+//!   budgets a proxy enforces (`enforce = "proxy"`).
 //! - `rewrite`: `inflight lab report`, the report of a results document written again.
 //! - `session`: [`LabRun`], which ties them together, and how a session ended ([`LabEnd`]).
 //!
@@ -40,6 +42,7 @@ mod rewrite;
 mod runner_process;
 pub mod scheduler;
 mod session;
+mod sidecar;
 
 pub use self::error::LabError;
 pub use self::measure::{MIN_SWEEP_TIME_SCALE, STOP_ON_ERRORS};

@@ -518,7 +518,7 @@ mod tests {
         for repeat in 1..=a.repeats {
             for cell in &a.cells {
                 let line = |o: &LabOptions| {
-                    runner_args(o, "http://127.0.0.1:4000", cell, repeat, 0, None, &[])
+                    runner_args(o, "http://127.0.0.1:4000", cell, repeat, 0, None, &[], None)
                         .command_line()
                 };
                 assert_eq!(line(a), line(b), "{cell:?} repeat {repeat}");

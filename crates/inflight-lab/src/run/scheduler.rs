@@ -15,10 +15,12 @@ use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
 use super::runner_process::{RunnerEnd, RunnerProcess};
+use super::sidecar::{self, Sidecar, PROXY_CPUS};
 use crate::matrix::Cell;
 use crate::results::{MeasuredBudget, RunResult};
 use crate::runner::RunnerArgs;
 use crate::sim::client::{u64_at, SimClient};
+use crate::strategy::Strategies;
 use inflight_bench::shutdown::Shutdown;
 
 /// The RNG seed of one run: the same for every strategy in a (scenario, repeat), so strategies face the
@@ -37,7 +39,9 @@ pub fn run_seed(base: u64, scenario: &str, repeat: u32) -> u64 {
 }
 
 /// The command line of replica `replica` (0-based) of the run of `cell` at `repeat`: its share
-/// of the records, its seed, the lab's time scale and files, and where it serves its metrics.
+/// of the records, its seed, the lab's time scale and files, where it serves its metrics, and the
+/// proxy it sends its calls to when one enforces the strategy's budgets.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn runner_args(
     opts: &LabOptions,
     sim_url: &str,
@@ -46,6 +50,7 @@ pub(crate) fn runner_args(
     replica: usize,
     redis: Option<&LabRedis>,
     measured: &[MeasuredBudget],
+    proxy: Option<&Sidecar>,
 ) -> RunnerArgs {
     let share = replicas::shares(opts.records, opts.replicas)[replica];
     RunnerArgs {
@@ -68,6 +73,8 @@ pub(crate) fn runner_args(
             .filter(|m| m.scenario == cell.scenario)
             .map(|m| (m.dependency.clone(), m.max_concurrent))
             .collect(),
+        enrichment_url: proxy.map(|p| p.enrichment_url.clone()),
+        records_url: proxy.map(|p| p.records_url.clone()),
     }
 }
 
@@ -103,6 +110,8 @@ pub(crate) struct RunEnv<'a> {
     pub redis: Option<&'a LabRedis>,
     /// The budgets measured before the runs.
     pub measured: &'a [MeasuredBudget],
+    /// The strategies the cells name.
+    pub strategies: &'a Strategies,
 }
 
 /// Runs `todo` in order against the sim, each run in its own runner processes (one per
@@ -124,6 +133,7 @@ pub(crate) async fn run_cells(
         limited: env.limited,
         redis: env.redis,
         measured: env.measured,
+        strategies: env.strategies,
     };
     let total = todo.len();
     for (i, planned) in todo.iter().enumerate() {
@@ -162,14 +172,65 @@ struct Context<'a> {
     redis: Option<&'a LabRedis>,
     /// The budgets measured before the runs.
     measured: &'a [MeasuredBudget],
+    strategies: &'a Strategies,
 }
 
-/// One run of `cell`: its replicas' runner processes, each in a fresh cgroup, against the sim
-/// set to the cell's scenario; their results merged and checked.
+/// One run of `cell`, with the proxy that enforces its strategy's budgets, if one does, started
+/// before the runners and stopped after them.
 async fn run_one(
     ctx: &Context<'_>,
     cell: &Cell,
     repeat: u32,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<RunResult, LabError> {
+    let label = format!(
+        "{} {} {} CPU repeat {repeat}",
+        cell.strategy, cell.scenario, cell.cpus
+    );
+    let strategy = ctx
+        .strategies
+        .get(&cell.strategy)
+        .map_err(|e| LabError::Invalid(e.to_string()))?;
+    if !strategy.proxied() {
+        return run_runners(ctx, cell, repeat, None, progress).await;
+    }
+    let proxy_err = |message: String| LabError::Proxy {
+        run: label.clone(),
+        message,
+    };
+    let budgets = sidecar::budgets_file(strategy, ctx.control.url(), ctx.opts.time_scale)
+        .map_err(proxy_err)?;
+    // The proxy has a quota of its own, outside the runner's, as a sidecar container has.
+    let group = if ctx.limited {
+        Some(
+            QuotaGroup::create(PROXY_CPUS).map_err(|e| LabError::NoLimit {
+                cpus: PROXY_CPUS,
+                message: e.to_string(),
+            })?,
+        )
+    } else {
+        None
+    };
+    let proxy = Sidecar::start(&ctx.opts.exe, &budgets, group)
+        .await
+        .map_err(proxy_err)?;
+    let result = run_runners(ctx, cell, repeat, Some(&proxy), progress).await;
+    let said = proxy.stop().await;
+    if result.is_err() && !said.is_empty() {
+        progress(Progress::Warning(format!(
+            "the proxy of {label} said: {said}"
+        )));
+    }
+    result
+}
+
+/// The runs of `cell`: its replicas' runner processes, each in a fresh cgroup, against the sim
+/// set to the cell's scenario; their results merged and checked.
+async fn run_runners(
+    ctx: &Context<'_>,
+    cell: &Cell,
+    repeat: u32,
+    proxy: Option<&Sidecar>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<RunResult, LabError> {
     let Context {
@@ -179,6 +240,7 @@ async fn run_one(
         limited,
         redis,
         measured,
+        ..
     } = *ctx;
     let label = format!(
         "{} {} {} CPU repeat {repeat}",
@@ -217,7 +279,7 @@ async fn run_one(
         } else {
             None
         };
-        let args = runner_args(opts, control.url(), cell, repeat, i, redis, measured);
+        let args = runner_args(opts, control.url(), cell, repeat, i, redis, measured, proxy);
         match RunnerProcess::spawn(&opts.exe, &args, group) {
             Ok(runner) => runners.push(runner),
             Err(source) => {

@@ -12,6 +12,7 @@ use crate::results::{ResultsDoc, RunMeta, RunPlan, RunResult, SummaryRow};
 use crate::runner::loopback_base;
 use crate::sim::client::{SimClient, SimClientError};
 use crate::sim::process::SimProcess;
+use crate::strategy::Strategies;
 
 use inflight_bench::shutdown::Shutdown;
 
@@ -263,8 +264,8 @@ impl LabRun {
         });
 
         let prepared = self.prepare(opts, shutdown, progress, &url).await;
-        let redis = match prepared {
-            Ok(redis) => redis,
+        let (redis, strategies) = match prepared {
+            Ok(prepared) => prepared,
             Err(e) => {
                 if let Some(sim) = sim {
                     sim.stop().await;
@@ -310,6 +311,7 @@ impl LabRun {
             limited,
             redis: redis.as_ref(),
             measured: &measured,
+            strategies: &strategies,
         };
         let result = run_cells(opts, &todo, shutdown, &env, &mut track, &mut finished).await;
         if let Some(redis) = redis {
@@ -454,7 +456,7 @@ impl LabRun {
         shutdown: &Shutdown,
         progress: &mut dyn FnMut(Progress<'_>),
         url: &str,
-    ) -> Result<Option<LabRedis>, LabError> {
+    ) -> Result<(Option<LabRedis>, Strategies), LabError> {
         let strategies = match &opts.strategies_file {
             Some(path) => {
                 crate::strategy::load(path).map_err(|e| LabError::Invalid(e.to_string()))?
@@ -484,7 +486,7 @@ impl LabRun {
                 }
             }
         }
-        Ok(redis)
+        Ok((redis, strategies))
     }
 
     fn save(&self) -> Result<(), LabError> {

@@ -53,6 +53,13 @@ pub struct RunnerArgs {
     /// The measured size of a budget given as `{ measure = "capacity" }`, e.g. `records=6`.
     #[arg(long, value_name = "DEPENDENCY=N", value_parser = parse_measured)]
     pub measured: Vec<(String, usize)>,
+    /// Send enrichment calls here instead of the sim (the loopback URL of the proxy that
+    /// enforces a strategy with `enforce = "proxy"`).
+    #[arg(long, value_name = "URL")]
+    pub enrichment_url: Option<String>,
+    /// Send writes here instead of the sim.
+    #[arg(long, value_name = "URL")]
+    pub records_url: Option<String>,
 }
 
 impl RunnerArgs {
@@ -82,6 +89,12 @@ impl RunnerArgs {
         }
         for (dependency, n) in &self.measured {
             flag("--measured", format!("{dependency}={n}").into());
+        }
+        if let Some(url) = &self.enrichment_url {
+            flag("--enrichment-url", url.clone().into());
+        }
+        if let Some(url) = &self.records_url {
+            flag("--records-url", url.clone().into());
         }
         if self.exit_on_stdin_close {
             out.push("--exit-on-stdin-close".into());
@@ -113,6 +126,8 @@ impl RunnerArgs {
             first_id: self.first_id,
             redis_url: self.redis_url.clone(),
             measured: self.measured.iter().cloned().collect::<BTreeMap<_, _>>(),
+            enrichment_url: self.enrichment_url.clone(),
+            records_url: self.records_url.clone(),
         })
     }
 }
@@ -177,6 +192,8 @@ mod tests {
             first_id: 134,
             redis_url: Some("redis://127.0.0.1:6380".into()),
             measured: vec![("records".into(), 6), ("enrichment".into(), 12)],
+            enrichment_url: Some("http://127.0.0.1:4001".into()),
+            records_url: Some("http://127.0.0.1:4002".into()),
         }
     }
 
@@ -190,6 +207,8 @@ mod tests {
             metrics_addr: None,
             redis_url: None,
             measured: Vec::new(),
+            enrichment_url: None,
+            records_url: None,
             ..all
         };
         assert_eq!(read_back(&fewest), fewest);

@@ -184,3 +184,32 @@ async fn overload_statuses_cut_an_adaptive_limit_and_others_do_not() {
     get(&client, addr, "/status/503").await;
     assert!(limit(&proxy) < after_529);
 }
+
+/// A call past its call timeout is an overload signal by default; `overload_on_timeout = false`
+/// keeps it from the limit (an upstream whose slow calls come whatever its load), while the
+/// client still gets its 504 and the timeout is still counted.
+#[tokio::test]
+async fn a_timeout_cuts_an_adaptive_limit_unless_overload_on_timeout_is_false() {
+    let upstream = Upstream::start().await;
+    for (setting, cut) in [("", true), ("\noverload_on_timeout = false", false)] {
+        let (proxy, _) = proxy(&budget(
+            "records",
+            &upstream.url(),
+            &format!(
+                "max_concurrent = 8\nlimit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 8\ncall_timeout = \"50ms\"{setting}"
+            ),
+        ))
+        .await;
+        let addr = proxy.local_addr("records").unwrap();
+        let (status, headers, _) = get(&client(), addr, "/sleep/2000").await;
+        assert_eq!(status, 504);
+        assert_eq!(headers["x-inflight-refused"], "call_timeout");
+        let m = metrics(&proxy);
+        let limit = m["inflight_budget_limit{budget=records}"];
+        assert_eq!(limit < 8.0, cut, "{setting:?}: the limit is {limit}");
+        assert_eq!(
+            m["inflight_proxy_replies_total{budget=records,reason=call_timeout}"],
+            1.0
+        );
+    }
+}

@@ -116,13 +116,18 @@ impl<P: Held> CallGuard<P> {
     }
 
     /// The call ran past its timeout and was dropped: an overload signal.
-    pub(crate) fn timed_out(mut self) {
+    pub(crate) fn timed_out(self) {
+        self.timed_out_as(Outcome::Overload);
+    }
+
+    /// The call ran past its timeout and was dropped; `outcome` is what that tells the limit.
+    pub(crate) fn timed_out_as(mut self, outcome: Outcome) {
         self.ended = true;
         self.permit
             .engine()
             .stats
             .call_timed_out(self.start.elapsed());
-        self.permit.set_outcome(Outcome::Overload);
+        self.permit.set_outcome(outcome);
     }
 }
 

@@ -10,6 +10,7 @@ use super::{budget_path, ConfigError, FleetConfig, FleetFail, Scope};
 use crate::budget::BudgetConfig;
 use crate::rate::{ParseRateError, Rate};
 
+/// Keys of a budget's table, but for a proxied budget's ([`super::proxy::ROUTE_FIELDS`]).
 const FIELDS: &[&str] = &[
     "max_concurrent",
     "max_queued",
@@ -28,12 +29,6 @@ const FIELDS: &[&str] = &[
     "scope",
     "fail",
     "local_limit",
-    "upstream",
-    "listen",
-    "release",
-    "overload_status",
-    "preserve_host",
-    "upstream_http2",
 ];
 
 /// Keys of the `[fleet]` table.
@@ -270,11 +265,13 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     let path = budget_path(name);
     let field = |f: &str| format!("{path}.{f}");
     let mut errors = Vec::new();
+    let known = || FIELDS.iter().chain(super::proxy::ROUTE_FIELDS);
     for key in table.keys() {
-        if !FIELDS.contains(&key.as_str()) {
+        if !known().any(|k| k == key) {
+            let expected: Vec<&str> = known().copied().collect();
             errors.push(ConfigError::invalid(
                 field(key),
-                format!("unknown key (expected one of {})", FIELDS.join(", ")),
+                format!("unknown key (expected one of {})", expected.join(", ")),
             ));
         }
     }

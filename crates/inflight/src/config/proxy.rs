@@ -14,6 +14,7 @@
 //! overload_status = [429, 503]         # upstream answers that mean overload (the default)
 //! preserve_host = false                # true: forward the client's Host header unchanged
 //! upstream_http2 = false               # true: HTTP/2 with prior knowledge to the upstream
+//! overload_on_timeout = true           # false: a call past call_timeout tells the limit nothing
 //! ```
 //!
 //! Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge to `listen`, whichever this says.
@@ -42,6 +43,7 @@ pub(super) const ROUTE_FIELDS: &[&str] = &[
     "overload_status",
     "preserve_host",
     "upstream_http2",
+    "overload_on_timeout",
 ];
 
 /// Keys of the `[proxy]` table.
@@ -134,6 +136,7 @@ pub struct Route {
     overload_status: Vec<u16>,
     preserve_host: bool,
     upstream_http2: bool,
+    overload_on_timeout: bool,
 }
 
 impl Route {
@@ -166,6 +169,13 @@ impl Route {
     /// sharing one connection, rather than HTTP/1.1 over a pool of connections.
     pub fn upstream_http2(&self) -> bool {
         self.upstream_http2
+    }
+
+    /// Whether a call that runs past the budget's call timeout tells its limit the upstream is
+    /// overloaded (the default), or nothing: for an upstream whose slow calls come whatever its
+    /// load, so that an adaptive limit does not shrink on them.
+    pub fn overload_on_timeout(&self) -> bool {
+        self.overload_on_timeout
     }
 }
 
@@ -259,8 +269,8 @@ pub(super) fn route(
             Vec::new()
         }),
     };
-    let mut flag = |key: &str| match table.get(key) {
-        None => false,
+    let mut flag = |key: &str, default: bool| match table.get(key) {
+        None => default,
         Some(Value::Boolean(b)) => *b,
         Some(other) => {
             errors.push(ConfigError::invalid(
@@ -270,8 +280,9 @@ pub(super) fn route(
             false
         }
     };
-    let preserve_host = flag("preserve_host");
-    let upstream_http2 = flag("upstream_http2");
+    let preserve_host = flag("preserve_host", false);
+    let upstream_http2 = flag("upstream_http2", false);
+    let overload_on_timeout = flag("overload_on_timeout", true);
     if let Some(e) = ConfigError::all(errors) {
         return Err(e);
     }
@@ -285,6 +296,7 @@ pub(super) fn route(
         overload_status,
         preserve_host,
         upstream_http2,
+        overload_on_timeout,
     }))
 }
 

@@ -85,6 +85,13 @@ impl HeldCall {
     pub fn timed_out(self) {
         self.guard.timed_out();
     }
+
+    /// Ends the call as having run past its call timeout, counted as a call timeout, with
+    /// `outcome` for the budget's limit: [`Outcome::Ignore`] for a dependency whose slow calls
+    /// say nothing of its load. The permit goes back.
+    pub fn timed_out_as(self, outcome: Outcome) {
+        self.guard.timed_out_as(outcome);
+    }
 }
 
 impl fmt::Debug for HeldCall {
