@@ -27,7 +27,7 @@ async function call(url) {
     await response.arrayBuffer();
     return response.ok ? "ok" : String(response.status);
   } catch (error) {
-    return error.cause?.code ?? error.name;
+    return error.cause?.code ?? error.cause?.message ?? error.message;
   }
 }
 
