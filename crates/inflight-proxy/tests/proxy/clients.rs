@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::support::{budget, metrics, proxy, run_bounded, version_of, Upstream};
+use crate::support::{budget, metrics, proxy, run_bounded, until, version_of, Upstream};
 
 const CALLS: usize = 500;
 const MAX_CONCURRENT: usize = 8;
@@ -178,33 +178,139 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
     );
 }
 
+/// The two clients: the program that runs each, and its file in `clients/`.
+const PYTHON: (&str, &str) = ("python3", "fanout.py");
+const NODE: (&str, &str) = ("node", "fanout.mjs");
+
+/// Whether `client` can run here; if not, a line in the test's log says it skipped and why.
+fn usable((program, file): (&str, &str)) -> bool {
+    let Some(version) = version_of(program) else {
+        eprintln!("skipped {file}: {program} is not installed");
+        return false;
+    };
+    if program == "node" {
+        let major: Option<u32> = version
+            .trim_start_matches('v')
+            .split('.')
+            .next()
+            .and_then(|major| major.parse().ok());
+        if major.is_none_or(|major| major < 18) {
+            eprintln!("skipped {file}: node {version} is older than 18 and has no global fetch");
+            return false;
+        }
+    }
+    eprintln!("{file} runs on {program} {version}");
+    true
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_thread_pool_of_500_gets_every_answer_with_8_at_the_upstream() {
-    let Some(version) = version_of("python3") else {
-        eprintln!("skipped: python3 is not installed");
-        return;
-    };
-    eprintln!("{version}");
-    fan_out_through_a_budget_of_8("python3", "fanout.py").await;
+    if usable(PYTHON) {
+        fan_out_through_a_budget_of_8(PYTHON.0, PYTHON.1).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_promise_all_of_500_fetches_gets_every_answer_with_8_at_the_upstream() {
-    let Some(version) = version_of("node") else {
-        eprintln!("skipped: node is not installed");
-        return;
-    };
-    let major: Option<u32> = version
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|major| major.parse().ok());
-    if major.is_none_or(|major| major < 18) {
-        eprintln!("skipped: node {version} is older than 18 and has no global fetch");
-        return;
+    if usable(NODE) {
+        fan_out_through_a_budget_of_8(NODE.0, NODE.1).await;
     }
-    eprintln!("node {version}");
-    fan_out_through_a_budget_of_8("node", "fanout.mjs").await;
+}
+
+/// With no room to queue, the proxy refuses what it cannot forward; each client counts the 503s
+/// by status and exits 1. The upstream holds the first two calls until every other one has
+/// been refused, so the counts are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_calls_make_each_client_exit_1_counting_them_by_status() {
+    const SENT: usize = 20;
+    for client @ (program, file) in [PYTHON, NODE] {
+        if !usable(client) {
+            continue;
+        }
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let upstream = std::sync::Arc::new(Upstream::start().await);
+        let (proxy, _) = proxy(&budget(
+            "records",
+            &upstream.url(),
+            "max_concurrent = 2\nmax_queued = 0",
+        ))
+        .await;
+        let url = format!("http://{}/hold", proxy.local_addr("records").unwrap());
+        let run = tokio::spawn(async move {
+            run_bounded(
+                Command::new(program)
+                    .arg(client_file(file))
+                    .arg(&url)
+                    .arg(SENT.to_string()),
+                CLIENT_LIMIT,
+            )
+            .await
+        });
+        let refused = "inflight_proxy_replies_total{budget=records,reason=queue_full}";
+        until("every call but the two held refused", || {
+            metrics(&proxy).get(refused).copied() == Some((SENT - 2) as f64)
+        })
+        .await;
+        upstream.release(2);
+        let run = run.await.unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(1),
+            "{file} exits 1 when a call failed; stdout:\n{}\nstderr:\n{}",
+            run.stdout,
+            run.stderr
+        );
+        let report = Report::parse(run.stdout.lines().last().unwrap_or_default());
+        assert_eq!(
+            (report.ok, report.failed),
+            (2, SENT - 2),
+            "{file}: {report:?}"
+        );
+        assert_eq!(
+            report.failed_by_status.replace(' ', ""),
+            format!("{{\"503\":{}}}", SENT - 2),
+            "{file}"
+        );
+        assert_eq!(upstream.seen().len(), 2, "a refused call was forwarded");
+    }
+}
+
+/// A bad URL or count gets the client's usage on stderr and exit 2, before any call.
+#[tokio::test]
+async fn bad_arguments_make_each_client_exit_2_with_its_usage() {
+    for client @ (program, file) in [PYTHON, NODE] {
+        if !usable(client) {
+            continue;
+        }
+        for args in [
+            &[][..],
+            &["127.0.0.1:7002"],
+            &["ftp://127.0.0.1/"],
+            &["http://127.0.0.1:7002/", "0"],
+            &["http://127.0.0.1:7002/", "-3"],
+            &["http://127.0.0.1:7002/", "many"],
+            &["http://127.0.0.1:7002/", "2.5"],
+        ] {
+            let run = run_bounded(
+                Command::new(program).arg(client_file(file)).args(args),
+                CLIENT_LIMIT,
+            )
+            .await;
+            assert_eq!(
+                run.status.code(),
+                Some(2),
+                "{file} {args:?}: stdout {:?}, stderr {:?}",
+                run.stdout,
+                run.stderr
+            );
+            assert!(run.stdout.is_empty(), "{file} {args:?}: {}", run.stdout);
+            assert!(
+                run.stderr.starts_with("usage:") && !run.stderr.contains("Traceback"),
+                "{file} {args:?}: {}",
+                run.stderr
+            );
+        }
+    }
 }
 
 /// The README's subsection on these clients shows both files as they are, and the budget the
