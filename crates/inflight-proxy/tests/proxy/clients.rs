@@ -126,6 +126,7 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
         direct.peak()
     );
 
+    assert!(SETTINGS.starts_with(&format!("max_concurrent = {MAX_CONCURRENT}\n")));
     let upstream = Upstream::start().await;
     let (proxy, _) = proxy(&budget("records", &upstream.url(), SETTINGS)).await;
     let url = format!(
