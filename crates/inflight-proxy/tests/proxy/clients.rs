@@ -107,7 +107,7 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
     let _alone = ONE_AT_A_TIME.lock().await;
     // Without the proxy: how many at once the client really sends.
     let direct = Upstream::start().await;
-    let report = run_client(
+    let alone = run_client(
         program,
         file,
         &format!("{}/sleep/{SERVICE_MS}", direct.url()),
@@ -115,9 +115,9 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
     .await;
     eprintln!(
         "{file} straight to the upstream: {} of {CALLS} ok, peak {} at once, {:.3} s",
-        report.ok,
+        alone.ok,
         direct.peak(),
-        report.elapsed_s
+        alone.elapsed_s
     );
     assert!(
         direct.peak() > MAX_CONCURRENT,
@@ -171,11 +171,15 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
         "{} s is faster than {waves} waves of {SERVICE_MS} ms: more than {MAX_CONCURRENT} ran at once",
         report.elapsed_s
     );
-    // Generous: the machine is shared and 500 threads take a while to start.
+    // Generous: the machine is shared, and the client's own cost (500 threads or fetches to
+    // start, on this machine's load now) comes on top; it is what the run straight to the
+    // upstream took.
+    let ceiling_s = 4.0 * floor_s + alone.elapsed_s;
     assert!(
-        report.elapsed_s <= 4.0 * floor_s,
-        "{} s is more than 4x the floor of {floor_s:.2} s",
-        report.elapsed_s
+        report.elapsed_s <= ceiling_s,
+        "{} s is more than 4x the floor of {floor_s:.2} s plus the {:.3} s the client took alone",
+        report.elapsed_s,
+        alone.elapsed_s
     );
 }
 
