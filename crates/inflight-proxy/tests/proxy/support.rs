@@ -304,3 +304,66 @@ pub fn metrics(proxy: &Proxy) -> HashMap<String, f64> {
     }
     out
 }
+
+/// What a child process left behind: its exit status, what it printed, and how long it ran.
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Runs `command` to its end with its output captured; kills it and panics with its stderr if it
+/// runs past `limit`, so no test hangs on a child.
+pub async fn run_bounded(command: &mut tokio::process::Command, limit: Duration) -> Finished {
+    use tokio::io::AsyncReadExt;
+
+    let started = std::time::Instant::now();
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let read = |mut pipe: Box<dyn tokio::io::AsyncRead + Send + Unpin>| {
+        tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes).await;
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let status = match tokio::time::timeout(limit, child.wait()).await {
+        Ok(status) => status.unwrap(),
+        Err(_) => {
+            let _ = child.kill().await;
+            let stderr = within(stderr).await.unwrap();
+            panic!("{command:?} still ran after {limit:?} and was killed; its stderr:\n{stderr}");
+        }
+    };
+    let elapsed = started.elapsed();
+    Finished {
+        status,
+        stdout: within(stdout).await.unwrap(),
+        stderr: within(stderr).await.unwrap(),
+        elapsed,
+    }
+}
+
+/// What `program --version` prints (stdout, else stderr), or `None` when it cannot be run.
+pub fn version_of(program: &str) -> Option<String> {
+    let output = std::process::Command::new(program)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = if output.stdout.is_empty() {
+        output.stderr
+    } else {
+        output.stdout
+    };
+    Some(String::from_utf8_lossy(&text).trim().to_string())
+}
