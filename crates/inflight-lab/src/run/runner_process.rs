@@ -39,6 +39,24 @@ pub(crate) enum RunnerEnd {
     Failed(String),
 }
 
+/// Spawns `cmd` with its stdout and stderr piped, inside `group` when given, in a process group of
+/// its own (a Ctrl-C at the terminal reaches the lab alone, which stops its children itself), and
+/// killed if its handle is dropped.
+pub(crate) fn spawn_in(
+    mut cmd: std::process::Command,
+    group: Option<&QuotaGroup>,
+) -> std::io::Result<Child> {
+    cmd.process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(group) = group {
+        group.prepare_command(&mut cmd);
+    }
+    let mut cmd = Command::from(cmd);
+    cmd.kill_on_drop(true);
+    cmd.spawn()
+}
+
 impl RunnerProcess {
     /// Starts `exe` as a runner with `args`, inside `group` when given, in a process group of
     /// its own: a Ctrl-C at the terminal reaches the lab alone, which stops the runner itself
@@ -49,16 +67,8 @@ impl RunnerProcess {
         group: Option<QuotaGroup>,
     ) -> std::io::Result<RunnerProcess> {
         let mut cmd = std::process::Command::new(exe);
-        cmd.args(args.command_line()).process_group(0);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(group) = &group {
-            group.prepare_command(&mut cmd);
-        }
-        let mut cmd = Command::from(cmd);
-        cmd.kill_on_drop(true);
-        let mut child = cmd.spawn()?;
+        cmd.args(args.command_line()).stdin(Stdio::piped());
+        let mut child = spawn_in(cmd, group.as_ref())?;
         let stdin = child.stdin.take();
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");

@@ -3,16 +3,16 @@
 //! one run in front of the sim, in a CPU quota of its own outside the runner's, as a sidecar
 //! container would be.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use inflight_cpu::QuotaGroup;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::task::JoinHandle;
 
+use super::runner_process::spawn_in;
 use crate::runner::CLIENT_TIMEOUT;
 use crate::strategy::{BudgetPlan, GateSpec, RecordsInFlight, Strategy};
 
@@ -129,17 +129,8 @@ impl Sidecar {
         cmd.arg("proxy")
             .arg("--config")
             .arg(file.path())
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(group) = &group {
-            group.prepare_command(&mut cmd);
-        }
-        let mut cmd = Command::from(cmd);
-        cmd.kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
+            .stdin(Stdio::null());
+        let mut child = spawn_in(cmd, group.as_ref())
             .map_err(|e| format!("cannot start {} proxy: {e}", exe.display()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
