@@ -89,6 +89,7 @@ pub mod metrics;
 mod refusal;
 mod route;
 mod server;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -8,3 +8,4 @@ mod operations;
 mod refusals;
 mod release;
 mod support;
+mod tls;
