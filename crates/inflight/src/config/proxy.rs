@@ -420,38 +420,17 @@ fn ca_file(field: &str, value: &Value, folder: Option<&Path>) -> Result<CaFile, 
             "holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)".into(),
         ));
     }
-    if let Some(i) = certificates.iter().position(|der| !der_sequence(der)) {
-        return Err(bad(format!(
-            "certificate {} of {} is not a DER certificate",
-            i + 1,
-            certificates.len()
-        )));
+    // Parsed as the proxy's TLS library will take them as roots, so that a file that loads works.
+    for (i, der) in certificates.iter().enumerate() {
+        if let Err(e) = webpki::anchor_from_trusted_cert(&CertificateDer::from(der.as_slice())) {
+            return Err(bad(format!(
+                "certificate {} of {} is not a valid X.509 certificate: {e}",
+                i + 1,
+                certificates.len()
+            )));
+        }
     }
     Ok(CaFile { path, certificates })
-}
-
-/// Whether `der` is one DER SEQUENCE, as every X.509 certificate is, and nothing after it: the
-/// shape only; the proxy parses the certificate itself.
-fn der_sequence(der: &[u8]) -> bool {
-    let [0x30, first, rest @ ..] = der else {
-        return false;
-    };
-    let (len, body) = match *first {
-        n @ 0..=0x7f => (usize::from(n), rest),
-        n @ 0x81..=0x84 => {
-            let count = usize::from(n & 0x7f);
-            if rest.len() < count {
-                return false;
-            }
-            let (bytes, body) = rest.split_at(count);
-            let len = bytes
-                .iter()
-                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-            (len, body)
-        }
-        _ => return false,
-    };
-    body.len() == len
 }
 
 /// Checks across budgets: no two listen on one address, and the admin server on none of theirs.
@@ -778,8 +757,19 @@ mod tests {
         }
     }
 
-    /// A PEM block around the DER of an empty-bodied SEQUENCE: the shape of a certificate.
-    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMAMCAQU=\n-----END CERTIFICATE-----\n";
+    /// A self-signed CA certificate (P-256).
+    const PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBmjCCAUGgAwIBAgIUaemB69Nt5NYt9kRNuicmGTpZqDEwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXaW5mbGlnaHQgY29uZmlnIHRlc3QgQ0EwIBcNMjYxMjAxMTEz
+NjA2WhgPMjEyNjExMDcxMTM2MDZaMCIxIDAeBgNVBAMMF2luZmxpZ2h0IGNvbmZp
+ZyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEPSsgSyxPwes68sDA
+TlA8sVuI+QaTSo3XJLNS8psIOPJNLZ/9xEBJh/D3nE+bKces8TZs2BCFTPUx/XIp
+VbmDd6NTMFEwHQYDVR0OBBYEFBu6jNvE9HFisi6B/r/ml5NuzA4eMB8GA1UdIwQY
+MBaAFBu6jNvE9HFisi6B/r/ml5NuzA4eMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI
+zj0EAwIDRwAwRAIgKhV0fBURQaa3jleXXYvqt4sR1b8J657nAYMAcZtUwTkCIG2Z
+1UoGFamLwUG3enYY8F2yIoMkXlRkK0vRVk6rfWJv
+-----END CERTIFICATE-----
+";
 
     fn https_budget(extra: &str) -> String {
         format!(
@@ -805,7 +795,8 @@ mod tests {
         let ca = budgets.route("r").unwrap().ca_file().unwrap();
         assert_eq!(ca.path(), dir.path().join("certs/ca.pem"));
         assert_eq!(ca.certificates().len(), 2);
-        assert_eq!(ca.certificates().next().unwrap(), [0x30, 3, 2, 1, 5]);
+        let der = ca.certificates().next().unwrap();
+        assert_eq!((der.len(), der[0]), (414, 0x30), "one DER SEQUENCE");
         // Text has no folder of its own: the current directory's file, which is not there.
         let err = refused(&https_budget("ca_file = \"certs/ca.pem\"\n"));
         assert!(
@@ -838,12 +829,12 @@ mod tests {
             (
                 "garbage.pem",
                 "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n".into(),
-                "certificate 1 of 1 is not a DER certificate",
+                "certificate 1 of 1 is not a valid X.509 certificate",
             ),
             (
                 "second.pem",
-                format!("{PEM}-----BEGIN CERTIFICATE-----\nMAQCAQU=\n-----END CERTIFICATE-----\n"),
-                "certificate 2 of 2 is not a DER certificate",
+                format!("{PEM}-----BEGIN CERTIFICATE-----\nMAMCAQU=\n-----END CERTIFICATE-----\n"),
+                "certificate 2 of 2 is not a valid X.509 certificate",
             ),
         ];
         for (name, text, why) in cases {
