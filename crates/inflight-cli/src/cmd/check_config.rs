@@ -11,9 +11,6 @@ use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
 ///
-/// A proxied budget also shows where `inflight proxy` listens for it and forwards to, and the
-/// settings of the `[proxy]` table follow the budgets.
-///
 /// Exit status: 0 when the file is valid (warnings included, unless --deny-warnings), 1 when it
 /// has warnings and --deny-warnings is given, 2 when it is not valid (stderr names every budget
 /// and field that is wrong).
@@ -23,6 +20,10 @@ Little's law: calls in flight = throughput x time per call.
   With service_time, a budget passes at most max_concurrent / service_time.
   With target_rate too, the target needs target_rate x service_time calls in flight;
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
+
+A budget proxied by inflight proxy also shows its upstream, listen address and release, and
+any of overload_status, preserve_host, upstream_http2 and ca_file that differ from their
+defaults; the [proxy] table's admin and drain follow the budgets.
 
 Example:
   inflight check-config examples/budgets.toml
