@@ -403,3 +403,41 @@ async fn a_bad_ca_file_keeps_the_proxy_from_starting() {
         assert!(text.contains(name) && text.contains(why), "{text}");
     }
 }
+
+#[tokio::test]
+async fn an_upstream_that_never_answers_the_handshake_gets_a_502_without_a_call_timeout() {
+    // Accepts connections and says nothing: a plain port behind an https:// URL, or a stuck peer.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(tcp);
+        }
+    });
+    let (proxy, log) = crate::support::proxy(&budget(
+        "records",
+        &format!("https://localhost:{port}"),
+        ADAPTIVE,
+    ))
+    .await;
+    // The handshake's own bound (10 s) ends the wait: the budget has no call timeout.
+    refused_for_tls(&proxy, &log, &["TLS handshake: no answer within 10s"]).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_https_url_to_a_plain_http_upstream_is_a_tls_502_not_a_forwarded_request() {
+    let plain = crate::support::Upstream::start().await;
+    let (proxy, log) = crate::support::proxy(&budget(
+        "records",
+        &format!("https://127.0.0.1:{}", plain.addr.port()),
+        ADAPTIVE,
+    ))
+    .await;
+    refused_for_tls(&proxy, &log, &["TLS handshake: "]).await;
+    assert!(plain.seen().is_empty(), "{:?}", plain.seen());
+}
