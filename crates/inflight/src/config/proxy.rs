@@ -31,8 +31,8 @@
 //! alone. A relative `ca_file` is taken from the budgets file's folder
 //! ([`Budgets::from_path`](crate::Budgets::from_path)), or from the current directory for text
 //! ([`Budgets::from_toml_str`](crate::Budgets::from_toml_str)). The file is read and checked
-//! when the budgets file is loaded: one that cannot be read, or holds no PEM certificate, is
-//! refused then, as is `ca_file` on an `http://` upstream. With `upstream_http2 = true`, an
+//! when the budgets file is loaded: one that cannot be read, holds no PEM certificate or one
+//! that does not parse as X.509, is refused then, as is `ca_file` on an `http://` upstream. With `upstream_http2 = true`, an
 //! `https://` upstream must agree to HTTP/2 by ALPN (`h2`).
 //!
 //! A budget with `upstream` and `listen` is proxied; one with neither is not, and one with only
@@ -45,7 +45,6 @@ use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
-
 use toml::{Table, Value};
 
 use super::ConfigError;
