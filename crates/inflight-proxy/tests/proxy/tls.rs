@@ -76,6 +76,10 @@ struct TlsUpstream {
 
 impl TlsUpstream {
     async fn start(pki: &Pki, alpn: &[&str]) -> TlsUpstream {
+        TlsUpstream::start_at("127.0.0.1:0", pki, alpn).await
+    }
+
+    async fn start_at(bind: &str, pki: &Pki, alpn: &[&str]) -> TlsUpstream {
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -89,7 +93,7 @@ impl TlsUpstream {
         .unwrap();
         config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let state = seen.clone();
@@ -440,4 +444,31 @@ async fn an_https_url_to_a_plain_http_upstream_is_a_tls_502_not_a_forwarded_requ
     .await;
     refused_for_tls(&proxy, &log, &["TLS handshake: "]).await;
     assert!(plain.seen().is_empty(), "{:?}", plain.seen());
+}
+
+#[tokio::test]
+async fn an_ipv6_upstream_is_checked_against_its_address_without_brackets() {
+    let pki = pki(&["::1"]);
+    let upstream = TlsUpstream::start_at("[::1]:0", &pki, &["http/1.1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let url = format!("https://[::1]:{}", upstream.addr.port());
+    let (proxy, _) = crate::support::proxy(&budget(
+        "records",
+        &url,
+        &format!(
+            "max_concurrent = 1\nca_file = {:?}",
+            ca.display().to_string()
+        ),
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let (status, _, body) = get(&client(), addr, "/v6").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "tls upstream: HTTP/1.1 GET /v6")
+    );
+    let hosts = upstream.seen.hosts.lock().unwrap().clone();
+    assert_eq!(hosts, [format!("[::1]:{}", upstream.addr.port())]);
 }
