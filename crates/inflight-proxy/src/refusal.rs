@@ -60,9 +60,7 @@ impl Reason {
             Reason::Unavailable => "the budget's permit store is unavailable",
             Reason::CallTimeout => "the upstream did not answer within call_timeout",
             Reason::Unreachable => "the upstream cannot be reached",
-            Reason::Tls => {
-                "the TLS handshake with the upstream failed (its certificate, or HTTP/2 by ALPN)"
-            }
+            Reason::Tls => "the TLS handshake with the upstream failed (the log says why)",
             Reason::ClientBody => {
                 "the request's body broke off or was malformed on its way from the client"
             }
