@@ -16,6 +16,11 @@
 //!   depends on calls still running, so no honest estimate exists.
 //! - 504 (`call_timeout`) when the upstream's headers do not come within the call timeout;
 //!   502 (`upstream_unreachable`) when the upstream cannot be reached, logged and counted.
+//! - An `https://` upstream is spoken to over TLS (rustls): its certificate is checked, for the
+//!   upstream's host name (also sent as SNI), against the system's root certificates or the
+//!   budget's `ca_file`. A failed handshake is a 502 (`upstream_tls`), logged with the reason,
+//!   counted, and fed to an adaptive limit as overload as a failed connect is. The `listen` side
+//!   is plain HTTP, for a sidecar on loopback.
 //! - By default (`release = "body"`) the permit is held until the response body has been sent to
 //!   the client in full, since a streamed body keeps the dependency busy. The call timeout
 //!   covers the body too: a body still streaming when it runs out is cut (the client sees the
@@ -27,8 +32,8 @@
 //!   reach the upstream, are fed to an adaptive limit as overload.
 //! - Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge (told apart by the first bytes
 //!   of the connection). To the upstream: HTTP/1.1 over a pool of keep-alive connections, or
-//!   with `upstream_http2 = true` HTTP/2 with prior knowledge, every request a stream of one
-//!   connection. Bodies stream both ways, never buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
+//!   with `upstream_http2 = true` HTTP/2 (with prior knowledge, or agreed by ALPN over TLS), every
+//!   request a stream of one connection. Bodies stream both ways, never buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
 //!   named in `Connection`), `Host` names the upstream unless `preserve_host = true`, and the
 //!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400, headers too
 //!   large 431.
@@ -70,7 +75,8 @@
 //! The public surface is [`Proxy`], [`ProxyBuilder`], their errors and [`metrics`] (the names
 //! it exports). Inside: `route` forwards one budget's requests, `body` streams a response while
 //! holding its permit, `headers` rewrites headers, `refusal` writes the proxy's own answers,
-//! `server` runs the accept loops and `admin` the admin server.
+//! `server` runs the accept loops, `admin` the admin server and `tls` connects to `https://`
+//! upstreams.
 //!
 //! # Layers
 //!
@@ -79,7 +85,7 @@
 //! - `admin`, `route`, `server`
 //! - `metrics`
 //! - `refusal`
-//! - `body`, `headers`, `error`
+//! - `body`, `headers`, `error`, `tls`
 
 mod admin;
 mod body;
@@ -89,6 +95,7 @@ pub mod metrics;
 mod refusal;
 mod route;
 mod server;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;

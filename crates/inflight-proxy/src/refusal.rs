@@ -1,5 +1,5 @@
 //! The proxy's own answers: refusals (503, 429) that never reached the upstream, a call timeout
-//! (504), an unreachable upstream (502) and a client's request body that broke off (400), each
+//! (504), an unreachable upstream or a failed TLS handshake with it (502) and a client's request body that broke off (400), each
 //! with a small body naming the budget and why.
 
 use std::time::Duration;
@@ -19,6 +19,7 @@ pub(crate) enum Reason {
     Unavailable,
     CallTimeout,
     Unreachable,
+    Tls,
     ClientBody,
 }
 
@@ -32,6 +33,7 @@ impl Reason {
             Reason::Unavailable => "unavailable",
             Reason::CallTimeout => "call_timeout",
             Reason::Unreachable => "upstream_unreachable",
+            Reason::Tls => "upstream_tls",
             Reason::ClientBody => "client_body",
         }
     }
@@ -43,7 +45,7 @@ impl Reason {
             }
             Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Reason::Unreachable => StatusCode::BAD_GATEWAY,
+            Reason::Unreachable | Reason::Tls => StatusCode::BAD_GATEWAY,
             Reason::ClientBody => StatusCode::BAD_REQUEST,
         }
     }
@@ -58,6 +60,7 @@ impl Reason {
             Reason::Unavailable => "the budget's permit store is unavailable",
             Reason::CallTimeout => "the upstream did not answer within call_timeout",
             Reason::Unreachable => "the upstream cannot be reached",
+            Reason::Tls => "the TLS handshake with the upstream failed (the log says why)",
             Reason::ClientBody => {
                 "the request's body broke off or was malformed on its way from the client"
             }

@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use inflight::config::{Release, Route, Scope};
 use inflight::limit::Outcome;
@@ -22,10 +22,23 @@ use crate::body::ProxyBody;
 use crate::headers;
 use crate::metrics::{Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
-use crate::Log;
+use crate::{tls, Log};
 
-/// The pooled HTTP/1.1 client to one upstream.
-pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
+/// The pooled client to one upstream: over plain TCP (`http://`) or TLS (`https://`).
+#[derive(Clone)]
+pub(crate) enum UpstreamClient {
+    Plain(Client<HttpConnector, Incoming>),
+    Tls(Client<tls::Connector, Incoming>),
+}
+
+impl UpstreamClient {
+    fn request(&self, request: Request<Incoming>) -> ResponseFuture {
+        match self {
+            UpstreamClient::Plain(client) => client.request(request),
+            UpstreamClient::Tls(client) => client.request(request),
+        }
+    }
+}
 
 /// How long an idle pooled connection to an upstream is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -54,7 +67,7 @@ impl RouteState {
         scope: Scope,
     ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
-        let client = client(route.upstream_http2());
+        let client = client(&route);
         RouteState::with(budget, 0, route, scope, client, metrics)
     }
 
@@ -95,11 +108,12 @@ impl RouteState {
             (self.budget.clone(), self.generation)
         };
         let same_upstream = route.upstream() == self.route.upstream()
-            && route.upstream_http2() == self.route.upstream_http2();
+            && route.upstream_http2() == self.route.upstream_http2()
+            && route.ca_file() == self.route.ca_file();
         let client = if same_upstream {
             self.client.clone()
         } else {
-            client(route.upstream_http2())
+            client(&route)
         };
         let state = RouteState::with(
             budget,
@@ -113,9 +127,11 @@ impl RouteState {
     }
 }
 
-/// A pooled client: HTTP/1.1 with keep-alive, or HTTP/2 with prior knowledge (`http2`), whose
-/// requests share one connection as streams.
-fn client(http2: bool) -> UpstreamClient {
+/// A pooled client to the route's upstream: HTTP/1.1 with keep-alive, or HTTP/2
+/// (`upstream_http2`: with prior knowledge, or by ALPN over TLS) whose requests share one
+/// connection as streams.
+fn client(route: &Route) -> UpstreamClient {
+    let http2 = route.upstream_http2();
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -125,7 +141,12 @@ fn client(http2: bool) -> UpstreamClient {
         .pool_idle_timeout(POOL_IDLE)
         .timer(TokioTimer::new())
         .http2_only(http2);
-    builder.build(connector)
+    if route.upstream().is_tls() {
+        let connector = tls::Connector::new(connector, route.ca_file(), http2);
+        UpstreamClient::Tls(builder.build(connector))
+    } else {
+        UpstreamClient::Plain(builder.build(connector))
+    }
 }
 
 /// How often a budget replaced by a reload is checked for calls still running under it.
@@ -330,15 +351,19 @@ async fn forward_call(
             return replied(state, Reason::ClientBody);
         }
         Err(e) => {
-            // Whatever kept the upstream from answering says it cannot take more now.
+            // Whatever kept the upstream from answering says it cannot take more now, a failed
+            // TLS handshake included (as a refused connection is).
             call.finish(false, Outcome::Overload);
+            let tls = tls::is_handshake_failure(&e);
             if let Some(left_out) = state.metrics.may_log() {
                 let also = if left_out > 0 {
                     format!(" ({left_out} more since the last line)")
                 } else {
                     String::new()
                 };
-                let what = if e.is_connect() {
+                let what = if tls {
+                    "TLS handshake failed"
+                } else if e.is_connect() {
                     "cannot connect"
                 } else {
                     "failed"
@@ -350,7 +375,12 @@ async fn forward_call(
                     chain(&e)
                 ));
             }
-            return replied(state, Reason::Unreachable);
+            let reason = if tls {
+                Reason::Tls
+            } else {
+                Reason::Unreachable
+            };
+            return replied(state, reason);
         }
     };
     let status = response.status().as_u16();
@@ -412,7 +442,8 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
     if !path.starts_with('/') {
         return None;
     }
-    format!("http://{}{}", state.route.upstream().authority(), path)
+    let upstream = state.route.upstream();
+    format!("{}://{}{}", upstream.scheme(), upstream.authority(), path)
         .parse()
         .ok()
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use inflight::config::{ProxyConfig, Release, Route, DEFAULT_OVERLOAD_STATUS};
 use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Budgets, Rate};
 use serde_json::{json, Value};
@@ -19,6 +20,10 @@ Little's law: calls in flight = throughput x time per call.
   With service_time, a budget passes at most max_concurrent / service_time.
   With target_rate too, the target needs target_rate x service_time calls in flight;
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
+
+A budget proxied by inflight proxy also shows its upstream, listen address and release, and
+any of overload_status, preserve_host, upstream_http2, overload_on_timeout and ca_file that
+differ from their defaults; the [proxy] table's admin and drain follow the budgets.
 
 Example:
   inflight check-config examples/budgets.toml
@@ -98,19 +103,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let reports: Vec<BudgetReport<'_>> = budgets
         .iter()
-        .map(|b| BudgetReport::new(b.name(), b.config()))
+        .map(|b| BudgetReport::new(b.name(), b.config(), budgets.route(b.name())))
         .collect();
+    // The proxy's own settings, for a file that `inflight proxy` would run.
+    let proxy = budgets
+        .proxy()
+        .cloned()
+        .or_else(|| budgets.routes().next().map(|_| ProxyConfig::default()));
     let warnings: usize = reports.iter().map(|r| r.assessment.warnings.len()).sum();
     if args.json {
-        let doc = json!({
+        let mut doc = json!({
             "file": shown_file,
             "valid": true,
             "warnings": warnings,
             "budgets": reports.iter().map(BudgetReport::to_json).collect::<Vec<_>>(),
         });
+        if let Some(proxy) = &proxy {
+            doc["proxy"] = proxy_json(proxy);
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", render(&shown_file, &reports));
+        if let Some(proxy) = &proxy {
+            print!("{}", render_proxy(proxy));
+        }
     }
     if args.deny_warnings && warnings > 0 {
         eprintln!("error: {shown_file}: {warnings} warning(s), and --deny-warnings was given");
@@ -123,14 +139,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 struct BudgetReport<'a> {
     name: &'a str,
     config: &'a BudgetConfig,
+    route: Option<&'a Route>,
     assessment: Assessment,
 }
 
 impl<'a> BudgetReport<'a> {
-    fn new(name: &'a str, config: &'a BudgetConfig) -> Self {
+    fn new(name: &'a str, config: &'a BudgetConfig, route: Option<&'a Route>) -> Self {
         BudgetReport {
             name,
             config,
+            route,
             assessment: assess(config),
         }
     }
@@ -140,7 +158,7 @@ impl<'a> BudgetReport<'a> {
         let a = &self.assessment;
         // From whole nanoseconds, so that 1ns is 1e-6 ms and not 1.0000000000000002e-6.
         let ms = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e6);
-        json!({
+        let mut doc = json!({
             "name": self.name,
             "max_concurrent": c.max_concurrent(),
             "max_queued": c.max_queued_limit(),
@@ -157,7 +175,127 @@ impl<'a> BudgetReport<'a> {
             "burst": c.rate_limit().map(|(_, b)| b),
             "rate_needs_in_flight": a.rate_in_flight,
             "warnings": a.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
-        })
+        });
+        if let Some(route) = self.route {
+            doc["proxy"] = route_json(route);
+        }
+        doc
+    }
+}
+
+/// A proxied budget's route, every field (defaults included), as a budgets file names them.
+fn route_json(route: &Route) -> Value {
+    json!({
+        "upstream": route.upstream().url(),
+        "listen": route.listen().to_string(),
+        "release": release_name(route.release()),
+        "overload_status": route.overload_status(),
+        "preserve_host": route.preserve_host(),
+        "upstream_http2": route.upstream_http2(),
+        "overload_on_timeout": route.overload_on_timeout(),
+        "ca_file": route.ca_file().map(|ca| ca.path().display().to_string()),
+        "ca_certificates": route.ca_file().map(|ca| ca.certificates().len()),
+    })
+}
+
+/// The `[proxy]` table, its defaults filled in.
+fn proxy_json(proxy: &ProxyConfig) -> Value {
+    json!({
+        "admin": proxy.admin().map(|a| a.to_string()),
+        "drain_ms": proxy.drain().as_nanos() as f64 / 1e6,
+    })
+}
+
+/// `body` or `headers`, as a budgets file names it.
+fn release_name(release: Release) -> &'static str {
+    match release {
+        Release::Headers => "headers",
+        _ => "body",
+    }
+}
+
+/// A proxied budget's lines: where it listens and forwards, and the settings it changes from
+/// their defaults.
+fn render_route(out: &mut String, route: &Route) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "  upstream        {}", route.upstream().url());
+    let _ = writeln!(out, "  listen          {}", route.listen());
+    let release = match route.release() {
+        Release::Headers => "headers (the permit goes back once the response headers arrive)",
+        _ => "body (the permit goes back once the response body is sent)",
+    };
+    let _ = writeln!(out, "  release         {release}");
+    if route.overload_status() != DEFAULT_OVERLOAD_STATUS {
+        let statuses: Vec<String> = route.overload_status().iter().map(u16::to_string).collect();
+        let shown = if statuses.is_empty() {
+            "none".to_string()
+        } else {
+            statuses.join(", ")
+        };
+        let _ = writeln!(out, "  overload_status {shown}");
+    }
+    if route.preserve_host() {
+        let _ = writeln!(
+            out,
+            "  preserve_host   true (the client's Host header is forwarded unchanged)"
+        );
+    }
+    if route.upstream_http2() {
+        let how = if route.upstream().is_tls() {
+            "agreed by ALPN"
+        } else {
+            "with prior knowledge"
+        };
+        let _ = writeln!(out, "  upstream_http2  true (HTTP/2 {how})");
+    }
+    if !route.overload_on_timeout() {
+        let _ = writeln!(
+            out,
+            "  overload_on_timeout false (a call past call_timeout tells the limit nothing)"
+        );
+    }
+    if let Some(ca) = route.ca_file() {
+        let n = ca.certificates().len();
+        let _ = writeln!(
+            out,
+            "  ca_file         {} ({n} certificate{})",
+            shown_path(ca.path()),
+            if n == 1 { "" } else { "s" }
+        );
+    }
+}
+
+/// The `[proxy]` table's lines.
+fn render_proxy(proxy: &ProxyConfig) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "\n[proxy]");
+    match proxy.admin() {
+        Some(admin) => {
+            let _ = writeln!(out, "  admin           {admin}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  admin           none (no /metrics, /healthz, /readyz)"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  drain           {}",
+        humantime::format_duration(proxy.drain())
+    );
+    out
+}
+
+/// A path as a terminal should show it: as it is, or quoted with control characters escaped.
+fn shown_path(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    if text.chars().any(char::is_control) {
+        format!("{text:?}")
+    } else {
+        text
     }
 }
 
@@ -261,6 +399,9 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                     );
                 }
             }
+        }
+        if let Some(route) = r.route {
+            render_route(&mut out, route);
         }
         for w in &a.warnings {
             let _ = writeln!(out, "  warning: {w}");

@@ -18,6 +18,10 @@ timeout passes, 502 when the upstream cannot be reached. By default a permit is 
 response body has been sent in full (release = \"headers\" gives it back at the headers).
 Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge; upstream_http2 = true speaks HTTP/2
 with prior knowledge to the upstream.
+An https:// upstream is spoken to over TLS, its certificate checked against the system's roots
+or, with ca_file = \"ca.pem\" (PEM, relative to the budgets file), against those certificates;
+a failed handshake is a 502 (upstream_tls), and upstream_http2 = true needs h2 by ALPN. The
+listen side is plain HTTP, for a sidecar on loopback.
 
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid

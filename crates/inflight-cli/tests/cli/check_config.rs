@@ -580,3 +580,245 @@ fn every_verdict_prints_exactly_this() {
     let (code, json) = check_config_output(&["-", "--json"], VERDICTS);
     assert_eq!((code, json.as_str()), (Some(0), VERDICTS_JSON));
 }
+
+/// A self-signed CA certificate (P-256), for a `ca_file`.
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBmjCCAUGgAwIBAgIUaemB69Nt5NYt9kRNuicmGTpZqDEwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXaW5mbGlnaHQgY29uZmlnIHRlc3QgQ0EwIBcNMjYxMjAxMTEz
+NjA2WhgPMjEyNjExMDcxMTM2MDZaMCIxIDAeBgNVBAMMF2luZmxpZ2h0IGNvbmZp
+ZyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEPSsgSyxPwes68sDA
+TlA8sVuI+QaTSo3XJLNS8psIOPJNLZ/9xEBJh/D3nE+bKces8TZs2BCFTPUx/XIp
+VbmDd6NTMFEwHQYDVR0OBBYEFBu6jNvE9HFisi6B/r/ml5NuzA4eMB8GA1UdIwQY
+MBaAFBu6jNvE9HFisi6B/r/ml5NuzA4eMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI
+zj0EAwIDRwAwRAIgKhV0fBURQaa3jleXXYvqt4sR1b8J657nAYMAcZtUwTkCIG2Z
+1UoGFamLwUG3enYY8F2yIoMkXlRkK0vRVk6rfWJv
+-----END CERTIFICATE-----
+";
+
+/// Two proxied budgets, one with every proxy setting changed from its default, beside one that
+/// is not proxied.
+const PROXIED: &str = r#"[proxy]
+admin = "127.0.0.1:9901"
+drain = "3s"
+
+[budgets.records]
+max_concurrent = 6
+upstream = "http://127.0.0.1:7070"
+listen = "127.0.0.1:7002"
+
+[budgets.billing]
+max_concurrent = 4
+upstream = "https://billing.internal:8443"
+listen = "127.0.0.1:7003"
+release = "headers"
+overload_status = [503]
+preserve_host = true
+upstream_http2 = true
+overload_on_timeout = false
+ca_file = "certs/ca.pem"
+
+[budgets.local]
+max_concurrent = 2
+"#;
+
+const PROXIED_TEXT: &str = r#"budgets.toml: valid, 3 budgets, 0 warnings
+
+[records]
+  max_concurrent  6
+  max_queued      unbounded
+  permit_timeout  none (wait as long as it takes)
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    not given (add it to see the most this budget lets through)
+  upstream        http://127.0.0.1:7070
+  listen          127.0.0.1:7002
+  release         body (the permit goes back once the response body is sent)
+
+[billing]
+  max_concurrent  4
+  max_queued      unbounded
+  permit_timeout  none (wait as long as it takes)
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    not given (add it to see the most this budget lets through)
+  upstream        https://billing.internal:8443
+  listen          127.0.0.1:7003
+  release         headers (the permit goes back once the response headers arrive)
+  overload_status 503
+  preserve_host   true (the client's Host header is forwarded unchanged)
+  upstream_http2  true (HTTP/2 agreed by ALPN)
+  overload_on_timeout false (a call past call_timeout tells the limit nothing)
+  ca_file         certs/ca.pem (1 certificate)
+
+[local]
+  max_concurrent  2
+  max_queued      unbounded
+  permit_timeout  none (wait as long as it takes)
+  call_timeout    none (set one: calls that hang hold their permit forever)
+  service_time    not given (add it to see the most this budget lets through)
+
+[proxy]
+  admin           127.0.0.1:9901
+  drain           3s
+"#;
+
+/// A folder with `budgets.toml` (`text`) and `certs/ca.pem`.
+fn proxied_folder(text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    std::fs::write(dir.path().join("certs/ca.pem"), CA_PEM).unwrap();
+    std::fs::write(dir.path().join("budgets.toml"), text).unwrap();
+    dir
+}
+
+#[test]
+fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
+    let dir = proxied_folder(PROXIED);
+    let out = inflight()
+        .current_dir(dir.path())
+        .args(["check-config", "budgets.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), PROXIED_TEXT);
+
+    let out = inflight()
+        .current_dir(dir.path())
+        .args(["check-config", "budgets.toml", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["proxy"],
+        serde_json::json!({ "admin": "127.0.0.1:9901", "drain_ms": 3000.0 })
+    );
+    let budgets = doc["budgets"].as_array().unwrap();
+    assert_eq!(
+        budgets[0]["proxy"],
+        serde_json::json!({
+            "upstream": "http://127.0.0.1:7070",
+            "listen": "127.0.0.1:7002",
+            "release": "body",
+            "overload_status": [429, 503],
+            "preserve_host": false,
+            "upstream_http2": false,
+            "overload_on_timeout": true,
+            "ca_file": null,
+            "ca_certificates": null,
+        })
+    );
+    assert_eq!(
+        budgets[1]["proxy"],
+        serde_json::json!({
+            "upstream": "https://billing.internal:8443",
+            "listen": "127.0.0.1:7003",
+            "release": "headers",
+            "overload_status": [503],
+            "preserve_host": true,
+            "upstream_http2": true,
+            "overload_on_timeout": false,
+            "ca_file": "certs/ca.pem",
+            "ca_certificates": 1,
+        })
+    );
+    // A budget that is not proxied has no proxy field; its other fields are as they were.
+    assert!(budgets[2].get("proxy").is_none(), "{}", budgets[2]);
+    assert_eq!(budgets[2]["max_concurrent"], 2);
+}
+
+#[test]
+fn a_proxied_file_without_a_proxy_table_shows_its_defaults() {
+    let f = file(
+        "[budgets.records]\nmax_concurrent = 1\nupstream = \"https://127.0.0.1\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let out = inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.ends_with(
+            "  upstream        https://127.0.0.1\n  listen          127.0.0.1:0\n  release         body (the permit goes back once the response body is sent)\n\n[proxy]\n  admin           none (no /metrics, /healthz, /readyz)\n  drain           10s\n"
+        ),
+        "{text}"
+    );
+    let doc = run_json([
+        "check-config".as_ref(),
+        f.path().as_os_str(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(
+        doc["proxy"],
+        serde_json::json!({ "admin": null, "drain_ms": 10000.0 })
+    );
+    // Without any proxied budget there is no [proxy] section at all.
+    let (_, text) = check_config_output(&["examples/budgets.toml"], "");
+    assert!(!text.contains("[proxy]"), "{text}");
+}
+
+#[test]
+fn a_ca_file_is_found_beside_the_budgets_file_and_a_bad_one_exits_2_naming_it() {
+    let dir = proxied_folder(PROXIED);
+    // From another directory, the relative ca_file is still the one beside the file.
+    let out = inflight()
+        .arg("check-config")
+        .arg(dir.path().join("budgets.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = dir.path().join("certs/ca.pem").display().to_string();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(&format!("  ca_file         {shown} (1 certificate)\n")),
+        "{stdout}"
+    );
+
+    std::fs::write(dir.path().join("certs/empty.pem"), "no certificate\n").unwrap();
+    let cases = [
+        ("certs/missing.pem", "cannot read it: No such file"),
+        ("certs/empty.pem", "holds no PEM certificate"),
+    ];
+    for (name, why) in cases {
+        let text = PROXIED.replace("certs/ca.pem", name);
+        std::fs::write(dir.path().join("budgets.toml"), text).unwrap();
+        let path = dir.path().join(name).display().to_string();
+        let out = inflight()
+            .current_dir("/")
+            .arg("check-config")
+            .arg(dir.path().join("budgets.toml"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("budgets.billing.ca_file: {path:?}: {why}")),
+            "{stderr}"
+        );
+    }
+    // A CA file for an upstream that is not https://.
+    let text = PROXIED.replace(
+        "https://billing.internal:8443",
+        "http://billing.internal:8443",
+    );
+    std::fs::write(dir.path().join("budgets.toml"), text).unwrap();
+    let out = inflight()
+        .arg("check-config")
+        .arg(dir.path().join("budgets.toml"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["field"], "budgets.billing.ca_file");
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"certs/ca.pem\" is a CA file, and only an https:// upstream takes one"),
+        "{doc}"
+    );
+}

@@ -9,3 +9,4 @@ mod operations;
 mod refusals;
 mod release;
 mod support;
+mod tls;

@@ -72,6 +72,10 @@
 //! upstream_http2 = false    # true: HTTP/2 with prior knowledge to the upstream
 //! ```
 //!
+//! An `https://` upstream is spoken to over TLS, its certificate checked against the system's
+//! roots, or against `ca_file = "ca.pem"` (PEM; a relative path is taken from the budgets file's
+//! folder).
+//!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
 mod parse;
@@ -84,7 +88,9 @@ use std::time::Duration;
 use crate::budget::{Budget, BuildError};
 use crate::store::Store;
 
-pub use proxy::{ProxyConfig, Release, Route, Upstream, DEFAULT_DRAIN, DEFAULT_OVERLOAD_STATUS};
+pub use proxy::{
+    CaFile, ProxyConfig, Release, Route, Upstream, DEFAULT_DRAIN, DEFAULT_OVERLOAD_STATUS,
+};
 
 /// Why a budget or a budgets file was refused.
 ///
@@ -299,8 +305,16 @@ impl Budgets {
     /// [`ConfigError::Toml`] for malformed TOML; [`ConfigError::Invalid`] for unknown keys, a
     /// missing or zero `max_concurrent`, negative numbers, unparsable durations or rates, zero
     /// timeouts, or a file with no budgets.
+    ///
+    /// A relative path in the text (`ca_file`) is taken from the current directory; use
+    /// [`Budgets::from_path`] to take it from the file's folder.
     pub fn from_toml_str(text: &str) -> Result<Budgets, ConfigError> {
-        let parsed = parse::budgets_file(text)?;
+        Budgets::from_toml_in(text, None)
+    }
+
+    /// [`Budgets::from_toml_str`], with relative paths resolved against `folder`.
+    fn from_toml_in(text: &str, folder: Option<&Path>) -> Result<Budgets, ConfigError> {
+        let parsed = parse::budgets_file(text, folder)?;
         let mut budgets = Vec::with_capacity(parsed.budgets.len());
         let mut scopes = Vec::with_capacity(parsed.budgets.len());
         let mut routes = Vec::with_capacity(parsed.budgets.len());
@@ -414,13 +428,17 @@ impl Budgets {
     ///
     /// [`ConfigError::Read`] when the file cannot be read, otherwise [`ConfigError::InFile`]
     /// around the error [`Budgets::from_toml_str`] gives for its text.
+    ///
+    /// A relative path in the file (`ca_file`) is taken from the file's folder, wherever the
+    /// process runs.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Budgets, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Budgets::from_toml_str(&text).map_err(|error| ConfigError::InFile {
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        Budgets::from_toml_in(&text, folder).map_err(|error| ConfigError::InFile {
             path: path.to_path_buf(),
             error: Box::new(error),
         })

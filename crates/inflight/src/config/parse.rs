@@ -1,6 +1,7 @@
 //! Turns the TOML text of a budgets file into checked [`BudgetConfig`]s, with messages that name
 //! the field.
 
+use std::path::Path;
 use std::time::Duration;
 
 use toml::{Table, Value};
@@ -48,7 +49,9 @@ pub(super) struct Parsed {
     pub(super) proxy: Option<ProxyConfig>,
 }
 
-pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
+/// The budgets of a file's `text`; relative paths in it (`ca_file`) resolve against `folder`, or
+/// against the current directory without one.
+pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, ConfigError> {
     let root: Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::Toml(capped(e.to_string().trim_end())))?;
@@ -97,7 +100,7 @@ pub(super) fn budgets_file(text: &str) -> Result<Parsed, ConfigError> {
         let checked = budget_config(name, table).and_then(|config| {
             let scope = scope(name, table, &config, fleet.is_some())?;
             let path = budget_path(name);
-            let route = proxy::route(table, &|f| format!("{path}.{f}"))?;
+            let route = proxy::route(table, &|f| format!("{path}.{f}"), folder)?;
             Ok((config, scope, route))
         });
         match checked {

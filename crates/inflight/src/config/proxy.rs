@@ -13,18 +13,39 @@
 //! release = "body"                     # "body" (the default) or "headers": when the permit goes back
 //! overload_status = [429, 503]         # upstream answers that mean overload (the default)
 //! preserve_host = false                # true: forward the client's Host header unchanged
-//! upstream_http2 = false               # true: HTTP/2 with prior knowledge to the upstream
+//! upstream_http2 = false               # true: HTTP/2 to the upstream (h2c, or h2 by ALPN)
 //! overload_on_timeout = true           # false: a call past call_timeout tells the limit nothing
+//!
+//! [budgets.billing]
+//! max_concurrent = 4
+//! upstream = "https://billing.internal:8443"  # TLS to the upstream (port 443 if none is given)
+//! listen = "127.0.0.1:7003"
+//! ca_file = "certs/billing-ca.pem"     # optional: trust these PEM certificates, not the system's
 //! ```
 //!
-//! Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge to `listen`, whichever this says.
+//! Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge to `listen`, whichever this says;
+//! `listen` is plain HTTP, meant for a sidecar on loopback.
+//!
+//! An `https://` upstream is spoken to over TLS (rustls): the server name sent (SNI) and the name
+//! its certificate must carry are the upstream's host. The certificate is checked against the
+//! system's root certificates, or, with `ca_file`, against the certificates of that PEM file
+//! alone. A relative `ca_file` is taken from the budgets file's folder
+//! ([`Budgets::from_path`](crate::Budgets::from_path)), or from the current directory for text
+//! ([`Budgets::from_toml_str`](crate::Budgets::from_toml_str)). The file is read and checked
+//! when the budgets file is loaded: one that cannot be read, holds no PEM certificate or one
+//! that does not parse as X.509, is refused then, as is `ca_file` on an `http://` upstream. With `upstream_http2 = true`, an
+//! `https://` upstream must agree to HTTP/2 by ALPN (`h2`).
 //!
 //! A budget with `upstream` and `listen` is proxied; one with neither is not, and one with only
 //! one of them is refused.
 
+use std::io::Read;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 use toml::{Table, Value};
 
 use super::ConfigError;
@@ -44,7 +65,11 @@ pub(super) const ROUTE_FIELDS: &[&str] = &[
     "preserve_host",
     "upstream_http2",
     "overload_on_timeout",
+    "ca_file",
 ];
+
+/// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
+const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
 
 /// Keys of the `[proxy]` table.
 const PROXY_FIELDS: &[&str] = &["admin", "drain"];
@@ -90,10 +115,12 @@ pub enum Release {
     Headers,
 }
 
-/// An `http://` upstream, as a budgets file names it: scheme, host and port, no path.
+/// An `http://` or `https://` upstream, as a budgets file names it: scheme, host and port, no
+/// path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     url: String,
+    tls: bool,
     authority: String,
     host: String,
     port: u16,
@@ -105,9 +132,18 @@ impl Upstream {
         &self.url
     }
 
-    /// The scheme: `"http"`.
+    /// The scheme: `"http"` or `"https"`.
     pub fn scheme(&self) -> &str {
-        "http"
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// Whether the upstream is spoken to over TLS (`https://`).
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// Host and port as written in the URL (`127.0.0.1:7070`, `records.internal`): what a
@@ -121,7 +157,7 @@ impl Upstream {
         &self.host
     }
 
-    /// The port: as written, else 80.
+    /// The port: as written, else 80 (`http://`) or 443 (`https://`).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -137,6 +173,37 @@ pub struct Route {
     preserve_host: bool,
     upstream_http2: bool,
     overload_on_timeout: bool,
+    ca_file: Option<CaFile>,
+}
+
+/// The certificates an `https://` upstream's certificate is checked against instead of the
+/// system's (`ca_file` in a budgets file), as read when the file was loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaFile {
+    path: PathBuf,
+    certificates: Vec<Vec<u8>>,
+}
+
+impl CaFile {
+    /// Where the certificates were read from (a relative `ca_file` joined to the budgets file's
+    /// folder).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The certificates, DER-encoded, in file order; at least one.
+    pub fn certificates(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.certificates.iter().map(Vec::as_slice)
+    }
+}
+
+impl std::fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .field("certificates", &self.certificates.len())
+            .finish()
+    }
 }
 
 impl Route {
@@ -165,8 +232,9 @@ impl Route {
         self.preserve_host
     }
 
-    /// Whether the upstream is spoken to in HTTP/2 with prior knowledge (`h2c`), all requests
-    /// sharing one connection, rather than HTTP/1.1 over a pool of connections.
+    /// Whether the upstream is spoken to in HTTP/2, all requests sharing one connection, rather
+    /// than HTTP/1.1 over a pool of connections: with prior knowledge (`h2c`) to an `http://`
+    /// upstream, agreed by ALPN with an `https://` one.
     pub fn upstream_http2(&self) -> bool {
         self.upstream_http2
     }
@@ -176,6 +244,12 @@ impl Route {
     /// load, so that an adaptive limit does not shrink on them.
     pub fn overload_on_timeout(&self) -> bool {
         self.overload_on_timeout
+    }
+
+    /// The certificates an `https://` upstream's certificate is checked against, when the file
+    /// names a `ca_file`; `None`: the system's root certificates.
+    pub fn ca_file(&self) -> Option<&CaFile> {
+        self.ca_file.as_ref()
     }
 }
 
@@ -216,9 +290,11 @@ pub(super) fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
 }
 
 /// A budget's route, if it is proxied; `field` makes the dotted path of one of its keys.
+/// Relative paths (`ca_file`) are taken from `folder` when given.
 pub(super) fn route(
     table: &Table,
     field: &dyn Fn(&str) -> String,
+    folder: Option<&Path>,
 ) -> Result<Option<Route>, ConfigError> {
     let (upstream, listen) = match (table.get("upstream"), table.get("listen")) {
         (None, None) => {
@@ -283,6 +359,24 @@ pub(super) fn route(
     let preserve_host = flag("preserve_host", false);
     let upstream_http2 = flag("upstream_http2", false);
     let overload_on_timeout = flag("overload_on_timeout", true);
+    let ca_file = match (table.get("ca_file"), &upstream) {
+        (None, _) => None,
+        (Some(v), Ok(u)) if !u.tls => {
+            errors.push(ConfigError::invalid(
+                field("ca_file"),
+                format!(
+                    "{} is a CA file, and only an https:// upstream takes one, not {}",
+                    v.as_str()
+                        .map_or_else(|| super::parse::shown(v), super::parse::short),
+                    super::parse::short(&u.url)
+                ),
+            ));
+            None
+        }
+        (Some(v), _) => ca_file(&field("ca_file"), v, folder)
+            .map_err(|e| errors.push(e))
+            .ok(),
+    };
     if let Some(e) = ConfigError::all(errors) {
         return Err(e);
     }
@@ -297,7 +391,57 @@ pub(super) fn route(
         preserve_host,
         upstream_http2,
         overload_on_timeout,
+        ca_file,
     }))
+}
+
+/// A `ca_file`: a path to a PEM file of one or more certificates, read and checked now.
+fn ca_file(field: &str, value: &Value, folder: Option<&Path>) -> Result<CaFile, ConfigError> {
+    let written = match value.as_str() {
+        Some(p) if !p.trim().is_empty() => p,
+        _ => {
+            return Err(ConfigError::invalid(
+                field,
+                format!(
+                    "must be the path of a PEM file like \"ca.pem\", got {}",
+                    super::parse::shown(value)
+                ),
+            ))
+        }
+    };
+    let path = match folder {
+        Some(folder) => folder.join(written),
+        None => PathBuf::from(written),
+    };
+    let shown = super::parse::short(&path.display().to_string());
+    let bad = |why: String| ConfigError::invalid(field, format!("{shown}: {why}"));
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_CA_FILE + 1).read_to_end(&mut bytes))
+        .map_err(|e| bad(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_CA_FILE {
+        return Err(bad("is larger than 4 MiB, too large for a CA file".into()));
+    }
+    let certificates = CertificateDer::pem_slice_iter(&bytes)
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("is not valid PEM: {e}")))?;
+    if certificates.is_empty() {
+        return Err(bad(
+            "holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)".into(),
+        ));
+    }
+    // Parsed as the proxy's TLS library will take them as roots, so that a file that loads works.
+    for (i, der) in certificates.iter().enumerate() {
+        if let Err(e) = webpki::anchor_from_trusted_cert(&CertificateDer::from(der.as_slice())) {
+            return Err(bad(format!(
+                "certificate {} of {} is not a valid X.509 certificate: {e}",
+                i + 1,
+                certificates.len()
+            )));
+        }
+    }
+    Ok(CaFile { path, certificates })
 }
 
 /// Checks across budgets: no two listen on one address, and the admin server on none of theirs.
@@ -360,7 +504,8 @@ fn address(field: &str, value: &Value) -> Result<SocketAddr, ConfigError> {
     })
 }
 
-/// An upstream URL: `http://host[:port]`, with nothing after the authority but an optional `/`.
+/// An upstream URL: `http://host[:port]` or `https://host[:port]`, with nothing after the
+/// authority but an optional `/`.
 fn upstream_url(field: &str, value: &Value) -> Result<Upstream, ConfigError> {
     let text = value.as_str().ok_or_else(|| {
         ConfigError::invalid(
@@ -374,13 +519,13 @@ fn upstream_url(field: &str, value: &Value) -> Result<Upstream, ConfigError> {
     let shown = super::parse::short(text);
     let bad = |why: &str| ConfigError::invalid(field, format!("{why}, got {shown}"));
     let trimmed = text.trim();
-    let rest = if let Some(rest) = strip_prefix_ignore_case(trimmed, "http://") {
-        rest
-    } else if strip_prefix_ignore_case(trimmed, "https://").is_some() {
-        return Err(bad("https:// upstreams are not supported yet; use http://"));
+    let (rest, tls) = if let Some(rest) = strip_prefix_ignore_case(trimmed, "http://") {
+        (rest, false)
+    } else if let Some(rest) = strip_prefix_ignore_case(trimmed, "https://") {
+        (rest, true)
     } else {
         return Err(bad(
-            "must start with http:// (a URL like \"http://127.0.0.1:7070\")",
+            "must start with http:// or https:// (a URL like \"http://127.0.0.1:7070\")",
         ));
     };
     let (authority, path) = match rest.find(['/', '?', '#']) {
@@ -419,6 +564,7 @@ fn upstream_url(field: &str, value: &Value) -> Result<Upstream, ConfigError> {
         return Err(bad("must name a host, like \"http://127.0.0.1:7070\""));
     }
     let port = match port.strip_prefix(':') {
+        None if port.is_empty() && tls => 443,
         None if port.is_empty() => 80,
         None => return Err(bad("has something after its host that is not a port")),
         Some(p) => match p.parse::<u16>() {
@@ -428,6 +574,7 @@ fn upstream_url(field: &str, value: &Value) -> Result<Upstream, ConfigError> {
     };
     Ok(Upstream {
         url: trimmed.trim_end_matches('/').to_string(),
+        tls,
         authority: authority.to_string(),
         host: host.to_string(),
         port,
@@ -551,8 +698,20 @@ mod tests {
                 "budgets.r.upstream: must start with http://",
             ),
             (
-                "upstream = \"https://x\"\nlisten = \"127.0.0.1:1\"\n",
-                "budgets.r.upstream: https:// upstreams are not supported yet",
+                "upstream = \"ftp://x\"\nlisten = \"127.0.0.1:1\"\n",
+                "budgets.r.upstream: must start with http:// or https://",
+            ),
+            (
+                "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nca_file = \"ca.pem\"\n",
+                "budgets.r.ca_file: \"ca.pem\" is a CA file, and only an https:// upstream takes one, not \"http://x\"",
+            ),
+            (
+                "upstream = \"https://x\"\nlisten = \"127.0.0.1:1\"\nca_file = 3\n",
+                "budgets.r.ca_file: must be the path of a PEM file",
+            ),
+            (
+                "upstream = \"https://x\"\nlisten = \"127.0.0.1:1\"\nca_file = \"/nonexistent/ca.pem\"\n",
+                "budgets.r.ca_file: \"/nonexistent/ca.pem\": cannot read it: No such file",
             ),
             (
                 "upstream = \"http://x/v1\"\nlisten = \"127.0.0.1:1\"\n",
@@ -607,6 +766,107 @@ mod tests {
             let err = refused(&format!("{base}{extra}"));
             assert!(err.starts_with(expected), "{extra:?}: {err}");
         }
+    }
+
+    /// A self-signed CA certificate (P-256).
+    const PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBmjCCAUGgAwIBAgIUaemB69Nt5NYt9kRNuicmGTpZqDEwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXaW5mbGlnaHQgY29uZmlnIHRlc3QgQ0EwIBcNMjYxMjAxMTEz
+NjA2WhgPMjEyNjExMDcxMTM2MDZaMCIxIDAeBgNVBAMMF2luZmxpZ2h0IGNvbmZp
+ZyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEPSsgSyxPwes68sDA
+TlA8sVuI+QaTSo3XJLNS8psIOPJNLZ/9xEBJh/D3nE+bKces8TZs2BCFTPUx/XIp
+VbmDd6NTMFEwHQYDVR0OBBYEFBu6jNvE9HFisi6B/r/ml5NuzA4eMB8GA1UdIwQY
+MBaAFBu6jNvE9HFisi6B/r/ml5NuzA4eMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI
+zj0EAwIDRwAwRAIgKhV0fBURQaa3jleXXYvqt4sR1b8J657nAYMAcZtUwTkCIG2Z
+1UoGFamLwUG3enYY8F2yIoMkXlRkK0vRVk6rfWJv
+-----END CERTIFICATE-----
+";
+
+    fn https_budget(extra: &str) -> String {
+        format!(
+            "[budgets.r]\nmax_concurrent = 1\nupstream = \"https://records.internal\"\nlisten = \"127.0.0.1:1\"\n{extra}"
+        )
+    }
+
+    #[test]
+    fn an_https_upstream_loads_with_the_system_roots_or_a_ca_file_beside_the_budgets_file() {
+        let budgets = Budgets::from_toml_str(&https_budget("")).unwrap();
+        let route = budgets.route("r").unwrap();
+        assert_eq!(route.upstream().scheme(), "https");
+        assert!(route.upstream().is_tls());
+        assert_eq!(route.upstream().port(), 443);
+        assert!(route.ca_file().is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("certs")).unwrap();
+        std::fs::write(dir.path().join("certs/ca.pem"), format!("{PEM}{PEM}")).unwrap();
+        let file = dir.path().join("budgets.toml");
+        std::fs::write(&file, https_budget("ca_file = \"certs/ca.pem\"\n")).unwrap();
+        let budgets = Budgets::from_path(&file).unwrap();
+        let ca = budgets.route("r").unwrap().ca_file().unwrap();
+        assert_eq!(ca.path(), dir.path().join("certs/ca.pem"));
+        assert_eq!(ca.certificates().len(), 2);
+        let der = ca.certificates().next().unwrap();
+        assert_eq!((der.len(), der[0]), (414, 0x30), "one DER SEQUENCE");
+        // Text has no folder of its own: the current directory's file, which is not there.
+        let err = refused(&https_budget("ca_file = \"certs/ca.pem\"\n"));
+        assert!(
+            err.starts_with("budgets.r.ca_file: \"certs/ca.pem\": cannot read it"),
+            "{err}"
+        );
+        let http = Budgets::from_toml_str(
+            "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        assert_eq!(http.route("r").unwrap().upstream().scheme(), "http");
+        assert_eq!(http.route("r").unwrap().upstream().port(), 80);
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("empty.pem", String::new(), "holds no PEM certificate"),
+            (
+                "key.pem",
+                "-----BEGIN PRIVATE KEY-----\nMAMCAQU=\n-----END PRIVATE KEY-----\n".into(),
+                "holds no PEM certificate",
+            ),
+            (
+                "cut.pem",
+                "-----BEGIN CERTIFICATE-----\nMAMCAQU=\n".into(),
+                "is not valid PEM: missing section end marker",
+            ),
+            (
+                "garbage.pem",
+                "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n".into(),
+                "certificate 1 of 1 is not a valid X.509 certificate",
+            ),
+            (
+                "second.pem",
+                format!("{PEM}-----BEGIN CERTIFICATE-----\nMAMCAQU=\n-----END CERTIFICATE-----\n"),
+                "certificate 2 of 2 is not a valid X.509 certificate",
+            ),
+        ];
+        for (name, text, why) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let err = refused(&https_budget(&format!(
+                "ca_file = {:?}\n",
+                path.display().to_string()
+            )));
+            let expected = format!("budgets.r.ca_file: {:?}: {why}", path.display().to_string());
+            assert!(err.starts_with(&expected), "{name}: {err}");
+        }
+        // A folder is no file.
+        let err = refused(&https_budget(&format!(
+            "ca_file = {:?}\n",
+            dir.path().display().to_string()
+        )));
+        assert!(err.contains("cannot read it"), "{err}");
+        // Nor is a file without end read whole.
+        let err = refused(&https_budget("ca_file = \"/dev/zero\"\n"));
+        assert!(err.contains("larger than 4 MiB"), "{err}");
     }
 
     #[test]
