@@ -40,6 +40,7 @@ pub mod axis;
 pub mod fanout;
 pub mod gauge;
 pub mod pool;
+pub mod proxy_bench;
 pub mod shutdown;
 pub mod spread;
 pub mod timer;
