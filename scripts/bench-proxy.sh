@@ -386,9 +386,9 @@ load() {
 # ---- 1. saturation -------------------------------------------------------------------------
 say "1/4 saturation: closed loop, $CONNECTIONS connections, ${WARMUP} s warm-up + ${DURATION} s each"
 load saturation direct "http://127.0.0.1:$UP_PORT/" --connections "$CONNECTIONS"
-load saturation inflight "http://127.0.0.1:$P_INFLIGHT/" --connections "$CONNECTIONS"
-load saturation haproxy "http://127.0.0.1:$P_HAPROXY/" --connections "$CONNECTIONS"
-load saturation nginx "http://127.0.0.1:$P_NGINX/" --connections "$CONNECTIONS"
+load saturation inflight "http://127.0.0.1:$P_INFLIGHT/" --connections "$CONNECTIONS" --pid "$PID_INFLIGHT"
+load saturation haproxy "http://127.0.0.1:$P_HAPROXY/" --connections "$CONNECTIONS" --pid "$PID_HAPROXY"
+load saturation nginx "http://127.0.0.1:$P_NGINX/" --connections "$CONNECTIONS" --pid "$PID_NGINX"
 
 # ---- 2. added latency ----------------------------------------------------------------------
 if [ -z "$RATE" ]; then
@@ -399,15 +399,15 @@ if [ -z "$RATE" ]; then
 fi
 say "2/4 added latency: open loop at $RATE/s, $CONNECTIONS connections"
 load latency direct "http://127.0.0.1:$UP_PORT/" --connections "$CONNECTIONS" --rate "$RATE"
-load latency inflight "http://127.0.0.1:$P_INFLIGHT/" --connections "$CONNECTIONS" --rate "$RATE"
-load latency haproxy "http://127.0.0.1:$P_HAPROXY/" --connections "$CONNECTIONS" --rate "$RATE"
-load latency nginx "http://127.0.0.1:$P_NGINX/" --connections "$CONNECTIONS" --rate "$RATE"
+load latency inflight "http://127.0.0.1:$P_INFLIGHT/" --connections "$CONNECTIONS" --rate "$RATE" --pid "$PID_INFLIGHT"
+load latency haproxy "http://127.0.0.1:$P_HAPROXY/" --connections "$CONNECTIONS" --rate "$RATE" --pid "$PID_HAPROXY"
+load latency nginx "http://127.0.0.1:$P_NGINX/" --connections "$CONNECTIONS" --rate "$RATE" --pid "$PID_NGINX"
 
 # ---- 3. a budget of 6 over 20 ms -----------------------------------------------------------
 say "3/4 budget of $BUDGET over the $SLOW_MS ms upstream: closed loop, $CONNECTIONS clients"
-load budget inflight "http://127.0.0.1:$P_INFLIGHT_SIX/slow" --connections "$CONNECTIONS"
-load budget haproxy "http://127.0.0.1:$P_HAPROXY_SIX/slow" --connections "$CONNECTIONS"
-load budget nginx "http://127.0.0.1:$P_NGINX_SIX/slow" --connections "$CONNECTIONS"
+load budget inflight "http://127.0.0.1:$P_INFLIGHT_SIX/slow" --connections "$CONNECTIONS" --pid "$PID_INFLIGHT"
+load budget haproxy "http://127.0.0.1:$P_HAPROXY_SIX/slow" --connections "$CONNECTIONS" --pid "$PID_HAPROXY"
+load budget nginx "http://127.0.0.1:$P_NGINX_SIX/slow" --connections "$CONNECTIONS" --pid "$PID_NGINX"
 
 # ---- 4. idle connections -------------------------------------------------------------------
 say "4/4 memory: $IDLE_CONNECTIONS idle keep-alive connections per proxy, fresh processes"

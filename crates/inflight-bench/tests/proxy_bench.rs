@@ -23,6 +23,7 @@ fn plan(url: &str, connections: usize, mode: Loop, duration: Duration) -> LoadPl
         warmup: Duration::from_millis(105),
         duration,
         request_timeout: Duration::from_secs(10),
+        pids: Vec::new(),
     }
 }
 
@@ -47,6 +48,7 @@ async fn a_closed_loop_counts_what_the_upstream_served() {
     // Four connections, one request each at most at a time, each held 5 ms at the upstream.
     assert!((1..=4).contains(&up.peak()), "peak {}", up.peak());
     assert!(report.latency_ms.p50 >= 5.0, "{:?}", report.latency_ms);
+    assert_eq!(report.proxy_cpu_s, None);
     let stats = upstream_stats(up.local_addr()).await.unwrap();
     assert_eq!((stats.requests, stats.peak), (up.requests(), up.peak()));
     reset_upstream(up.local_addr()).await.unwrap();
@@ -147,4 +149,21 @@ async fn idle_connections_to_nothing_are_an_error() {
     .await
     .unwrap_err();
     assert!(e.to_string().contains("none of 3 connections"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_time_of_the_named_processes_is_reported() {
+    // This process is the upstream too, so it uses CPU time while it serves the load.
+    let up = upstream(Duration::ZERO).await;
+    let mut with_pid = plan(
+        &format!("http://{}/", up.local_addr()),
+        4,
+        Loop::Closed,
+        Duration::from_millis(500),
+    );
+    with_pid.pids = vec![std::process::id()];
+    let report = load::run(with_pid).await.unwrap();
+    let cpu = report.proxy_cpu_s.unwrap();
+    assert!(cpu > 0.0, "{cpu}");
+    assert!(report.proxy_cpu_us_per_answer.unwrap() > 0.0);
 }

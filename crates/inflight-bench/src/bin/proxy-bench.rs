@@ -59,6 +59,10 @@ enum Command {
         /// The upstream (IP:PORT) whose counters to reset before and read after.
         #[arg(long)]
         upstream: Option<SocketAddr>,
+        /// A process (with its descendants) whose CPU time over the measured time to report;
+        /// repeat for more.
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
         #[command(flatten)]
         label: Label,
     },
@@ -174,6 +178,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             warmup,
             timeout,
             upstream,
+            pids,
             label,
         } => {
             let target = Target::parse(&url)?;
@@ -192,6 +197,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 warmup: Duration::from_secs_f64(warmup),
                 duration: Duration::from_secs_f64(duration),
                 request_timeout: Duration::from_secs_f64(timeout),
+                pids,
             };
             let measured = load::run(plan).await?;
             let stats = match upstream {

@@ -1,13 +1,13 @@
 //! Memory per idle client connection: the resident memory of a proxy's processes before and
 //! after opening many keep-alive connections that each made one request and then stay idle.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
 
 use super::load::Connection;
+use super::procs::rss_of_trees;
 use super::{ProxyBenchError, Target};
 
 /// How many connections are opened (and make their one request) at once.
@@ -99,101 +99,4 @@ pub async fn run(plan: IdlePlan) -> Result<IdleReport, ProxyBenchError> {
         kib_per_connection: per,
         mib_per_1000: per * 1000.0 / 1024.0,
     })
-}
-
-/// How many processes the trees rooted at `pids` have, and their summed `VmRSS` in KiB.
-fn rss_of_trees(pids: &[u32]) -> Result<(usize, u64), ProxyBenchError> {
-    let members = trees(Path::new("/proc"), pids)?;
-    if members.is_empty() {
-        return Err(ProxyBenchError::Plan(format!(
-            "none of the processes {pids:?} is running"
-        )));
-    }
-    let mut kib = 0;
-    for pid in &members {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        kib += status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    Ok((members.len(), kib))
-}
-
-/// The running processes among `roots` and all their descendants, from `proc`'s `stat` files.
-fn trees(proc: &Path, roots: &[u32]) -> Result<Vec<u32>, ProxyBenchError> {
-    let mut parents = Vec::new();
-    for entry in std::fs::read_dir(proc)? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process may end while it is read.
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        if let Some(ppid) = parent_of(&stat) {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut members: Vec<u32> = roots
-        .iter()
-        .copied()
-        .filter(|r| parents.iter().any(|(p, _)| p == r))
-        .collect();
-    let mut i = 0;
-    while i < members.len() {
-        let parent = members[i];
-        for (pid, ppid) in &parents {
-            if *ppid == parent && !members.contains(pid) {
-                members.push(*pid);
-            }
-        }
-        i += 1;
-    }
-    Ok(members)
-}
-
-/// The parent pid in a `/proc/PID/stat` line: the fourth field, after the `(comm)` that may
-/// itself hold spaces and parentheses.
-fn parent_of(stat: &str) -> Option<u32> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(1)?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_parent_is_read_past_a_command_with_spaces_and_parentheses() {
-        let stat = "4242 (nginx: worker (x)) S 4241 4241 4241 0 -1 4194560";
-        assert_eq!(parent_of(stat), Some(4241));
-        assert_eq!(parent_of("garbage"), None);
-    }
-
-    #[test]
-    fn a_tree_has_its_root_and_every_descendant() {
-        let dir = tempfile::tempdir().unwrap();
-        for (pid, ppid) in [(10, 1), (11, 10), (12, 11), (13, 1), (14, 10)] {
-            let d = dir.path().join(pid.to_string());
-            std::fs::create_dir(&d).unwrap();
-            std::fs::write(d.join("stat"), format!("{pid} (p) S {ppid} 0 0")).unwrap();
-        }
-        let mut got = trees(dir.path(), &[10, 99]).unwrap();
-        got.sort_unstable();
-        assert_eq!(got, vec![10, 11, 12, 14]);
-    }
-
-    #[test]
-    fn this_process_has_a_resident_size() {
-        let (n, kib) = rss_of_trees(&[std::process::id()]).unwrap();
-        assert!(n >= 1);
-        assert!(kib > 0);
-    }
 }

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::TcpStream;
 
-use super::{Latency, ProxyBenchError, Target};
+use super::{procs, Latency, ProxyBenchError, Target};
 use crate::timer::PreciseTimer;
 
 /// How long a closed-loop connection waits after a request that got no answer.
@@ -52,6 +52,9 @@ pub struct LoadPlan {
     /// A request with no full answer after this is counted as an error (and its connection
     /// opened anew).
     pub request_timeout: Duration,
+    /// The proxy's processes (each with its descendants), whose CPU time over the measured
+    /// time is reported; none to report none.
+    pub pids: Vec<u32>,
 }
 
 /// What a load run measured.
@@ -85,6 +88,10 @@ pub struct LoadReport {
     /// Open loop: how late requests were sent after their scheduled time (the generator's
     /// own lag, including waits for a connection still busy with the request before).
     pub send_lag_ms: Option<Latency>,
+    /// The CPU time the proxy's processes used in the measured time, seconds.
+    pub proxy_cpu_s: Option<f64>,
+    /// That per answer, microseconds.
+    pub proxy_cpu_us_per_answer: Option<f64>,
 }
 
 #[derive(Default)]
@@ -179,10 +186,22 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
             }
         }));
     }
+    let pids = plan.pids.clone();
+    let cpu = tokio::spawn(async move {
+        if pids.is_empty() {
+            return Ok(None);
+        }
+        tokio::time::sleep_until(measure_from.into()).await;
+        let before = procs::cpu_of_trees(&pids)?;
+        tokio::time::sleep_until(end.into()).await;
+        let after = procs::cpu_of_trees(&pids)?;
+        Ok::<_, ProxyBenchError>(Some(after.saturating_sub(before)))
+    });
     let mut tally = Tally::new();
     for task in tasks {
         tally.merge(task.await.expect("a load task does not panic"));
     }
+    let cpu = cpu.await.expect("the CPU reading does not panic")?;
     let seconds = plan.duration.as_secs_f64();
     let answers: u64 = tally.statuses.values().sum();
     let ok: u64 = tally
@@ -209,6 +228,10 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
         latency_ms: Latency::of(tally.all.as_ref().expect("set")),
         ok_latency_ms: Latency::of(tally.ok.as_ref().expect("set")),
         send_lag_ms: offered.map(|_| Latency::of(tally.lag.as_ref().expect("set"))),
+        proxy_cpu_s: cpu.map(|c| c.as_secs_f64()),
+        proxy_cpu_us_per_answer: cpu
+            .filter(|_| answers > 0)
+            .map(|c| c.as_secs_f64() * 1e6 / answers as f64),
     })
 }
 

@@ -9,6 +9,7 @@
 
 pub mod idle;
 pub mod load;
+mod procs;
 pub mod report;
 pub mod upstream;
 
@@ -28,10 +29,10 @@ pub enum ProxyBenchError {
     #[error("invalid plan: {0}")]
     Plan(String),
     /// A connection could not be opened or used.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// HTTP failed on a connection.
-    #[error("{0}")]
+    #[error(transparent)]
     Http(#[from] hyper::Error),
     /// An answer was not what the benchmark expects.
     #[error("unexpected answer from {what}: {reason}")]

@@ -83,22 +83,33 @@ pub fn render(runs: &[Run], meta: Map<String, Value>) -> (String, Value) {
         );
         let _ = writeln!(
             out,
-            "{:<10} {:>10} {:>9} {:>9} {:>8} {:>8}",
-            "proxy", "2xx/s", "p50 ms", "p99 ms", "non-2xx", "errors"
+            "{:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>11} {:>9}",
+            "proxy", "2xx/s", "p50 ms", "p99 ms", "non-2xx", "errors", "CPU us/req", "CPU used"
         );
         for r in of(runs, "saturation") {
             let (non_2xx, io) = errors(r);
+            let duration = r.num(&["load", "duration_s"]);
             let _ = writeln!(
                 out,
-                "{:<10} {:>10} {:>9} {:>9} {:>8} {:>8}",
+                "{:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>11} {:>9}",
                 r.proxy,
                 f(r.num(&["load", "ok_per_s"]), 0),
                 f(r.num(&["load", "latency_ms", "p50"]), 3),
                 f(r.num(&["load", "latency_ms", "p99"]), 3),
                 non_2xx,
-                io
+                io,
+                f(r.num(&["load", "proxy_cpu_us_per_answer"]), 1),
+                f(
+                    r.num(&["load", "proxy_cpu_s"])
+                        .zip(duration)
+                        .map(|(c, d)| c / d),
+                    2
+                )
             );
         }
+        out.push_str(
+            "CPU us/req: the proxy's CPU time per answer; CPU used: of one CPU, its quota\n",
+        );
         out.push('\n');
     }
 
@@ -245,11 +256,18 @@ fn goals(runs: &[Run]) -> Vec<Value> {
     let mut goals = Vec::new();
     let ok = ["load", "ok_per_s"];
     goals.push(match (get("saturation", "inflight", &ok), get("saturation", "haproxy", &ok)) {
-        (Some(i), Some(h)) => json!({
-            "goal": "throughput at least HAProxy's",
-            "met": i >= h,
-            "text": format!("throughput at least HAProxy's: inflight {i:.0}/s, HAProxy {h:.0}/s ({:+.1}%)", (i / h - 1.0) * 100.0),
-        }),
+        (Some(i), Some(h)) => {
+            let cpu = ["load", "proxy_cpu_us_per_answer"];
+            let cost = match (get("saturation", "inflight", &cpu), get("saturation", "haproxy", &cpu)) {
+                (Some(ic), Some(hc)) => format!("; CPU per answer: inflight {ic:.1} us, HAProxy {hc:.1} us"),
+                _ => String::new(),
+            };
+            json!({
+                "goal": "throughput at least HAProxy's",
+                "met": i >= h,
+                "text": format!("throughput at least HAProxy's: inflight {i:.0}/s, HAProxy {h:.0}/s ({:+.1}%){cost}", (i / h - 1.0) * 100.0),
+            })
+        }
         _ => json!({"goal": "throughput at least HAProxy's", "met": null, "text": "throughput at least HAProxy's: not measured"}),
     });
     let p99 = ["load", "latency_ms", "p99"];
