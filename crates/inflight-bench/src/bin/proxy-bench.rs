@@ -225,6 +225,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 stats
                     .map(|s| format!(", upstream peak {}", s.peak))
                     .unwrap_or_default()
+                    + &measured
+                        .proxy_cpu_us_per_answer
+                        .map(|us| format!(", proxy CPU {us:.1} us per answer"))
+                        .unwrap_or_default()
             );
             append(
                 &label,
