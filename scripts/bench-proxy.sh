@@ -2,6 +2,7 @@
 # `inflight proxy` against HAProxy and nginx, side by side in one run, each held to one CPU.
 #
 #   scripts/bench-proxy.sh [--duration S] [--warmup S] [--rate N] [--json FILE] [--keep-logs]
+#                          [--no-cgroup]
 #
 # What it does:
 #   - installs haproxy and nginx (Debian packages) when missing (needs root), builds `inflight`
@@ -13,7 +14,7 @@
 #     prints its worker thread count) and each in its own cgroup with a quota of one CPU
 #     (cgroup v2 `cpu.max = "100000 100000"`, or cgroup v1 `cpu.cfs_quota_us = 100000` per
 #     `cpu.cfs_period_us = 100000` where v2 has no cpu controller); where neither can be
-#     written it says so and pins each proxy with `taskset -c 1` instead;
+#     written (or with --no-cgroup) it says so and pins each proxy with `taskset -c 1` instead;
 #   - measures, with the same load generator for every proxy and for going direct:
 #     1. requests/s at saturation: closed loop, 64 connections;
 #     2. the latency each proxy adds, p50 and p99, against going direct, in an open loop at a
@@ -48,13 +49,14 @@ WARMUP=2
 RATE=
 JSON_OUT=
 KEEP_LOGS=0
+NO_CGROUP=0
 CONNECTIONS=64
 IDLE_CONNECTIONS=1000
 BUDGET=6
 SLOW_MS=20
 BASE_PORT=${BENCH_PROXY_BASE_PORT:-18070}
 
-usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
 die() {
     echo "bench-proxy: $*" >&2
     exit 2
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     --rate) positive "$1" "${2-}" && RATE=$2 && shift 2 ;;
     --json) [ -n "${2-}" ] || die "--json needs a file"; JSON_OUT=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
+    --no-cgroup) NO_CGROUP=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
     esac
@@ -139,7 +142,7 @@ trap 'exit 143' TERM
 # used, for the report) and CG_KIND/CG_ROOT.
 CG_KIND=none
 CG_ROOT=
-if [ "$(id -u)" = 0 ]; then
+if [ "$(id -u)" = 0 ] && [ "$NO_CGROUP" = 0 ]; then
     for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
         if [ -f "$root/cgroup.controllers" ] && grep -qw cpu "$root/cgroup.controllers"; then
             if grep -qw cpu "$root/cgroup.subtree_control" 2>/dev/null ||
@@ -179,7 +182,11 @@ if [ "$CG_KIND" != none ] && make_cgroup probe; then
     fi
 else
     CG_KIND=none
-    CPU_LIMIT="taskset -c 1 per proxy: no cgroup cpu controller could be written (not root, or none mounted writable), so each proxy is pinned to CPU 1 instead of given a quota"
+    if [ "$NO_CGROUP" = 1 ]; then
+        CPU_LIMIT="taskset -c 1 per proxy (--no-cgroup): each proxy is pinned to CPU 1 instead of given a quota"
+    else
+        CPU_LIMIT="taskset -c 1 per proxy: no cgroup cpu controller could be written (not root, or none mounted writable), so each proxy is pinned to CPU 1 instead of given a quota"
+    fi
 fi
 say "CPU limit: $CPU_LIMIT"
 
