@@ -172,3 +172,18 @@ async fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, ProxyBenchError>
     }
     Ok(response.into_body().collect().await?.to_bytes().to_vec())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_is_told_once_in_a_chain() {
+        let e = ProxyBenchError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        let chain = format!("{:#}", anyhow::Error::from(e).context("cannot reset"));
+        assert_eq!(chain, "cannot reset: connection refused");
+    }
+}

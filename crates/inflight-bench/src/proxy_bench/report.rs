@@ -124,8 +124,8 @@ pub fn render(runs: &[Run], meta: Map<String, Value>) -> (String, Value) {
         );
         let _ = writeln!(
             out,
-            "{:<10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>8}",
-            "proxy", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "2xx/s", "errors"
+            "{:<10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>8} {:>13}",
+            "proxy", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "2xx/s", "errors", "send lag p99"
         );
         for r in of(runs, "latency") {
             let p50 = r.num(&["load", "latency_ms", "p50"]);
@@ -137,7 +137,7 @@ pub fn render(runs: &[Run], meta: Map<String, Value>) -> (String, Value) {
             let (non_2xx, io) = errors(r);
             let _ = writeln!(
                 out,
-                "{:<10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>8}",
+                "{:<10} {:>9} {:>9} {:>11} {:>11} {:>8} {:>8} {:>13}",
                 r.proxy,
                 f(p50, 3),
                 f(p99, 3),
@@ -152,9 +152,13 @@ pub fn render(runs: &[Run], meta: Map<String, Value>) -> (String, Value) {
                     f(added(p99, "p99"), 3)
                 },
                 f(r.num(&["load", "ok_per_s"]), 0),
-                non_2xx + io
+                non_2xx + io,
+                f(r.num(&["load", "send_lag_ms", "p99"]), 3)
             );
         }
+        out.push_str(
+            "send lag: how late the generator itself sent, after the schedule (in the latency too)\n",
+        );
         out.push('\n');
     }
 
