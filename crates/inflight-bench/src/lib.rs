@@ -28,6 +28,8 @@
 //!
 //! - [`fanout`]: the fan-out benchmark (`inflight fanout`).
 //! - [`pool`]: the CPU-bound pool benchmark (`inflight pool-bench`).
+//! - [`proxy_bench`]: `inflight proxy` against HAProxy and nginx (`proxy-bench`, run by
+//!   `scripts/bench-proxy.sh`): the upstream, the load generator, idle connections, the report.
 //! - [`gauge`]: [`PeakGauge`](gauge::PeakGauge), calls in flight and the most at once.
 //! - [`timer`]: [`PreciseTimer`](timer::PreciseTimer), sleeps that end within microseconds of
 //!   their deadline.
@@ -40,6 +42,7 @@ pub mod axis;
 pub mod fanout;
 pub mod gauge;
 pub mod pool;
+pub mod proxy_bench;
 pub mod shutdown;
 pub mod spread;
 pub mod timer;

@@ -1,0 +1,366 @@
+//! The load generator: keep-alive HTTP/1.1 connections sending GETs to one target, in a closed
+//! loop (each connection sends its next request when the last answer is in) or an open loop (a
+//! fixed schedule at an offered rate, latency measured from each request's scheduled time, so a
+//! slow answer delays and counts against the requests behind it rather than hiding them).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::HOST;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpStream;
+
+use super::{procs, Latency, ProxyBenchError, Target};
+use crate::timer::PreciseTimer;
+
+/// How long a closed-loop connection waits after a request that got no answer.
+const ERROR_BACKOFF: Duration = Duration::from_millis(1);
+
+/// How load is offered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Loop {
+    /// Each connection sends its next request as soon as the last answer is in.
+    Closed,
+    /// Requests at `rate` per second in total, each connection on its own evenly spaced
+    /// schedule, whatever the answers do.
+    Open {
+        /// Requests per second, over all connections.
+        rate: f64,
+    },
+}
+
+/// One load run.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    /// Where the requests go.
+    pub target: Target,
+    /// Keep-alive connections, each with one request in flight at most.
+    pub connections: usize,
+    /// Closed or open loop.
+    pub mode: Loop,
+    /// Load sent first and not measured.
+    pub warmup: Duration,
+    /// The measured time, after the warm-up.
+    pub duration: Duration,
+    /// A request with no full answer after this is counted as an error (and its connection
+    /// opened anew).
+    pub request_timeout: Duration,
+    /// The proxy's processes (each with its descendants), whose CPU time over the measured
+    /// time is reported; none to report none.
+    pub pids: Vec<u32>,
+}
+
+/// What a load run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// `closed` or `open`.
+    pub mode: &'static str,
+    /// The offered rate (open loop only).
+    pub offered_per_s: Option<f64>,
+    /// Connections used.
+    pub connections: usize,
+    /// The measured time, seconds.
+    pub duration_s: f64,
+    /// Requests sent in the measured time.
+    pub sent: u64,
+    /// Answers with a 2xx status.
+    pub ok: u64,
+    /// Answers by status code, 2xx included.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Requests that got no answer: refused or broken connections, timeouts.
+    pub errors: u64,
+    /// Answers of any status per second.
+    pub answers_per_s: f64,
+    /// 2xx answers per second.
+    pub ok_per_s: f64,
+    /// Latency of the answers (any status), from the send (closed loop) or the scheduled
+    /// send (open loop) to the last byte of the body.
+    pub latency_ms: Latency,
+    /// 2xx answers only.
+    pub ok_latency_ms: Latency,
+    /// Open loop: how late requests were sent after their scheduled time (the generator's
+    /// own lag, including waits for a connection still busy with the request before).
+    pub send_lag_ms: Option<Latency>,
+    /// The CPU time the proxy's processes used in the measured time, seconds.
+    pub proxy_cpu_s: Option<f64>,
+    /// That per answer, microseconds.
+    pub proxy_cpu_us_per_answer: Option<f64>,
+}
+
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    errors: u64,
+    statuses: BTreeMap<u16, u64>,
+    all: Option<Histogram<u64>>,
+    ok: Option<Histogram<u64>>,
+    lag: Option<Histogram<u64>>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            all: Some(histogram()),
+            ok: Some(histogram()),
+            lag: Some(histogram()),
+            ..Tally::default()
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.sent += other.sent;
+        self.errors += other.errors;
+        for (status, n) in other.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
+        for (mine, theirs) in [
+            (&mut self.all, other.all),
+            (&mut self.ok, other.ok),
+            (&mut self.lag, other.lag),
+        ] {
+            if let (Some(mine), Some(theirs)) = (mine.as_mut(), theirs) {
+                mine.add(theirs).expect("histograms of the same bounds add");
+            }
+        }
+    }
+}
+
+/// Microseconds, 1 µs to 120 s, 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Runs `plan` and reports what it measured.
+///
+/// # Errors
+///
+/// [`ProxyBenchError::Plan`] for a plan that cannot run (no connections, a rate that is not a
+/// positive number); nothing is sent then.
+pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
+    if plan.connections == 0 {
+        return Err(ProxyBenchError::Plan(
+            "connections must be at least 1".into(),
+        ));
+    }
+    if plan.duration.is_zero() {
+        return Err(ProxyBenchError::Plan("the duration must be above 0".into()));
+    }
+    if let Loop::Open { rate } = plan.mode {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(ProxyBenchError::Plan(format!(
+                "the rate must be a positive number of requests per second, got {rate}"
+            )));
+        }
+    }
+    let timer = PreciseTimer::new();
+    let start = Instant::now() + Duration::from_millis(20);
+    let measure_from = start + plan.warmup;
+    let end = measure_from + plan.duration;
+    let mut tasks = Vec::with_capacity(plan.connections);
+    for i in 0..plan.connections {
+        let plan = plan.clone();
+        let timer = timer.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Connection::new(plan.target.clone(), plan.request_timeout);
+            match plan.mode {
+                Loop::Closed => {
+                    timer.sleep_until(start).await;
+                    closed(&mut conn, measure_from, end).await
+                }
+                Loop::Open { rate } => {
+                    let offset = Duration::from_secs_f64(i as f64 / rate);
+                    let period = Duration::from_secs_f64(plan.connections as f64 / rate);
+                    open(&mut conn, &timer, start + offset, period, measure_from, end).await
+                }
+            }
+        }));
+    }
+    let pids = plan.pids.clone();
+    let cpu = tokio::spawn(async move {
+        if pids.is_empty() {
+            return Ok(None);
+        }
+        tokio::time::sleep_until(measure_from.into()).await;
+        let before = procs::cpu_of_trees(&pids)?;
+        tokio::time::sleep_until(end.into()).await;
+        let after = procs::cpu_of_trees(&pids)?;
+        Ok::<_, ProxyBenchError>(Some(after.saturating_sub(before)))
+    });
+    let mut tally = Tally::new();
+    for task in tasks {
+        tally.merge(task.await.expect("a load task does not panic"));
+    }
+    let cpu = cpu.await.expect("the CPU reading does not panic")?;
+    let seconds = plan.duration.as_secs_f64();
+    let answers: u64 = tally.statuses.values().sum();
+    let ok: u64 = tally
+        .statuses
+        .iter()
+        .filter(|(s, _)| (200..300).contains(*s))
+        .map(|(_, n)| n)
+        .sum();
+    let (mode, offered) = match plan.mode {
+        Loop::Closed => ("closed", None),
+        Loop::Open { rate } => ("open", Some(rate)),
+    };
+    Ok(LoadReport {
+        mode,
+        offered_per_s: offered,
+        connections: plan.connections,
+        duration_s: seconds,
+        sent: tally.sent,
+        ok,
+        statuses: tally.statuses,
+        errors: tally.errors,
+        answers_per_s: answers as f64 / seconds,
+        ok_per_s: ok as f64 / seconds,
+        latency_ms: Latency::of(tally.all.as_ref().expect("set")),
+        ok_latency_ms: Latency::of(tally.ok.as_ref().expect("set")),
+        send_lag_ms: offered.map(|_| Latency::of(tally.lag.as_ref().expect("set"))),
+        proxy_cpu_s: cpu.map(|c| c.as_secs_f64()),
+        proxy_cpu_us_per_answer: cpu
+            .filter(|_| answers > 0)
+            .map(|c| c.as_secs_f64() * 1e6 / answers as f64),
+    })
+}
+
+async fn closed(conn: &mut Connection, measure_from: Instant, end: Instant) -> Tally {
+    let mut tally = Tally::new();
+    loop {
+        let sent = Instant::now();
+        if sent >= end {
+            return tally;
+        }
+        let outcome = conn.get().await;
+        let failed = outcome.is_none();
+        if sent >= measure_from {
+            tally.record(outcome, sent, sent);
+        }
+        if failed {
+            // A refused connection fails at once: do not spin on it.
+            tokio::time::sleep(ERROR_BACKOFF).await;
+        }
+    }
+}
+
+async fn open(
+    conn: &mut Connection,
+    timer: &PreciseTimer,
+    first: Instant,
+    period: Duration,
+    measure_from: Instant,
+    end: Instant,
+) -> Tally {
+    let mut tally = Tally::new();
+    let mut k: u32 = 0;
+    loop {
+        let scheduled = first + period * k;
+        k += 1;
+        if scheduled >= end {
+            return tally;
+        }
+        if scheduled > Instant::now() {
+            timer.sleep_until(scheduled).await;
+        }
+        let sent = Instant::now();
+        let outcome = conn.get().await;
+        if scheduled >= measure_from {
+            tally.record(outcome, scheduled, sent);
+        }
+    }
+}
+
+impl Tally {
+    fn record(&mut self, outcome: Option<(u16, Instant)>, from: Instant, sent: Instant) {
+        self.sent += 1;
+        if let Some(lag) = self.lag.as_mut() {
+            let _ = lag.record(micros(sent.saturating_duration_since(from)));
+        }
+        let Some((status, done)) = outcome else {
+            self.errors += 1;
+            return;
+        };
+        *self.statuses.entry(status).or_default() += 1;
+        let latency = micros(done.saturating_duration_since(from));
+        if let Some(all) = self.all.as_mut() {
+            let _ = all.record(latency);
+        }
+        if (200..300).contains(&status) {
+            if let Some(ok) = self.ok.as_mut() {
+                let _ = ok.record(latency);
+            }
+        }
+    }
+}
+
+/// One keep-alive client connection, opened again when it breaks.
+pub(crate) struct Connection {
+    target: Target,
+    timeout: Duration,
+    sender: Option<SendRequest<Empty<Bytes>>>,
+}
+
+impl Connection {
+    pub(crate) fn new(target: Target, timeout: Duration) -> Connection {
+        Connection {
+            target,
+            timeout,
+            sender: None,
+        }
+    }
+
+    /// Whether the connection is open now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.sender.as_ref().is_some_and(|s| !s.is_closed())
+    }
+
+    /// One GET of the target's path: its status and when its body was in, or `None` when no
+    /// answer came (the connection is dropped, to be opened anew by the next call).
+    pub(crate) async fn get(&mut self) -> Option<(u16, Instant)> {
+        let answer = tokio::time::timeout(self.timeout, self.try_get()).await;
+        match answer {
+            Ok(Ok(answer)) => Some(answer),
+            _ => {
+                self.sender = None;
+                None
+            }
+        }
+    }
+
+    async fn try_get(&mut self) -> Result<(u16, Instant), ProxyBenchError> {
+        if !self.is_open() {
+            self.sender = Some(open_connection(self.target.addr).await?);
+        }
+        let sender = self.sender.as_mut().expect("just opened");
+        sender.ready().await?;
+        let request = Request::get(self.target.path.as_str())
+            .header(HOST, self.target.host.as_str())
+            .body(Empty::new())
+            .expect("a checked path and host make a request");
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await?;
+        Ok((status, Instant::now()))
+    }
+}
+
+async fn open_connection(addr: SocketAddr) -> Result<SendRequest<Empty<Bytes>>, ProxyBenchError> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
