@@ -10,8 +10,8 @@
 #   - starts one upstream (`proxy-bench upstream`: 200 with 100 bytes at once on /, after 20 ms
 #     on /slow, counting the most requests it serves at once) and, in front of it, `inflight
 #     proxy`, HAProxy and nginx, each configured as a 1-CPU sidecar (HAProxy `nbthread 1`, nginx
-#     `worker_processes 1`, inflight's tokio runtime sizing itself from the quota: the script
-#     prints its worker thread count) and each in its own cgroup with a quota of one CPU
+#     `worker_processes 1`, inflight choosing its runtime from the quota: one CPU gives a
+#     single-threaded runtime; the script prints its thread count) and each in its own cgroup with a quota of one CPU
 #     (cgroup v2 `cpu.max = "100000 100000"`, or cgroup v1 `cpu.cfs_quota_us = 100000` per
 #     `cpu.cfs_period_us = 100000` where v2 has no cpu controller); where neither can be
 #     written (or with --no-cgroup) it says so and pins each proxy with `taskset -c 1` instead;
@@ -371,14 +371,14 @@ stop_proxies() {
 
 say "proxies: inflight on :$P_INFLIGHT/:$P_INFLIGHT_SIX, haproxy on :$P_HAPROXY/:$P_HAPROXY_SIX, nginx on :$P_NGINX/:$P_NGINX_SIX"
 start_proxies
-# tokio names its worker threads tokio-rt-worker (tokio-runtime-worker before 1.44, cut to 15).
-INFLIGHT_WORKERS=$(cat /proc/"$PID_INFLIGHT"/task/*/comm 2>/dev/null | grep -cE '^tokio-(rt-worker|runtime-w)' || true)
+# With one CPU to use, inflight runs on a single-threaded runtime: one thread in all.
+INFLIGHT_WORKERS=$(threads "$PID_INFLIGHT")
 NGINX_WORKERS=$(pgrep -P "$PID_NGINX" | wc -l || true)
-echo "  inflight: $INFLIGHT_WORKERS tokio worker threads ($(threads "$PID_INFLIGHT") threads in all)" >&2
+echo "  inflight: $INFLIGHT_WORKERS thread(s)" >&2
 echo "  haproxy: $(threads "$PID_HAPROXY") thread(s)" >&2
 echo "  nginx: master and $NGINX_WORKERS worker process(es)" >&2
 if [ "$CG_KIND" != none ] && [ "$INFLIGHT_WORKERS" != 1 ]; then
-    echo "  warning: inflight's runtime did not size itself to the one-CPU quota ($INFLIGHT_WORKERS workers)" >&2
+    echo "  warning: inflight's runtime did not size itself to the one-CPU quota ($INFLIGHT_WORKERS threads)" >&2
 fi
 
 # One load step: case, who, URL, then proxy-bench load flags.
@@ -440,12 +440,12 @@ echo >&2
     --meta "machine=$(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)" \
     --meta "load_average_at_end=$(cut -d' ' -f1-3 /proc/loadavg)" \
     --meta "cpu_limit=$CPU_LIMIT" \
-    --meta "inflight_tokio_workers=$INFLIGHT_WORKERS" \
+    --meta "inflight_threads=$INFLIGHT_WORKERS" \
     --meta "haproxy=$HAPROXY_VERSION" \
     --meta "nginx=$NGINX_VERSION" \
     --meta "duration_s=$DURATION" --meta "warmup_s=$WARMUP" --meta "rate_per_s=$RATE" \
     --meta "run_seconds_after_build=$((FINISHED - BUILT))"
 echo
-echo "CPU limit: $CPU_LIMIT; inflight's runtime: $INFLIGHT_WORKERS worker thread(s)"
+echo "CPU limit: $CPU_LIMIT; inflight: $INFLIGHT_WORKERS thread(s)"
 echo "JSON: $JSON_OUT"
 say "done in $((FINISHED - STARTED)) s ($((FINISHED - BUILT)) s after the builds)"
