@@ -53,6 +53,24 @@ pub(crate) struct Engine {
     runtime: OnceLock<Handle>,
     next_local: AtomicU64,
     counters: Counters,
+    outstanding: Arc<Outstanding>,
+    /// Set by [`Engine::shutdown`]: acquires are refused from then on.
+    closed: AtomicBool,
+    /// Wakes waiters when the store shuts down.
+    closing: tokio::sync::Notify,
+}
+
+/// Releases sent in the background whose answer has not come yet, by lease id: what a shutdown
+/// sends again and waits for, and what the last handle's drop sends before the process can end.
+#[derive(Default)]
+struct Outstanding {
+    ids: Mutex<HashMap<Arc<str>, Arc<str>>>,
+}
+
+impl Outstanding {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<str>>> {
+        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A fleet lease held by this process.
@@ -111,6 +129,9 @@ impl Engine {
             runtime: OnceLock::new(),
             next_local: AtomicU64::new(0),
             counters: Counters::default(),
+            outstanding: Arc::default(),
+            closed: AtomicBool::new(false),
+            closing: tokio::sync::Notify::new(),
         }
     }
 
@@ -127,6 +148,9 @@ impl Engine {
         budget: &str,
         deadline: Option<Instant>,
     ) -> Result<Lease, StoreError> {
+        if self.closed.load(Relaxed) {
+            return Err(self.shut_down(budget));
+        }
         self.start_renewing();
         if let Some(reason) = self.skipping() {
             return self.when_down(budget, deadline, reason).await;
@@ -203,14 +227,24 @@ impl Engine {
                 pause = pause.min(acquired.retry_in + Duration::from_millis(1));
             }
             let wake = min_deadline(deadline, answered + pause);
+            let closing = self.closing.notified();
+            tokio::pin!(closing);
+            closing.as_mut().enable();
+            if self.closed.load(Relaxed) {
+                return Err(self.shut_down(&budget));
+            }
             match released.as_mut().as_pin_mut() {
                 Some(released) => tokio::select! {
                     () = tokio::time::sleep_until(wake) => {}
                     () = released => {}
+                    () = closing => return Err(self.shut_down(&budget)),
                 },
                 None => {
                     releases = Some(self.server.releases(&budget));
-                    tokio::time::sleep_until(wake).await;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(wake) => {}
+                        () = closing => return Err(self.shut_down(&budget)),
+                    }
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -315,17 +349,76 @@ impl Engine {
         self.send_release(budget, lease.id());
     }
 
-    /// Sends a release in the background; if it fails, the lease's expiry frees it.
+    /// Sends a release in the background; if it fails, the lease's expiry frees it. Until its
+    /// answer comes, a shutdown or the store's drop sends it again (see [`Outstanding`]).
     fn send_release(&self, budget: &str, id: &str) {
-        let release = self.server.release(budget, id);
+        let id: Arc<str> = Arc::from(id);
+        self.outstanding
+            .lock()
+            .insert(id.clone(), Arc::from(budget));
+        let release = self.server.release(budget, vec![id.clone()]);
         let timeout = self.settings.op_timeout;
+        let outstanding = self.outstanding.clone();
         let task = async move {
             let _ = tokio::time::timeout(timeout, release).await;
+            outstanding.lock().remove(&id);
         };
         if let Ok(runtime) = Handle::try_current() {
             runtime.spawn(task);
         } else if let Some(runtime) = self.runtime.get() {
             runtime.spawn(task);
+        }
+    }
+
+    /// The error of an acquire after [`Engine::shutdown`].
+    fn shut_down(&self, budget: &str) -> StoreError {
+        StoreError::unavailable(format!("fleet budget {budget:?}: the store is shut down"))
+    }
+
+    /// Refuses acquires from now on (waiters included), gives back every lease this store holds
+    /// (their holders see them lost) and every release still on the way, and waits for Redis to
+    /// answer, up to one round-trip timeout.
+    pub(crate) async fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
+        self.closing.notify_waiters();
+        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        for (id, held) in self.lock_held().drain() {
+            if held.watch.is_lost() {
+                continue; // someone else's now, or nobody's
+            }
+            // Its call may still run, but its permit is the fleet's again.
+            held.watch.mark_lost();
+            self.counters.released.fetch_add(1, Relaxed);
+            by_budget.entry(held.budget).or_default().push(id);
+        }
+        for (id, budget) in self.outstanding.lock().iter() {
+            by_budget
+                .entry(budget.clone())
+                .or_default()
+                .push(id.clone());
+        }
+        let timeout = self.settings.op_timeout;
+        let sends = by_budget.into_iter().map(|(budget, ids)| {
+            let release = self.server.release(&budget, ids.clone());
+            async move {
+                let answer = tokio::time::timeout(timeout, release).await;
+                (budget, ids, matches!(answer, Ok(Ok(_))))
+            }
+        });
+        for (budget, ids, answered) in futures::future::join_all(sends).await {
+            if answered {
+                let mut outstanding = self.outstanding.lock();
+                for id in &ids {
+                    outstanding.remove(id);
+                }
+            } else {
+                tracing::warn!(
+                    budget = %budget,
+                    address = self.server.address(),
+                    leases = ids.len(),
+                    "fleet budget: releases unanswered at shutdown; their leases expire instead"
+                );
+            }
         }
     }
 
@@ -444,6 +537,37 @@ impl Engine {
                 .min(Semaphore::MAX_PERMITS)
                 .saturating_sub(self.fallback.available_permits()),
             Fail::Closed => 0,
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// The last handle is gone: releases still on the way (their tasks may never run again, as
+    /// when the runtime is shutting down with the process) are sent once more, blocking for at
+    /// most about two round-trip timeouts, so that a process that ends leaves no lease behind.
+    fn drop(&mut self) {
+        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        for (id, budget) in self.outstanding.lock().drain() {
+            by_budget.entry(budget).or_default().push(id);
+        }
+        for (id, held) in self.lock_held().drain() {
+            if !held.watch.is_lost() {
+                by_budget.entry(held.budget).or_default().push(id);
+            }
+        }
+        for (budget, ids) in by_budget {
+            if let Err(error) =
+                self.server
+                    .release_blocking(&budget, &ids, self.settings.op_timeout)
+            {
+                tracing::warn!(
+                    budget = %budget,
+                    address = self.server.address(),
+                    leases = ids.len(),
+                    error = %error,
+                    "fleet budget: releases unsent when the store was dropped; their leases expire instead"
+                );
+            }
         }
     }
 }
@@ -676,6 +800,66 @@ mod tests {
         drop(permit);
         assert_eq!(a.snapshot().fallbacks, 2);
         assert_eq!(a.snapshot().local_held, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_gives_back_every_lease_and_refuses_from_then_on() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let running = records.acquire().await.unwrap();
+        let done = records.acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let records = records.clone();
+            async move { records.acquire().await.map(drop) }
+        });
+        settle().await;
+        // Dropped, its release is on its way in the background, not answered yet.
+        server.0.delay_ms.store(50, Relaxed);
+        drop(done);
+        a.shutdown().await;
+        assert_eq!(server.0.holders("records"), 0, "nothing left in the server");
+        assert!(running.lease().unwrap().is_lost(), "its holder is told");
+        let err = waiter.await.unwrap().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the permit store is unavailable: fleet budget \"records\": the store is shut down"
+        );
+        assert!(records.acquire().await.is_err());
+        let sent = server.0.calls.load(Relaxed);
+        drop(running);
+        settle().await;
+        assert_eq!(
+            server.0.calls.load(Relaxed),
+            sent,
+            "a lost lease sends nothing"
+        );
+        assert_eq!(a.snapshot().released, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_handle_dropped_sends_the_releases_still_on_their_way() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let permit = records.acquire().await.unwrap();
+        settle().await;
+        server.0.delay_ms.store(50, Relaxed);
+        // The background release has not run when every handle goes, as when the process ends.
+        drop(permit);
+        drop(records);
+        drop(a);
+        assert_eq!(server.0.holders("records"), 0);
+        assert_eq!(server.0.blocking_releases.load(Relaxed), 1);
+        // A store whose releases were all answered sends nothing at drop.
+        let b = store(&server, 2, Fail::Closed);
+        let records = budget(&b, 2, 1000);
+        server.0.delay_ms.store(0, Relaxed);
+        drop(records.acquire().await.unwrap());
+        settle().await;
+        drop(records);
+        drop(b);
+        assert_eq!(server.0.blocking_releases.load(Relaxed), 1);
     }
 
     #[tokio::test(start_paused = true)]

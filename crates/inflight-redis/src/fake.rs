@@ -25,6 +25,8 @@ pub(crate) struct FakeServer {
     pub(crate) delay_ms: AtomicU64,
     pub(crate) calls: AtomicU64,
     pub(crate) released: AtomicU64,
+    /// Calls of `release_blocking`.
+    pub(crate) blocking_releases: AtomicU64,
 }
 
 impl FakeServer {
@@ -40,6 +42,19 @@ impl FakeServer {
     /// Drops every lease, as a restart does.
     pub(crate) fn wipe(&self) {
         self.holders.lock().unwrap().clear();
+    }
+
+    fn remove(&self, budget: &str, ids: &[Arc<str>]) -> u64 {
+        let mut all = self.holders.lock().unwrap();
+        let Some(holders) = all.get_mut(budget) else {
+            return 0;
+        };
+        let removed = ids
+            .iter()
+            .filter(|id| holders.remove(&***id).is_some())
+            .count() as u64;
+        self.released.fetch_add(removed, Relaxed);
+        removed
     }
 
     fn call(&self) -> Result<Duration, ServerError> {
@@ -127,24 +142,36 @@ impl Server for Shared {
         })
     }
 
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>> {
-        let (server, budget, id) = (self.0.clone(), budget.to_string(), id.to_string());
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+    ) -> BoxFuture<'static, Result<u64, ServerError>> {
+        let (server, budget) = (self.0.clone(), budget.to_string());
         let notify = self.releases(&budget);
         Box::pin(async move {
             server.call()?;
-            let removed = server
-                .holders
-                .lock()
-                .unwrap()
-                .get_mut(&budget)
-                .and_then(|h| h.remove(&id))
-                .is_some();
-            if removed {
-                server.released.fetch_add(1, Relaxed);
+            let removed = server.remove(&budget, &ids);
+            if removed > 0 {
                 notify.notify_waiters();
             }
             Ok(removed)
         })
+    }
+
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        _timeout: Duration,
+    ) -> Result<u64, ServerError> {
+        self.0.call()?;
+        self.0.blocking_releases.fetch_add(1, Relaxed);
+        let removed = self.0.remove(budget, ids);
+        if removed > 0 {
+            self.releases(budget).notify_waiters();
+        }
+        Ok(removed)
     }
 
     fn gcra(

@@ -12,6 +12,10 @@
 //! - **Atomic and idempotent.** Acquire, renew and release are Lua scripts (run by `EVALSHA`,
 //!   loaded again after a restart empties the script cache). The lease id is chosen by the
 //!   caller, so an acquire whose reply was lost is never granted twice.
+//! - **Nothing left behind.** [`RedisFleet::shutdown`] gives every lease back before the
+//!   process ends (releases are otherwise sent in the background, and a process that ends at
+//!   once would leave them held until they expire); a store dropped with releases still
+//!   unanswered sends them itself, blocking for a bounded time.
 //! - **Waiting** honours the budget's `permit_timeout`, `max_queued` and `call_timeout`, with
 //!   jittered pauses shortened by a release notification, never a tight loop.
 //! - **When Redis is down**, [`Fail::Closed`] refuses calls with an error naming the budget and

@@ -84,19 +84,22 @@ return lost
     )
 });
 
-/// Gives back lease `ARGV[1]` and, if it was held and someone waits, says so on channel
-/// `ARGV[2]` so that waiters look again.
+/// Gives back leases `ARGV[2..]` and, if any was held and someone waits, says so on channel
+/// `ARGV[1]` so that waiters look again.
 ///
-/// `KEYS[1]`: the holders; `KEYS[2]`: the waiting flag. Only the id's own entry is removed: a holder whose lease expired and
-/// was taken by someone else removes nothing.
+/// `KEYS[1]`: the holders; `KEYS[2]`: the waiting flag. Only the ids' own entries are removed: a
+/// holder whose lease expired and was taken by someone else removes nothing.
 ///
-/// Returns 1 if the lease was held, 0 otherwise.
+/// Returns how many of the leases were held.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+local removed = 0
+for i = 2, #ARGV do
+  removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+end
+if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
 return removed
 "#,
@@ -255,8 +258,8 @@ mod tests {
         let released: u8 = RELEASE
             .key(holders_key("b"))
             .key(waiting_key("b"))
-            .arg("zzz")
             .arg(released_channel("b"))
+            .arg("zzz")
             .invoke(conn)
             .unwrap();
         assert_eq!(released, 0);
@@ -284,8 +287,8 @@ mod tests {
         let released: u8 = RELEASE
             .key(holders_key("b"))
             .key(waiting_key("b"))
-            .arg("c")
             .arg(released_channel("b"))
+            .arg("c")
             .invoke(conn)
             .unwrap();
         assert_eq!(released, 1);

@@ -50,8 +50,22 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         lease: Duration,
     ) -> BoxFuture<'static, Result<Vec<String>, ServerError>>;
 
-    /// Gives back lease `id` of `budget`; returns whether it was held.
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>>;
+    /// Gives back leases `ids` of `budget`; returns how many were held.
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+    ) -> BoxFuture<'static, Result<u64, ServerError>>;
+
+    /// Gives back leases `ids` of `budget` without a runtime, blocking the calling thread for
+    /// at most about `timeout` per step (connect, then the script): what a store dropped with
+    /// releases still on the way sends last.
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        timeout: Duration,
+    ) -> Result<u64, ServerError>;
 
     /// Lets one event of rate limit `name` through if its GCRA allows; otherwise says how long
     /// until it would.
@@ -121,6 +135,17 @@ impl RedisServer {
     }
 }
 
+/// The release script for leases `ids` of `budget`.
+fn release_call(budget: &str, ids: &[Arc<str>]) -> redis::ScriptInvocation<'static> {
+    let mut call = scripts::RELEASE.key(scripts::holders_key(budget));
+    call.key(scripts::waiting_key(budget))
+        .arg(scripts::released_channel(budget));
+    for id in ids {
+        call.arg(&**id);
+    }
+    call
+}
+
 impl Server for RedisServer {
     fn acquire(
         &self,
@@ -164,16 +189,32 @@ impl Server for RedisServer {
         Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
     }
 
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>> {
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+    ) -> BoxFuture<'static, Result<u64, ServerError>> {
         let conn = self.conn();
-        let mut call = scripts::RELEASE.key(scripts::holders_key(budget));
-        call.key(scripts::waiting_key(budget))
-            .arg(id)
-            .arg(scripts::released_channel(budget));
-        Box::pin(async move {
-            let removed: u8 = call.invoke_async(&mut conn?).await.map_err(server_error)?;
-            Ok(removed == 1)
-        })
+        let call = release_call(budget, &ids);
+        Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
+    }
+
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        timeout: Duration,
+    ) -> Result<u64, ServerError> {
+        let mut conn = self
+            .client
+            .get_connection_with_timeout(timeout)
+            .map_err(server_error)?;
+        conn.set_read_timeout(Some(timeout)).map_err(server_error)?;
+        conn.set_write_timeout(Some(timeout))
+            .map_err(server_error)?;
+        release_call(budget, ids)
+            .invoke(&mut conn)
+            .map_err(server_error)
     }
 
     fn gcra(

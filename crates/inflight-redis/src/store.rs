@@ -7,7 +7,7 @@ use std::time::Duration;
 use inflight::store::{Lease, Store, StoreError, StoreFuture};
 use tokio::time::Instant;
 
-use crate::engine::Engine;
+pub(crate) use crate::engine::Engine;
 use crate::snapshot::FleetSnapshot;
 
 /// A [`Store`] whose permits live in Redis, shared by every process that uses a budget of the
@@ -30,6 +30,13 @@ use crate::snapshot::FleetSnapshot;
 /// - **Cost.** Two round trips per call when a permit is free: one script to acquire, one
 ///   (sent in the background) to release. Renewal costs one round trip per budget per third of a
 ///   lease, whatever the number of calls.
+/// - **Nothing left behind.** A release is sent in the background when a permit drops; a
+///   process that ends right after its last call would end before it went out, and its lease
+///   would hold a permit of the next run for up to a lease. [`RedisStore::shutdown`] (or
+///   [`RedisFleet::shutdown`](crate::RedisFleet::shutdown)) waits until Redis has every lease
+///   back; and when the last handle of a store is dropped with releases still unanswered, it
+///   sends them once more on a connection of its own, blocking the dropping thread for at most
+///   about two round-trip timeouts.
 ///
 /// # What the fleet does not promise
 ///
@@ -84,6 +91,22 @@ impl RedisStore {
     /// The store's counters now.
     pub fn snapshot(&self) -> FleetSnapshot {
         self.engine.snapshot()
+    }
+
+    /// Gives back every lease this store holds before the process ends, and refuses acquires
+    /// from now on; see [`RedisFleet::shutdown`](crate::RedisFleet::shutdown), which does this
+    /// for every store of a fleet.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the store is shut down from the first poll on, and releases not answered
+    /// yet are sent again when its last handle is dropped.
+    pub async fn shutdown(&self) {
+        self.engine.shutdown().await;
+    }
+
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Engine> {
+        Arc::downgrade(&self.engine)
     }
 }
 
