@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::error::FleetUnavailable;
-use crate::server::{Server, ServerError};
+use crate::server::{Server, ServerError, Terms};
 use crate::snapshot::FleetSnapshot;
 use crate::Fail;
 
@@ -41,6 +41,9 @@ pub(crate) struct Settings {
     pub(crate) retry_after: Duration,
     pub(crate) first_pause: Duration,
     pub(crate) max_pause: Duration,
+    /// How long a waiter keeps its place in the fleet's queue without asking again: a waiter
+    /// killed while queued is skipped after this. Waiters ask every third of it.
+    pub(crate) queue_lease: Duration,
 }
 
 pub(crate) struct Engine {
@@ -155,34 +158,31 @@ impl Engine {
         if let Some(reason) = self.skipping() {
             return self.when_down(budget, deadline, reason).await;
         }
-        let id: Arc<str> = Arc::from(format!("{:032x}", rand::random::<u128>()));
+        let grants = self.server.grants();
+        let id = self.server.lease_id();
         let budget: Arc<str> = Arc::from(budget);
+        // Registered before the first ask, so that a grant told before the answer counts.
+        let ticket = grants.register(&id);
         let mut pending = Pending {
             engine: self,
             budget: budget.clone(),
             id: id.clone(),
             armed: false,
         };
-        // Asked for on the first refusal: a process that never waits never subscribes.
-        let mut releases = None;
+        let terms = self.terms();
+        // Pauses between asks while grants are not heard (the listener is not subscribed yet,
+        // or reconnecting): the fallback is to ask again, as often as this allows.
         let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
         loop {
-            // Listen before asking, so that a release between the answer and the pause counts.
-            let listening: Option<Arc<tokio::sync::Notify>> = releases.clone();
-            let released = listening.as_ref().map(|r| r.notified());
-            tokio::pin!(released);
-            if let Some(released) = released.as_mut().as_pin_mut() {
-                released.enable();
-            }
+            let live = grants.is_live();
             let asked = Instant::now();
             let op_deadline = min_deadline(deadline, asked + self.settings.op_timeout);
+            // From the first ask on, the id may be queued or granted: given back if the caller
+            // leaves before it is granted here.
             pending.armed = true;
-            let answer = tokio::time::timeout_at(
-                op_deadline,
-                self.server
-                    .acquire(&budget, &id, self.settings.limit, self.settings.lease),
-            )
-            .await;
+            let answer =
+                tokio::time::timeout_at(op_deadline, self.server.acquire(&budget, &id, terms))
+                    .await;
             let answered = Instant::now();
             let acquired = match answer {
                 Ok(Ok(acquired)) => acquired,
@@ -205,25 +205,19 @@ impl Engine {
                 .reclaimed
                 .fetch_add(acquired.reclaimed, Relaxed);
             self.counters.fleet_holders.store(acquired.holders, Relaxed);
-            if acquired.granted {
-                pending.armed = false;
-                self.counters.acquired.fetch_add(1, Relaxed);
-                let watch = LeaseWatch::new();
-                self.lock_held().insert(
-                    id.clone(),
-                    Held {
-                        budget,
-                        watch: watch.clone(),
-                        confirmed: answered,
-                    },
-                );
-                return Ok(Lease::watched(&*id, watch));
+            if acquired.granted || ticket.is_granted() {
+                return Ok(self.granted(&mut pending, answered));
             }
-            // Refused: the id holds nothing.
-            pending.armed = false;
-            let mut pause = backoff.pause();
+            // Queued. The grant is told on this process's channel the moment a release (or an
+            // expiry) hands the permit over; asking again is the backstop: it keeps the queue
+            // entry alive, and catches a grant the channel dropped.
+            let mut pause = if live {
+                terms.queue_lease / 3
+            } else {
+                backoff.pause()
+            };
             if !acquired.retry_in.is_zero() {
-                // An expiry is the surest moment a permit frees when nobody releases.
+                // An expiry frees a permit when nobody releases; asking then hands it over.
                 pause = pause.min(acquired.retry_in + Duration::from_millis(1));
             }
             let wake = min_deadline(deadline, answered + pause);
@@ -233,25 +227,48 @@ impl Engine {
             if self.closed.load(Relaxed) {
                 return Err(self.shut_down(&budget));
             }
-            match released.as_mut().as_pin_mut() {
-                Some(released) => tokio::select! {
-                    () = tokio::time::sleep_until(wake) => {}
-                    () = released => {}
-                    () = closing => return Err(self.shut_down(&budget)),
-                },
-                None => {
-                    releases = Some(self.server.releases(&budget));
-                    tokio::select! {
-                        () = tokio::time::sleep_until(wake) => {}
-                        () = closing => return Err(self.shut_down(&budget)),
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = ticket.changed() => {
+                    if ticket.is_granted() {
+                        return Ok(self.granted(&mut pending, Instant::now()));
                     }
+                    // Grants were not heard for a while: ask again now.
                 }
+                // Grants are heard from now on: ask again, so that the answer covers the gap.
+                () = grants.until_live(), if !live => {}
+                () = closing => return Err(self.shut_down(&budget)),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 self.counters.timeouts.fetch_add(1, Relaxed);
                 return Err(StoreError::Timeout);
             }
         }
+    }
+
+    /// The lease operations' terms for this store.
+    fn terms(&self) -> Terms {
+        Terms {
+            limit: self.settings.limit,
+            lease: self.settings.lease,
+            queue_lease: self.settings.queue_lease,
+        }
+    }
+
+    /// Lease `pending` was granted, as the server confirmed at `confirmed`: it is held here.
+    fn granted(&self, pending: &mut Pending<'_>, confirmed: Instant) -> Lease {
+        pending.armed = false;
+        self.counters.acquired.fetch_add(1, Relaxed);
+        let watch = LeaseWatch::new();
+        self.lock_held().insert(
+            pending.id.clone(),
+            Held {
+                budget: pending.budget.clone(),
+                watch: watch.clone(),
+                confirmed,
+            },
+        );
+        Lease::watched(&*pending.id, watch)
     }
 
     /// The server failed a call: skip it for a while, then apply the fail policy.
@@ -356,7 +373,7 @@ impl Engine {
         self.outstanding
             .lock()
             .insert(id.clone(), Arc::from(budget));
-        let release = self.server.release(budget, vec![id.clone()]);
+        let release = self.server.release(budget, vec![id.clone()], self.terms());
         let timeout = self.settings.op_timeout;
         let outstanding = self.outstanding.clone();
         let task = async move {
@@ -399,7 +416,7 @@ impl Engine {
         }
         let timeout = self.settings.op_timeout;
         let sends = by_budget.into_iter().map(|(budget, ids)| {
-            let release = self.server.release(&budget, ids.clone());
+            let release = self.server.release(&budget, ids.clone(), self.terms());
             async move {
                 let answer = tokio::time::timeout(timeout, release).await;
                 (budget, ids, matches!(answer, Ok(Ok(_))))
@@ -558,7 +575,7 @@ impl Drop for Engine {
         for (budget, ids) in by_budget {
             if let Err(error) =
                 self.server
-                    .release_blocking(&budget, &ids, self.settings.op_timeout)
+                    .release_blocking(&budget, &ids, self.terms(), self.settings.op_timeout)
             {
                 tracing::warn!(
                     budget = %budget,
@@ -638,6 +655,7 @@ mod tests {
                 retry_after: ms(200),
                 first_pause: ms(5),
                 max_pause: ms(150),
+                queue_lease: ms(300),
             },
         ))
     }
@@ -860,6 +878,59 @@ mod tests {
         drop(records);
         drop(b);
         assert_eq!(server.0.blocking_releases.load(Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_of_every_process_are_served_in_arrival_order() {
+        let server = Shared::default();
+        let holder = store(&server, 1, Fail::Closed);
+        let lone = store(&server, 1, Fail::Closed);
+        let crowd = store(&server, 1, Fail::Closed);
+        let held = budget(&holder, 1, 10_000).acquire_owned().await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // One waiter in one process arrives first; twelve in another come after it.
+        for (n, store) in std::iter::once(&lone).chain([&crowd; 12]).enumerate() {
+            let (records, order) = (budget(store, 20, 10_000), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let permit = records.acquire().await.unwrap();
+                order.lock().unwrap().push(n);
+                tokio::time::sleep(ms(10)).await;
+                drop(permit);
+            }));
+            tokio::time::sleep(ms(1)).await;
+        }
+        assert_eq!(server.0.queued("records"), 13);
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..13).collect::<Vec<_>>());
+        assert_eq!(server.0.queued("records"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_gives_up_leaves_the_queue() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let held = budget(&a, 1, 1000).acquire_owned().await.unwrap();
+        let b = store(&server, 1, Fail::Closed);
+        assert_eq!(
+            budget(&b, 1, 50).acquire().await.unwrap_err(),
+            AcquireError::PermitTimeout
+        );
+        let records = budget(&b, 1, 1000);
+        let cancelled = tokio::time::timeout(ms(50), records.acquire()).await;
+        assert!(cancelled.is_err());
+        settle().await;
+        assert_eq!(server.0.queued("records"), 0);
+        drop(held);
+        settle().await;
+        assert_eq!(
+            server.0.holders("records"),
+            0,
+            "nobody was handed the permit"
+        );
     }
 
     #[tokio::test(start_paused = true)]

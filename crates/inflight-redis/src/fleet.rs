@@ -96,6 +96,7 @@ impl RedisFleet {
                 retry_after: self.retry_after,
                 first_pause: Duration::from_millis(5),
                 max_pause: Duration::from_millis(200).min(self.lease / 2),
+                queue_lease: self.lease,
             },
         ));
         let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);

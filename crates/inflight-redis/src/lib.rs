@@ -74,6 +74,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod fleet;
+mod grants;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod rate;
