@@ -3,11 +3,14 @@
 //! counters.
 //!
 //! An acquire is one script call when a permit is free; a release is one more, sent in the
-//! background. While the fleet is full, a caller waits a jittered pause (shortened by a release
-//! notification, or by the time until the earliest lease expires) and asks again, until its
-//! deadline. A reply that never came leaves the outcome unknown: the lease id is the caller's
-//! own, so a retry with it is granted at most once, and an abandoned id is released in the
-//! background (its expiry is the backstop).
+//! background. While the fleet is full, the script puts the caller in the fleet's queue; a
+//! release (or an expiry) hands the permit to the head of the queue inside the server and tells
+//! its process on that process's grants channel, so the caller learns of its grant without
+//! asking. It still asks again every third of a queue lease (or at the earliest lease expiry),
+//! which keeps its entry alive and catches a grant the channel dropped; while the channel is not
+//! heard, it asks after jittered pauses instead. A reply that never came leaves the outcome
+//! unknown: the lease id is the caller's own, so a retry with it is granted at most once, and an
+//! abandoned id (held or queued) is released in the background (its expiry is the backstop).
 
 use std::collections::HashMap;
 use std::fmt;
