@@ -236,7 +236,7 @@ impl Engine {
                     if ticket.is_granted() {
                         return Ok(self.granted(&mut pending, Instant::now()));
                     }
-                    // Grants were not heard for a while: ask again now.
+                    // Grants were not heard for a while, or stopped being heard: ask again.
                 }
                 // Grants are heard from now on: ask again, so that the answer covers the gap.
                 () = grants.until_live(), if !live => {}

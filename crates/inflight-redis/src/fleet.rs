@@ -178,6 +178,9 @@ impl RedisFleet {
 impl FleetBuilder {
     /// How long a permit is held without renewal; holders renew every third of it while their
     /// call runs. A holder stalled longer than this loses its permit to the fleet. Default 5 s.
+    ///
+    /// A waiter's place in the fleet's queue lasts as long: waiters ask again every third of
+    /// it, and one that stopped asking (killed while it waited) is skipped after it.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self

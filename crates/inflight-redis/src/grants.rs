@@ -55,13 +55,15 @@ impl Grants {
         }
     }
 
-    /// Grants are heard (`true`: subscribed) or not. On going live, every waiter asks again:
-    /// grants may have been told while nobody listened, and a restarted Redis has lost its
-    /// queue.
+    /// Grants are heard (`true`: subscribed) or not. Either way, every waiter asks again: on
+    /// going live, grants may have been told while nobody listened, and a restarted Redis has
+    /// lost its queue; on going deaf, waiters switch to asking after short pauses.
     pub(crate) fn set_live(&self, live: bool) {
         let was = self.live.swap(live, Ordering::AcqRel);
-        if live && !was {
-            self.went_live.notify_waiters();
+        if live != was {
+            if live {
+                self.went_live.notify_waiters();
+            }
             for slot in self.lock().values() {
                 slot.changed.notify_one();
             }
@@ -125,6 +127,19 @@ mod tests {
         assert!(ticket.is_granted());
         drop(ticket);
         assert!(grants.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn going_deaf_wakes_every_waiter_to_ask_after_short_pauses() {
+        let grants = Arc::new(Grants::default());
+        grants.set_live(true);
+        let id: Arc<str> = Arc::from("a");
+        let ticket = grants.register(&id);
+        grants.set_live(false);
+        tokio::time::timeout(std::time::Duration::from_secs(1), ticket.changed())
+            .await
+            .unwrap();
+        assert!(!ticket.is_granted() && !grants.is_live());
     }
 
     #[tokio::test(start_paused = true)]
