@@ -3,11 +3,14 @@
 //! counters.
 //!
 //! An acquire is one script call when a permit is free; a release is one more, sent in the
-//! background. While the fleet is full, a caller waits a jittered pause (shortened by a release
-//! notification, or by the time until the earliest lease expires) and asks again, until its
-//! deadline. A reply that never came leaves the outcome unknown: the lease id is the caller's
-//! own, so a retry with it is granted at most once, and an abandoned id is released in the
-//! background (its expiry is the backstop).
+//! background. While the fleet is full, the script puts the caller in the fleet's queue; a
+//! release (or an expiry) hands the permit to the head of the queue inside the server and tells
+//! its process on that process's grants channel, so the caller learns of its grant without
+//! asking. It still asks again every third of a queue lease (or at the earliest lease expiry),
+//! which keeps its entry alive and catches a grant the channel dropped; while the channel is not
+//! heard, it asks after jittered pauses instead. A reply that never came leaves the outcome
+//! unknown: the lease id is the caller's own, so a retry with it is granted at most once, and an
+//! abandoned id (held or queued) is released in the background (its expiry is the backstop).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::error::FleetUnavailable;
-use crate::server::{Server, ServerError};
+use crate::server::{Server, ServerError, Terms};
 use crate::snapshot::FleetSnapshot;
 use crate::Fail;
 
@@ -41,6 +44,9 @@ pub(crate) struct Settings {
     pub(crate) retry_after: Duration,
     pub(crate) first_pause: Duration,
     pub(crate) max_pause: Duration,
+    /// How long a waiter keeps its place in the fleet's queue without asking again: a waiter
+    /// killed while queued is skipped after this. Waiters ask every third of it.
+    pub(crate) queue_lease: Duration,
 }
 
 pub(crate) struct Engine {
@@ -53,6 +59,24 @@ pub(crate) struct Engine {
     runtime: OnceLock<Handle>,
     next_local: AtomicU64,
     counters: Counters,
+    outstanding: Arc<Outstanding>,
+    /// Set by [`Engine::shutdown`]: acquires are refused from then on.
+    closed: AtomicBool,
+    /// Wakes waiters when the store shuts down.
+    closing: tokio::sync::Notify,
+}
+
+/// Releases sent in the background whose answer has not come yet, by lease id: what a shutdown
+/// sends again and waits for, and what the last handle's drop sends before the process can end.
+#[derive(Default)]
+struct Outstanding {
+    ids: Mutex<HashMap<Arc<str>, Arc<str>>>,
+}
+
+impl Outstanding {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<str>>> {
+        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A fleet lease held by this process.
@@ -111,6 +135,9 @@ impl Engine {
             runtime: OnceLock::new(),
             next_local: AtomicU64::new(0),
             counters: Counters::default(),
+            outstanding: Arc::default(),
+            closed: AtomicBool::new(false),
+            closing: tokio::sync::Notify::new(),
         }
     }
 
@@ -127,38 +154,38 @@ impl Engine {
         budget: &str,
         deadline: Option<Instant>,
     ) -> Result<Lease, StoreError> {
+        if self.closed.load(Relaxed) {
+            return Err(self.shut_down(budget));
+        }
         self.start_renewing();
         if let Some(reason) = self.skipping() {
             return self.when_down(budget, deadline, reason).await;
         }
-        let id: Arc<str> = Arc::from(format!("{:032x}", rand::random::<u128>()));
+        let grants = self.server.grants();
+        let id = self.server.lease_id();
         let budget: Arc<str> = Arc::from(budget);
+        // Registered before the first ask, so that a grant told before the answer counts.
+        let ticket = grants.register(&id);
         let mut pending = Pending {
             engine: self,
             budget: budget.clone(),
             id: id.clone(),
             armed: false,
         };
-        // Asked for on the first refusal: a process that never waits never subscribes.
-        let mut releases = None;
+        let terms = self.terms();
+        // Pauses between asks while grants are not heard (the listener is not subscribed yet,
+        // or reconnecting): the fallback is to ask again, as often as this allows.
         let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
         loop {
-            // Listen before asking, so that a release between the answer and the pause counts.
-            let listening: Option<Arc<tokio::sync::Notify>> = releases.clone();
-            let released = listening.as_ref().map(|r| r.notified());
-            tokio::pin!(released);
-            if let Some(released) = released.as_mut().as_pin_mut() {
-                released.enable();
-            }
+            let live = grants.is_live();
             let asked = Instant::now();
             let op_deadline = min_deadline(deadline, asked + self.settings.op_timeout);
+            // From the first ask on, the id may be queued or granted: given back if the caller
+            // leaves before it is granted here.
             pending.armed = true;
-            let answer = tokio::time::timeout_at(
-                op_deadline,
-                self.server
-                    .acquire(&budget, &id, self.settings.limit, self.settings.lease),
-            )
-            .await;
+            let answer =
+                tokio::time::timeout_at(op_deadline, self.server.acquire(&budget, &id, terms))
+                    .await;
             let answered = Instant::now();
             let acquired = match answer {
                 Ok(Ok(acquired)) => acquired,
@@ -181,43 +208,70 @@ impl Engine {
                 .reclaimed
                 .fetch_add(acquired.reclaimed, Relaxed);
             self.counters.fleet_holders.store(acquired.holders, Relaxed);
-            if acquired.granted {
-                pending.armed = false;
-                self.counters.acquired.fetch_add(1, Relaxed);
-                let watch = LeaseWatch::new();
-                self.lock_held().insert(
-                    id.clone(),
-                    Held {
-                        budget,
-                        watch: watch.clone(),
-                        confirmed: answered,
-                    },
-                );
-                return Ok(Lease::watched(&*id, watch));
+            if acquired.granted || ticket.is_granted() {
+                return Ok(self.granted(&mut pending, answered));
             }
-            // Refused: the id holds nothing.
-            pending.armed = false;
-            let mut pause = backoff.pause();
+            // Queued. The grant is told on this process's channel the moment a release (or an
+            // expiry) hands the permit over; asking again is the backstop: it keeps the queue
+            // entry alive, and catches a grant the channel dropped.
+            let mut pause = if live {
+                terms.queue_lease / 3
+            } else {
+                backoff.pause()
+            };
             if !acquired.retry_in.is_zero() {
-                // An expiry is the surest moment a permit frees when nobody releases.
+                // An expiry frees a permit when nobody releases; asking then hands it over.
                 pause = pause.min(acquired.retry_in + Duration::from_millis(1));
             }
             let wake = min_deadline(deadline, answered + pause);
-            match released.as_mut().as_pin_mut() {
-                Some(released) => tokio::select! {
-                    () = tokio::time::sleep_until(wake) => {}
-                    () = released => {}
-                },
-                None => {
-                    releases = Some(self.server.releases(&budget));
-                    tokio::time::sleep_until(wake).await;
+            let closing = self.closing.notified();
+            tokio::pin!(closing);
+            closing.as_mut().enable();
+            if self.closed.load(Relaxed) {
+                return Err(self.shut_down(&budget));
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = ticket.changed() => {
+                    if ticket.is_granted() {
+                        return Ok(self.granted(&mut pending, Instant::now()));
+                    }
+                    // Grants were not heard for a while, or stopped being heard: ask again.
                 }
+                // Grants are heard from now on: ask again, so that the answer covers the gap.
+                () = grants.until_live(), if !live => {}
+                () = closing => return Err(self.shut_down(&budget)),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 self.counters.timeouts.fetch_add(1, Relaxed);
                 return Err(StoreError::Timeout);
             }
         }
+    }
+
+    /// The lease operations' terms for this store.
+    fn terms(&self) -> Terms {
+        Terms {
+            limit: self.settings.limit,
+            lease: self.settings.lease,
+            queue_lease: self.settings.queue_lease,
+        }
+    }
+
+    /// Lease `pending` was granted, as the server confirmed at `confirmed`: it is held here.
+    fn granted(&self, pending: &mut Pending<'_>, confirmed: Instant) -> Lease {
+        pending.armed = false;
+        self.counters.acquired.fetch_add(1, Relaxed);
+        let watch = LeaseWatch::new();
+        self.lock_held().insert(
+            pending.id.clone(),
+            Held {
+                budget: pending.budget.clone(),
+                watch: watch.clone(),
+                confirmed,
+            },
+        );
+        Lease::watched(&*pending.id, watch)
     }
 
     /// The server failed a call: skip it for a while, then apply the fail policy.
@@ -315,17 +369,76 @@ impl Engine {
         self.send_release(budget, lease.id());
     }
 
-    /// Sends a release in the background; if it fails, the lease's expiry frees it.
+    /// Sends a release in the background; if it fails, the lease's expiry frees it. Until its
+    /// answer comes, a shutdown or the store's drop sends it again (see [`Outstanding`]).
     fn send_release(&self, budget: &str, id: &str) {
-        let release = self.server.release(budget, id);
+        let id: Arc<str> = Arc::from(id);
+        self.outstanding
+            .lock()
+            .insert(id.clone(), Arc::from(budget));
+        let release = self.server.release(budget, vec![id.clone()], self.terms());
         let timeout = self.settings.op_timeout;
+        let outstanding = self.outstanding.clone();
         let task = async move {
             let _ = tokio::time::timeout(timeout, release).await;
+            outstanding.lock().remove(&id);
         };
         if let Ok(runtime) = Handle::try_current() {
             runtime.spawn(task);
         } else if let Some(runtime) = self.runtime.get() {
             runtime.spawn(task);
+        }
+    }
+
+    /// The error of an acquire after [`Engine::shutdown`].
+    fn shut_down(&self, budget: &str) -> StoreError {
+        StoreError::unavailable(format!("fleet budget {budget:?}: the store is shut down"))
+    }
+
+    /// Refuses acquires from now on (waiters included), gives back every lease this store holds
+    /// (their holders see them lost) and every release still on the way, and waits for Redis to
+    /// answer, up to one round-trip timeout.
+    pub(crate) async fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
+        self.closing.notify_waiters();
+        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        for (id, held) in self.lock_held().drain() {
+            if held.watch.is_lost() {
+                continue; // someone else's now, or nobody's
+            }
+            // Its call may still run, but its permit is the fleet's again.
+            held.watch.mark_lost();
+            self.counters.released.fetch_add(1, Relaxed);
+            by_budget.entry(held.budget).or_default().push(id);
+        }
+        for (id, budget) in self.outstanding.lock().iter() {
+            by_budget
+                .entry(budget.clone())
+                .or_default()
+                .push(id.clone());
+        }
+        let timeout = self.settings.op_timeout;
+        let sends = by_budget.into_iter().map(|(budget, ids)| {
+            let release = self.server.release(&budget, ids.clone(), self.terms());
+            async move {
+                let answer = tokio::time::timeout(timeout, release).await;
+                (budget, ids, matches!(answer, Ok(Ok(_))))
+            }
+        });
+        for (budget, ids, answered) in futures::future::join_all(sends).await {
+            if answered {
+                let mut outstanding = self.outstanding.lock();
+                for id in &ids {
+                    outstanding.remove(id);
+                }
+            } else {
+                tracing::warn!(
+                    budget = %budget,
+                    address = self.server.address(),
+                    leases = ids.len(),
+                    "fleet budget: releases unanswered at shutdown; their leases expire instead"
+                );
+            }
         }
     }
 
@@ -448,6 +561,37 @@ impl Engine {
     }
 }
 
+impl Drop for Engine {
+    /// The last handle is gone: releases still on the way (their tasks may never run again, as
+    /// when the runtime is shutting down with the process) are sent once more, blocking for at
+    /// most about two round-trip timeouts, so that a process that ends leaves no lease behind.
+    fn drop(&mut self) {
+        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        for (id, budget) in self.outstanding.lock().drain() {
+            by_budget.entry(budget).or_default().push(id);
+        }
+        for (id, held) in self.lock_held().drain() {
+            if !held.watch.is_lost() {
+                by_budget.entry(held.budget).or_default().push(id);
+            }
+        }
+        for (budget, ids) in by_budget {
+            if let Err(error) =
+                self.server
+                    .release_blocking(&budget, &ids, self.terms(), self.settings.op_timeout)
+            {
+                tracing::warn!(
+                    budget = %budget,
+                    address = self.server.address(),
+                    leases = ids.len(),
+                    error = %error,
+                    "fleet budget: releases unsent when the store was dropped; their leases expire instead"
+                );
+            }
+        }
+    }
+}
+
 /// Renews this process's leases every third of a lease, until the store is dropped.
 async fn renew(engine: Weak<Engine>) {
     let every = match engine.upgrade() {
@@ -514,6 +658,7 @@ mod tests {
                 retry_after: ms(200),
                 first_pause: ms(5),
                 max_pause: ms(150),
+                queue_lease: ms(300),
             },
         ))
     }
@@ -676,6 +821,119 @@ mod tests {
         drop(permit);
         assert_eq!(a.snapshot().fallbacks, 2);
         assert_eq!(a.snapshot().local_held, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_gives_back_every_lease_and_refuses_from_then_on() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let running = records.acquire().await.unwrap();
+        let done = records.acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let records = records.clone();
+            async move { records.acquire().await.map(drop) }
+        });
+        settle().await;
+        // Dropped, its release is on its way in the background, not answered yet.
+        server.0.delay_ms.store(50, Relaxed);
+        drop(done);
+        a.shutdown().await;
+        assert_eq!(server.0.holders("records"), 0, "nothing left in the server");
+        assert!(running.lease().unwrap().is_lost(), "its holder is told");
+        let err = waiter.await.unwrap().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the permit store is unavailable: fleet budget \"records\": the store is shut down"
+        );
+        assert!(records.acquire().await.is_err());
+        let sent = server.0.calls.load(Relaxed);
+        drop(running);
+        settle().await;
+        assert_eq!(
+            server.0.calls.load(Relaxed),
+            sent,
+            "a lost lease sends nothing"
+        );
+        assert_eq!(a.snapshot().released, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_handle_dropped_sends_the_releases_still_on_their_way() {
+        let server = Shared::default();
+        let a = store(&server, 2, Fail::Closed);
+        let records = budget(&a, 2, 1000);
+        let permit = records.acquire().await.unwrap();
+        settle().await;
+        server.0.delay_ms.store(50, Relaxed);
+        // The background release has not run when every handle goes, as when the process ends.
+        drop(permit);
+        drop(records);
+        drop(a);
+        assert_eq!(server.0.holders("records"), 0);
+        assert_eq!(server.0.blocking_releases.load(Relaxed), 1);
+        // A store whose releases were all answered sends nothing at drop.
+        let b = store(&server, 2, Fail::Closed);
+        let records = budget(&b, 2, 1000);
+        server.0.delay_ms.store(0, Relaxed);
+        drop(records.acquire().await.unwrap());
+        settle().await;
+        drop(records);
+        drop(b);
+        assert_eq!(server.0.blocking_releases.load(Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_of_every_process_are_served_in_arrival_order() {
+        let server = Shared::default();
+        let holder = store(&server, 1, Fail::Closed);
+        let lone = store(&server, 1, Fail::Closed);
+        let crowd = store(&server, 1, Fail::Closed);
+        let held = budget(&holder, 1, 10_000).acquire_owned().await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // One waiter in one process arrives first; twelve in another come after it.
+        for (n, store) in std::iter::once(&lone).chain([&crowd; 12]).enumerate() {
+            let (records, order) = (budget(store, 20, 10_000), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let permit = records.acquire().await.unwrap();
+                order.lock().unwrap().push(n);
+                tokio::time::sleep(ms(10)).await;
+                drop(permit);
+            }));
+            tokio::time::sleep(ms(1)).await;
+        }
+        assert_eq!(server.0.queued("records"), 13);
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..13).collect::<Vec<_>>());
+        assert_eq!(server.0.queued("records"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_gives_up_leaves_the_queue() {
+        let server = Shared::default();
+        let a = store(&server, 1, Fail::Closed);
+        let held = budget(&a, 1, 1000).acquire_owned().await.unwrap();
+        let b = store(&server, 1, Fail::Closed);
+        assert_eq!(
+            budget(&b, 1, 50).acquire().await.unwrap_err(),
+            AcquireError::PermitTimeout
+        );
+        let records = budget(&b, 1, 1000);
+        let cancelled = tokio::time::timeout(ms(50), records.acquire()).await;
+        assert!(cancelled.is_err());
+        settle().await;
+        assert_eq!(server.0.queued("records"), 0);
+        drop(held);
+        settle().await;
+        assert_eq!(
+            server.0.holders("records"),
+            0,
+            "nobody was handed the permit"
+        );
     }
 
     #[tokio::test(start_paused = true)]

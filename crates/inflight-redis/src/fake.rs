@@ -1,5 +1,5 @@
-//! An in-memory [`Server`] on tokio's clock, with the scripts' semantics, for testing the
-//! engine on paused time: waits, deadlines, wake-ups, loss, fallback.
+//! An in-memory [`Server`] on tokio's clock, with the scripts' semantics (the fleet's queue
+//! included), for testing the engine on paused time: waits, deadlines, hand-offs, loss, fallback.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -7,16 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::server::{Acquired, Server, ServerError};
+use crate::grants::Grants;
+use crate::server::{Acquired, Server, ServerError, Terms};
 
 #[derive(Debug, Default)]
 pub(crate) struct FakeServer {
-    /// Lease id to expiry, per budget.
-    holders: Mutex<HashMap<String, HashMap<String, Instant>>>,
-    releases: Mutex<HashMap<String, Arc<Notify>>>,
+    budgets: Mutex<HashMap<String, Budget>>,
+    grants: Arc<Grants>,
+    next_id: AtomicU64,
     /// Refuse every call, as an unreachable server would.
     pub(crate) down: AtomicBool,
     /// Ignore renewals, as if the holder were stalled.
@@ -25,21 +25,80 @@ pub(crate) struct FakeServer {
     pub(crate) delay_ms: AtomicU64,
     pub(crate) calls: AtomicU64,
     pub(crate) released: AtomicU64,
+    /// Calls of `release_blocking`.
+    pub(crate) blocking_releases: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Budget {
+    /// Lease id to expiry.
+    holders: HashMap<String, Instant>,
+    /// Waiting lease ids by arrival, with the moment each counts as gone.
+    queue: Vec<(String, Instant)>,
+}
+
+impl Budget {
+    /// The scripts' `promote`: drops gone waiters, reclaims expired leases when full, then
+    /// grants the earliest waiters while there is room. Returns the ids granted, and how many
+    /// leases were reclaimed.
+    fn promote(&mut self, now: Instant, terms: Terms) -> (Vec<String>, u64) {
+        self.queue.retain(|(_, gone)| *gone > now);
+        let mut reclaimed = 0;
+        if self.holders.len() >= terms.limit {
+            let before = self.holders.len();
+            self.holders.retain(|_, expiry| *expiry > now);
+            reclaimed = (before - self.holders.len()) as u64;
+        }
+        let mut granted = Vec::new();
+        while self.holders.len() < terms.limit && !self.queue.is_empty() {
+            let (id, _) = self.queue.remove(0);
+            self.holders.insert(id.clone(), now + terms.lease);
+            granted.push(id);
+        }
+        (granted, reclaimed)
+    }
 }
 
 impl FakeServer {
     pub(crate) fn holders(&self, budget: &str) -> usize {
         let now = Instant::now();
-        self.holders
+        self.budgets
             .lock()
             .unwrap()
             .get(budget)
-            .map_or(0, |h| h.values().filter(|e| **e > now).count())
+            .map_or(0, |b| b.holders.values().filter(|e| **e > now).count())
     }
 
-    /// Drops every lease, as a restart does.
+    pub(crate) fn queued(&self, budget: &str) -> usize {
+        self.budgets
+            .lock()
+            .unwrap()
+            .get(budget)
+            .map_or(0, |b| b.queue.len())
+    }
+
+    /// Drops every lease and waiter, as a restart does.
     pub(crate) fn wipe(&self) {
-        self.holders.lock().unwrap().clear();
+        self.budgets.lock().unwrap().clear();
+    }
+
+    fn remove(&self, budget: &str, ids: &[Arc<str>], terms: Terms) -> u64 {
+        let granted = {
+            let mut all = self.budgets.lock().unwrap();
+            let b = all.entry(budget.to_string()).or_default();
+            let mut removed = 0;
+            for id in ids {
+                removed += u64::from(b.holders.remove(&**id).is_some());
+                b.queue.retain(|(q, _)| **q != **id);
+            }
+            self.released.fetch_add(removed, Relaxed);
+            let (granted, _) = b.promote(Instant::now(), terms);
+            (granted, removed)
+        };
+        for id in &granted.0 {
+            self.grants.grant(id);
+        }
+        granted.1
     }
 
     fn call(&self) -> Result<Duration, ServerError> {
@@ -63,38 +122,47 @@ impl Server for Shared {
         &self,
         budget: &str,
         id: &str,
-        limit: usize,
-        lease: Duration,
+        terms: Terms,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let (server, budget, id) = (self.0.clone(), budget.to_string(), id.to_string());
         Box::pin(async move {
             let delay = server.call()?;
             // The server acts at once; only its answer is slow, so a caller that gives up
             // waiting may hold a lease it never heard of.
-            let (granted, holders, reclaimed, retry_in) = {
+            let (acquired, promoted) = {
                 let now = Instant::now();
-                let mut all = server.holders.lock().unwrap();
-                let holders = all.entry(budget).or_default();
-                let before = holders.len();
-                holders.retain(|_, expiry| *expiry > now);
-                let reclaimed = (before - holders.len()) as u64;
-                let granted = holders.contains_key(&id) || holders.len() < limit;
+                let mut all = server.budgets.lock().unwrap();
+                let b = all.entry(budget).or_default();
+                let (promoted, reclaimed) = b.promote(now, terms);
+                let granted = b.holders.contains_key(&id) || b.holders.len() < terms.limit;
                 if granted {
-                    holders.insert(id, now + lease);
+                    b.holders.insert(id.clone(), now + terms.lease);
+                } else {
+                    match b.queue.iter_mut().find(|(q, _)| *q == id) {
+                        Some(entry) => entry.1 = now + terms.queue_lease,
+                        None => b.queue.push((id.clone(), now + terms.queue_lease)),
+                    }
                 }
-                let retry_in = holders
+                let retry_in = b
+                    .holders
                     .values()
                     .min()
                     .map_or(Duration::ZERO, |e| e.duration_since(now));
-                (granted, holders.len() as u64, reclaimed, retry_in)
+                let ahead = b.queue.iter().position(|(q, _)| *q == id).unwrap_or(0);
+                let acquired = Acquired {
+                    granted,
+                    holders: b.holders.len() as u64,
+                    reclaimed,
+                    retry_in: if granted { Duration::ZERO } else { retry_in },
+                    ahead: ahead as u64,
+                };
+                (acquired, promoted)
             };
+            for id in &promoted {
+                server.grants.grant(id);
+            }
             tokio::time::sleep(delay).await;
-            Ok(Acquired {
-                granted,
-                holders,
-                reclaimed,
-                retry_in: if granted { Duration::ZERO } else { retry_in },
-            })
+            Ok(acquired)
         })
     }
 
@@ -111,8 +179,8 @@ impl Server for Shared {
                 return std::future::pending().await;
             }
             let now = Instant::now();
-            let mut all = server.holders.lock().unwrap();
-            let holders = all.entry(budget).or_default();
+            let mut all = server.budgets.lock().unwrap();
+            let holders = &mut all.entry(budget).or_default().holders;
             let mut lost = Vec::new();
             for id in ids {
                 match holders.get_mut(&*id) {
@@ -127,24 +195,29 @@ impl Server for Shared {
         })
     }
 
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>> {
-        let (server, budget, id) = (self.0.clone(), budget.to_string(), id.to_string());
-        let notify = self.releases(&budget);
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+        terms: Terms,
+    ) -> BoxFuture<'static, Result<u64, ServerError>> {
+        let (server, budget) = (self.0.clone(), budget.to_string());
         Box::pin(async move {
             server.call()?;
-            let removed = server
-                .holders
-                .lock()
-                .unwrap()
-                .get_mut(&budget)
-                .and_then(|h| h.remove(&id))
-                .is_some();
-            if removed {
-                server.released.fetch_add(1, Relaxed);
-                notify.notify_waiters();
-            }
-            Ok(removed)
+            Ok(server.remove(&budget, &ids, terms))
         })
+    }
+
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        terms: Terms,
+        _timeout: Duration,
+    ) -> Result<u64, ServerError> {
+        self.0.call()?;
+        self.0.blocking_releases.fetch_add(1, Relaxed);
+        Ok(self.0.remove(budget, ids, terms))
     }
 
     fn gcra(
@@ -156,14 +229,14 @@ impl Server for Shared {
         Box::pin(async { Ok(Ok(())) })
     }
 
-    fn releases(&self, budget: &str) -> Arc<Notify> {
-        self.0
-            .releases
-            .lock()
-            .unwrap()
-            .entry(budget.to_string())
-            .or_default()
-            .clone()
+    fn lease_id(&self) -> Arc<str> {
+        let n = self.0.next_id.fetch_add(1, Relaxed);
+        Arc::from(format!("{n:032x}"))
+    }
+
+    fn grants(&self) -> Arc<Grants> {
+        self.0.grants.set_live(true);
+        self.0.grants.clone()
     }
 
     fn address(&self) -> &str {

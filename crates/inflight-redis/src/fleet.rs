@@ -1,6 +1,6 @@
 //! [`RedisFleet`]: one Redis server shared by every replica, and the settings its stores share.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
@@ -43,6 +43,8 @@ pub struct RedisFleet {
     lease: Duration,
     op_timeout: Duration,
     retry_after: Duration,
+    /// The stores made by this fleet (and its clones), for [`RedisFleet::shutdown`].
+    stores: Arc<Mutex<Vec<Weak<Engine>>>>,
 }
 
 /// Settings of a [`RedisFleet`]; see [`RedisFleet::builder`].
@@ -84,7 +86,7 @@ impl RedisFleet {
     ///
     /// A limit of 0 grants nothing.
     pub fn store(&self, limit: usize, fail: Fail) -> RedisStore {
-        RedisStore::from_engine(Engine::new(
+        let store = RedisStore::from_engine(Engine::new(
             self.server.clone(),
             Settings {
                 limit,
@@ -94,8 +96,59 @@ impl RedisFleet {
                 retry_after: self.retry_after,
                 first_pause: Duration::from_millis(5),
                 max_pause: Duration::from_millis(200).min(self.lease / 2),
+                queue_lease: self.lease,
             },
-        ))
+        ));
+        let mut stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        stores.retain(|s| s.strong_count() > 0);
+        stores.push(store.downgrade());
+        store
+    }
+
+    /// Gives back every lease the stores of this fleet hold, and every release still on its
+    /// way, and returns once Redis has answered (or after one round-trip timeout): call it
+    /// before the process ends, so that the next run finds every permit free.
+    ///
+    /// Releases are sent in the background when a permit drops, so a process that ends right
+    /// after its last call could end before they go out. A store dropped with releases still
+    /// unanswered sends them again itself, blocking for a bounded time; `shutdown` is the way
+    /// that does not block a thread. Leases still held by running calls are given back too,
+    /// and their holders see them lost; the stores refuse acquires from then on.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the stores are shut down from the first poll on, and releases not answered
+    /// yet are sent again when each store's last handle is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use inflight::Budget;
+    /// use inflight_redis::{Fail, RedisFleet};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
+    /// let records = Budget::builder("records")
+    ///     .max_concurrent(6)
+    ///     .store(Arc::new(fleet.store(6, Fail::Closed)))
+    ///     .build()
+    ///     .unwrap();
+    /// // ... the job's calls through `records` ...
+    /// fleet.shutdown().await; // every lease is back in Redis
+    /// assert!(records.acquire().await.is_err(), "the fleet store is shut down");
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        let stores: Vec<Arc<Engine>> = self
+            .stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        futures::future::join_all(stores.iter().map(|s| s.shutdown())).await;
     }
 
     /// A fleet rate limit named `name`: see [`FleetRate`](crate::FleetRate).
@@ -125,6 +178,9 @@ impl RedisFleet {
 impl FleetBuilder {
     /// How long a permit is held without renewal; holders renew every third of it while their
     /// call runs. A holder stalled longer than this loses its permit to the fleet. Default 5 s.
+    ///
+    /// A waiter's place in the fleet's queue lasts as long: waiters ask again every third of
+    /// it, and one that stopped asking (killed while it waited) is skipped after it.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -177,6 +233,7 @@ impl FleetBuilder {
             lease: self.lease,
             op_timeout: self.op_timeout,
             retry_after: self.retry_after,
+            stores: Arc::default(),
         })
     }
 }

@@ -12,8 +12,16 @@
 //! - **Atomic and idempotent.** Acquire, renew and release are Lua scripts (run by `EVALSHA`,
 //!   loaded again after a restart empties the script cache). The lease id is chosen by the
 //!   caller, so an acquire whose reply was lost is never granted twice.
-//! - **Waiting** honours the budget's `permit_timeout`, `max_queued` and `call_timeout`, with
-//!   jittered pauses shortened by a release notification, never a tight loop.
+//! - **Nothing left behind.** [`RedisFleet::shutdown`] gives every lease back before the
+//!   process ends (releases are otherwise sent in the background, and a process that ends at
+//!   once would leave them held until they expire); a store dropped with releases still
+//!   unanswered sends them itself, blocking for a bounded time.
+//! - **Waiting in arrival order, fleet-wide.** A caller that finds the fleet full joins a queue
+//!   in Redis; a release hands its permit to the earliest waiter of the whole fleet inside the
+//!   same script and tells that waiter's process on a channel of its own, so the hand-off takes
+//!   about one round trip. A queued waiter that stops asking (killed) is skipped one lease after
+//!   its last ask. Waiting honours the budget's `permit_timeout`, `max_queued` and
+//!   `call_timeout`.
 //! - **When Redis is down**, [`Fail::Closed`] refuses calls with an error naming the budget and
 //!   the Redis address, and [`Fail::Local`] falls back to a local limit; either is logged
 //!   (through `tracing`), counted in [`FleetSnapshot`], and never waits past a deadline.
@@ -70,6 +78,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod fleet;
+mod grants;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod rate;

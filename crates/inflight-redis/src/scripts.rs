@@ -1,5 +1,5 @@
-//! The Lua scripts a fleet budget runs on the Redis server: acquire, renew, release, and the GCRA
-//! of a fleet rate limit. Each reads the server's clock (`TIME`), never a client's.
+//! The Lua scripts a fleet budget runs on the Redis server: acquire, renew, release (with the
+//! fleet's wait queue), and the GCRA of a fleet rate limit. Each reads the server's clock (`TIME`), never a client's.
 //!
 //! Every key a script touches is passed in `KEYS` and carries the budget's hash tag
 //! (`inflight:{name}:...`), so the scripts run on Redis Cluster too. Since Redis 5 scripts are
@@ -9,52 +9,91 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Takes a lease for `ARGV[1]` if fewer than `ARGV[2]` unexpired leases are held.
+/// The part every lease script starts with: the server's clock, and `promote`, which hands
+/// free permits to the earliest waiters of the fleet.
 ///
 /// `KEYS[1]`: the holders, a sorted set of lease id to expiry (server milliseconds).
-/// `KEYS[2]`: the waiting flag, set on a refusal (for `ARGV[4]` ms) so that releases are
-/// announced only while someone waits.
-/// `ARGV`: lease id, limit, lease in milliseconds, waiting flag lifetime in milliseconds.
+/// `KEYS[2]`: the queue, a sorted set of waiting lease id to arrival number.
+/// `KEYS[3]`: the queue's expiries, a sorted set of waiting lease id to the moment its waiter
+/// counts as gone unless it asks again (a waiter killed while queued blocks nobody).
+/// `KEYS[4]`: the arrival counter.
 ///
-/// Expired leases are reclaimed whenever they are what stands in the way (a holder killed with
-/// SIGKILL frees its permits within one lease); while the set has room, they are left for later,
-/// which keeps the common case to three commands. The set never holds more than `limit` entries,
-/// so it needs no expiry of its own (one that lapsed while a lease was held would drop it). Idempotent: an id already holding a lease is
-/// granted again with its expiry pushed back, so a retry after a lost reply never takes a second
-/// permit.
-///
-/// Returns `{granted (0|1), holders after, reclaimed, ms until the earliest lease expires}`.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+/// `promote` first drops queue entries whose waiters stopped asking; then, if the holders are
+/// at the limit, reclaims expired leases (a holder killed with SIGKILL frees its permits within
+/// one lease); then, while there is room and someone waits, grants the head of the queue its
+/// lease and tells it on its process's channel (`inflight:grants:` and the first
+/// [`PROCESS_TOKEN_LEN`] characters of its id). So no permit is free while anyone waits: a newcomer never overtakes the queue.
+const PRELUDE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function promote(limit, lease)
+  local queued = redis.call('ZCARD', KEYS[2])
+  if queued > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+    for _, id in ipairs(gone) do
+      queued = queued - redis.call('ZREM', KEYS[2], id)
+      redis.call('ZREM', KEYS[3], id)
+    end
+  end
+  local reclaimed = 0
+  local n = redis.call('ZCARD', KEYS[1])
+  if n >= limit then
+    reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    n = n - reclaimed
+  end
+  while n < limit and queued > 0 do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not head then break end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+    n = n + redis.call('ZADD', KEYS[1], now + lease, head)
+    queued = queued - 1
+    redis.call('PUBLISH', 'inflight:grants:' .. string.sub(head, 1, TOKEN_LEN), head)
+  end
+  return n, reclaimed
+end
+"#;
+
+/// Takes a lease for `ARGV[1]` if a permit is free and nobody waits; otherwise puts it in the
+/// queue (or keeps it there), where `promote` grants it in its turn.
+///
+/// `KEYS`: see [`PRELUDE`]. `ARGV`: lease id, limit, lease in milliseconds, queue entry lifetime
+/// in milliseconds.
+///
+/// The holders never exceed `limit` entries, so the set needs no expiry of its own (one that
+/// lapsed while a lease was held would drop it). Idempotent: an id already holding a lease
+/// (granted from the queue, or a retry after a lost reply) is granted again with its expiry
+/// pushed back, so a retry never takes a second permit; an id already queued keeps its place.
+///
+/// Returns `{granted (0|1), holders after, reclaimed, ms until the earliest lease expires,
+/// waiters ahead of this one}`.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{}{}",
+        PRELUDE.replace("TOKEN_LEN", &PROCESS_TOKEN_LEN.to_string()),
+        r#"
+local id = ARGV[1]
 local limit = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
-local reclaimed = 0
-local n = redis.call('ZCARD', KEYS[1])
-if n >= limit then
-  reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  n = n - reclaimed
+local n, reclaimed = promote(limit, lease)
+if redis.call('ZSCORE', KEYS[1], id) then
+  redis.call('ZADD', KEYS[1], 'XX', now + lease, id)
+  return {1, n, reclaimed, 0, 0}
 end
-local added = 0
 if n < limit then
-  added = redis.call('ZADD', KEYS[1], 'NX', now + lease, ARGV[1])
-  n = n + added
-elseif redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then
-  redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  local wait = 0
-  if first[2] then wait = tonumber(first[2]) - now end
-  return {0, n, reclaimed, wait}
+  redis.call('ZADD', KEYS[1], now + lease, id)
+  return {1, n + 1, reclaimed, 0, 0}
 end
-if added == 0 then
-  -- Held already (a retry after a lost reply): its expiry moves to a full lease from now.
-  redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[1])
+if redis.call('ZSCORE', KEYS[2], id) == false then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), id)
 end
-return {1, n, reclaimed, 0}
-"#,
-    )
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), id)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait = 0
+if first[2] then wait = tonumber(first[2]) - now end
+return {0, n, reclaimed, wait, redis.call('ZRANK', KEYS[2], id)}
+"#
+    ))
 });
 
 /// Pushes back the expiry of each unexpired lease in `ARGV[2..]`; an expired one is removed.
@@ -84,23 +123,30 @@ return lost
     )
 });
 
-/// Gives back lease `ARGV[1]` and, if it was held and someone waits, says so on channel
-/// `ARGV[2]` so that waiters look again.
+/// Gives back leases `ARGV[3..]`, whether they hold a permit or wait in the queue (a waiter that
+/// gave up), then hands the freed permits to the earliest waiters (see [`PRELUDE`]).
 ///
-/// `KEYS[1]`: the holders; `KEYS[2]`: the waiting flag. Only the id's own entry is removed: a holder whose lease expired and
-/// was taken by someone else removes nothing.
+/// `KEYS`: see [`PRELUDE`]. `ARGV`: limit, lease in milliseconds, lease ids. Only the ids' own
+/// entries are removed: a holder whose lease expired and was taken by someone else removes
+/// nothing.
 ///
-/// Returns 1 if the lease was held, 0 otherwise.
+/// Returns how many of the leases were held.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{}{}",
+        PRELUDE.replace("TOKEN_LEN", &PROCESS_TOKEN_LEN.to_string()),
         r#"
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+local removed = 0
+for i = 3, #ARGV do
+  removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
+    redis.call('ZREM', KEYS[3], ARGV[i])
+  end
 end
+promote(tonumber(ARGV[1]), tonumber(ARGV[2]))
 return removed
-"#,
-    )
+"#
+    ))
 });
 
 /// GCRA: lets one event through if the theoretical arrival time allows it.
@@ -134,29 +180,45 @@ pub(crate) fn holders_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:holders")
 }
 
-/// The flag that says someone waits for a lease of the budget.
-pub(crate) fn waiting_key(budget: &str) -> String {
-    format!("inflight:{{{budget}}}:waiting")
+/// The sorted set of a budget's waiters, by arrival.
+pub(crate) fn queue_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:queue")
 }
 
-/// The channel a budget's releases are announced on.
-pub(crate) fn released_channel(budget: &str) -> String {
-    format!("inflight:{{{budget}}}:released")
+/// The sorted set of the moments a budget's waiters count as gone unless they ask again.
+pub(crate) fn queue_expiry_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:queue_expiry")
 }
 
-/// The pattern that matches every budget's release channel.
-pub(crate) const RELEASED_PATTERN: &str = "inflight:{*}:released";
+/// The counter that numbers a budget's waiters by arrival.
+pub(crate) fn arrivals_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:arrivals")
+}
 
-/// The budget a release channel belongs to.
-pub(crate) fn budget_of_channel(channel: &str) -> Option<&str> {
-    channel
-        .strip_prefix("inflight:{")?
-        .strip_suffix("}:released")
+/// The keys of a budget the lease scripts take, in their order.
+pub(crate) fn lease_keys(budget: &str) -> [String; 4] {
+    [
+        holders_key(budget),
+        queue_key(budget),
+        queue_expiry_key(budget),
+        arrivals_key(budget),
+    ]
+}
+
+/// How many characters of a lease id name the process that asked for it.
+pub(crate) const PROCESS_TOKEN_LEN: usize = 16;
+
+/// The channel on which a process is told that a lease it queued for was granted; the message
+/// is the lease id, whose first [`PROCESS_TOKEN_LEN`] characters are `token`.
+pub(crate) fn grants_channel(token: &str) -> String {
+    format!("inflight:grants:{token}")
 }
 
 /// Every key a fleet budget (or a fleet rate limit) of this name keeps in Redis.
 pub fn budget_keys(budget: &str) -> Vec<String> {
-    vec![holders_key(budget), waiting_key(budget), rate_key(budget)]
+    let mut keys = lease_keys(budget).to_vec();
+    keys.push(rate_key(budget));
+    keys
 }
 
 /// The key of a fleet rate limit's theoretical arrival time.
@@ -171,8 +233,8 @@ mod tests {
 
     use super::*;
 
-    /// A `redis-server` on a free loopback port, killed on drop.
-    struct Server(Child, redis::Connection);
+    /// A `redis-server` on a free loopback port, killed on drop; a connection, and its URL.
+    struct Server(Child, redis::Connection, String);
 
     impl Drop for Server {
         fn drop(&mut self) {
@@ -197,15 +259,24 @@ mod tests {
             eprintln!("skipped: redis-server is not installed");
             return None;
         };
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str()).ok()?;
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
             if let Ok(conn) = client.get_connection() {
-                return Some(Server(child, conn));
+                return Some(Server(child, conn, url));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    fn call(script: &'static Script, budget: &str) -> redis::ScriptInvocation<'static> {
+        let mut call = script.prepare_invoke();
+        for key in lease_keys(budget) {
+            call.key(key);
+        }
+        call
     }
 
     fn acquire(
@@ -213,16 +284,32 @@ mod tests {
         id: &str,
         limit: u64,
         lease_ms: u64,
-    ) -> (u8, u64, u64, i64) {
-        ACQUIRE
-            .key(holders_key("b"))
-            .key(waiting_key("b"))
+    ) -> (u8, u64, u64, i64, u64) {
+        call(&ACQUIRE, "b")
             .arg(id)
             .arg(limit)
             .arg(lease_ms)
             .arg(2000)
             .invoke(conn)
             .unwrap()
+    }
+
+    fn release(conn: &mut redis::Connection, ids: &[&str], limit: u64, lease_ms: u64) -> u64 {
+        let mut call = call(&RELEASE, "b");
+        call.arg(limit).arg(lease_ms);
+        for id in ids {
+            call.arg(*id);
+        }
+        call.invoke(conn).unwrap()
+    }
+
+    fn renew(conn: &mut redis::Connection, ids: &[&str], lease_ms: u64) -> Vec<String> {
+        let mut call = RENEW.key(holders_key("b"));
+        call.arg(lease_ms);
+        for id in ids {
+            call.arg(*id);
+        }
+        call.invoke(conn).unwrap()
     }
 
     #[test]
@@ -233,62 +320,108 @@ mod tests {
         let conn = &mut server.1;
         assert_eq!(acquire(conn, "a", 2, 200).0, 1);
         // A retry with the same id (a reply lost) is granted again, not twice.
-        assert_eq!(acquire(conn, "a", 2, 200), (1, 1, 0, 0));
+        assert_eq!(acquire(conn, "a", 2, 200), (1, 1, 0, 0, 0));
         assert_eq!(acquire(conn, "b", 2, 200).0, 1);
-        let (granted, holders, _, wait) = acquire(conn, "c", 2, 200);
-        assert_eq!((granted, holders), (0, 2));
+        let (granted, holders, _, wait, ahead) = acquire(conn, "c", 2, 200);
+        assert_eq!((granted, holders, ahead), (0, 2, 0));
         assert!(wait > 0 && wait <= 200, "{wait}");
         // Full, but a holder retrying is still granted.
         assert_eq!(acquire(conn, "b", 2, 200).0, 1);
         // A limit of 0 grants nothing, and says so.
-        let zero: (u8, u64, u64, i64) = ACQUIRE
-            .key(holders_key("none"))
-            .key(waiting_key("none"))
+        let zero: (u8, u64, u64, i64, u64) = call(&ACQUIRE, "none")
             .arg("a")
             .arg(0)
             .arg(200)
             .arg(2000)
             .invoke(conn)
             .unwrap();
-        assert_eq!(zero, (0, 0, 0, 0));
+        assert_eq!(zero, (0, 0, 0, 0, 0));
         // Releasing someone else's id, or one not held, removes nothing.
-        let released: u8 = RELEASE
-            .key(holders_key("b"))
-            .key(waiting_key("b"))
-            .arg("zzz")
-            .arg(released_channel("b"))
-            .invoke(conn)
-            .unwrap();
-        assert_eq!(released, 0);
+        assert_eq!(release(conn, &["zzz"], 2, 200), 0);
         // Renew keeps "a"; "gone" was never held and is reported lost.
-        let lost: Vec<String> = RENEW
-            .key(holders_key("b"))
-            .arg(200)
-            .arg("a")
-            .arg("gone")
-            .invoke(conn)
-            .unwrap();
-        assert_eq!(lost, ["gone"]);
+        assert_eq!(renew(conn, &["a", "gone"], 200), ["gone"]);
+        // "c" gave up waiting: its release takes it out of the queue.
+        assert_eq!(release(conn, &["c"], 2, 200), 0);
         // After a lease with no renewal, both expire: the next acquirer reclaims them.
         std::thread::sleep(Duration::from_millis(250));
-        let (granted, holders, reclaimed, _) = acquire(conn, "c", 2, 200);
+        let (granted, holders, reclaimed, _, _) = acquire(conn, "c", 2, 200);
         assert_eq!((granted, holders, reclaimed), (1, 1, 2));
-        let lost: Vec<String> = RENEW
-            .key(holders_key("b"))
-            .arg(200)
-            .arg("a")
-            .arg("c")
+        assert_eq!(
+            renew(conn, &["a", "c"], 200),
+            ["a"],
+            "an expired lease is lost"
+        );
+        assert_eq!(release(conn, &["c"], 2, 200), 1);
+    }
+
+    #[test]
+    fn a_release_hands_its_permit_to_the_earliest_waiter_and_tells_its_process() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let client = redis::Client::open(server.2.as_str()).unwrap();
+        let mut listener = client.get_connection().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub
+            .subscribe(grants_channel("00000000000000p2"))
+            .unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let conn = &mut server.1;
+        let p1 = |n: u8| format!("00000000000000p1{n:016x}");
+        let p2 = |n: u8| format!("00000000000000p2{n:016x}");
+        assert_eq!(acquire(conn, &p1(0), 1, 5000).0, 1);
+        // Queued in arrival order, whichever process they come from.
+        let queued = acquire(conn, &p2(1), 1, 5000);
+        assert_eq!((queued.0, queued.4), (0, 0));
+        assert_eq!(acquire(conn, &p1(2), 1, 5000).4, 1);
+        assert_eq!(acquire(conn, &p1(3), 1, 5000).4, 2);
+        // A newcomer never overtakes them, even the moment a permit frees.
+        assert_eq!(release(conn, &[&p1(0)], 1, 5000), 1);
+        let message = pubsub.get_message().unwrap();
+        assert_eq!(
+            message.get_channel_name(),
+            grants_channel("00000000000000p2")
+        );
+        assert_eq!(message.get_payload::<String>().unwrap(), p2(1));
+        assert_eq!(
+            acquire(conn, &p1(9), 1, 5000).4,
+            2,
+            "behind the two still waiting"
+        );
+        // The head was granted by the release itself; asking again confirms it.
+        assert_eq!(acquire(conn, &p2(1), 1, 5000).0, 1);
+        // The next waiter gave up; the release of the holder skips it.
+        assert_eq!(release(conn, &[&p1(2)], 1, 5000), 0);
+        assert_eq!(release(conn, &[&p2(1)], 1, 5000), 1);
+        assert_eq!(acquire(conn, &p1(3), 1, 5000).0, 1, "granted in its turn");
+        assert_eq!(acquire(conn, &p1(9), 1, 5000).4, 0);
+    }
+
+    #[test]
+    fn a_waiter_that_stops_asking_leaves_the_queue_when_its_entry_expires() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        assert_eq!(acquire(conn, "h", 1, 5000).0, 1);
+        // "dead" queues with an entry of 100 ms and never asks again.
+        let _: (u8, u64, u64, i64, u64) = call(&ACQUIRE, "b")
+            .arg("dead")
+            .arg(1)
+            .arg(5000)
+            .arg(100)
             .invoke(conn)
             .unwrap();
-        assert_eq!(lost, ["a"], "an expired lease is lost to its holder");
-        let released: u8 = RELEASE
-            .key(holders_key("b"))
-            .key(waiting_key("b"))
-            .arg("c")
-            .arg(released_channel("b"))
-            .invoke(conn)
-            .unwrap();
-        assert_eq!(released, 1);
+        assert_eq!(acquire(conn, "alive", 1, 5000).4, 1);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(release(conn, &["h"], 1, 5000), 1);
+        assert_eq!(
+            acquire(conn, "alive", 1, 5000).0,
+            1,
+            "the dead waiter was skipped"
+        );
     }
 
     #[test]
@@ -318,18 +451,16 @@ mod tests {
             budget_keys("records"),
             [
                 "inflight:{records}:holders",
-                "inflight:{records}:waiting",
+                "inflight:{records}:queue",
+                "inflight:{records}:queue_expiry",
+                "inflight:{records}:arrivals",
                 "inflight:{records}:rate"
             ]
         );
-        assert_eq!(released_channel("records"), "inflight:{records}:released");
         assert_eq!(rate_key("records"), "inflight:{records}:rate");
-        assert_eq!(waiting_key("records"), "inflight:{records}:waiting");
         assert_eq!(
-            budget_of_channel(&released_channel("a.b")),
-            Some("a.b"),
-            "a channel names its budget"
+            grants_channel("0123456789abcdef"),
+            "inflight:grants:0123456789abcdef"
         );
-        assert_eq!(budget_of_channel("other"), None);
     }
 }

@@ -1,18 +1,18 @@
-//! The server a fleet store talks to: [`Server`], the three lease operations as the store's
-//! engine sees them, implemented over Redis by [`RedisServer`] (and by an in-memory double in
-//! the unit tests).
+//! The server a fleet store talks to: [`Server`], the lease operations as the store's engine
+//! sees them, implemented over Redis by [`RedisServer`] (and by an in-memory double in the unit
+//! tests).
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Client;
-use tokio::sync::Notify;
 
+use crate::grants::Grants;
 use crate::scripts;
 
 /// Why the server could not be asked (unreachable, or it answered with an error).
@@ -28,18 +28,29 @@ pub(crate) struct Acquired {
     pub(crate) reclaimed: u64,
     /// When refused: time until the earliest lease expires.
     pub(crate) retry_in: Duration,
+    /// When refused: waiters ahead of this one in the fleet's queue.
+    pub(crate) ahead: u64,
+}
+
+/// What a lease operation needs to know of the budget besides its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Terms {
+    pub(crate) limit: usize,
+    pub(crate) lease: Duration,
+    /// How long a queued waiter keeps its place without asking again.
+    pub(crate) queue_lease: Duration,
 }
 
 /// The lease operations, each one round trip, each returning a `'static` future so it can run
 /// in the background.
 pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
-    /// Takes lease `id` of `budget` if fewer than `limit` are held.
+    /// Takes lease `id` of `budget` if a permit is free and nobody waits; otherwise queues it
+    /// (or keeps its place), to be granted in its turn and told through [`Server::grants`].
     fn acquire(
         &self,
         budget: &str,
         id: &str,
-        limit: usize,
-        lease: Duration,
+        terms: Terms,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>>;
 
     /// Renews leases `ids` of `budget`; returns those no longer held.
@@ -50,8 +61,25 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         lease: Duration,
     ) -> BoxFuture<'static, Result<Vec<String>, ServerError>>;
 
-    /// Gives back lease `id` of `budget`; returns whether it was held.
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>>;
+    /// Gives back leases `ids` of `budget`, held or queued, and hands the freed permits to the
+    /// earliest waiters; returns how many were held.
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+        terms: Terms,
+    ) -> BoxFuture<'static, Result<u64, ServerError>>;
+
+    /// Gives back leases `ids` of `budget` without a runtime, blocking the calling thread for
+    /// at most about `timeout` per step (connect, then the script): what a store dropped with
+    /// releases still on the way sends last.
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        terms: Terms,
+        timeout: Duration,
+    ) -> Result<u64, ServerError>;
 
     /// Lets one event of rate limit `name` through if its GCRA allows; otherwise says how long
     /// until it would.
@@ -62,22 +90,31 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         burst: u32,
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>>;
 
-    /// Notified (as a hint, possibly lost) when a lease of `budget` is released anywhere.
-    fn releases(&self, budget: &str) -> Arc<Notify>;
+    /// A new lease id: the first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
+    /// characters name the grants channel of this server's listener.
+    fn lease_id(&self) -> Arc<str>;
+
+    /// The leases waiting in the queue from here, and the word that one was granted; the
+    /// listener starts on first call.
+    fn grants(&self) -> Arc<Grants>;
 
     /// The server's address, for errors and logs.
     fn address(&self) -> &str;
 }
 
 /// A Redis server (or Cluster node) reached through one multiplexed, reconnecting connection,
-/// plus one pub/sub connection for release notifications, opened on first need.
+/// plus one pub/sub connection subscribed to this server's own grants channel, opened on first
+/// need.
 pub(crate) struct RedisServer {
     address: String,
     client: Client,
     config: ConnectionManagerConfig,
     /// Made on first use, inside the runtime (it spawns its reconnect task there).
     conn: OnceLock<Result<ConnectionManager, ServerError>>,
-    wakers: Arc<Wakers>,
+    /// Starts every lease id asked for here: grants to them are told on its channel.
+    token: String,
+    grants: Arc<Grants>,
+    listening: AtomicBool,
 }
 
 impl fmt::Debug for RedisServer {
@@ -87,10 +124,6 @@ impl fmt::Debug for RedisServer {
             .finish_non_exhaustive()
     }
 }
-
-/// How long a refusal marks a budget as waited for: longer than the longest pause between two
-/// asks of a waiter, so the flag stays up while anyone still waits.
-const WAITING_FLAG_MS: u64 = 2_000;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -107,7 +140,13 @@ impl RedisServer {
             client,
             config,
             conn: OnceLock::new(),
-            wakers: Arc::new(Wakers::default()),
+            token: format!(
+                "{:0width$x}",
+                rand::random::<u64>(),
+                width = scripts::PROCESS_TOKEN_LEN
+            ),
+            grants: Arc::default(),
+            listening: AtomicBool::new(false),
         }
     }
 
@@ -121,30 +160,48 @@ impl RedisServer {
     }
 }
 
+/// A call of a lease script with `budget`'s keys.
+fn lease_call(script: &'static redis::Script, budget: &str) -> redis::ScriptInvocation<'static> {
+    let mut call = script.prepare_invoke();
+    for key in scripts::lease_keys(budget) {
+        call.key(key);
+    }
+    call
+}
+
+/// The release script for leases `ids` of `budget`.
+fn release_call(budget: &str, ids: &[Arc<str>], terms: Terms) -> redis::ScriptInvocation<'static> {
+    let mut call = lease_call(&scripts::RELEASE, budget);
+    call.arg(terms.limit).arg(millis(terms.lease));
+    for id in ids {
+        call.arg(&**id);
+    }
+    call
+}
+
 impl Server for RedisServer {
     fn acquire(
         &self,
         budget: &str,
         id: &str,
-        limit: usize,
-        lease: Duration,
+        terms: Terms,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let conn = self.conn();
-        let mut call = scripts::ACQUIRE.key(scripts::holders_key(budget));
-        call.key(scripts::waiting_key(budget))
-            .arg(id)
-            .arg(limit)
-            .arg(millis(lease))
-            .arg(WAITING_FLAG_MS);
+        let mut call = lease_call(&scripts::ACQUIRE, budget);
+        call.arg(id)
+            .arg(terms.limit)
+            .arg(millis(terms.lease))
+            .arg(millis(terms.queue_lease));
         Box::pin(async move {
             let mut conn = conn?;
-            let (granted, holders, reclaimed, wait): (u8, u64, u64, i64) =
+            let (granted, holders, reclaimed, wait, ahead): (u8, u64, u64, i64, u64) =
                 call.invoke_async(&mut conn).await.map_err(server_error)?;
             Ok(Acquired {
                 granted: granted == 1,
                 holders,
                 reclaimed,
                 retry_in: Duration::from_millis(wait.max(0).unsigned_abs()),
+                ahead,
             })
         })
     }
@@ -164,16 +221,34 @@ impl Server for RedisServer {
         Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
     }
 
-    fn release(&self, budget: &str, id: &str) -> BoxFuture<'static, Result<bool, ServerError>> {
+    fn release(
+        &self,
+        budget: &str,
+        ids: Vec<Arc<str>>,
+        terms: Terms,
+    ) -> BoxFuture<'static, Result<u64, ServerError>> {
         let conn = self.conn();
-        let mut call = scripts::RELEASE.key(scripts::holders_key(budget));
-        call.key(scripts::waiting_key(budget))
-            .arg(id)
-            .arg(scripts::released_channel(budget));
-        Box::pin(async move {
-            let removed: u8 = call.invoke_async(&mut conn?).await.map_err(server_error)?;
-            Ok(removed == 1)
-        })
+        let call = release_call(budget, &ids, terms);
+        Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
+    }
+
+    fn release_blocking(
+        &self,
+        budget: &str,
+        ids: &[Arc<str>],
+        terms: Terms,
+        timeout: Duration,
+    ) -> Result<u64, ServerError> {
+        let mut conn = self
+            .client
+            .get_connection_with_timeout(timeout)
+            .map_err(server_error)?;
+        conn.set_read_timeout(Some(timeout)).map_err(server_error)?;
+        conn.set_write_timeout(Some(timeout))
+            .map_err(server_error)?;
+        release_call(budget, ids, terms)
+            .invoke(&mut conn)
+            .map_err(server_error)
     }
 
     fn gcra(
@@ -199,10 +274,24 @@ impl Server for RedisServer {
         })
     }
 
-    fn releases(&self, budget: &str) -> Arc<Notify> {
-        let notify = self.wakers.get(budget);
-        self.wakers.listen(&self.client);
-        notify
+    fn lease_id(&self) -> Arc<str> {
+        Arc::from(format!("{}{:016x}", self.token, rand::random::<u64>()))
+    }
+
+    fn grants(&self) -> Arc<Grants> {
+        if !self.listening.load(Relaxed) && !self.listening.swap(true, Relaxed) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(listen(
+                        Arc::downgrade(&self.grants),
+                        self.client.clone(),
+                        scripts::grants_channel(&self.token),
+                    ));
+                }
+                Err(_) => self.listening.store(false, Relaxed),
+            }
+        }
+        self.grants.clone()
     }
 
     fn address(&self) -> &str {
@@ -210,74 +299,39 @@ impl Server for RedisServer {
     }
 }
 
-/// One [`Notify`] per budget, woken by a background task subscribed to every budget's release
-/// channel. Notifications are only hints: waiters always look again after a bounded pause.
-#[derive(Default)]
-struct Wakers {
-    by_budget: Mutex<HashMap<Box<str>, Arc<Notify>>>,
-    listening: std::sync::atomic::AtomicBool,
-}
-
-impl Wakers {
-    fn get(&self, budget: &str) -> Arc<Notify> {
-        let mut map = self
-            .by_budget
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        map.entry(budget.into()).or_default().clone()
-    }
-
-    fn wake(&self, budget: &str) {
-        let map = self
-            .by_budget
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(notify) = map.get(budget) {
-            notify.notify_waiters();
-        }
-    }
-
-    /// Starts the listener once, on the current runtime (if there is one).
-    fn listen(self: &Arc<Self>, client: &Client) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if self.listening.load(Relaxed) || self.listening.swap(true, Relaxed) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.listening.store(false, Relaxed);
-            return;
-        };
-        runtime.spawn(listen(Arc::downgrade(self), client.clone()));
-    }
-}
-
-/// Subscribes to every budget's release channel and wakes that budget's waiters; reconnects
-/// with a pause after a failure, and ends once nobody holds the wakers.
-async fn listen(wakers: Weak<Wakers>, client: Client) {
+/// Subscribes to this process's grants channel and tells each grant to its waiter; says when
+/// grants are heard and when not; reconnects with a pause after a failure, and ends once
+/// nobody holds the grants.
+async fn listen(grants: Weak<Grants>, client: Client, channel: String) {
     let mut pause = Duration::from_millis(100);
     loop {
-        if wakers.strong_count() == 0 {
+        if grants.strong_count() == 0 {
             return;
         }
         if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.psubscribe(scripts::RELEASED_PATTERN).await.is_ok() {
+            if pubsub.subscribe(&channel).await.is_ok() {
                 pause = Duration::from_millis(100);
                 let mut messages = pubsub.on_message();
+                match grants.upgrade() {
+                    Some(grants) => grants.set_live(true),
+                    None => return,
+                }
                 loop {
                     // A quiet channel still lets the task notice that its store is gone.
                     let next = tokio::time::timeout(Duration::from_secs(1), messages.next()).await;
-                    let Some(wakers) = wakers.upgrade() else {
+                    let Some(grants) = grants.upgrade() else {
                         return;
                     };
                     match next {
                         Ok(Some(message)) => {
-                            if let Some(budget) =
-                                scripts::budget_of_channel(message.get_channel_name())
-                            {
-                                wakers.wake(budget);
+                            if let Ok(id) = message.get_payload::<String>() {
+                                grants.grant(&id);
                             }
                         }
-                        Ok(None) => break,
+                        Ok(None) => {
+                            grants.set_live(false);
+                            break;
+                        }
                         Err(_quiet) => {}
                     }
                 }

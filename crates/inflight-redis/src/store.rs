@@ -7,7 +7,7 @@ use std::time::Duration;
 use inflight::store::{Lease, Store, StoreError, StoreFuture};
 use tokio::time::Instant;
 
-use crate::engine::Engine;
+pub(crate) use crate::engine::Engine;
 use crate::snapshot::FleetSnapshot;
 
 /// A [`Store`] whose permits live in Redis, shared by every process that uses a budget of the
@@ -29,14 +29,34 @@ use crate::snapshot::FleetSnapshot;
 ///   round-trip timeout when Redis does not answer.
 /// - **Cost.** Two round trips per call when a permit is free: one script to acquire, one
 ///   (sent in the background) to release. Renewal costs one round trip per budget per third of a
-///   lease, whatever the number of calls.
+///   lease, whatever the number of calls; a queued waiter asks once per third of a lease, and
+///   each process keeps one pub/sub connection for its grants.
+/// - **Nothing left behind.** A release is sent in the background when a permit drops; a
+///   process that ends right after its last call would end before it went out, and its lease
+///   would hold a permit of the next run for up to a lease. [`RedisStore::shutdown`] (or
+///   [`RedisFleet::shutdown`](crate::RedisFleet::shutdown)) waits until Redis has every lease
+///   back; and when the last handle of a store is dropped with releases still unanswered, it
+///   sends them once more on a connection of its own, blocking the dropping thread for at most
+///   about two round-trip timeouts.
 ///
-/// # What the fleet does not promise
+/// # Order
 ///
-/// The local budget serves waiters in arrival order; the fleet does not. Waiters in different
-/// processes ask again after jittered pauses (shortened when a release is announced), and the
-/// first to ask after a permit frees takes it. A waiter can therefore be overtaken by a newer
-/// one elsewhere, and under sustained contention its wait is bounded only by its deadline.
+/// Waiters are served in the order they reached Redis, across every process: a caller that
+/// finds every permit held joins a queue in Redis (a sorted set by arrival), and no permit is
+/// granted to a newcomer while anyone waits. A release hands its permit to the head of the queue
+/// in the same script and publishes the grant on the head's process channel
+/// (`inflight:grants:<process>`, one subscription per [`RedisFleet`](crate::RedisFleet)), so the
+/// waiter starts about one round trip after the release left its holder; the tests measure it
+/// against a plain `PING`. A process with one waiter is not overtaken by one with sixty: each
+/// process brings at most its local `max_concurrent` to the queue, in turn.
+///
+/// Queue entries have a lease too: a waiter asks again every third of a lease (or when the
+/// earliest lease expires), and one that stopped asking, killed in the queue, is skipped one
+/// lease after its last ask. Such a waiter that reached the head before its entry lapsed is
+/// handed the permit and holds it, like a killed holder, for one lease. A waiter that gives up
+/// (its deadline, or its future dropped) leaves the queue with its release. A grant the channel
+/// dropped (a reconnect) is found by the next ask; when the channel is heard again, every
+/// waiter of the process asks at once, which also queues them again after a Redis restart.
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     engine: Arc<Engine>,
@@ -84,6 +104,22 @@ impl RedisStore {
     /// The store's counters now.
     pub fn snapshot(&self) -> FleetSnapshot {
         self.engine.snapshot()
+    }
+
+    /// Gives back every lease this store holds before the process ends, and refuses acquires
+    /// from now on; see [`RedisFleet::shutdown`](crate::RedisFleet::shutdown), which does this
+    /// for every store of a fleet.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the store is shut down from the first poll on, and releases not answered
+    /// yet are sent again when its last handle is dropped.
+    pub async fn shutdown(&self) {
+        self.engine.shutdown().await;
+    }
+
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Engine> {
+        Arc::downgrade(&self.engine)
     }
 }
 
