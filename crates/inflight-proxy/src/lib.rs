@@ -129,6 +129,8 @@ pub struct Proxy {
     admin_stop: watch::Sender<bool>,
     servers: Vec<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
+    /// Folds the latency samples into the histograms now and then (see [`Registry::upkeep`]).
+    upkeep: JoinHandle<()>,
     addrs: Vec<(String, SocketAddr)>,
     admin_addr: Option<SocketAddr>,
 }
@@ -285,12 +287,27 @@ impl ProxyBuilder {
                 async move { response }
             })
         });
+        let upkeep = {
+            let shared = Arc::downgrade(&shared);
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    match shared.upgrade() {
+                        Some(shared) => shared.registry.upkeep(),
+                        None => return,
+                    }
+                }
+            })
+        };
         Ok(Proxy {
             shared,
             stop,
             admin_stop,
             servers,
             admin,
+            upkeep,
             addrs,
             admin_addr,
         })
@@ -461,6 +478,7 @@ impl Drop for Proxy {
         if let Some(admin) = &self.admin {
             admin.abort();
         }
+        self.upkeep.abort();
     }
 }
 

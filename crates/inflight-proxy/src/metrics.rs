@@ -42,6 +42,10 @@ const REASONS: [Reason; 8] = [
     Reason::ClientBody,
 ];
 
+/// How often a proxy folds the histograms' samples into their buckets when nobody scrapes
+/// `/metrics` (a scrape does it too).
+pub(crate) const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// One proxy's recorder.
 pub(crate) struct Registry {
     recorder: PrometheusRecorder,
@@ -80,6 +84,13 @@ impl Registry {
     /// Runs `f` with this registry as the recorder: budgets built inside report to it.
     pub(crate) fn within<T>(&self, f: impl FnOnce() -> T) -> T {
         metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// Folds the samples the histograms took since the last render into their buckets. The
+    /// recorder keeps each sample until then, so a proxy that is never scraped would keep every
+    /// request's latencies: the proxy calls this every [`UPKEEP_INTERVAL`].
+    pub(crate) fn upkeep(&self) {
+        self.handle.run_upkeep();
     }
 
     /// The Prometheus text now, `budgets` published first.
