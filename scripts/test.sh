@@ -83,6 +83,11 @@ step "cargo package (every crate packages, and builds from its package alone)"
 # a version, fails here. The verify builds share the target folder with the steps above, so only
 # the dependencies built with other features compile again. --allow-dirty lets the script run on
 # a working tree with uncommitted changes; CI's checkout is clean anyway.
+# Cargo unpacks each package of that local registry under $CARGO_HOME/registry/src/-<hash>/, the
+# hash from the registry's path, and reuses what an earlier run unpacked there for the same name
+# and version: a second run in the same folder would verify against the first run's sources.
+# Those unpacked copies of our own crates go first.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/inflight-*
 cargo package --workspace --locked --allow-dirty
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
