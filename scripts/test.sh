@@ -84,12 +84,21 @@ step "cargo package (every crate packages, and builds from its package alone)"
 # the dependencies built with other features compile again. --allow-dirty lets the script run on
 # a working tree with uncommitted changes; CI's checkout is clean anyway.
 # Cargo unpacks each package of that local registry under $CARGO_HOME/registry/src/-<hash>/, the
-# hash from the registry's path, and reuses what an earlier run unpacked there for the same name
-# and version: a second run in the same folder would verify against the first run's sources.
-# Those unpacked copies of our own crates go first.
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/inflight-*
-cargo package --workspace --locked --allow-dirty
+# hash from the registry's path, and takes a registry crate of the same name and version as
+# unchanged: a second run in the same folder would verify against the first run's sources and
+# builds. Those unpacked copies of our own crates go first, and so do the builds made from them
+# (the ones whose dep-info names such a copy).
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/inflight-*
+for dep_info in "$target_dir"/debug/deps/*.d; do
+    [ -e "$dep_info" ] || continue
+    if grep -q '/registry/src/-[^/]*/inflight-' "$dep_info"; then
+        stem=$(basename "$dep_info" .d)
+        rm -f "$target_dir/debug/deps/$stem".* "$target_dir/debug/deps/lib$stem".*
+        rm -rf "$target_dir/debug/.fingerprint/$(echo "${stem%-*}" | tr _ -)-${stem##*-}"
+    fi
+done
+cargo package --workspace --locked --allow-dirty
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
