@@ -53,6 +53,10 @@ pub struct Args {
     /// The budgets file (TOML); every budget with `upstream` and `listen` is proxied.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
+    /// Drain and exit when stdin closes, so a process that started the proxy (the lab) never
+    /// leaves it behind, even when it is killed.
+    #[arg(long, hide = true)]
+    pub exit_on_stdin_close: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -85,6 +89,17 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let (stdin_closed, mut parent_gone) = tokio::sync::oneshot::channel::<()>();
+    // Without the flag the sender is kept for as long as the proxy runs: it never fires.
+    let _never = if args.exit_on_stdin_close {
+        std::thread::spawn(move || {
+            super::wait_for_stdin_close();
+            let _ = stdin_closed.send(());
+        });
+        None
+    } else {
+        Some(stdin_closed)
+    };
     {
         let mut out = std::io::stdout().lock();
         for (name, addr) in proxy.listeners() {
@@ -116,6 +131,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             },
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+            _ = &mut parent_gone => break,
         }
     }
     eprintln!("inflight proxy: draining");

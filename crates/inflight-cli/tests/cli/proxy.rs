@@ -19,10 +19,15 @@ struct ProxyProcess {
 
 impl ProxyProcess {
     fn start(config: &std::path::Path) -> ProxyProcess {
+        ProxyProcess::start_with(config, &[], Stdio::null())
+    }
+
+    fn start_with(config: &std::path::Path, args: &[&str], stdin: Stdio) -> ProxyProcess {
         let mut child = Command::new(inflight_path())
             .args(["proxy", "--config"])
             .arg(config)
-            .stdin(Stdio::null())
+            .args(args)
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -212,6 +217,26 @@ fn it_forwards_to_the_sim_reloads_on_sighup_and_drains_on_sigterm() {
     let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
     assert_eq!(status.code(), Some(0));
     proxy.stderr_line("drained");
+}
+
+/// With `--exit-on-stdin-close` (what the lab starts it with) the proxy drains and exits 0 when
+/// its stdin closes, so a killed parent leaves no proxy behind; without it, a closed stdin (as in
+/// every other test here, where stdin is /dev/null) changes nothing.
+#[test]
+fn with_exit_on_stdin_close_the_proxy_exits_when_its_stdin_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut proxy = ProxyProcess::start_with(&path, &["--exit-on-stdin-close"], Stdio::piped());
+    let addr = proxy.addr("records");
+    assert!(proxy.child.try_wait().unwrap().is_none());
+    drop(proxy.child.stdin.take());
+    proxy.stderr_line("draining");
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
+    assert_eq!(status.code(), Some(0));
+    assert!(TcpStream::connect(addr).is_err(), "{addr} still listens");
 }
 
 #[test]

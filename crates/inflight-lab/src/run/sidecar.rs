@@ -97,6 +97,9 @@ pub(crate) fn budgets_file(
 /// A running proxy, with the loopback URL of each dependency's listener.
 pub(crate) struct Sidecar {
     child: Child,
+    /// Held while the proxy runs: it drains and exits when this closes, so a lab that is killed
+    /// leaves no proxy behind.
+    _stdin: Option<tokio::process::ChildStdin>,
     err: JoinHandle<Vec<u8>>,
     /// Removed when the sidecar is dropped.
     _file: tempfile::NamedTempFile,
@@ -129,9 +132,11 @@ impl Sidecar {
         cmd.arg("proxy")
             .arg("--config")
             .arg(file.path())
-            .stdin(Stdio::null());
+            .arg("--exit-on-stdin-close")
+            .stdin(Stdio::piped());
         let mut child = spawn_in(cmd, group.as_ref())
             .map_err(|e| format!("cannot start {} proxy: {e}", exe.display()))?;
+        let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
         // Read all along, so that the proxy never blocks on a full pipe; the end is kept.
@@ -148,6 +153,7 @@ impl Sidecar {
         });
         let mut sidecar = Sidecar {
             child,
+            _stdin: stdin,
             err,
             _file: file,
             group,
