@@ -192,7 +192,7 @@ async fn run_one(
         .get(&cell.strategy)
         .map_err(|e| LabError::Invalid(e.to_string()))?;
     if !strategy.proxied() {
-        return run_runners(ctx, cell, repeat, None, progress).await;
+        return run_runners(ctx, cell, repeat, &label, None, progress).await;
     }
     let proxy_err = |message: String| LabError::Proxy {
         run: label.clone(),
@@ -214,7 +214,7 @@ async fn run_one(
     let proxy = Sidecar::start(&ctx.opts.exe, &budgets, group)
         .await
         .map_err(proxy_err)?;
-    let result = run_runners(ctx, cell, repeat, Some(&proxy), progress).await;
+    let result = run_runners(ctx, cell, repeat, &label, Some(&proxy), progress).await;
     let said = proxy.stop().await;
     if result.is_err() && !said.is_empty() {
         progress(Progress::Warning(format!(
@@ -230,6 +230,7 @@ async fn run_runners(
     ctx: &Context<'_>,
     cell: &Cell,
     repeat: u32,
+    label: &str,
     proxy: Option<&Sidecar>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<RunResult, LabError> {
@@ -242,12 +243,8 @@ async fn run_runners(
         measured,
         ..
     } = *ctx;
-    let label = format!(
-        "{} {} {} CPU repeat {repeat}",
-        cell.strategy, cell.scenario, cell.cpus
-    );
     let runner_err = |message: String| LabError::Runner {
-        run: label.clone(),
+        run: label.to_string(),
         message,
     };
     control
@@ -326,7 +323,7 @@ async fn run_runners(
         let who = if several {
             format!("replica {} of {label}", i + 1)
         } else {
-            label.clone()
+            label.to_string()
         };
         match runner.finish(status).await {
             RunnerEnd::Done { result, said } => {

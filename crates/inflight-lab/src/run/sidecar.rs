@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::runner_process::spawn_in;
 use crate::runner::CLIENT_TIMEOUT;
-use crate::strategy::{BudgetPlan, GateSpec, RecordsInFlight, Strategy};
+use crate::strategy::{BudgetPlan, GateSpec, Strategy};
 
 /// The CPU quota of the proxy's own cgroup: one CPU, as a sidecar is commonly given.
 pub(crate) const PROXY_CPUS: f64 = 1.0;
@@ -54,10 +54,7 @@ pub(crate) fn budgets_file(
             strategy.name
         ));
     };
-    let unbounded = match strategy.records_in_flight {
-        RecordsInFlight::Fixed(n) => n,
-        RecordsInFlight::AvailableParallelism => crate::strategy::available_parallelism(),
-    };
+    let unbounded = strategy.records_in_flight.resolve();
     let call_timeout = CLIENT_TIMEOUT.mul_f64(time_scale);
     let mut out = String::from("[proxy]\ndrain = \"1s\"\n");
     for (dependency, gate) in [("enrichment", enrichment), ("records", records)] {
