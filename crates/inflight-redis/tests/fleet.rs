@@ -1,6 +1,7 @@
 //! A fleet budget against a real `redis-server` on loopback, in one process: the shared limit,
 //! waiters woken by releases, round trips per call, Redis stopped and restarted under each fail
-//! policy, the fleet rate limit, and budgets files.
+//! policy, the fleet rate limit, and budgets files. Calls made under the permits go to an
+//! [`Observer`], which counts them where they arrive.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use inflight::{AcquireError, Budget};
 use inflight_redis::{Fail, RateError, RedisFleet, RedisStore};
-use support::{ms, RedisServer};
+use support::{ms, Call, Observer, RedisServer};
 use tokio::time::Instant;
 
 fn fleet(server: &RedisServer, lease: Duration) -> RedisFleet {
@@ -157,10 +158,12 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
     let Some(mut server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let store = fleet(&server, ms(900)).store(2, Fail::Closed);
     let records = budget("records", 2, ms(500), &store);
     drop(records.acquire().await.unwrap());
     let held = records.acquire().await.unwrap();
+    let held_call = Call::begin(&observer.addr()).await;
     server.stop();
     for _ in 0..3 {
         let start = Instant::now();
@@ -194,6 +197,7 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
             Err(e) => panic!("unexpected {e:?}"),
         }
     };
+    let again_call = Call::begin(&observer.addr()).await;
     assert!(!again.lease().unwrap().is_lost());
     // The lease held across the restart is gone from the server: its holder learns it.
     let start = Instant::now();
@@ -202,8 +206,19 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
         tokio::time::sleep(ms(20)).await;
     }
     assert!(store.snapshot().lost >= 1);
+    held_call.end().await;
     drop(held);
     assert_eq!(server.holders("records").len(), 1, "nothing double-counted");
+    let served = observer.served();
+    assert_eq!(
+        served.begun, 2,
+        "nothing was called while redis was down: {served:?}"
+    );
+    assert!(
+        served.peak <= 2,
+        "over the limit at the dependency: {served:?}"
+    );
+    again_call.end().await;
     drop(again);
     let start = Instant::now();
     while !server.holders("records").is_empty() {
@@ -217,12 +232,21 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
     let Some(mut server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let store = fleet(&server, ms(900)).store(4, Fail::Local(1));
     let records = budget("records", 4, ms(400), &store);
     drop(records.acquire().await.unwrap());
     server.stop();
     let first = records.acquire().await.unwrap();
     assert!(first.lease().unwrap().id().starts_with("local:"));
+    let first_call = Call::begin(&observer.addr()).await;
+    // Calls under a second fallback permit, if there were one.
+    let others = (0..3).map(|_| async {
+        if let Ok(permit) = records.acquire().await {
+            support::call(&observer.addr(), ms(50)).await;
+            drop(permit);
+        }
+    });
     let start = Instant::now();
     assert_eq!(
         records.acquire().await.unwrap_err(),
@@ -230,6 +254,14 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
         "the local limit of 1 holds while redis is down"
     );
     assert!(start.elapsed() < ms(1500), "took {:?}", start.elapsed());
+    futures::future::join_all(others).await;
+    let served = observer.served();
+    assert_eq!(
+        (served.peak, served.begun),
+        (1, 1),
+        "the local limit held at the dependency: {served:?}"
+    );
+    first_call.end().await;
     drop(first);
     let snapshot = store.snapshot();
     assert!(snapshot.fallbacks >= 2, "{snapshot:?}");
@@ -247,8 +279,10 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
         tokio::time::sleep(ms(50)).await;
     };
     assert_eq!(server.holders("records").len(), 1);
+    support::call(&observer.addr(), ms(10)).await;
     drop(back);
     assert!(!store.snapshot().redis_down);
+    assert_eq!(observer.served().peak, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
 //! Helpers shared by the tests against a real `redis-server`: a server on a free loopback port,
-//! killed when dropped, and child processes of the test binary itself.
+//! killed when dropped; child processes of the test binary itself; an [`Observer`] that counts
+//! the calls in service at the dependency; and a [`Link`] between one process and Redis that
+//! delays or stalls its traffic on command.
 
 #![allow(dead_code)]
 
@@ -68,6 +70,11 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     /// Kills the server (its data and script cache are gone).
@@ -196,4 +203,289 @@ impl Drop for ChildProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The dependency the fleet's calls go to, counting them itself: a TCP server on 127.0.0.1 where
+/// each call is one connection held for the call's time. A call is in service from the line it
+/// sends until the end of its connection (its holder closing it, or dying), so a holder stalled
+/// with its call open still counts. Independent of the clients' counters and of Redis.
+///
+/// The exchange is an echo: the call sends a line and waits for it back (it is counted by
+/// then), shuts its side down when done, and waits for the server to close (it is no longer
+/// counted by then). A permit held across that exchange therefore covers every moment its call
+/// is counted, and the count is at most the permits held.
+pub struct Observer {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<std::sync::Mutex<Served>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What the observer has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Calls in service now.
+    pub in_service: usize,
+    /// The most calls in service at once.
+    pub peak: usize,
+    /// Calls begun.
+    pub begun: usize,
+    /// Calls ended.
+    pub ended: usize,
+}
+
+impl Observer {
+    pub fn start() -> Observer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port for the observer");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(Served::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (state2, stop2) = (state.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let state = state2.clone();
+                std::thread::spawn(move || serve_call(conn, &state));
+            }
+        });
+        Observer { addr, state, stop }
+    }
+
+    /// Where calls go (`127.0.0.1:port`).
+    pub fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn served(&self) -> Served {
+        *self.state.lock().unwrap()
+    }
+
+    /// Forgets the peak so far: the most in service from now on, starting from those now.
+    pub fn reset_peak(&self) -> Served {
+        let mut state = self.state.lock().unwrap();
+        state.peak = state.in_service;
+        *state
+    }
+
+    /// Waits until `done(served)` holds, within `within`; panics naming `what` if it does not.
+    pub fn until(&self, within: Duration, what: &str, done: impl Fn(&Served) -> bool) -> Served {
+        let start = Instant::now();
+        loop {
+            let served = self.served();
+            if done(&served) {
+                return served;
+            }
+            assert!(
+                start.elapsed() < within,
+                "the observer did not see {what} within {within:?}: {served:?}"
+            );
+            std::thread::sleep(ms(2));
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+fn serve_call(conn: std::net::TcpStream, state: &std::sync::Mutex<Served>) {
+    use std::io::Read;
+    let mut reader = BufReader::new(match conn.try_clone() {
+        Ok(c) => c,
+        Err(_) => return,
+    });
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return; // closed before it began: not a call
+    }
+    {
+        let mut s = state.lock().unwrap();
+        s.in_service += 1;
+        s.begun += 1;
+        s.peak = s.peak.max(s.in_service);
+    }
+    let mut writer = &conn;
+    let _ = writer.write_all(line.as_bytes());
+    // In service until the caller's side ends: a clean shutdown, a reset, or its death.
+    let mut sink = [0u8; 256];
+    while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+    {
+        let mut s = state.lock().unwrap();
+        s.in_service -= 1;
+        s.ended += 1;
+    }
+    let _ = conn.shutdown(std::net::Shutdown::Both);
+}
+
+/// One call at an [`Observer`], from async code: counted once `begin` returns, no longer
+/// counted once `end` returns.
+pub struct Call {
+    stream: tokio::net::TcpStream,
+}
+
+impl Call {
+    pub async fn begin(addr: &str) -> Call {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("the observer accepts");
+        stream.write_all(b"call\n").await.unwrap();
+        let mut line = String::new();
+        let mut reader = tokio::io::BufReader::new(&mut stream);
+        reader.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "call\n", "the observer echoes the call");
+        Call { stream }
+    }
+
+    pub async fn end(mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let _ = self.stream.read_to_end(&mut rest).await;
+    }
+}
+
+/// A call of `hold` at the observer, under whatever permit the caller holds.
+pub async fn call(addr: &str, hold: Duration) {
+    let call = Call::begin(addr).await;
+    tokio::time::sleep(hold).await;
+    call.end().await;
+}
+
+/// A loopback TCP proxy between one process and a server (Redis), which delays or stalls the
+/// traffic of every connection through it, both ways, on command. A stalled link holds what it
+/// reads (nothing reaches the other side, as in a partition) and delivers it, in order, on
+/// [`Link::resume`]; a delay holds each chunk that long after it was read.
+pub struct Link {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<LinkState>,
+}
+
+struct LinkState {
+    mode: std::sync::Mutex<LinkMode>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Clone, Copy)]
+struct LinkMode {
+    delay: Duration,
+    stalled: bool,
+    stopped: bool,
+}
+
+impl Link {
+    /// A link to `to` (`host:port`).
+    pub fn start(to: &str) -> Link {
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port for the link");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(LinkState {
+            mode: std::sync::Mutex::new(LinkMode {
+                delay: Duration::ZERO,
+                stalled: false,
+                stopped: false,
+            }),
+            changed: std::sync::Condvar::new(),
+        });
+        let (to, shared) = (to.to_string(), state.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if shared.mode.lock().unwrap().stopped {
+                    return;
+                }
+                let Ok(near) = conn else { continue };
+                let Ok(far) = std::net::TcpStream::connect(&to) else {
+                    continue;
+                };
+                let _ = near.set_nodelay(true);
+                let _ = far.set_nodelay(true);
+                let (near2, far2) = (near.try_clone().unwrap(), far.try_clone().unwrap());
+                pump(near, far, shared.clone());
+                pump(far2, near2, shared.clone());
+            }
+        });
+        Link { addr, state }
+    }
+
+    /// The Redis URL through this link.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Holds every chunk `delay` after it was read (zero: none).
+    pub fn delay(&self, delay: Duration) {
+        self.state.mode.lock().unwrap().delay = delay;
+        self.state.changed.notify_all();
+    }
+
+    /// Forwards nothing until [`Link::resume`].
+    pub fn stall(&self) {
+        self.state.mode.lock().unwrap().stalled = true;
+        self.state.changed.notify_all();
+    }
+
+    /// Delivers what the stall held, in order, and forwards again.
+    pub fn resume(&self) {
+        self.state.mode.lock().unwrap().stalled = false;
+        self.state.changed.notify_all();
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        {
+            let mut mode = self.state.mode.lock().unwrap();
+            mode.stopped = true;
+            mode.stalled = false;
+        }
+        self.state.changed.notify_all();
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+/// Copies `from` to `to` through a queue of chunks, each let go when the link allows it.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    state: std::sync::Arc<LinkState>,
+) {
+    use std::io::Read;
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for (read_at, chunk) in rx {
+            let mut mode = state.mode.lock().unwrap();
+            loop {
+                if !mode.stalled {
+                    let due = read_at + mode.delay;
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    mode = state.changed.wait_timeout(mode, due - now).unwrap().0;
+                } else {
+                    mode = state.changed.wait(mode).unwrap();
+                }
+            }
+            drop(mode);
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
 }
