@@ -114,9 +114,16 @@ async fn race() {
             tokio::spawn(async move {
                 let (mut admitted, mut lost) = (0, 0);
                 for _ in 0..rounds {
+                    let asked = std::time::Instant::now();
                     let permit = budget.acquire().await.unwrap();
                     admitted += 1;
-                    support::call(&observer, hold).await;
+                    let label = format!(
+                        "pid {} lease {} waited {:?}",
+                        std::process::id(),
+                        permit.lease().unwrap().id(),
+                        asked.elapsed()
+                    );
+                    support::held_call(&observer, &label, hold).await;
                     lost += usize::from(permit.lease().unwrap().is_lost());
                     drop(permit);
                 }
@@ -303,7 +310,8 @@ async fn many_processes_racing_for_the_last_permits_never_exceed_the_limit() {
     println!("{processes} processes racing for 3 permits, at the dependency: {served:?}");
     assert!(
         served.peak <= 3,
-        "over the limit at the dependency: {served:?}"
+        "over the limit at the dependency: {served:?}, in service at the peak: {:#?}",
+        observer.at_peak()
     );
     assert_eq!(total, processes * tasks * rounds, "every call got its turn");
     assert_eq!((served.begun, served.ended), (total, total), "{served:?}");
@@ -488,8 +496,14 @@ async fn a_link_that_only_delays_keeps_the_limit_exactly() {
             tokio::spawn(async move {
                 let mut lost = 0;
                 for _ in 0..40 {
+                    let asked = std::time::Instant::now();
                     let permit = budget.acquire().await.unwrap();
-                    support::call(&observer, hold).await;
+                    let label = format!(
+                        "test lease {} waited {:?}",
+                        permit.lease().unwrap().id(),
+                        asked.elapsed()
+                    );
+                    support::held_call(&observer, &label, hold).await;
                     lost += usize::from(permit.lease().unwrap().is_lost());
                 }
                 lost
@@ -509,8 +523,10 @@ async fn a_link_that_only_delays_keeps_the_limit_exactly() {
     assert_eq!(line, "admitted 24 lost 0");
     assert_eq!(lost, 0, "no lease of this process was lost");
     assert_eq!(
-        served.peak, limit,
-        "the limit, used and never passed: {served:?}"
+        served.peak,
+        limit,
+        "the limit, used and never passed: {served:?}, in service at the peak: {:#?}",
+        observer.at_peak()
     );
     assert_eq!((served.begun, served.ended), (24 + 120, 24 + 120));
 }

@@ -34,34 +34,57 @@ impl RedisServer {
             eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
             return None;
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let mut server = RedisServer { port, child: None };
-        server.spawn();
-        Some(server)
+        // The port is free when picked, but another test's listener may take it before the
+        // server binds it: then the server exits, and another port is tried.
+        for _ in 0..20 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free loopback port")
+                .port();
+            let mut server = RedisServer { port, child: None };
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server could not bind a free loopback port in 20 tries");
     }
 
-    fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+    /// Starts the server on its port; whether it is the one answering there (not a listener
+    /// of another test that took the port first).
+    fn spawn(&mut self) -> bool {
+        let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        self.child = Some(child);
+        let pid = child.id();
         let client = redis::Client::open(self.url()).unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut conn) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return;
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            let info = client
+                .get_connection_with_timeout(ms(500))
+                .and_then(|mut conn| {
+                    conn.set_read_timeout(Some(ms(500)))?;
+                    redis::cmd("INFO").arg("server").query::<String>(&mut conn)
+                });
+            if let Ok(info) = info {
+                if info
+                    .lines()
+                    .any(|l| l.trim() == format!("process_id:{pid}"))
+                {
+                    self.child = Some(child);
+                    return true;
                 }
             }
             std::thread::sleep(ms(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!(
             "redis-server on port {} did not answer within 10 s",
             self.port
@@ -88,7 +111,11 @@ impl RedisServer {
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "port {} was taken while redis-server was stopped",
+            self.port
+        );
     }
 
     /// A plain connection, for looking at the server from outside the store.
@@ -216,8 +243,18 @@ impl Drop for ChildProcess {
 /// is counted, and the count is at most the permits held.
 pub struct Observer {
     addr: std::net::SocketAddr,
-    state: std::sync::Arc<std::sync::Mutex<Served>>,
+    state: std::sync::Arc<std::sync::Mutex<Counts>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The observer's counts, and the calls in service (by connection) with their lines.
+#[derive(Default)]
+struct Counts {
+    served: Served,
+    open: std::collections::BTreeMap<u64, String>,
+    next: u64,
+    /// The lines of the calls in service when the peak was last reached.
+    at_peak: Vec<String>,
 }
 
 /// What the observer has seen.
@@ -239,7 +276,7 @@ impl Observer {
         use std::sync::{Arc, Mutex};
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port for the observer");
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(Served::default()));
+        let state = Arc::new(Mutex::new(Counts::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (state2, stop2) = (state.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -261,14 +298,13 @@ impl Observer {
     }
 
     pub fn served(&self) -> Served {
-        *self.state.lock().unwrap()
+        self.state.lock().unwrap().served
     }
 
-    /// Forgets the peak so far: the most in service from now on, starting from those now.
-    pub fn reset_peak(&self) -> Served {
-        let mut state = self.state.lock().unwrap();
-        state.peak = state.in_service;
-        *state
+    /// The lines the calls in service sent, when the most were in service at once: which
+    /// holders those were, for a failure to name.
+    pub fn at_peak(&self) -> Vec<String> {
+        self.state.lock().unwrap().at_peak.clone()
     }
 
     /// Waits until `done(served)` holds, within `within`; panics naming `what` if it does not.
@@ -295,7 +331,7 @@ impl Drop for Observer {
     }
 }
 
-fn serve_call(conn: std::net::TcpStream, state: &std::sync::Mutex<Served>) {
+fn serve_call(conn: std::net::TcpStream, state: &std::sync::Mutex<Counts>) {
     use std::io::Read;
     let mut reader = BufReader::new(match conn.try_clone() {
         Ok(c) => c,
@@ -305,12 +341,20 @@ fn serve_call(conn: std::net::TcpStream, state: &std::sync::Mutex<Served>) {
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return; // closed before it began: not a call
     }
-    {
+    let me = {
         let mut s = state.lock().unwrap();
-        s.in_service += 1;
-        s.begun += 1;
-        s.peak = s.peak.max(s.in_service);
-    }
+        let me = s.next;
+        s.next += 1;
+        s.open.insert(me, line.trim_end().to_string());
+        let served = &mut s.served;
+        served.in_service += 1;
+        served.begun += 1;
+        if served.in_service > served.peak {
+            served.peak = served.in_service;
+            s.at_peak = s.open.values().cloned().collect();
+        }
+        me
+    };
     let mut writer = &conn;
     let _ = writer.write_all(line.as_bytes());
     // In service until the caller's side ends: a clean shutdown, a reset, or its death.
@@ -318,8 +362,9 @@ fn serve_call(conn: std::net::TcpStream, state: &std::sync::Mutex<Served>) {
     while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
     {
         let mut s = state.lock().unwrap();
-        s.in_service -= 1;
-        s.ended += 1;
+        s.open.remove(&me);
+        s.served.in_service -= 1;
+        s.served.ended += 1;
     }
     let _ = conn.shutdown(std::net::Shutdown::Both);
 }
@@ -332,15 +377,21 @@ pub struct Call {
 
 impl Call {
     pub async fn begin(addr: &str) -> Call {
+        Call::labelled(addr, "call").await
+    }
+
+    /// A call that names itself `label` (one line) to the observer.
+    pub async fn labelled(addr: &str, label: &str) -> Call {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("the observer accepts");
-        stream.write_all(b"call\n").await.unwrap();
+        let sent = format!("{label}\n");
+        stream.write_all(sent.as_bytes()).await.unwrap();
         let mut line = String::new();
         let mut reader = tokio::io::BufReader::new(&mut stream);
         reader.read_line(&mut line).await.unwrap();
-        assert_eq!(line, "call\n", "the observer echoes the call");
+        assert_eq!(line, sent, "the observer echoes the call");
         Call { stream }
     }
 
@@ -354,7 +405,12 @@ impl Call {
 
 /// A call of `hold` at the observer, under whatever permit the caller holds.
 pub async fn call(addr: &str, hold: Duration) {
-    let call = Call::begin(addr).await;
+    held_call(addr, "call", hold).await;
+}
+
+/// [`call`], naming itself `label`.
+pub async fn held_call(addr: &str, label: &str, hold: Duration) {
+    let call = Call::labelled(addr, label).await;
     tokio::time::sleep(hold).await;
     call.end().await;
 }
