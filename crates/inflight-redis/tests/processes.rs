@@ -474,9 +474,10 @@ async fn a_link_that_only_delays_keeps_the_limit_exactly() {
     };
     let observer = Observer::start();
     let link = Link::start(&server.addr());
-    // 100 ms each way: a round trip of 200 ms, under a third of the lease and the 1 s timeout.
+    // 100 ms each way: a round trip of 200 ms, well under a third of the lease (1 s) and the 1 s
+    // round-trip timeout. A long lease: a holder starved of CPU past it would be one over.
     link.delay(ms(100));
-    let (limit, lease, hold) = (3, ms(1500), ms(20));
+    let (limit, lease, hold) = (3, ms(3000), ms(20));
     let child = ChildProcess::spawn(
         "race",
         &[
