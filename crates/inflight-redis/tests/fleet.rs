@@ -36,16 +36,17 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     // Two replicas: their own connections, their own local budgets of 3, one fleet limit of 3.
     let a_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
     let b_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
     let a = budget("records", 3, ms(300), &a_store);
     let b = budget("records", 3, ms(5000), &b_store);
-    let held: Vec<_> = futures::future::join_all((0..3).map(|_| a.acquire()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| async {
+        let permit = a.acquire().await.unwrap();
+        (permit, Call::begin(&observer.addr()).await)
+    }))
+    .await;
     assert_eq!(server.holders("records").len(), 3);
     let short = budget("records", 3, ms(300), &b_store);
     let start = Instant::now();
@@ -56,19 +57,33 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
     assert!(start.elapsed() >= ms(290), "waited its whole deadline");
     assert_eq!(short.in_flight(), 0, "the local permit went back");
     let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.acquire_owned().await }
+        let (b, observer) = (b.clone(), observer.addr());
+        async move {
+            let permit = b.acquire_owned().await;
+            let call = Call::begin(&observer).await;
+            (permit, call)
+        }
     });
     tokio::time::sleep(ms(100)).await;
     assert!(!waiter.is_finished(), "the fleet is full");
-    drop(held);
-    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+    for (permit, call) in held {
+        call.end().await;
+        drop(permit);
+    }
+    let (got, call) = tokio::time::timeout(Duration::from_secs(3), waiter)
         .await
         .expect("a release lets the waiter in well before its deadline")
-        .unwrap()
         .unwrap();
+    let got = got.unwrap();
     assert!(!got.lease().unwrap().is_lost());
+    call.end().await;
     drop(got);
+    let served = observer.served();
+    assert_eq!(
+        (served.peak, served.begun),
+        (3, 4),
+        "the shared limit held at the dependency: {served:?}"
+    );
     // Releases are sent in the background.
     for _ in 0..100 {
         if server.holders("records").is_empty() {
