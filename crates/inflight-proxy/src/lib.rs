@@ -166,6 +166,9 @@ pub(crate) struct Shared {
     proxy: Mutex<ProxyConfig>,
     /// The `[fleet]` table the proxy started with: a reload may not change it.
     fleet: Option<FleetConfig>,
+    /// The Redis fleets whose stores the budgets use (one from the start, one more from each
+    /// reload that rebuilt a fleet budget): a drain gives back their leases.
+    fleets: Mutex<Vec<inflight_redis::RedisFleet>>,
     draining: AtomicBool,
     runtime: tokio::runtime::Handle,
 }
@@ -207,8 +210,8 @@ impl ProxyBuilder {
     /// listened on.
     pub async fn start(self, text: &str) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let budgets = fleet(&registry, || Budgets::from_toml_str(text))?;
-        self.start_with(registry, budgets).await
+        let (budgets, fleet) = fleet(&registry, || Budgets::from_toml_str(text))?;
+        self.start_with(registry, budgets, fleet).await
     }
 
     /// [`ProxyBuilder::start`] for the budgets file at `path`.
@@ -218,11 +221,16 @@ impl ProxyBuilder {
     /// As [`ProxyBuilder::start`]; [`StartError::Config`] also when the file cannot be read.
     pub async fn start_path(self, path: impl AsRef<Path>) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let budgets = fleet(&registry, || Budgets::from_path(path))?;
-        self.start_with(registry, budgets).await
+        let (budgets, fleet) = fleet(&registry, || Budgets::from_path(path))?;
+        self.start_with(registry, budgets, fleet).await
     }
 
-    async fn start_with(self, registry: Registry, budgets: Budgets) -> Result<Proxy, StartError> {
+    async fn start_with(
+        self,
+        registry: Registry,
+        budgets: Budgets,
+        fleet: Option<inflight_redis::RedisFleet>,
+    ) -> Result<Proxy, StartError> {
         let log = self.log.unwrap_or_else(|| Arc::new(|_: &str| {}));
         if budgets.routes().next().is_none() {
             return Err(StartError::NoProxiedBudget);
@@ -250,6 +258,7 @@ impl ProxyBuilder {
             routes,
             proxy: Mutex::new(proxy_config),
             fleet: budgets.fleet().cloned(),
+            fleets: Mutex::new(fleet.into_iter().collect()),
             draining: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::current(),
         });
@@ -360,8 +369,8 @@ impl Proxy {
     /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, the
     /// admin address or the `[fleet]` table ([`ReloadError::NeedsRestart`]).
     pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
-        let budgets = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
-        self.apply(budgets)
+        let (budgets, fleet) = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
+        self.apply(budgets, fleet)
     }
 
     /// [`Proxy::reload`] from the file at `path`.
@@ -370,11 +379,15 @@ impl Proxy {
     ///
     /// As [`Proxy::reload`]; [`ReloadError::Config`] also when the file cannot be read.
     pub fn reload_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, ReloadError> {
-        let budgets = fleet(&self.shared.registry, || Budgets::from_path(path))?;
-        self.apply(budgets)
+        let (budgets, fleet) = fleet(&self.shared.registry, || Budgets::from_path(path))?;
+        self.apply(budgets, fleet)
     }
 
-    fn apply(&self, budgets: Budgets) -> Result<Reloaded, ReloadError> {
+    fn apply(
+        &self,
+        budgets: Budgets,
+        fleet: Option<inflight_redis::RedisFleet>,
+    ) -> Result<Reloaded, ReloadError> {
         let restart = |field: String, message: &str| ReloadError::NeedsRestart {
             field,
             message: message.to_string(),
@@ -418,11 +431,13 @@ impl Proxy {
             ));
         }
         let mut reloaded = Reloaded::default();
+        let mut fleet_rebuilt = false;
         for (slot, budget, route) in next {
             let old = slot.current();
             let scope = budgets.scope(budget.name()).unwrap_or_default();
             let fleet = matches!(scope, Scope::Fleet { .. });
             let (state, new_budget) = old.reloaded(budget, route, scope);
+            fleet_rebuilt |= new_budget && fleet;
             if new_budget {
                 route::hand_over(
                     &self.shared.runtime,
@@ -436,6 +451,14 @@ impl Proxy {
             }
             slot.replace(state);
         }
+        // A fleet none of whose stores is in use holds no lease: no need to keep it.
+        if let (true, Some(fleet)) = (fleet_rebuilt, fleet) {
+            self.shared
+                .fleets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(fleet);
+        }
         *self
             .shared
             .proxy
@@ -447,6 +470,12 @@ impl Proxy {
     /// Stops accepting connections, lets every connection finish the request it is serving
     /// (response body included), and returns once all have closed or the `drain` time of the
     /// running configuration has passed, whichever is first. `/readyz` answers 503 meanwhile.
+    ///
+    /// Then every lease of the fleet budgets goes back to Redis ([`RedisFleet::shutdown`],
+    /// at most one round-trip timeout more): requests still running past the drain time see
+    /// theirs lost, and the fleet does not count them any more.
+    ///
+    /// [`RedisFleet::shutdown`]: inflight_redis::RedisFleet::shutdown
     pub async fn drain(mut self) -> Drained {
         self.shared.draining.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
@@ -466,6 +495,14 @@ impl Proxy {
             .iter()
             .map(|r| r.current().budget.in_flight())
             .sum();
+        let fleets = std::mem::take(
+            &mut *self
+                .shared
+                .fleets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        give_back(&fleets).await;
         Drained { in_time, in_flight }
     }
 }
@@ -482,13 +519,24 @@ impl Drop for Proxy {
     }
 }
 
+/// Gives back every lease of `fleets`, all at once.
+async fn give_back(fleets: &[inflight_redis::RedisFleet]) {
+    let mut set = tokio::task::JoinSet::new();
+    for fleet in fleets {
+        let fleet = fleet.clone();
+        set.spawn(async move { fleet.shutdown().await });
+    }
+    while set.join_next().await.is_some() {}
+}
+
 /// The budgets `load` gives, built under `registry` (so their metrics are its), with each
-/// `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table.
+/// `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table, and
+/// that fleet.
 fn fleet(
     registry: &Registry,
     load: impl FnOnce() -> Result<Budgets, inflight::ConfigError>,
-) -> Result<Budgets, FleetLoadError> {
-    registry.within(|| Ok(inflight_redis::attach(load()?)?))
+) -> Result<(Budgets, Option<inflight_redis::RedisFleet>), FleetLoadError> {
+    registry.within(|| Ok(inflight_redis::attach_fleet(load()?)?))
 }
 
 /// A budgets file that could not be loaded, before it is told apart for start or reload.

@@ -61,8 +61,38 @@ pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
 ///
 /// [`LoadError::Fleet`] when `[fleet] url` is not a Redis URL or the lease is too short.
 pub fn attach(budgets: Budgets) -> Result<Budgets, LoadError> {
+    attach_fleet(budgets).map(|(budgets, _)| budgets)
+}
+
+/// [`attach`], also returning the [`RedisFleet`] that keeps the fleet budgets' permits (`None`
+/// when the file has no `[fleet]` table), for a process that gives every lease back before it
+/// ends with [`RedisFleet::shutdown`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let budgets = inflight::Budgets::from_toml_str(r#"
+///     [fleet]
+///     url = "redis://127.0.0.1:6379"
+///
+///     [budgets.records]
+///     max_concurrent = 6
+///     scope = "fleet"
+/// "#).unwrap();
+/// let (budgets, fleet) = inflight_redis::attach_fleet(budgets).unwrap();
+/// // ... calls through budgets.get("records") ...
+/// if let Some(fleet) = fleet {
+///     fleet.shutdown().await; // every lease of this process is back in Redis
+/// }
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// As [`attach`].
+pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), LoadError> {
     let Some(config) = budgets.fleet() else {
-        return Ok(budgets);
+        return Ok((budgets, None));
     };
     let mut builder = RedisFleet::builder(config.url());
     if let Some(lease) = config.lease() {
@@ -86,5 +116,5 @@ pub fn attach(budgets: Budgets) -> Result<Budgets, LoadError> {
     for (name, limit, fail) in fleet_budgets {
         budgets = budgets.with_store(&name, Arc::new(fleet.store(limit, fail)))?;
     }
-    Ok(budgets)
+    Ok((budgets, Some(fleet)))
 }

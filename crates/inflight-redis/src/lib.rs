@@ -68,7 +68,7 @@
 //! - [`RedisFleet`]: the Redis a fleet shares and its settings; makes stores and rate limits.
 //! - [`RedisStore`]: a budget's permits in Redis; [`Fail`]; [`FleetSnapshot`], its counters.
 //! - [`FleetRate`]: a fleet rate limit, a GCRA on the server's clock.
-//! - [`load`] and [`attach`]: budgets files with a `[fleet]` table.
+//! - [`load`], [`attach`] and [`attach_fleet`]: budgets files with a `[fleet]` table.
 //! - `metrics` (feature `metrics`): a store's gauges and counters through the `metrics` facade.
 
 mod backoff;
@@ -87,7 +87,7 @@ mod server;
 mod snapshot;
 mod store;
 
-pub use config::{attach, load, LoadError};
+pub use config::{attach, attach_fleet, load, LoadError};
 pub use error::{FleetError, FleetUnavailable};
 pub use fleet::{FleetBuilder, RedisFleet};
 pub use rate::{FleetRate, RateError};

@@ -1,6 +1,7 @@
 //! A fleet budget against a real `redis-server` on loopback, in one process: the shared limit,
 //! waiters woken by releases, round trips per call, Redis stopped and restarted under each fail
-//! policy, the fleet rate limit, and budgets files.
+//! policy, the fleet rate limit, and budgets files. Calls made under the permits go to an
+//! [`Observer`], which counts them where they arrive.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use inflight::{AcquireError, Budget};
 use inflight_redis::{Fail, RateError, RedisFleet, RedisStore};
-use support::{ms, RedisServer};
+use support::{ms, Call, Observer, RedisServer};
 use tokio::time::Instant;
 
 fn fleet(server: &RedisServer, lease: Duration) -> RedisFleet {
@@ -35,16 +36,17 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     // Two replicas: their own connections, their own local budgets of 3, one fleet limit of 3.
     let a_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
     let b_store = fleet(&server, ms(5000)).store(3, Fail::Closed);
     let a = budget("records", 3, ms(300), &a_store);
     let b = budget("records", 3, ms(5000), &b_store);
-    let held: Vec<_> = futures::future::join_all((0..3).map(|_| a.acquire()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| async {
+        let permit = a.acquire().await.unwrap();
+        (permit, Call::begin(&observer.addr()).await)
+    }))
+    .await;
     assert_eq!(server.holders("records").len(), 3);
     let short = budget("records", 3, ms(300), &b_store);
     let start = Instant::now();
@@ -55,19 +57,33 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
     assert!(start.elapsed() >= ms(290), "waited its whole deadline");
     assert_eq!(short.in_flight(), 0, "the local permit went back");
     let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.acquire_owned().await }
+        let (b, observer) = (b.clone(), observer.addr());
+        async move {
+            let permit = b.acquire_owned().await;
+            let call = Call::begin(&observer).await;
+            (permit, call)
+        }
     });
     tokio::time::sleep(ms(100)).await;
     assert!(!waiter.is_finished(), "the fleet is full");
-    drop(held);
-    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+    for (permit, call) in held {
+        call.end().await;
+        drop(permit);
+    }
+    let (got, call) = tokio::time::timeout(Duration::from_secs(3), waiter)
         .await
         .expect("a release lets the waiter in well before its deadline")
-        .unwrap()
         .unwrap();
+    let got = got.unwrap();
     assert!(!got.lease().unwrap().is_lost());
+    call.end().await;
     drop(got);
+    let served = observer.served();
+    assert_eq!(
+        (served.peak, served.begun),
+        (3, 4),
+        "the shared limit held at the dependency: {served:?}"
+    );
     // Releases are sent in the background.
     for _ in 0..100 {
         if server.holders("records").is_empty() {
@@ -157,10 +173,12 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
     let Some(mut server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let store = fleet(&server, ms(900)).store(2, Fail::Closed);
     let records = budget("records", 2, ms(500), &store);
     drop(records.acquire().await.unwrap());
     let held = records.acquire().await.unwrap();
+    let held_call = Call::begin(&observer.addr()).await;
     server.stop();
     for _ in 0..3 {
         let start = Instant::now();
@@ -194,6 +212,7 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
             Err(e) => panic!("unexpected {e:?}"),
         }
     };
+    let again_call = Call::begin(&observer.addr()).await;
     assert!(!again.lease().unwrap().is_lost());
     // The lease held across the restart is gone from the server: its holder learns it.
     let start = Instant::now();
@@ -202,8 +221,19 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
         tokio::time::sleep(ms(20)).await;
     }
     assert!(store.snapshot().lost >= 1);
+    held_call.end().await;
     drop(held);
     assert_eq!(server.holders("records").len(), 1, "nothing double-counted");
+    let served = observer.served();
+    assert_eq!(
+        served.begun, 2,
+        "nothing was called while redis was down: {served:?}"
+    );
+    assert!(
+        served.peak <= 2,
+        "over the limit at the dependency: {served:?}"
+    );
+    again_call.end().await;
     drop(again);
     let start = Instant::now();
     while !server.holders("records").is_empty() {
@@ -217,12 +247,21 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
     let Some(mut server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let store = fleet(&server, ms(900)).store(4, Fail::Local(1));
     let records = budget("records", 4, ms(400), &store);
     drop(records.acquire().await.unwrap());
     server.stop();
     let first = records.acquire().await.unwrap();
     assert!(first.lease().unwrap().id().starts_with("local:"));
+    let first_call = Call::begin(&observer.addr()).await;
+    // Calls under a second fallback permit, if there were one.
+    let others = (0..3).map(|_| async {
+        if let Ok(permit) = records.acquire().await {
+            support::call(&observer.addr(), ms(50)).await;
+            drop(permit);
+        }
+    });
     let start = Instant::now();
     assert_eq!(
         records.acquire().await.unwrap_err(),
@@ -230,6 +269,14 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
         "the local limit of 1 holds while redis is down"
     );
     assert!(start.elapsed() < ms(1500), "took {:?}", start.elapsed());
+    futures::future::join_all(others).await;
+    let served = observer.served();
+    assert_eq!(
+        (served.peak, served.begun),
+        (1, 1),
+        "the local limit held at the dependency: {served:?}"
+    );
+    first_call.end().await;
     drop(first);
     let snapshot = store.snapshot();
     assert!(snapshot.fallbacks >= 2, "{snapshot:?}");
@@ -247,8 +294,10 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
         tokio::time::sleep(ms(50)).await;
     };
     assert_eq!(server.holders("records").len(), 1);
+    support::call(&observer.addr(), ms(10)).await;
     drop(back);
     assert!(!store.snapshot().redis_down);
+    assert_eq!(observer.served().peak, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,16 +1,17 @@
 //! Fleet budgets across real processes (copies of this test binary) on one loopback
-//! `redis-server`: a holder killed with SIGKILL, many processes racing for the last permits, and
-//! a holder stalled with SIGSTOP for longer than its lease.
+//! `redis-server`: a holder killed with SIGKILL, many processes racing for the last permits, a
+//! holder stalled with SIGSTOP for longer than its lease, and a holder whose link to Redis
+//! stalls or only slows down. Every call is made at an [`Observer`]: the limit is checked where
+//! the calls arrive, not by the clients' counters or Redis.
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use inflight::Budget;
 use inflight_redis::{Fail, RedisFleet};
-use support::{ms, ChildProcess, RedisServer};
+use support::{ms, Call, ChildProcess, Link, Observer, RedisServer};
 use tokio::time::Instant;
 
 fn env(name: &str) -> String {
@@ -53,75 +54,90 @@ fn child() {
     });
 }
 
-/// Takes `HOLD` permits, says `held`, and on `release` says whether each lease was lost, gives
-/// them back and says `released`.
+/// Takes `HOLD` permits, each with a call open at the observer `OBSERVER` when it is set, and
+/// says `held`. On `status` says whether each lease was lost; on `release` says it too, ends
+/// the calls, gives the permits back and says `released`.
 async fn hold() {
     let limit = env_u64("LIMIT") as usize;
     let budget = fleet_budget(&env("URL"), limit, ms(env_u64("LEASE_MS")), ms(5000));
+    let observer = std::env::var("OBSERVER").ok();
     let mut held = Vec::new();
     for _ in 0..env_u64("HOLD") {
-        held.push(budget.acquire().await.unwrap());
+        let permit = budget.acquire().await.unwrap();
+        let call = match &observer {
+            Some(addr) => Some(Call::begin(addr).await),
+            None => None,
+        };
+        held.push((permit, call));
     }
     println!("child: held");
+    let lost = |held: &[(inflight::Permit<'_>, Option<Call>)]| -> Vec<bool> {
+        held.iter()
+            .map(|(p, _)| p.lease().unwrap().is_lost())
+            .collect()
+    };
     let mut lines =
         tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
     while let Ok(Some(line)) = lines.next_line().await {
-        if line == "release" {
-            let lost: Vec<bool> = held.iter().map(|p| p.lease().unwrap().is_lost()).collect();
-            println!("child: lost {lost:?}");
-            // The releases go out in the background; the store's drop sends any still on
-            // their way before the process ends.
-            held.clear();
-            println!("child: released");
-            return;
+        match line.as_str() {
+            "status" => println!("child: lost {:?}", lost(&held)),
+            "release" => {
+                println!("child: lost {:?}", lost(&held));
+                for (permit, call) in held {
+                    if let Some(call) = call {
+                        call.end().await;
+                    }
+                    // The release goes out in the background; the store's drop sends any
+                    // still on its way before the process ends.
+                    drop(permit);
+                }
+                println!("child: released");
+                return;
+            }
+            _ => {}
         }
     }
 }
 
-/// `TASKS` tasks, each `ROUNDS` times: take a permit, count itself in on an independent Redis
-/// counter, hold `HOLD_MS`, count itself out, give the permit back. Says the highest count seen.
+/// `TASKS` tasks, each `ROUNDS` times: take a permit, make a call of `HOLD_MS` at the observer
+/// `OBSERVER`, give the permit back. Leases of `LEASE_MS` (2 s when unset). Says how many calls
+/// were admitted and how many of their leases were lost by the end of the call.
 async fn race() {
-    let url = env("URL");
+    let lease = std::env::var("LEASE_MS").map_or(2000, |v| v.parse().unwrap());
     let limit = env_u64("LIMIT") as usize;
-    let budget = fleet_budget(&url, limit, ms(2000), ms(20_000));
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let peak = Arc::new(AtomicUsize::new(0));
-    let admitted = Arc::new(AtomicUsize::new(0));
+    let budget = fleet_budget(&env("URL"), limit, ms(lease), ms(20_000));
+    let observer = env("OBSERVER");
     let tasks: Vec<_> = (0..env_u64("TASKS"))
         .map(|_| {
-            let (budget, mut conn) = (budget.clone(), conn.clone());
-            let (peak, admitted) = (peak.clone(), admitted.clone());
+            let (budget, observer) = (budget.clone(), observer.clone());
             let (rounds, hold) = (env_u64("ROUNDS"), ms(env_u64("HOLD_MS")));
             tokio::spawn(async move {
+                let (mut admitted, mut lost) = (0, 0);
                 for _ in 0..rounds {
+                    let asked = std::time::Instant::now();
                     let permit = budget.acquire().await.unwrap();
-                    let now: usize = redis::cmd("INCR")
-                        .arg("probe:in_flight")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    peak.fetch_max(now, Ordering::Relaxed);
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(hold).await;
-                    let _: i64 = redis::cmd("DECR")
-                        .arg("probe:in_flight")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
+                    admitted += 1;
+                    let label = format!(
+                        "pid {} lease {} waited {:?}",
+                        std::process::id(),
+                        permit.lease().unwrap().id(),
+                        asked.elapsed()
+                    );
+                    support::held_call(&observer, &label, hold).await;
+                    lost += usize::from(permit.lease().unwrap().is_lost());
                     drop(permit);
                 }
+                (admitted, lost)
             })
         })
         .collect();
+    let (mut admitted, mut lost) = (0, 0);
     for task in tasks {
-        task.await.unwrap();
+        let (a, l) = task.await.unwrap();
+        admitted += a;
+        lost += l;
     }
-    println!(
-        "child: peak {} admitted {}",
-        peak.load(Ordering::Relaxed),
-        admitted.load(Ordering::Relaxed)
-    );
+    println!("child: admitted {admitted} lost {lost}");
 }
 
 /// A batch job: `WRITES` writes of `HOLD_MS` through a fleet budget of `LIMIT`, all started at
@@ -164,9 +180,9 @@ fn unix_micros() -> u64 {
 }
 
 /// The example's load: at `START_AT` (unix ms, the same moment in every process), `WRITES`
-/// writes of `HOLD_MS` through a budget of `LIMIT`, local and fleet, each counted in and out
-/// on a counter in Redis. Says when the last write ended, the time spent in writes, the most
-/// writes in flight the counter saw, and how many writes were made.
+/// writes of `HOLD_MS` through a budget of `LIMIT`, local and fleet, each a call at the
+/// observer `OBSERVER`. Says when the last write ended, the time spent in writes, and how many
+/// writes were made.
 async fn writes() {
     let url = env("URL");
     let limit = env_u64("LIMIT") as usize;
@@ -177,9 +193,8 @@ async fn writes() {
         .store(Arc::new(fleet.store(limit, Fail::Closed)))
         .build()
         .unwrap();
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let (peak, busy) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let observer = env("OBSERVER");
+    let busy = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let hold = ms(env_u64("HOLD_MS"));
     let start_at = env_u64("START_AT") * 1000;
     tokio::time::sleep(Duration::from_micros(
@@ -187,23 +202,12 @@ async fn writes() {
     ))
     .await;
     let writes = (0..env_u64("WRITES")).map(|_| {
-        let (conn, peak, busy) = (conn.clone(), peak.clone(), busy.clone());
+        let (observer, busy) = (observer.clone(), busy.clone());
         budget.call(move || async move {
-            let mut conn = conn;
             let began = std::time::Instant::now();
-            let now: usize = redis::cmd("INCR")
-                .arg("probe:writes")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            peak.fetch_max(now, Ordering::Relaxed);
-            tokio::time::sleep(hold).await;
-            let _: i64 = redis::cmd("DECR")
-                .arg("probe:writes")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            busy.fetch_add(began.elapsed().as_micros() as usize, Ordering::Relaxed);
+            support::call(&observer, hold).await;
+            let took = u64::try_from(began.elapsed().as_micros()).unwrap();
+            busy.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, std::io::Error>(())
         })
     });
@@ -215,28 +219,9 @@ async fn writes() {
     let end = unix_micros();
     fleet.shutdown().await;
     println!(
-        "child: end {end} busy {} peak {} made {made}",
-        busy.load(Ordering::Relaxed),
-        peak.load(Ordering::Relaxed)
+        "child: end {end} busy {} made {made}",
+        busy.load(std::sync::atomic::Ordering::Relaxed)
     );
-}
-
-/// Samples the number of holders on the server until `stop`, returning the most seen.
-fn watch_holders(server: &RedisServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
-    let mut conn = server.conn();
-    std::thread::spawn(move || {
-        let mut most = 0;
-        let start = std::time::Instant::now();
-        while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(120) {
-            let n: usize = redis::cmd("ZCARD")
-                .arg("inflight:{records}:holders")
-                .query(&mut conn)
-                .unwrap_or(0);
-            most = most.max(n);
-            std::thread::sleep(ms(2));
-        }
-        most
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,6 +229,7 @@ async fn a_holder_killed_with_sigkill_frees_its_permits_within_one_lease() {
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let lease = ms(1000);
     let holder = ChildProcess::spawn(
         "hold",
@@ -252,11 +238,11 @@ async fn a_holder_killed_with_sigkill_frees_its_permits_within_one_lease() {
             ("LIMIT", "3".into()),
             ("HOLD", "3".into()),
             ("LEASE_MS", lease.as_millis().to_string()),
+            ("OBSERVER", observer.addr()),
         ],
     );
     assert_eq!(holder.expect_line(Duration::from_secs(30)), "held");
-    let stop = Arc::new(AtomicBool::new(false));
-    let most = watch_holders(&server, stop.clone());
+    assert_eq!(observer.served().in_service, 3);
     // Let the holder renew at least once, so the lease it loses is a renewed one.
     tokio::time::sleep(lease / 2).await;
     holder.signal(libc::SIGKILL);
@@ -264,11 +250,16 @@ async fn a_holder_killed_with_sigkill_frees_its_permits_within_one_lease() {
     let budget = fleet_budget(&server.url(), 3, lease, ms(10_000));
     let mut mine = Vec::new();
     for _ in 0..3 {
-        mine.push(budget.acquire().await.unwrap());
+        let permit = budget.acquire().await.unwrap();
+        mine.push((permit, Call::begin(&observer.addr()).await));
     }
     let took = killed.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    assert!(most.join().unwrap() <= 3, "the limit held throughout");
+    let served = observer.served();
+    assert_eq!(served.in_service, 3, "the killed calls ended: {served:?}");
+    assert!(
+        served.peak <= 3,
+        "the limit held at the dependency: {served:?}"
+    );
     // Its leases were last renewed at most a third of a lease before the kill.
     assert!(
         took <= lease + lease / 2,
@@ -278,7 +269,10 @@ async fn a_holder_killed_with_sigkill_frees_its_permits_within_one_lease() {
         took >= lease / 2,
         "they were not free before the lease ran out, took {took:?}"
     );
-    drop(mine);
+    for (permit, call) in mine {
+        call.end().await;
+        drop(permit);
+    }
     let _ = holder.wait(ms(100));
 }
 
@@ -287,9 +281,8 @@ async fn many_processes_racing_for_the_last_permits_never_exceed_the_limit() {
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let (processes, tasks, rounds) = (5, 4, 15);
-    let stop = Arc::new(AtomicBool::new(false));
-    let most = watch_holders(&server, stop.clone());
     let children: Vec<_> = (0..processes)
         .map(|_| {
             ChildProcess::spawn(
@@ -300,6 +293,7 @@ async fn many_processes_racing_for_the_last_permits_never_exceed_the_limit() {
                     ("TASKS", tasks.to_string()),
                     ("ROUNDS", rounds.to_string()),
                     ("HOLD_MS", "3".into()),
+                    ("OBSERVER", observer.addr()),
                 ],
             )
         })
@@ -308,20 +302,19 @@ async fn many_processes_racing_for_the_last_permits_never_exceed_the_limit() {
     for child in children {
         let line = child.expect_line(Duration::from_secs(90));
         let words: Vec<&str> = line.split(' ').collect();
-        assert_eq!(words[0], "peak", "{line}");
-        let peak: usize = words[1].parse().unwrap();
-        assert!(peak <= 3, "a process saw {peak} calls in flight: {line}");
-        total += words[3].parse::<usize>().unwrap();
+        assert_eq!((words[0], words[3]), ("admitted", "0"), "{line}");
+        total += words[1].parse::<usize>().unwrap();
         assert!(child.wait(Duration::from_secs(10)));
     }
-    stop.store(true, Ordering::Relaxed);
-    assert!(most.join().unwrap() <= 3);
+    let served = observer.served();
+    println!("{processes} processes racing for 3 permits, at the dependency: {served:?}");
+    assert!(
+        served.peak <= 3,
+        "over the limit at the dependency: {served:?}, in service at the peak: {:#?}",
+        observer.at_peak()
+    );
     assert_eq!(total, processes * tasks * rounds, "every call got its turn");
-    let left: i64 = redis::cmd("GET")
-        .arg("probe:in_flight")
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!((served.begun, served.ended), (total, total), "{served:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,6 +322,7 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let lease = ms(600);
     let mut holder = ChildProcess::spawn(
         "hold",
@@ -337,14 +331,19 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
             ("LIMIT", "1".into()),
             ("HOLD", "1".into()),
             ("LEASE_MS", lease.as_millis().to_string()),
+            ("OBSERVER", observer.addr()),
         ],
     );
     assert_eq!(holder.expect_line(Duration::from_secs(30)), "held");
     holder.signal(libc::SIGSTOP);
     let budget = fleet_budget(&server.url(), 1, lease, ms(5000));
     let mine = budget.acquire().await.unwrap();
+    let call = Call::begin(&observer.addr()).await;
     let my_id = mine.lease().unwrap().id().to_string();
     assert_eq!(server.holders("records"), std::slice::from_ref(&my_id));
+    // The stopped holder's call is still open at the dependency: one over the limit, and no
+    // more, for as long as it stays open.
+    assert_eq!(observer.served().in_service, 2);
     tokio::time::sleep(lease / 2).await;
     holder.signal(libc::SIGCONT);
     // Its renewal runs within a third of a lease of waking up.
@@ -353,6 +352,12 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
     assert_eq!(holder.expect_line(Duration::from_secs(10)), "lost [true]");
     assert_eq!(holder.expect_line(Duration::from_secs(10)), "released");
     assert!(holder.wait(Duration::from_secs(10)));
+    let served = observer.served();
+    assert_eq!(served.in_service, 1, "{served:?}");
+    assert_eq!(
+        served.peak, 2,
+        "the limit of 1 plus the one stalled holder: {served:?}"
+    );
     assert_eq!(
         server.holders("records"),
         [my_id],
@@ -362,7 +367,169 @@ async fn a_holder_stalled_past_its_lease_learns_it_lost_it_and_releases_nothing_
         !mine.lease().unwrap().is_lost(),
         "this process kept renewing"
     );
+    call.end().await;
     drop(mine);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_link_stalls_past_its_lease_loses_it_and_the_dependency_sees_one_more() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let observer = Observer::start();
+    let link = Link::start(&server.addr());
+    let (limit, lease) = (2, ms(600));
+    let mut holder = ChildProcess::spawn(
+        "hold",
+        &[
+            ("URL", link.url()),
+            ("LIMIT", limit.to_string()),
+            ("HOLD", "1".into()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+            ("OBSERVER", observer.addr()),
+        ],
+    );
+    assert_eq!(holder.expect_line(Duration::from_secs(30)), "held");
+    let budget = fleet_budget(&server.url(), limit, lease, ms(10_000));
+    let first = budget.acquire().await.unwrap();
+    let first_call = Call::begin(&observer.addr()).await;
+    assert_eq!(observer.served().in_service, limit);
+    // Let the holder renew through the link at least once before it stalls.
+    tokio::time::sleep(lease / 2).await;
+    link.stall();
+    let stalled = Instant::now();
+    // The holder's lease and when it expires on the server's clock (ms), as of the stall.
+    let first_id = first.lease().unwrap().id().to_string();
+    let theirs = server
+        .holders("records")
+        .into_iter()
+        .find(|id| *id != first_id)
+        .expect("the holder's lease is in Redis");
+    let expiry: u64 = redis::cmd("ZSCORE")
+        .arg("inflight:{records}:holders")
+        .arg(&theirs)
+        .query(&mut server.conn())
+        .unwrap();
+    // The holder cannot renew: its permit is reissued once its lease runs out on the server.
+    let second = budget.acquire().await.unwrap();
+    let reissued = stalled.elapsed();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let second_call = Call::begin(&observer.addr()).await;
+    assert!(
+        secs * 1000 + micros / 1000 >= expiry,
+        "reissued before the stalled lease ran out on the server's clock"
+    );
+    assert!(!server.holders("records").contains(&theirs));
+    // The holder learns it on its own clock, the link still stalled.
+    let start = Instant::now();
+    loop {
+        holder.say("status");
+        if holder.expect_line(Duration::from_secs(10)) == "lost [true]" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the holder saw its lease lost"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    let during = observer.served();
+    link.resume();
+    // What the stall held reaches Redis late: a renewal of a lease that is someone else's now.
+    tokio::time::sleep(lease / 2).await;
+    holder.say("release");
+    assert_eq!(holder.expect_line(Duration::from_secs(10)), "lost [true]");
+    assert_eq!(holder.expect_line(Duration::from_secs(10)), "released");
+    assert!(holder.wait(Duration::from_secs(10)));
+    let after = observer.served();
+    println!(
+        "a link stalled past its lease: limit {limit}, 1 holder stalled, peak at the \
+         dependency {} (in service while stalled {}, after its release {}), permit reissued \
+         {reissued:?} after the stall began (lease {lease:?})",
+        after.peak, during.in_service, after.in_service
+    );
+    assert_eq!(during.in_service, limit + 1, "{during:?}");
+    assert!(
+        after.peak <= limit + 1,
+        "over the honest bound (limit + holders stalled past their lease): {after:?}"
+    );
+    assert_eq!(after.in_service, limit, "{after:?}");
+    let mut ids: Vec<String> = [&first, &second]
+        .iter()
+        .map(|p| p.lease().unwrap().id().to_string())
+        .collect();
+    ids.sort();
+    let mut holders = server.holders("records");
+    holders.sort();
+    assert_eq!(holders, ids, "the late traffic took nothing of others");
+    assert!(!first.lease().unwrap().is_lost() && !second.lease().unwrap().is_lost());
+    first_call.end().await;
+    second_call.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_that_only_delays_keeps_the_limit_exactly() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let observer = Observer::start();
+    let link = Link::start(&server.addr());
+    // 100 ms each way: a round trip of 200 ms, well under a third of the lease (1 s) and the 1 s
+    // round-trip timeout. A long lease: a holder starved of CPU past it would be one over.
+    link.delay(ms(100));
+    let (limit, lease, hold) = (3, ms(3000), ms(20));
+    let child = ChildProcess::spawn(
+        "race",
+        &[
+            ("URL", link.url()),
+            ("LIMIT", limit.to_string()),
+            ("TASKS", "3".into()),
+            ("ROUNDS", "8".into()),
+            ("HOLD_MS", hold.as_millis().to_string()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+            ("OBSERVER", observer.addr()),
+        ],
+    );
+    let budget = fleet_budget(&server.url(), limit, lease, ms(20_000));
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (budget, observer) = (budget.clone(), observer.addr());
+            tokio::spawn(async move {
+                let mut lost = 0;
+                for _ in 0..40 {
+                    let asked = std::time::Instant::now();
+                    let permit = budget.acquire().await.unwrap();
+                    let label = format!(
+                        "test lease {} waited {:?}",
+                        permit.lease().unwrap().id(),
+                        asked.elapsed()
+                    );
+                    support::held_call(&observer, &label, hold).await;
+                    lost += usize::from(permit.lease().unwrap().is_lost());
+                }
+                lost
+            })
+        })
+        .collect();
+    let mut lost = 0;
+    for task in tasks {
+        lost += task.await.unwrap();
+    }
+    let line = child.expect_line(Duration::from_secs(60));
+    assert!(child.wait(Duration::from_secs(10)));
+    let served = observer.served();
+    println!(
+        "a link delayed 100 ms each way, limit {limit}: child {line}; at the dependency {served:?}"
+    );
+    assert_eq!(line, "admitted 24 lost 0");
+    assert_eq!(lost, 0, "no lease of this process was lost");
+    assert_eq!(
+        served.peak,
+        limit,
+        "the limit, used and never passed: {served:?}, in service at the peak: {:#?}",
+        observer.at_peak()
+    );
+    assert_eq!((served.begun, served.ended), (24 + 120, 24 + 120));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,6 +581,7 @@ async fn three_processes_keep_the_fleet_limit_busy() {
     let Some(server) = RedisServer::start() else {
         return;
     };
+    let observer = Observer::start();
     let (processes, limit, writes, hold) = (3, 6, 24, 100);
     // Late enough for every process to be up and connected.
     let start_at = unix_micros() / 1000 + 1500;
@@ -427,6 +595,7 @@ async fn three_processes_keep_the_fleet_limit_busy() {
                     ("WRITES", writes.to_string()),
                     ("HOLD_MS", hold.to_string()),
                     ("START_AT", start_at.to_string()),
+                    ("OBSERVER", observer.addr()),
                 ],
             )
         })
@@ -438,21 +607,27 @@ async fn three_processes_keep_the_fleet_limit_busy() {
         assert_eq!(words[0], "end", "{line}");
         end = end.max(words[1].parse::<u64>().unwrap());
         busy += words[3].parse::<u64>().unwrap();
-        let peak: usize = words[5].parse().unwrap();
-        assert!(peak <= limit, "{peak} writes in flight at once: {line}");
-        made += words[7].parse::<usize>().unwrap();
+        made += words[5].parse::<usize>().unwrap();
         assert!(child.wait(Duration::from_secs(10)));
     }
+    let served = observer.served();
     assert_eq!(made, processes * writes);
+    assert_eq!(served.begun, made, "{served:?}");
+    assert!(
+        served.peak <= limit,
+        "over the limit at the dependency: {served:?}"
+    );
     let wall = end - start_at * 1000;
     let utilization = busy as f64 / (limit as u64 * wall) as f64;
     println!(
         "{processes} processes x {writes} writes of {hold} ms through {limit} permits: wall \
-         {:.3} s (ideal {:.3} s), write time {:.3} s, {:.1}% of the limit in use",
+         {:.3} s (ideal {:.3} s), write time {:.3} s, {:.1}% of the limit in use; at most {} \
+         writes in service at the dependency",
         wall as f64 / 1e6,
         (processes * writes * hold) as f64 / limit as f64 / 1e3,
         busy as f64 / 1e6,
-        utilization * 100.0
+        utilization * 100.0,
+        served.peak
     );
     assert!(
         utilization >= 0.9,

@@ -26,13 +26,14 @@ listen side is plain HTTP, for a sidecar on loopback.
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid
 file keeps the running config (the error goes to stderr). SIGTERM or Ctrl-C stops accepting,
-lets requests in flight finish within drain, and exits 0.
+lets requests in flight finish within drain, gives every lease of its fleet budgets back to
+Redis (requests still running lose theirs), and exits 0.
 Exit status 2: the file is invalid, proxies no budget, or an address is in use.
 
 Example budgets file:
   [proxy]
   admin = \"127.0.0.1:9901\"   # GET /metrics, /healthz, /readyz
-  drain = \"10s\"              # on SIGTERM: finish what is in flight, then exit 0
+  drain = \"10s\"              # on SIGTERM: finish what is in flight, give back fleet leases, exit 0
 
   [budgets.records]
   max_concurrent = 6

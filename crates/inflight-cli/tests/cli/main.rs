@@ -7,5 +7,6 @@ mod lab;
 mod pool_bench;
 mod probe;
 mod proxy;
+mod proxy_fleet;
 mod sim;
 mod support;

@@ -122,3 +122,95 @@ async fn two_proxies_share_one_fleet_budget() {
         assert_eq!(h.await.unwrap().0, 200);
     }
 }
+
+impl RedisServer {
+    /// Leases of budget `name` held in Redis now.
+    fn holders(&self, name: &str) -> usize {
+        let key = format!("inflight:{{{name}}}:holders");
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        conn.write_all(format!("*2\r\n$5\r\nZCARD\r\n${}\r\n{key}\r\n", key.len()).as_bytes())
+            .unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while answer.last() != Some(&b'\n') {
+            conn.read_exact(&mut byte).unwrap();
+            answer.push(byte[0]);
+        }
+        let answer = String::from_utf8(answer).unwrap();
+        answer
+            .trim_end()
+            .strip_prefix(':')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("ZCARD answered {answer:?}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_gives_back_the_fleet_leases_of_requests_cut_at_the_drain_time() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    // A lease far longer than the test: one kept would still be in Redis at the end.
+    let file = format!(
+        "[fleet]\nurl = \"{}\"\nlease = \"60s\"\n\n[proxy]\ndrain = \"300ms\"\n\n[budgets.records]\nmax_concurrent = 3\nscope = \"fleet\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+        redis.url(),
+        upstream.url()
+    );
+    let (proxy, _) = proxy(&file).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let held: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("three requests held upstream", || {
+        upstream.seen().len() == 3
+    })
+    .await;
+    assert_eq!(redis.holders("records"), 3);
+    let drained = proxy.drain().await;
+    assert!(!drained.in_time);
+    assert_eq!(drained.in_flight, 3);
+    assert_eq!(
+        redis.holders("records"),
+        0,
+        "the requests cut at the drain time still hold their fleet leases"
+    );
+    upstream.release(3);
+    for h in held {
+        let _ = h.await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_gives_back_the_leases_of_a_fleet_budget_rebuilt_by_a_reload() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let file = format!(
+        "[fleet]\nurl = \"{}\"\nlease = \"60s\"\n\n[proxy]\ndrain = \"300ms\"\n\n[budgets.records]\nmax_concurrent = 3\nscope = \"fleet\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+        redis.url(),
+        upstream.url()
+    );
+    let (proxy, _) = proxy(&file).await;
+    let addr = proxy.local_addr("records").unwrap();
+    // New settings: a new budget, with a store of the reload's own fleet.
+    let reloaded = file.replace("max_concurrent = 3", "max_concurrent = 2");
+    assert_eq!(proxy.reload(&reloaded).unwrap().changed, ["records"]);
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/hold").await }))
+        .collect();
+    until("two requests held upstream", || upstream.seen().len() == 2).await;
+    assert_eq!(redis.holders("records"), 2);
+    let drained = proxy.drain().await;
+    assert_eq!(drained.in_flight, 2);
+    assert_eq!(
+        redis.holders("records"),
+        0,
+        "the reloaded budget's leases were kept"
+    );
+    upstream.release(2);
+    for h in held {
+        let _ = h.await;
+    }
+}

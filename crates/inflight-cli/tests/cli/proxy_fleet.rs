@@ -1,0 +1,185 @@
+//! `inflight proxy` with a fleet budget, against a real `redis-server` on loopback: a drain
+//! gives back every lease of the proxy before it exits.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{inflight_path, send_signal, wait_exit};
+
+/// A `redis-server` on a free loopback port, without persistence, killed on drop.
+struct Redis {
+    port: u16,
+    child: Child,
+}
+
+impl Redis {
+    /// `None` (after saying why) when `redis-server` is not installed.
+    fn start() -> Option<Redis> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+            return None;
+        };
+        let redis = Redis { port, child };
+        let start = Instant::now();
+        while redis.command("PING").as_deref() != Some("+PONG") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server answered"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// One inline command; the first line of the reply.
+    fn command(&self, command: &str) -> Option<String> {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        conn.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        let mut line = String::new();
+        BufReader::new(conn).read_line(&mut line).ok()?;
+        Some(line.trim_end().to_string())
+    }
+
+    /// Leases of budget `name` held in Redis now.
+    fn holders(&self, name: &str) -> usize {
+        let reply = self
+            .command(&format!("ZCARD inflight:{{{name}}}:holders"))
+            .expect("redis answers");
+        reply
+            .strip_prefix(':')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("ZCARD answered {reply:?}"))
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An upstream that reads each request and never answers while the test runs.
+fn slow_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// Starts `inflight proxy --config path`; returns it and the listen address of `records` once it
+/// says it is ready.
+fn start_proxy(path: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(inflight_path())
+        .args(["proxy", "--config"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("the proxy exited before it was ready");
+        }
+        let line = line.trim_end();
+        if line == "inflight proxy: ready" {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix("inflight proxy: records listening on ") {
+            addr = rest.split(',').next().and_then(|a| a.parse().ok());
+        }
+    }
+    (child, addr.expect("records has a listener"))
+}
+
+#[test]
+fn sigterm_gives_back_every_fleet_lease_before_the_proxy_exits() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let upstream = slow_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    // A lease far longer than the test: one left behind would still be in Redis at the end.
+    std::fs::write(
+        &path,
+        format!(
+            "[fleet]\nurl = \"{}\"\nlease = \"60s\"\n\n[proxy]\ndrain = \"1s\"\n\n\
+             [budgets.records]\nmax_concurrent = 3\npermit_timeout = \"10s\"\n\
+             call_timeout = \"60s\"\nscope = \"fleet\"\nupstream = \"http://{upstream}\"\n\
+             listen = \"127.0.0.1:0\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let (mut proxy, addr) = start_proxy(&path);
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conn = TcpStream::connect(addr).unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                conn.write_all(b"GET /write HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                    .unwrap();
+                let mut answer = Vec::new();
+                let _ = conn.read_to_end(&mut answer);
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while redis.holders("records") < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the proxy took 3 fleet leases for its calls"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sent = Instant::now();
+    assert_eq!(send_signal(&proxy, libc::SIGTERM), 0);
+    let status = wait_exit(&mut proxy, Duration::from_secs(30), "the proxy");
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        redis.holders("records"),
+        0,
+        "a lease of the proxy was left in Redis"
+    );
+    // The drain time (1 s), then the give-back: at most one round-trip timeout (1 s).
+    assert!(
+        took < Duration::from_secs(2) * 3,
+        "exited {took:?} after SIGTERM, for a drain of 1 s"
+    );
+    for client in clients {
+        client.join().unwrap();
+    }
+}
