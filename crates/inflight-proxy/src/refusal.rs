@@ -71,9 +71,9 @@ impl Reason {
 impl From<&AcquireError> for Reason {
     fn from(e: &AcquireError) -> Reason {
         match e {
-            AcquireError::QueueFull => Reason::QueueFull,
+            AcquireError::QueueFull { .. } => Reason::QueueFull,
             AcquireError::PermitTimeout => Reason::PermitTimeout,
-            AcquireError::RateLimited => Reason::RateLimited,
+            AcquireError::RateLimited { .. } => Reason::RateLimited,
             _ => Reason::Unavailable,
         }
     }

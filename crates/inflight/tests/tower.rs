@@ -120,7 +120,7 @@ async fn a_client_through_the_layer_never_floods_a_six_slot_server() {
 
 async fn shed(err: BudgetError<Infallible>) -> (StatusCode, String) {
     match err {
-        BudgetError::Rejected(AcquireError::QueueFull) => {
+        BudgetError::Rejected(AcquireError::QueueFull { .. }) => {
             (StatusCode::SERVICE_UNAVAILABLE, "busy, try again".into())
         }
         BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "too slow".into()),
