@@ -342,3 +342,92 @@ async fn the_layer_counts_and_teaches_the_limit_as_budget_call_does() {
     assert!(through_call.1.len() > 1, "the overloads moved the limit");
     assert_eq!(limits(&through_layer.1), limits(&through_call.1));
 }
+
+/// A dependency on 127.0.0.1 that answers its first request 429 with `Retry-After: 1`, and
+/// every later one 200; records when each request arrived.
+async fn busy_then_ready() -> (String, Arc<std::sync::Mutex<Vec<std::time::Instant>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = Router::new().route(
+        "/complete",
+        post(move || {
+            let s = s.clone();
+            async move {
+                let mut seen = s.lock().unwrap();
+                seen.push(std::time::Instant::now());
+                if seen.len() == 1 {
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "1")],
+                        "slow down",
+                    )
+                } else {
+                    (StatusCode::OK, [("retry-after", "0")], "done")
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/complete"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_429_with_retry_after_pauses_the_budget_and_a_refusal_says_when() {
+    let (url, seen) = busy_then_ready().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let llm = Budget::new(
+        "llm",
+        BudgetConfig::new(4).permit_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let svc = BudgetLayer::http(llm.clone()).layer(client);
+    let first = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The dependency said 1 s; a request with 300 ms to wait is refused at once, unsent.
+    let err = svc.clone().oneshot(write_request(&url)).await.unwrap_err();
+    assert!(
+        matches!(err.rejected(), Some(AcquireError::Paused { .. })),
+        "{err}"
+    );
+    let hint = err.retry_after().expect("a pause says when it ends");
+    assert!(
+        hint > Duration::ZERO && hint <= Duration::from_secs(1),
+        "{hint:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the refused request never reached it"
+    );
+    let s = llm.snapshot();
+    assert_eq!(
+        (s.pauses, s.paused, s.outcomes_overload, s.calls_ok),
+        (1, 1, 1, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_real_429_with_retry_after_the_next_request_goes_out_when_the_pause_ends() {
+    let (url, seen) = busy_then_ready().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let llm = Budget::new(
+        "llm",
+        BudgetConfig::new(4).permit_timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    let svc = BudgetLayer::http(llm.clone()).layer(client);
+    let first = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let second = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    // The pause began when the 429 came back, after the server saw the first request: the
+    // second arrived at least the second the dependency asked for later (a lower bound only).
+    let gap = seen[1] - seen[0];
+    assert!(gap >= Duration::from_secs(1), "{gap:?}");
+    // A 200's retry-after is not an overload's: no second pause.
+    assert_eq!(llm.snapshot().pauses, 1);
+}
