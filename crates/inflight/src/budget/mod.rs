@@ -404,7 +404,8 @@ impl Budget {
     ///
     /// `call` is only invoked after the permit is granted, so a rejected caller never starts work.
     /// The time from permit to result is recorded in [`BudgetSnapshot::call`]. For the budget's
-    /// limit, an `Ok` is a success, and an `Err` or a timeout an overload signal.
+    /// limit, an `Ok` is a success, and an `Err` or a timeout an overload signal; an `Err` is
+    /// counted as a failure ([`Verdict::failure`], `outcomes_error`).
     ///
     /// # Cancel safety
     ///
