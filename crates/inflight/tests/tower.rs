@@ -118,13 +118,26 @@ async fn a_client_through_the_layer_never_floods_a_six_slot_server() {
     );
 }
 
-async fn shed(err: BudgetError<Infallible>) -> (StatusCode, String) {
+/// A server's answer to a request its budget refused: 503, with `Retry-After` in whole seconds
+/// (rounded up) where the refusal has an estimate.
+async fn shed(err: BudgetError<Infallible>) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut headers = axum::http::HeaderMap::new();
+    if let Some(wait) = err.retry_after() {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert("retry-after", secs.max(1).into());
+    }
     match err {
-        BudgetError::Rejected(AcquireError::QueueFull { .. }) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "busy, try again".into())
-        }
-        BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "too slow".into()),
-        other => (StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        BudgetError::Rejected(AcquireError::QueueFull { .. }) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            headers,
+            "busy, try again".into(),
+        ),
+        BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, headers, "too slow".into()),
+        other => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            headers,
+            other.to_string(),
+        ),
     }
 }
 
@@ -180,6 +193,10 @@ async fn a_server_sheds_load_with_503_once_its_queue_is_full() {
     for _ in 0..5 {
         let resp = get("/work").await.unwrap();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !resp.headers().contains_key("retry-after"),
+            "no call measured yet: no estimate"
+        );
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"busy, try again");
     }
@@ -191,6 +208,30 @@ async fn a_server_sheds_load_with_503_once_its_queue_is_full() {
     }
     let s = budget.snapshot();
     assert_eq!((s.admitted, s.rejected, s.in_flight), (4, 5, 0));
+
+    // Calls were measured now: a full queue says when to come back.
+    let held: Vec<_> = (0..4).map(|_| tokio::spawn(get("/work"))).collect();
+    for _ in 0..200 {
+        let s = budget.snapshot();
+        if s.in_flight == 2 && s.waiting == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let resp = get("/work").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    release.add_permits(4);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
 }
 
 #[tokio::test(start_paused = true)]
