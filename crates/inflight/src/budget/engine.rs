@@ -6,20 +6,23 @@
 //! 1. **Local permit.** Free and nobody waiting: granted at once (the fast path: no clock read
 //!    unless the limit learns, no lock). Otherwise the caller joins the queue if `max_queued`
 //!    allows, and waits until the permit deadline.
+//! 2. **Pause**, when the dependency asked for one (an overload with a retry-after): the caller
+//!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
+//!    after the deadline. A caller whose deadline falls inside the pause is refused before it
+//!    even queues, and one already queued is refused as soon as the pause starts. Held after the
+//!    permit, like the rate slot below, so that the queue's order holds through the pause.
 //! 3. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
 //!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
 //!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
 //!    first and followed by a wait for a permit would let several calls whose permits freed
 //!    together start at once, a burst the rate limit promised not to send. The cost is a permit
 //!    held while its caller waits for its slot; when the rate is what binds, permits are not.
-//! 2. **Pause**, when the dependency asked for one (an overload with a retry-after): the caller
-//!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
-//!    after the deadline. A caller whose deadline falls inside the pause is refused before it
-//!    even queues, and one already queued is refused as soon as the pause starts. Held after the
-//!    permit, like the rate slot, so that the queue's order holds through the pause.
 //! 4. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
 //!    so that a process never asks the store for more than its own share, within the same
 //!    deadline.
+//!
+//! A pause's start or move wakes every caller waiting at the first two gates to weigh its
+//! deadline against the pause's end (a queued caller keeps its place in the queue meanwhile).
 //!
 //! A gate that fails gives back what the earlier ones took. When a permit goes back, the limit
 //! learns from its sample (if it learns) and resizes the local permits before the permit itself
@@ -28,7 +31,6 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
-
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -66,8 +66,9 @@ use engine::Engine;
 ///   whatever it had taken (its local permit, its rate slot when nobody reserved one after it,
 ///   its store lease); like tokio's semaphore, a caller that is cancelled loses its place in the
 ///   queue.
-/// - **Ordering.** A caller passes the gates in one order: a local permit, then a rate slot (if
-///   the budget has a rate limit), then a lease from the shared store (if it has one), all
+/// - **Ordering.** A caller passes the gates in one order: a local permit, then the end of a
+///   pause (if the dependency asked for one), then a rate slot (if the budget has a rate limit),
+///   then a lease from the shared store (if it has one), all
 ///   within one `permit_timeout`. A gate that refuses gives back what the earlier ones took.
 ///   [`call`](Budget::call) invokes its closure only once every gate is passed, so a refused
 ///   caller never starts work.
