@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use inflight::limit::Outcome;
+use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 use tokio::task::JoinHandle;
 
@@ -64,7 +64,7 @@ impl CallSlot {
 struct Held {
     call: HeldCall,
     ok: bool,
-    outcome: Outcome,
+    outcome: Verdict,
     /// What the call tells the limit if the body outlasts the call timeout.
     on_timeout: Outcome,
 }
@@ -108,7 +108,7 @@ impl ProxyBody {
         inner: Incoming,
         call: HeldCall,
         ok: bool,
-        outcome: Outcome,
+        outcome: Verdict,
         on_timeout: Outcome,
     ) -> ProxyBody {
         let deadline = call.deadline();

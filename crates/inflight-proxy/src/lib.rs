@@ -12,8 +12,15 @@
 //!   reason, and an `X-Inflight-Refused` header with the reason: 503 for a full queue
 //!   (`queue_full`) or a missed permit deadline (`permit_timeout`), 429 when rate limited
 //!   (`rate_limited`, with `Retry-After`: the seconds until the rate would admit a request in
-//!   time). A full queue or a missed deadline carries no `Retry-After`: when a permit frees
-//!   depends on calls still running, so no honest estimate exists.
+//!   time), 503 when a pause the upstream asked for outlasts the request's permit deadline
+//!   (`paused`, with `Retry-After`: the seconds until the pause ends). A full queue carries
+//!   `Retry-After` once calls were measured (the calls queued ahead, plus this one, times the
+//!   mean call time, over the limit); a missed deadline carries none, as no honest estimate
+//!   exists.
+//! - An upstream answer listed in `overload_status` with `Retry-After` (delay-seconds or an
+//!   HTTP-date) or `retry-after-ms` pauses the budget: passed to the client as it is, it keeps
+//!   new requests from the upstream until the pause ends (at most 10 minutes); requests in
+//!   flight are untouched, and waiting ones go on, in order, when it ends.
 //! - 504 (`call_timeout`) when the upstream's headers do not come within the call timeout;
 //!   502 (`upstream_unreachable`) when the upstream cannot be reached, logged and counted.
 //! - An `https://` upstream is spoken to over TLS (rustls): its certificate is checked, for the

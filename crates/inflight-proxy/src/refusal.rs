@@ -16,6 +16,7 @@ pub(crate) enum Reason {
     QueueFull,
     PermitTimeout,
     RateLimited,
+    Paused,
     Unavailable,
     CallTimeout,
     Unreachable,
@@ -30,6 +31,7 @@ impl Reason {
             Reason::QueueFull => "queue_full",
             Reason::PermitTimeout => "permit_timeout",
             Reason::RateLimited => "rate_limited",
+            Reason::Paused => "paused",
             Reason::Unavailable => "unavailable",
             Reason::CallTimeout => "call_timeout",
             Reason::Unreachable => "upstream_unreachable",
@@ -40,7 +42,7 @@ impl Reason {
 
     fn status(self) -> StatusCode {
         match self {
-            Reason::QueueFull | Reason::PermitTimeout | Reason::Unavailable => {
+            Reason::QueueFull | Reason::PermitTimeout | Reason::Paused | Reason::Unavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -57,6 +59,9 @@ impl Reason {
             Reason::RateLimited => {
                 "the rate limit would let the request start only after permit_timeout"
             }
+            Reason::Paused => {
+                "the upstream asked for a pause (Retry-After) that outlasts permit_timeout"
+            }
             Reason::Unavailable => "the budget's permit store is unavailable",
             Reason::CallTimeout => "the upstream did not answer within call_timeout",
             Reason::Unreachable => "the upstream cannot be reached",
@@ -71,9 +76,10 @@ impl Reason {
 impl From<&AcquireError> for Reason {
     fn from(e: &AcquireError) -> Reason {
         match e {
-            AcquireError::QueueFull => Reason::QueueFull,
+            AcquireError::QueueFull { .. } => Reason::QueueFull,
             AcquireError::PermitTimeout => Reason::PermitTimeout,
-            AcquireError::RateLimited => Reason::RateLimited,
+            AcquireError::RateLimited { .. } => Reason::RateLimited,
+            AcquireError::Paused { .. } => Reason::Paused,
             _ => Reason::Unavailable,
         }
     }
@@ -82,12 +88,19 @@ impl From<&AcquireError> for Reason {
 /// The header that says the proxy answered a request itself, and why.
 pub(crate) const REFUSED_HEADER: &str = "x-inflight-refused";
 
-/// The proxy's answer for `reason`, for a request through `budget`.
+/// The proxy's answer for `reason`, for a request through `budget`; `retry_after` is the
+/// refusal's own estimate of when to try again ([`AcquireError::retry_after`]), if it has one.
 ///
-/// A rate-limited refusal carries `Retry-After`: the seconds until the rate limit would admit
-/// a new request in time, rounded up. Other refusals carry none, as no honest estimate exists
-/// (when a permit frees depends on calls still running).
-pub(crate) fn answer(budget: &Budget, reason: Reason) -> Response<ProxyBody> {
+/// A refusal carries `Retry-After`, in seconds rounded up, where an honest estimate exists: for
+/// a rate-limited one, the time until the rate limit would admit a new request in time; for a
+/// pause the upstream asked for, the time until it ends; for a full queue, the queued calls
+/// ahead times the mean call time measured so far, over the limit. A missed permit deadline,
+/// or a full queue before any call was measured, carries none.
+pub(crate) fn answer(
+    budget: &Budget,
+    reason: Reason,
+    retry_after: Option<Duration>,
+) -> Response<ProxyBody> {
     let body = format!(
         "inflight: budget {:?}: {} ({})\n",
         budget.name(),
@@ -102,10 +115,13 @@ pub(crate) fn answer(budget: &Budget, reason: Reason) -> Response<ProxyBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     headers.insert(REFUSED_HEADER, HeaderValue::from_static(reason.as_str()));
-    if reason == Reason::RateLimited {
-        if let Some(wait) = budget.rate_limited_for() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_seconds(wait)));
-        }
+    let wait = if reason == Reason::RateLimited {
+        budget.rate_limited_for()
+    } else {
+        retry_after
+    };
+    if let Some(wait) = wait {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_seconds(wait)));
     }
     response
 }

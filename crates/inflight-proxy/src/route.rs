@@ -13,9 +13,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use inflight::config::{Release, Route, Scope};
-use inflight::limit::Outcome;
+use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
-use inflight::{Budget, OwnedPermit};
+use inflight::{AcquireError, Budget, OwnedPermit, RetryAfter};
 use tokio::time::Instant;
 
 use crate::body::ProxyBody;
@@ -249,12 +249,12 @@ pub(crate) async fn forward(
 /// Waits for a permit of the route's budget. A permit granted by a budget that a reload
 /// replaced meanwhile goes back, and the request waits again under the new one: else the old
 /// budget's queue would keep admitting up to the old limit after the limit was lowered.
-async fn acquire(slot: &RouteSlot) -> (Arc<RouteState>, Result<HeldCall, Reason>) {
+async fn acquire(slot: &RouteSlot) -> (Arc<RouteState>, Result<HeldCall, AcquireError>) {
     let mut state = slot.current();
     loop {
         let call = match HeldCall::start(&state.budget).await {
             Ok(call) => call,
-            Err(e) => return (state, Err(Reason::from(&e))),
+            Err(e) => return (state, Err(e)),
         };
         let now = slot.current();
         if now.generation == state.generation {
@@ -289,8 +289,9 @@ async fn forward_held(
     let (state, call) = acquire(slot).await;
     let call = match call {
         Ok(call) => call,
-        Err(reason) => {
-            let response = replied(&state, reason);
+        Err(e) => {
+            state.metrics.replied(Reason::from(&e));
+            let response = refusal::answer(&state.budget, Reason::from(&e), e.retry_after());
             return (state, response);
         }
     };
@@ -386,9 +387,9 @@ async fn forward_call(
     let status = response.status().as_u16();
     let overload = state.route.overload_status().contains(&status);
     let outcome = if overload {
-        Outcome::Overload
+        overload_verdict(response.headers())
     } else {
-        Outcome::Success
+        Outcome::Success.into()
     };
     let ok = !overload && status < 500;
     headers::remove_hop_by_hop(response.headers_mut());
@@ -403,6 +404,17 @@ async fn forward_call(
     Response::from_parts(parts, body)
 }
 
+/// An upstream's overload answer, with its `Retry-After` (or `retry-after-ms`), which pauses
+/// the budget: no new request goes to the upstream before it ends. An unreadable value is
+/// ignored.
+fn overload_verdict(headers: &hyper::HeaderMap) -> Verdict {
+    let verdict = Verdict::from(Outcome::Overload);
+    match RetryAfter::from_headers(headers) {
+        Ok(Some(delay)) => verdict.with_retry_after(delay),
+        _ => verdict,
+    }
+}
+
 /// What a call past its call timeout tells the budget's limit (`overload_on_timeout`).
 fn timeout_outcome(route: &Route) -> Outcome {
     if route.overload_on_timeout() {
@@ -414,7 +426,7 @@ fn timeout_outcome(route: &Route) -> Outcome {
 
 fn replied(state: &RouteState, reason: Reason) -> Response<ProxyBody> {
     state.metrics.replied(reason);
-    refusal::answer(&state.budget, reason)
+    refusal::answer(&state.budget, reason, None)
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {

@@ -54,6 +54,10 @@
 //! - `metrics` (feature `metrics`): every budget's gauges, counters and histograms through the
 //!   `metrics` facade, with Prometheus names and units.
 //! - [`Rate`]: a throughput, as budgets files, rate limits and sizing write it.
+//! - Back-pressure: [`limit::Verdict`] (an outcome with the dependency's retry-after, which
+//!   pauses a budget), [`RetryAfter`] (the `Retry-After` and `retry-after-ms` parser),
+//!   [`AcquireError::retry_after`] (when a refused caller may try again) and [`retry`]:
+//!   [`Budget::call_with_retry`] within a [`RetryBudget`].
 //!
 //! With the feature `tracing`, permit waits and calls run in `tracing` spans (`inflight.permit_wait`,
 //! `inflight.call`, at debug level) and refusals and call timeouts are events; all silent unless a
@@ -71,6 +75,8 @@ pub mod limit;
 pub mod metrics;
 mod padded;
 mod rate;
+pub mod retry;
+mod retry_after;
 pub mod sizing;
 pub mod store;
 #[cfg(feature = "tower")]
@@ -83,3 +89,5 @@ pub use budget::{
 #[cfg(feature = "toml")]
 pub use config::{Budgets, ConfigError};
 pub use rate::{ParseRateError, Rate};
+pub use retry::{Retry, RetryBudget, RetryError};
+pub use retry_after::{ParseRetryAfterError, RetryAfter};

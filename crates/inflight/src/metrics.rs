@@ -10,8 +10,12 @@
 //! | `inflight_budget_waiting` | gauge | budget | callers waiting for a permit now |
 //! | `inflight_budget_limit` | gauge | budget | the limit now (moves if it learns) |
 //! | `inflight_budget_admitted_total` | counter | budget | callers granted a permit |
-//! | `inflight_budget_rejections_total` | counter | budget, reason | `queue_full`, `permit_timeout`, `rate_limited`, `unavailable` |
-//! | `inflight_budget_calls_total` | counter | budget, outcome | `ok`, `error`, `timeout`, `cancelled` |
+//! | `inflight_budget_rejections_total` | counter | budget, reason | `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `unavailable` |
+//! | `inflight_budget_calls_total` | counter | budget, outcome | `ok`, `error`, `timeout`, `cancelled` (what the call returned) |
+//! | `inflight_budget_outcomes_total` | counter | budget, outcome | `success`, `overload`, `ignored`, `error`, `timeout` (as the classifier said) |
+//! | `inflight_budget_pauses_total` | counter | budget | overloads with a retry-after that paused the budget |
+//! | `inflight_budget_retries_total` | counter | budget | retries made by `call_with_retry` |
+//! | `inflight_budget_retries_refused_total` | counter | budget, reason | retries not made: `retry_budget`, `deadline`, `max_attempts` |
 //! | `inflight_budget_permit_wait_seconds` | histogram | budget | time from asking to holding a permit |
 //! | `inflight_budget_call_duration_seconds` | histogram | budget | time a call held its permit |
 //!
@@ -59,6 +63,14 @@ pub const ADMITTED: &str = "inflight_budget_admitted_total";
 pub const REJECTIONS: &str = "inflight_budget_rejections_total";
 /// Calls through the budget, by `outcome` (counter).
 pub const CALLS: &str = "inflight_budget_calls_total";
+/// Calls through the budget, by the `outcome` their classifier gave (counter).
+pub const OUTCOMES: &str = "inflight_budget_outcomes_total";
+/// Overloads with a retry-after that paused the budget (counter).
+pub const PAUSES: &str = "inflight_budget_pauses_total";
+/// Retries made by `Budget::call_with_retry` (counter).
+pub const RETRIES: &str = "inflight_budget_retries_total";
+/// Retries not made, by `reason` (counter).
+pub const RETRIES_REFUSED: &str = "inflight_budget_retries_refused_total";
 /// Time from asking for a permit to holding it (histogram, seconds).
 pub const PERMIT_WAIT: &str = "inflight_budget_permit_wait_seconds";
 /// Time a call held its permit (histogram, seconds).
@@ -88,12 +100,32 @@ pub fn describe() {
     describe_counter!(
         REJECTIONS,
         Unit::Count,
-        "Callers refused a permit, by reason: queue_full, permit_timeout, rate_limited, unavailable."
+        "Callers refused a permit, by reason: queue_full, permit_timeout, rate_limited, paused, unavailable."
     );
     describe_counter!(
         CALLS,
         Unit::Count,
         "Calls made through the budget, by outcome: ok, error, timeout, cancelled."
+    );
+    describe_counter!(
+        OUTCOMES,
+        Unit::Count,
+        "Calls made through the budget, by the outcome their classifier gave: success, overload, ignored, error, timeout."
+    );
+    describe_counter!(
+        PAUSES,
+        Unit::Count,
+        "Overloads with a retry-after that paused the budget."
+    );
+    describe_counter!(
+        RETRIES,
+        Unit::Count,
+        "Retries made within the retry budget."
+    );
+    describe_counter!(
+        RETRIES_REFUSED,
+        Unit::Count,
+        "Retries not made, by reason: retry_budget, deadline, max_attempts."
     );
     describe_histogram!(
         PERMIT_WAIT,
@@ -115,6 +147,7 @@ pub fn publish(budget: &Budget) {
         ("queue_full", s.rejected),
         ("permit_timeout", s.permit_timeouts),
         ("rate_limited", s.rate_limited),
+        ("paused", s.paused),
         ("unavailable", s.unavailable),
     ] {
         counter!(REJECTIONS, "budget" => name.clone(), "reason" => reason).absolute(n);
@@ -126,6 +159,24 @@ pub fn publish(budget: &Budget) {
         ("cancelled", s.calls_cancelled),
     ] {
         counter!(CALLS, "budget" => name.clone(), "outcome" => outcome).absolute(n);
+    }
+    for (outcome, n) in [
+        ("success", s.outcomes_success),
+        ("overload", s.outcomes_overload),
+        ("ignored", s.outcomes_ignored),
+        ("error", s.outcomes_error),
+        ("timeout", s.outcomes_timeout),
+    ] {
+        counter!(OUTCOMES, "budget" => name.clone(), "outcome" => outcome).absolute(n);
+    }
+    counter!(PAUSES, "budget" => name.clone()).absolute(s.pauses);
+    counter!(RETRIES, "budget" => name.clone()).absolute(s.retries);
+    for (reason, n) in [
+        ("retry_budget", s.retries_denied),
+        ("deadline", s.retries_past_deadline),
+        ("max_attempts", s.retries_out_of_attempts),
+    ] {
+        counter!(RETRIES_REFUSED, "budget" => name.clone(), "reason" => reason).absolute(n);
     }
     budget.engine().stats.publish_zero_waits();
 }

@@ -1,14 +1,17 @@
 //! Random interleavings of acquire, cancel and release on a multi-thread runtime, with fixed and
-//! adaptive limits, rate limits and call timeouts: the limit holds, no permit is lost, every
-//! acquire is counted exactly once, and so is every call that got its permit.
+//! adaptive limits, rate limits, call timeouts and pauses from a dependency's retry-after: the
+//! limit holds, no permit is lost, no permit is granted inside a pause, every acquire is counted
+//! exactly once, and so is every call that got its permit (by what it returned, and by its
+//! verdict).
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inflight::limit::{Adaptive, Algorithm, Outcome};
+use inflight::limit::{Adaptive, Algorithm, Outcome, Verdict};
 use inflight::{Budget, BudgetConfig, Rate};
 use proptest::prelude::*;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
 struct Op {
@@ -22,6 +25,8 @@ struct Op {
     via_call: bool,
     /// Report the call as an overload (else a success).
     overload: bool,
+    /// With the overload, a retry-after of this many microseconds: the budget pauses.
+    pause_us: Option<u64>,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -31,14 +36,16 @@ fn op() -> impl Strategy<Value = Op> {
         prop::option::weighted(0.3, 0..600u64),
         any::<bool>(),
         prop::bool::weighted(0.2),
+        prop::option::weighted(0.5, 20..300u64),
     )
         .prop_map(
-            |(start_us, hold_us, abort_after_us, via_call, overload)| Op {
+            |(start_us, hold_us, abort_after_us, via_call, overload, pause_us)| Op {
                 start_us,
                 hold_us,
                 abort_after_us,
                 via_call,
                 overload,
+                pause_us,
             },
         )
 }
@@ -80,11 +87,43 @@ fn config() -> impl Strategy<Value = BudgetConfig> {
         )
 }
 
+/// Ops spread over a few milliseconds, beyond tokio's timer tick, with pauses of 1 to 3 ms,
+/// so that callers arrive while pauses are in force.
+fn spread_op() -> impl Strategy<Value = Op> {
+    (op(), 0..6_000u64, 0..2_000u64, 1_000..3_000u64).prop_map(
+        |(op, start_us, hold_us, pause_us)| Op {
+            start_us,
+            hold_us,
+            pause_us: Some(pause_us),
+            ..op
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn limit_holds_and_nothing_is_lost(config in config(), ops in prop::collection::vec(op(), 1..40)) {
+        model(config, ops)?;
+    }
+
+    #[test]
+    fn no_permit_is_granted_inside_a_pause(
+        max in 1..5usize,
+        timeout_us in prop::option::of(500..5_000u64),
+        ops in prop::collection::vec(spread_op(), 1..40),
+    ) {
+        let mut config = BudgetConfig::new(max);
+        if let Some(t) = timeout_us {
+            config = config.permit_timeout(Duration::from_micros(t));
+        }
+        model(config, ops)?;
+    }
+}
+
+fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -97,6 +136,10 @@ proptest! {
         let most = Arc::new(AtomicUsize::new(0));
         let attempts = Arc::new(AtomicUsize::new(0));
         let calls = Arc::new(AtomicUsize::new(0));
+        // (set by then, in force at least until): each pause, bracketed from outside.
+        let pauses: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+        // (asked at, held by): each grant, bracketed from outside.
+        let grants: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
 
         rt.block_on(async {
             let mut handles = Vec::new();
@@ -108,6 +151,7 @@ proptest! {
                     attempts.clone(),
                     calls.clone(),
                 );
+                let (pauses, grants) = (pauses.clone(), grants.clone());
                 let task = tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_micros(op.start_us)).await;
                     attempts.fetch_add(1, SeqCst);
@@ -127,16 +171,36 @@ proptest! {
                             Ok::<_, ()>(())
                         }
                     };
-                    let outcome = if op.overload { Outcome::Overload } else { Outcome::Success };
+                    let pause = op
+                        .pause_us
+                        .filter(|_| op.overload)
+                        .map(Duration::from_micros);
+                    let verdict = match (op.overload, pause) {
+                        (true, Some(d)) => Outcome::Overload.with_retry_after(d),
+                        (true, None) => Outcome::Overload.into(),
+                        (false, _) => Verdict::from(Outcome::Success),
+                    };
+                    let asked = Instant::now();
                     if op.via_call {
                         let call = || {
+                            grants.lock().unwrap().push((asked, Instant::now()));
                             calls.fetch_add(1, SeqCst);
                             hold()
                         };
-                        let _ = budget.call_with(|_| outcome, call).await;
+                        let before = Instant::now();
+                        // Only a call that returned was classified, and so paused the budget.
+                        let returned = budget.call_with(|_| verdict, call).await.is_ok();
+                        if let Some(d) = pause.filter(|_| returned) {
+                            pauses.lock().unwrap().push((Instant::now(), before + d));
+                        }
                     } else if let Ok(permit) = budget.acquire_owned().await {
+                        grants.lock().unwrap().push((asked, Instant::now()));
                         let _ = hold().await;
-                        permit.report(outcome);
+                        let before = Instant::now();
+                        permit.report(verdict);
+                        if let Some(d) = pause {
+                            pauses.lock().unwrap().push((Instant::now(), before + d));
+                        }
                     }
                 });
                 handles.push((task, op.abort_after_us));
@@ -157,25 +221,65 @@ proptest! {
         });
 
         let s = budget.snapshot();
-        prop_assert!(most.load(SeqCst) <= max, "{} holders at once, limit {}", most.load(SeqCst), max);
+        prop_assert!(
+            most.load(SeqCst) <= max,
+            "{} holders at once, limit {}",
+            most.load(SeqCst),
+            max
+        );
         prop_assert!(s.peak_in_flight <= max);
         if let Some(q) = max_queued {
-            prop_assert!(s.peak_waiting <= q, "{} waiting at once, max_queued {}", s.peak_waiting, q);
+            prop_assert!(
+                s.peak_waiting <= q,
+                "{} waiting at once, max_queued {}",
+                s.peak_waiting,
+                q
+            );
         }
         prop_assert_eq!(holders.load(SeqCst), 0);
         prop_assert_eq!(s.in_flight, 0);
         prop_assert_eq!(s.waiting, 0);
-        prop_assert_eq!(budget.available_permits(), budget.limit(), "a permit was lost");
-        prop_assert!((1..=max).contains(&budget.limit()));
         prop_assert_eq!(
-            s.admitted + s.rejected + s.permit_timeouts + s.rate_limited + s.cancelled,
+            budget.available_permits(),
+            budget.limit(),
+            "a permit was lost"
+        );
+        prop_assert!((1..=max).contains(&budget.limit()));
+        // A caller that asked once a pause was set, and held its permit before the pause
+        // could have ended, was granted inside it.
+        for (asked, held) in grants.lock().unwrap().iter() {
+            for (set, until) in pauses.lock().unwrap().iter() {
+                prop_assert!(
+                    !(asked >= set && held < until),
+                    "granted inside a pause: asked {:?} after it was set, held {:?} before its end",
+                    *asked - *set,
+                    *until - *held
+                );
+            }
+        }
+        prop_assert_eq!(
+            s.outcomes_success
+                + s.outcomes_overload
+                + s.outcomes_ignored
+                + s.outcomes_error
+                + s.outcomes_timeout
+                + s.calls_cancelled,
+            calls.load(SeqCst) as u64,
+            "every call that got its permit has exactly one verdict: {:?}",
+            s
+        );
+        prop_assert_eq!(
+            s.admitted + s.rejected + s.permit_timeouts + s.rate_limited + s.paused + s.cancelled,
             attempts.load(SeqCst) as u64,
-            "every acquire ends in exactly one outcome: {:?}", s
+            "every acquire ends in exactly one outcome: {:?}",
+            s
         );
         prop_assert_eq!(
             s.calls_ok + s.calls_error + s.call_timeouts + s.calls_cancelled,
             calls.load(SeqCst) as u64,
-            "every call that got its permit ends in exactly one outcome: {:?}", s
+            "every call that got its permit ends in exactly one outcome: {:?}",
+            s
         );
     }
+    Ok(())
 }

@@ -118,13 +118,26 @@ async fn a_client_through_the_layer_never_floods_a_six_slot_server() {
     );
 }
 
-async fn shed(err: BudgetError<Infallible>) -> (StatusCode, String) {
+/// A server's answer to a request its budget refused: 503, with `Retry-After` in whole seconds
+/// (rounded up) where the refusal has an estimate.
+async fn shed(err: BudgetError<Infallible>) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut headers = axum::http::HeaderMap::new();
+    if let Some(wait) = err.retry_after() {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert("retry-after", secs.max(1).into());
+    }
     match err {
-        BudgetError::Rejected(AcquireError::QueueFull) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "busy, try again".into())
-        }
-        BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "too slow".into()),
-        other => (StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        BudgetError::Rejected(AcquireError::QueueFull { .. }) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            headers,
+            "busy, try again".into(),
+        ),
+        BudgetError::Timeout => (StatusCode::GATEWAY_TIMEOUT, headers, "too slow".into()),
+        other => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            headers,
+            other.to_string(),
+        ),
     }
 }
 
@@ -180,6 +193,10 @@ async fn a_server_sheds_load_with_503_once_its_queue_is_full() {
     for _ in 0..5 {
         let resp = get("/work").await.unwrap();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !resp.headers().contains_key("retry-after"),
+            "no call measured yet: no estimate"
+        );
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"busy, try again");
     }
@@ -191,6 +208,30 @@ async fn a_server_sheds_load_with_503_once_its_queue_is_full() {
     }
     let s = budget.snapshot();
     assert_eq!((s.admitted, s.rejected, s.in_flight), (4, 5, 0));
+
+    // Calls were measured now: a full queue says when to come back.
+    let held: Vec<_> = (0..4).map(|_| tokio::spawn(get("/work"))).collect();
+    for _ in 0..200 {
+        let s = budget.snapshot();
+        if s.in_flight == 2 && s.waiting == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let resp = get("/work").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    release.add_permits(4);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -341,4 +382,93 @@ async fn the_layer_counts_and_teaches_the_limit_as_budget_call_does() {
     };
     assert!(through_call.1.len() > 1, "the overloads moved the limit");
     assert_eq!(limits(&through_layer.1), limits(&through_call.1));
+}
+
+/// A dependency on 127.0.0.1 that answers its first request 429 with `Retry-After: 1`, and
+/// every later one 200; records when each request arrived.
+async fn busy_then_ready() -> (String, Arc<std::sync::Mutex<Vec<std::time::Instant>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = Router::new().route(
+        "/complete",
+        post(move || {
+            let s = s.clone();
+            async move {
+                let mut seen = s.lock().unwrap();
+                seen.push(std::time::Instant::now());
+                if seen.len() == 1 {
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "1")],
+                        "slow down",
+                    )
+                } else {
+                    (StatusCode::OK, [("retry-after", "0")], "done")
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/complete"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_429_with_retry_after_pauses_the_budget_and_a_refusal_says_when() {
+    let (url, seen) = busy_then_ready().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let llm = Budget::new(
+        "llm",
+        BudgetConfig::new(4).permit_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let svc = BudgetLayer::http(llm.clone()).layer(client);
+    let first = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The dependency said 1 s; a request with 300 ms to wait is refused at once, unsent.
+    let err = svc.clone().oneshot(write_request(&url)).await.unwrap_err();
+    assert!(
+        matches!(err.rejected(), Some(AcquireError::Paused { .. })),
+        "{err}"
+    );
+    let hint = err.retry_after().expect("a pause says when it ends");
+    assert!(
+        hint > Duration::ZERO && hint <= Duration::from_secs(1),
+        "{hint:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the refused request never reached it"
+    );
+    let s = llm.snapshot();
+    assert_eq!(
+        (s.pauses, s.paused, s.outcomes_overload, s.calls_ok),
+        (1, 1, 1, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_real_429_with_retry_after_the_next_request_goes_out_when_the_pause_ends() {
+    let (url, seen) = busy_then_ready().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let llm = Budget::new(
+        "llm",
+        BudgetConfig::new(4).permit_timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    let svc = BudgetLayer::http(llm.clone()).layer(client);
+    let first = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let second = svc.clone().oneshot(write_request(&url)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    // The pause began when the 429 came back, after the server saw the first request: the
+    // second arrived at least the second the dependency asked for later (a lower bound only).
+    let gap = seen[1] - seen[0];
+    assert!(gap >= Duration::from_secs(1), "{gap:?}");
+    // A 200's retry-after is not an overload's: no second pause.
+    assert_eq!(llm.snapshot().pauses, 1);
 }

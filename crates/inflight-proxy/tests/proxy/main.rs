@@ -1,6 +1,7 @@
 //! End-to-end tests of the proxy against real upstreams on 127.0.0.1: one binary, a module per
 //! area, helpers in `support`.
 
+mod backpressure;
 mod clients;
 mod fleet;
 mod forward;

@@ -11,20 +11,21 @@ use super::engine::Engine;
 #[cfg(feature = "tower")]
 use super::OwnedPermit;
 use super::{CallError, Permit};
-use crate::limit::Outcome;
+use crate::limit::{Outcome, Verdict};
 
 /// Runs `call` under `permit`: within the budget's `call_timeout` if it has one, with `classify`
 /// deciding what its result tells the limit (a timeout is always [`Outcome::Overload`]).
 ///
 /// Cancel safe: dropped while the call runs, it drops the call, counts it as cancelled and gives
 /// the permit back as [`Outcome::Ignore`].
-pub(super) async fn run<C, Fut, T, E>(
+pub(super) async fn run<C, V, Fut, T, E>(
     permit: Permit<'_>,
     classify: C,
     call: Fut,
 ) -> Result<T, CallError<E>>
 where
-    C: FnOnce(&Result<T, E>) -> Outcome,
+    C: FnOnce(&Result<T, E>) -> V,
+    V: Into<Verdict>,
     Fut: Future<Output = Result<T, E>>,
 {
     let guard = CallGuard::start(permit);
@@ -43,7 +44,7 @@ where
         },
         None => call.await,
     };
-    guard.finish(result.is_ok(), classify(&result));
+    guard.finish(result.is_ok(), classify(&result).into());
     result.map_err(CallError::Inner)
 }
 
@@ -52,7 +53,7 @@ where
 pub(crate) trait Held {
     fn engine(&self) -> &Engine;
     fn granted_at(&self) -> Option<Instant>;
-    fn set_outcome(&mut self, outcome: Outcome);
+    fn set_outcome(&mut self, verdict: Verdict);
 }
 
 impl Held for Permit<'_> {
@@ -64,8 +65,8 @@ impl Held for Permit<'_> {
         Permit::granted_at(self)
     }
 
-    fn set_outcome(&mut self, outcome: Outcome) {
-        Permit::set_outcome(self, outcome)
+    fn set_outcome(&mut self, verdict: Verdict) {
+        Permit::set_outcome(self, verdict)
     }
 }
 
@@ -79,8 +80,8 @@ impl Held for OwnedPermit {
         OwnedPermit::granted_at(self)
     }
 
-    fn set_outcome(&mut self, outcome: Outcome) {
-        OwnedPermit::set_outcome(self, outcome)
+    fn set_outcome(&mut self, verdict: Verdict) {
+        OwnedPermit::set_outcome(self, verdict)
     }
 }
 
@@ -105,14 +106,14 @@ impl<P: Held> CallGuard<P> {
         }
     }
 
-    /// The call returned (`ok`, or with an error), with this outcome for the limit.
-    pub(crate) fn finish(mut self, ok: bool, outcome: Outcome) {
+    /// The call returned (`ok`, or with an error), with this verdict for the limit.
+    pub(crate) fn finish(mut self, ok: bool, verdict: Verdict) {
         self.ended = true;
         self.permit
             .engine()
             .stats
-            .call_ended(self.start.elapsed(), ok);
-        self.permit.set_outcome(outcome);
+            .call_ended(self.start.elapsed(), ok, verdict);
+        self.permit.set_outcome(verdict);
     }
 
     /// The call ran past its timeout and was dropped: an overload signal.
@@ -127,7 +128,7 @@ impl<P: Held> CallGuard<P> {
             .engine()
             .stats
             .call_timed_out(self.start.elapsed());
-        self.permit.set_outcome(outcome);
+        self.permit.set_outcome(outcome.into());
     }
 }
 

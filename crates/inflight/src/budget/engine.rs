@@ -6,32 +6,40 @@
 //! 1. **Local permit.** Free and nobody waiting: granted at once (the fast path: no clock read
 //!    unless the limit learns, no lock). Otherwise the caller joins the queue if `max_queued`
 //!    allows, and waits until the permit deadline.
-//! 2. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
+//! 2. **Pause**, when the dependency asked for one (an overload with a retry-after): the caller
+//!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
+//!    after the deadline. A caller whose deadline falls inside the pause is refused before it
+//!    even queues, and one already queued is refused as soon as the pause starts. Held after the
+//!    permit, like the rate slot below, so that the queue's order holds through the pause.
+//! 3. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
 //!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
 //!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
 //!    first and followed by a wait for a permit would let several calls whose permits freed
 //!    together start at once, a burst the rate limit promised not to send. The cost is a permit
 //!    held while its caller waits for its slot; when the rate is what binds, permits are not.
-//! 3. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
+//! 4. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
 //!    so that a process never asks the store for more than its own share, within the same
 //!    deadline.
+//!
+//! A pause's start or move wakes every caller waiting at the first two gates to weigh its
+//! deadline against the pause's end (a queued caller keeps its place in the queue meanwhile).
 //!
 //! A gate that fails gives back what the earlier ones took. When a permit goes back, the limit
 //! learns from its sample (if it learns) and resizes the local permits before the permit itself
 //! is returned, so a shrink takes effect before anyone else is admitted.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
-
-#[cfg(feature = "rate")]
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::error::{AcquireError, TryAcquireError};
+use super::pause::Pause;
 use super::stats::Stats;
 use super::BudgetConfig;
-use crate::limit::{Limit, LimitChange, Outcome, Sample};
+use crate::limit::{Limit, LimitChange, Sample, Verdict};
 use crate::padded::CachePadded;
 #[cfg(feature = "rate")]
 use crate::rate::gcra::{Gcra, Slot};
@@ -52,6 +60,8 @@ pub(crate) struct Engine {
     #[cfg(feature = "rate")]
     pub(crate) rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
+    /// Set by a dependency's retry-after; read on the fast path.
+    pause: CachePadded<Pause>,
     pub(crate) stats: Stats,
 }
 
@@ -123,6 +133,7 @@ impl Engine {
             rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
+            pause: CachePadded(Pause::new()),
             stats: Stats::new(name.clone()),
         }
     }
@@ -146,6 +157,10 @@ impl Engine {
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
+        if self.pause.is_set() && self.pause.until(Instant::now()).is_some() {
+            self.stats.paused();
+            return Err(TryAcquireError::Paused);
+        }
         if self.plain_gates {
             return match self.grant_at_once() {
                 Some(grant) => Ok(grant),
@@ -221,7 +236,7 @@ impl Engine {
     /// The fast path: a permit free now, nobody waiting, and no other gate.
     #[inline]
     pub(crate) fn grant_fast(&self) -> Option<Grant> {
-        if self.has_more_gates() {
+        if self.has_more_gates() || self.pause.is_set() {
             return None;
         }
         self.grant_at_once()
@@ -229,33 +244,47 @@ impl Engine {
 
     /// Every gate, waiting where the budget allows (after the fast path failed).
     pub(crate) async fn grant_slow(&self) -> Result<Grant, AcquireError> {
+        self.grant_by(None).await
+    }
+
+    /// Every gate, with a permit deadline no later than `by` (besides the budget's own).
+    pub(crate) async fn grant_by(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
         #[cfg(feature = "tracing")]
         {
             use tracing::Instrument;
             let span = tracing::debug_span!("inflight.permit_wait", budget = %self.name);
-            self.grant_after_wait().instrument(span).await
+            self.grant_after_wait(by).instrument(span).await
         }
         #[cfg(not(feature = "tracing"))]
-        self.grant_after_wait().await
+        self.grant_after_wait(by).await
     }
 
-    async fn grant_after_wait(&self) -> Result<Grant, AcquireError> {
+    async fn grant_after_wait(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
         let start = Instant::now();
         // A deadline too far to represent is no deadline.
-        let deadline = self
+        let own = self
             .config
             .permit_timeout
             .and_then(|t| start.checked_add(t));
+        let deadline = match (own, by) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let mut attempt = Attempt {
             engine: self,
             holds_local: false,
             ended: false,
         };
+        // A pause that outlasts the deadline refuses before the queue.
+        self.check_pause(start, deadline, &mut attempt)?;
         if !self.permits.try_take() {
             self.wait_in_queue(deadline, &mut attempt).await?;
         }
         attempt.holds_local = true;
         let in_flight = self.permits.in_flight();
+        if self.pause.is_set() {
+            self.wait_out_pause(deadline, &mut attempt).await?;
+        }
         #[cfg(feature = "rate")]
         if let Some(rate) = &self.rate {
             self.wait_for_slot(rate, deadline, &mut attempt).await?;
@@ -294,7 +323,8 @@ impl Engine {
         attempt: &mut Attempt<'_>,
     ) -> Result<(), AcquireError> {
         // try_take just failed, so every permit was held.
-        self.stats.all_held(self.permits.limit());
+        let limit = self.permits.limit();
+        self.stats.all_held(limit);
         let ahead = match self.config.max_queued {
             // An unbounded queue always has a place: one plain add, no compare-and-swap loop.
             None => self.waiting.fetch_add(1, Relaxed),
@@ -305,30 +335,128 @@ impl Engine {
                 .fetch_update(Relaxed, Relaxed, |n| (n < max_queued).then_some(n + 1))
             {
                 Ok(ahead) => ahead,
-                Err(_) => {
+                Err(ahead) => {
                     attempt.ended = true;
                     self.stats.rejected();
-                    return Err(AcquireError::QueueFull);
+                    return Err(AcquireError::QueueFull {
+                        retry_after: self.queue_estimate(ahead, limit),
+                    });
                 }
             },
         };
         self.stats.queued(ahead + 1);
         let _place = QueuePlace(&self.waiting);
-        let taken = match deadline {
-            Some(at) => tokio::time::timeout_at(at, self.permits.take())
-                .await
-                .is_ok(),
-            None => {
-                self.permits.take().await;
-                true
+        // One place in the semaphore's queue for the whole wait: a pause that moves wakes the
+        // caller to check its deadline against it, and must not cost it its place.
+        let take = self.permits.take();
+        let mut take = std::pin::pin!(take);
+        let mut timer = std::pin::pin!(deadline.map(tokio::time::sleep_until));
+        loop {
+            let changed = self.pause.changed();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            self.check_pause(Instant::now(), deadline, attempt)?;
+            let woke = std::future::poll_fn(|cx| {
+                use std::task::Poll;
+                if take.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Granted);
+                }
+                if let Some(timer) = timer.as_mut().as_pin_mut() {
+                    if timer.poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Deadline);
+                    }
+                }
+                match changed.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Woke::PauseMoved),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            match woke {
+                Woke::Granted => return Ok(()),
+                Woke::Deadline => {
+                    attempt.ended = true;
+                    self.stats.permit_timed_out();
+                    return Err(AcquireError::PermitTimeout);
+                }
+                Woke::PauseMoved => {}
             }
-        };
-        if !taken {
-            attempt.ended = true;
-            self.stats.permit_timed_out();
-            return Err(AcquireError::PermitTimeout);
         }
-        Ok(())
+    }
+
+    /// Refuses the caller if a pause in force at `now` ends after its `deadline`.
+    fn check_pause(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        if !self.pause.is_set() {
+            return Ok(());
+        }
+        match (self.pause.until(now), deadline) {
+            (Some(until), Some(d)) if until > d => {
+                attempt.ended = true;
+                self.stats.paused();
+                Err(AcquireError::Paused {
+                    retry_after: until - now,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Sleeps, holding the local permit, until the pause in force ends (however often it
+    /// moves), or refuses at once when it would end after `deadline`.
+    async fn wait_out_pause(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        loop {
+            let changed = self.pause.changed();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let now = Instant::now();
+            self.check_pause(now, deadline, attempt)?;
+            let Some(until) = self.pause.until(now) else {
+                return Ok(());
+            };
+            let mut sleep = std::pin::pin!(tokio::time::sleep_until(until));
+            std::future::poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() || changed.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+        }
+    }
+
+    /// When a place in the queue may free, for a caller refused with `ahead` queued before it
+    /// and `limit` permits: (ahead + 1) x the mean call time / limit; at least the pause in
+    /// force. `None` before any call was measured (and no pause is in force).
+    fn queue_estimate(&self, ahead: usize, limit: usize) -> Option<Duration> {
+        let now = Instant::now();
+        let pause = self.pause.until(now).map(|until| until - now);
+        let estimate = self.stats.mean_call().map(|mean| {
+            let turns = u32::try_from(ahead.saturating_add(1)).unwrap_or(u32::MAX);
+            let limit = u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
+            mean.saturating_mul(turns) / limit
+        });
+        match (estimate, pause) {
+            (Some(e), Some(p)) => Some(e.max(p)),
+            (e, p) => e.or(p),
+        }
+    }
+
+    /// Pauses the budget for `delay` from now: no new permit before then.
+    pub(crate) fn pause_for(&self, delay: Duration) {
+        if let Some(until) = Instant::now().checked_add(delay) {
+            self.pause.extend(until);
+            self.stats.paused_by_dependency();
+        }
     }
 
     /// Reserves the next rate slot and sleeps until it, or refuses at once if it comes after
@@ -341,10 +469,13 @@ impl Engine {
         attempt: &mut Attempt<'_>,
     ) -> Result<(), AcquireError> {
         let now = Instant::now();
-        let Ok(slot) = rate.reserve(now, deadline) else {
-            attempt.ended = true;
-            self.stats.rate_limited();
-            return Err(AcquireError::RateLimited);
+        let slot = match rate.reserve(now, deadline) {
+            Ok(slot) => slot,
+            Err(wait) => {
+                attempt.ended = true;
+                self.stats.rate_limited();
+                return Err(AcquireError::RateLimited { retry_after: wait });
+            }
         };
         if slot.at > now {
             let at = slot.at;
@@ -362,15 +493,20 @@ impl Engine {
     /// Takes back a permit: the lease goes back to the store, the limit learns from the call,
     /// then the local permit is returned.
     #[inline]
-    pub(crate) fn release(&self, grant: &mut Grant, outcome: Outcome) {
+    pub(crate) fn release(&self, grant: &mut Grant, verdict: Verdict) {
+        if let Some(delay) = verdict.pause() {
+            // Before the permit goes back: the pause holds for whoever it would have gone to.
+            self.pause_for(delay);
+        }
         if self.plain_release {
             self.permits.give_back();
             return;
         }
-        self.release_learning(grant, outcome);
+        self.release_learning(grant, verdict);
     }
 
-    fn release_learning(&self, grant: &mut Grant, outcome: Outcome) {
+    fn release_learning(&self, grant: &mut Grant, verdict: Verdict) {
+        let outcome = verdict.outcome();
         if let (Some(lease), Some(store)) = (grant.lease.take(), &self.store) {
             store.release(&self.name, *lease);
         }
@@ -406,6 +542,13 @@ impl Engine {
             None => Vec::new(),
         }
     }
+}
+
+/// What woke a caller waiting in the queue.
+enum Woke {
+    Granted,
+    Deadline,
+    PauseMoved,
 }
 
 /// One pass through the gates after the fast path failed: gives back a local permit it took and

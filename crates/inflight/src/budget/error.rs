@@ -3,6 +3,7 @@
 //! [`Budget::call`](super::Budget::call)).
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::store::StoreError;
 
@@ -50,24 +51,43 @@ impl BuildError {
 }
 
 /// Why a permit was not granted.
+///
+/// [`AcquireError::retry_after`] says when trying again may succeed, where an honest estimate
+/// exists (an HTTP refusal's `Retry-After`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireError {
     /// All permits were held and `max_queued` callers were already waiting, so the caller was
     /// turned away at once instead of joining the queue.
     #[error("all permits are held and the wait queue is full (max_queued)")]
-    QueueFull,
+    QueueFull {
+        /// An estimate of when a place frees: the callers queued ahead, plus this one, times the
+        /// mean call time measured so far, divided by the limit (at least the pause in force, if
+        /// any); `None` before any call through the budget was measured.
+        retry_after: Option<Duration>,
+    },
     /// The caller waited its whole `permit_timeout` without getting a permit.
     #[error("no permit within permit_timeout")]
     PermitTimeout,
     /// The budget's rate limit would let the call start only after `permit_timeout`: refused at
     /// once, without waiting.
     #[error("the rate limit would let the call start only after permit_timeout")]
-    RateLimited,
+    RateLimited {
+        /// How long until the rate slot the caller would have had.
+        retry_after: Duration,
+    },
     /// The budget keeps its permits in a shared [`Store`](crate::store::Store) that could not be
     /// asked.
     #[error("the permit store is unavailable: {0}")]
     Unavailable(StoreError),
+    /// The dependency asked for a pause (an overload with a retry-after, see
+    /// [`Verdict`](crate::limit::Verdict)) that ends after the caller's permit deadline: refused
+    /// at once, without sleeping through it.
+    #[error("the dependency asked to retry after {retry_after:?}, past permit_timeout")]
+    Paused {
+        /// How long until the pause ends.
+        retry_after: Duration,
+    },
 }
 
 /// Why [`Budget::try_acquire`](super::Budget::try_acquire) granted no permit.
@@ -84,6 +104,10 @@ pub enum TryAcquireError {
     /// The budget's rate limit lets the next call start only later.
     #[error("the rate limit lets the next call start only later")]
     RateLimited,
+    /// The dependency asked for a pause (see [`Verdict`](crate::limit::Verdict)) that is still
+    /// in force.
+    #[error("the dependency asked for a pause that is still in force")]
+    Paused,
 }
 
 impl TryAcquireError {
@@ -94,9 +118,44 @@ impl TryAcquireError {
 }
 
 impl AcquireError {
+    /// When trying again may succeed, from the moment of the refusal: the next rate slot for
+    /// [`RateLimited`](AcquireError::RateLimited), the pause's end for
+    /// [`Paused`](AcquireError::Paused), an estimate from the measured call time for
+    /// [`QueueFull`](AcquireError::QueueFull); `None` where nothing honest exists (a permit
+    /// timeout, a store that could not be asked, a full queue before any call was measured).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{AcquireError, Budget, BudgetConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new("api", BudgetConfig::new(2).max_queued(2)).unwrap();
+    /// let slow = || async {
+    ///     tokio::time::sleep(Duration::from_millis(100)).await;
+    ///     Ok::<_, std::io::Error>(())
+    /// };
+    /// budget.call(slow).await.unwrap(); // one call measured: 100 ms
+    /// let calls = futures::future::join_all((0..5).map(|_| budget.call(slow))).await;
+    /// let refused = calls[4].as_ref().unwrap_err();
+    /// // Two queued ahead, plus this caller, at 100 ms a call, two at a time.
+    /// let AcquireError::QueueFull { retry_after } = refused.rejected().unwrap() else { panic!() };
+    /// assert_eq!(*retry_after, Some(Duration::from_millis(150)));
+    /// # }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AcquireError::QueueFull { retry_after } => *retry_after,
+            AcquireError::RateLimited { retry_after } | AcquireError::Paused { retry_after } => {
+                Some(*retry_after)
+            }
+            AcquireError::PermitTimeout | AcquireError::Unavailable(_) => None,
+        }
+    }
+
     /// Whether the caller was turned away without waiting.
     pub fn is_queue_full(&self) -> bool {
-        matches!(self, AcquireError::QueueFull)
+        matches!(self, AcquireError::QueueFull { .. })
     }
 
     /// Whether the caller waited for its whole permit deadline.
@@ -106,7 +165,12 @@ impl AcquireError {
 
     /// Whether the rate limit refused the caller.
     pub fn is_rate_limited(&self) -> bool {
-        matches!(self, AcquireError::RateLimited)
+        matches!(self, AcquireError::RateLimited { .. })
+    }
+
+    /// Whether a pause the dependency asked for refused the caller.
+    pub fn is_paused(&self) -> bool {
+        matches!(self, AcquireError::Paused { .. })
     }
 }
 
@@ -139,6 +203,20 @@ impl<E> CallError<E> {
     /// Whether the call was never started because no permit was granted.
     pub fn is_rejected(&self) -> bool {
         matches!(self, CallError::Rejected(_))
+    }
+
+    /// Why no permit was granted, if none was.
+    pub fn rejected(&self) -> Option<&AcquireError> {
+        match self {
+            CallError::Rejected(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// When trying again may succeed, if the call was refused a permit (see
+    /// [`AcquireError::retry_after`]).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.rejected().and_then(AcquireError::retry_after)
     }
 }
 

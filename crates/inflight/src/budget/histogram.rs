@@ -90,6 +90,11 @@ impl Histogram {
             .sum()
     }
 
+    /// The sum of every duration recorded, in nanoseconds (exact; no bucket is read).
+    pub(crate) fn sum_ns(&self) -> u128 {
+        self.stripes.iter().map(|s| s.sum()).sum()
+    }
+
     pub(crate) fn summary(&self) -> LatencySummary {
         let mut counts = vec![0u64; BUCKETS];
         let (mut sum, mut max) = (0u128, 0u64);

@@ -12,9 +12,11 @@ mod call;
 mod engine;
 mod error;
 mod histogram;
+mod pause;
 mod permit;
 #[cfg(feature = "rate")]
 mod rate_wait;
+mod retry;
 mod snapshot;
 mod stats;
 
@@ -30,7 +32,7 @@ pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
 pub use snapshot::{BudgetSnapshot, LatencySummary};
 
-use crate::limit::{Limit, LimitChange, Outcome};
+use crate::limit::{Limit, LimitChange, Outcome, Verdict};
 use crate::store::Store;
 use engine::Engine;
 
@@ -64,18 +66,29 @@ use engine::Engine;
 ///   whatever it had taken (its local permit, its rate slot when nobody reserved one after it,
 ///   its store lease); like tokio's semaphore, a caller that is cancelled loses its place in the
 ///   queue.
-/// - **Ordering.** A caller passes the gates in one order: a local permit, then a rate slot (if
-///   the budget has a rate limit), then a lease from the shared store (if it has one), all
+/// - **Ordering.** A caller passes the gates in one order: a local permit, then the end of a
+///   pause (if the dependency asked for one), then a rate slot (if the budget has a rate limit),
+///   then a lease from the shared store (if it has one), all
 ///   within one `permit_timeout`. A gate that refuses gives back what the earlier ones took.
 ///   [`call`](Budget::call) invokes its closure only once every gate is passed, so a refused
 ///   caller never starts work.
 /// - **Accounting.** Every `acquire`, `acquire_owned`, `try_acquire` and `try_acquire_owned`
 ///   ends in exactly one outcome, and [`BudgetSnapshot`] counts each: `admitted`; `rejected`
 ///   (the queue was full, or `try_acquire` found no free permit or a shared store);
-///   `permit_timeouts`; `rate_limited`; `unavailable` (the shared store could not be asked); or
+///   `permit_timeouts`; `rate_limited`; `paused` (a pause the dependency asked for outlasted
+///   the caller's deadline); `unavailable` (the shared store could not be asked); or
 ///   `cancelled` (the future was dropped while it waited). Every call through
 ///   [`call`](Budget::call) or [`call_with`](Budget::call_with) that got its permit then ends in
-///   exactly one of `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled`.
+///   exactly one of `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled`, and, by
+///   its classifier's [`Verdict`], in exactly one of `outcomes_success`, `outcomes_overload`,
+///   `outcomes_ignored`, `outcomes_error`, `outcomes_timeout`, or `calls_cancelled`.
+/// - **Back-pressure.** An overload reported with the dependency's retry-after (a
+///   [`Verdict`]) pauses the budget: no new permit is granted before it ends. Permits held are
+///   untouched. A caller whose permit deadline falls inside the pause is refused at once with
+///   [`AcquireError::Paused`], never after sleeping through it; the others wait, in their
+///   order, and are granted when it ends. [`AcquireError::retry_after`] says when a refused
+///   caller may try again, and [`call_with_retry`](Budget::call_with_retry) retries within a
+///   [`RetryBudget`](crate::RetryBudget).
 ///
 /// # Examples
 ///
@@ -150,7 +163,7 @@ use engine::Engine;
 /// };
 /// let (a, b, c) = tokio::join!(api.call(slow), api.call(slow), api.call(slow));
 /// assert_eq!((a.unwrap(), b.unwrap()), (200, 200));
-/// assert!(matches!(c, Err(CallError::Rejected(AcquireError::QueueFull))));
+/// assert!(matches!(c, Err(CallError::Rejected(AcquireError::QueueFull { .. }))));
 /// let s = api.snapshot();
 /// assert_eq!((s.admitted, s.rejected, s.calls_ok), (2, 1, 2));
 /// # }
@@ -300,7 +313,7 @@ impl Budget {
     /// let budget = Budget::new("enrichment", BudgetConfig::new(1).max_queued(0)).unwrap();
     /// let held = budget.acquire().await.unwrap();
     /// // Fail fast: the only permit is held and nobody may queue.
-    /// assert!(matches!(budget.acquire().await, Err(AcquireError::QueueFull)));
+    /// assert!(matches!(budget.acquire().await, Err(AcquireError::QueueFull { .. })));
     /// drop(held);
     /// assert!(budget.acquire().await.is_ok());
     /// # }
@@ -392,7 +405,8 @@ impl Budget {
     ///
     /// `call` is only invoked after the permit is granted, so a rejected caller never starts work.
     /// The time from permit to result is recorded in [`BudgetSnapshot::call`]. For the budget's
-    /// limit, an `Ok` is a success, and an `Err` or a timeout an overload signal.
+    /// limit, an `Ok` is a success, and an `Err` or a timeout an overload signal; an `Err` is
+    /// counted as a failure ([`Verdict::failure`], `outcomes_error`).
     ///
     /// # Cancel safety
     ///
@@ -446,6 +460,13 @@ impl Budget {
     /// with a value rather than an error (an HTTP 503 or 429 returned as a response), or when some
     /// errors say nothing about load (a 404, a client error).
     ///
+    /// `classify` returns an [`Outcome`], or a [`Verdict`] that also carries the dependency's
+    /// retry-after (an overload with one pauses the budget) or calls the result a failure.
+    /// The snapshot counts the call twice over: by what the call returned (`calls_ok` for an
+    /// `Ok`, even one classified as an overload; `calls_error` for an `Err`), and by its verdict
+    /// (`outcomes_success`, `outcomes_overload`, `outcomes_ignored`, `outcomes_error`,
+    /// `outcomes_timeout`).
+    ///
     /// # Cancel safety
     ///
     /// As [`Budget::call`]; a call dropped while it runs reports [`Outcome::Ignore`].
@@ -480,9 +501,14 @@ impl Budget {
     /// assert_eq!(budget.limit(), 3, "one overload cut the limit from 4");
     /// # }
     /// ```
-    pub async fn call_with<C, F, Fut, T, E>(&self, classify: C, call: F) -> Result<T, CallError<E>>
+    pub async fn call_with<C, V, F, Fut, T, E>(
+        &self,
+        classify: C,
+        call: F,
+    ) -> Result<T, CallError<E>>
     where
-        C: FnOnce(&Result<T, E>) -> Outcome,
+        C: FnOnce(&Result<T, E>) -> V,
+        V: Into<Verdict>,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
@@ -516,17 +542,29 @@ impl Budget {
             calls_ok: counts.calls_ok,
             calls_error: counts.calls_error,
             calls_cancelled: counts.calls_cancelled,
+            paused: counts.paused,
+            pauses: counts.pauses,
+            outcomes_success: counts.outcomes_success,
+            outcomes_overload: counts.outcomes_overload,
+            outcomes_ignored: counts.outcomes_ignored,
+            outcomes_error: counts.outcomes_error,
+            outcomes_timeout: counts.outcomes_timeout,
+            retries: counts.retries,
+            retries_denied: counts.retries_denied,
+            retries_past_deadline: counts.retries_past_deadline,
+            retries_out_of_attempts: counts.retries_out_of_attempts,
             wait,
             call: engine.stats.call().summary(),
         }
     }
 }
 
-/// What [`Budget::call`] tells the limit: an `Ok` is a success, an `Err` an overload signal.
-fn classify_result<T, E>(result: &Result<T, E>) -> Outcome {
+/// What [`Budget::call`] tells the limit: an `Ok` is a success, an `Err` a failure (an overload
+/// signal, counted as an error).
+pub(crate) fn classify_result<T, E>(result: &Result<T, E>) -> Verdict {
     match result {
-        Ok(_) => Outcome::Success,
-        Err(_) => Outcome::Overload,
+        Ok(_) => Outcome::Success.into(),
+        Err(_) => Verdict::failure(),
     }
 }
 

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::engine::{Engine, Grant};
 use super::Budget;
-use crate::limit::Outcome;
+use crate::limit::{Outcome, Verdict};
 use crate::store::Lease;
 
 /// A permit from a [`Budget`]; the permit goes back when this is dropped.
@@ -22,7 +22,7 @@ use crate::store::Lease;
 pub struct Permit<'a> {
     engine: &'a Engine,
     grant: Grant,
-    outcome: Outcome,
+    outcome: Verdict,
 }
 
 /// A permit that owns a handle to its [`Budget`], for moving into spawned tasks.
@@ -32,7 +32,7 @@ pub struct Permit<'a> {
 pub struct OwnedPermit {
     budget: Budget,
     grant: Grant,
-    outcome: Outcome,
+    outcome: Verdict,
 }
 
 impl<'a> Permit<'a> {
@@ -40,7 +40,7 @@ impl<'a> Permit<'a> {
         Permit {
             engine,
             grant,
-            outcome: Outcome::Ignore,
+            outcome: Verdict::from(Outcome::Ignore),
         }
     }
 
@@ -60,8 +60,11 @@ impl<'a> Permit<'a> {
     /// assert_eq!(budget.snapshot().in_flight, 0);
     /// # }
     /// ```
-    pub fn report(mut self, outcome: Outcome) {
-        self.outcome = outcome;
+    ///
+    /// A [`Verdict`] with a retry-after (an overload the dependency said to wait out) also
+    /// pauses the budget; see [`Verdict`].
+    pub fn report(mut self, outcome: impl Into<Verdict>) {
+        self.outcome = outcome.into();
     }
 
     /// When the permit was granted, if the budget read the clock for it: it does after a wait,
@@ -76,7 +79,7 @@ impl<'a> Permit<'a> {
         self.grant.lease()
     }
 
-    pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
+    pub(crate) fn set_outcome(&mut self, outcome: Verdict) {
         self.outcome = outcome;
     }
 
@@ -96,13 +99,13 @@ impl OwnedPermit {
         OwnedPermit {
             budget,
             grant,
-            outcome: Outcome::Ignore,
+            outcome: Verdict::from(Outcome::Ignore),
         }
     }
 
     /// Gives the permit back, reporting how its call ended (see [`Permit::report`]).
-    pub fn report(mut self, outcome: Outcome) {
-        self.outcome = outcome;
+    pub fn report(mut self, outcome: impl Into<Verdict>) {
+        self.outcome = outcome.into();
     }
 
     /// When the permit was granted, if the budget read the clock for it (see
@@ -123,7 +126,7 @@ impl OwnedPermit {
     }
 
     #[cfg(feature = "tower")]
-    pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
+    pub(crate) fn set_outcome(&mut self, outcome: Verdict) {
         self.outcome = outcome;
     }
 }

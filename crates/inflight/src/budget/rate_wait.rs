@@ -30,7 +30,7 @@ impl Budget {
     /// .unwrap();
     /// assert_eq!(budget.rate_limited_for(), Some(Duration::ZERO));
     /// drop(budget.acquire().await.unwrap()); // takes the slot of this second
-    /// assert_eq!(budget.acquire().await.unwrap_err(), AcquireError::RateLimited);
+    /// assert!(budget.acquire().await.unwrap_err().is_rate_limited());
     /// // The next slot is 1 s away; 100 ms of it may be waited for.
     /// assert_eq!(budget.rate_limited_for(), Some(Duration::from_millis(900)));
     /// # }

@@ -5,9 +5,11 @@ use std::time::Duration;
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
 /// Every `acquire` (and `try_acquire`) ends in exactly one of `admitted`, `rejected`,
-/// `permit_timeouts`, `rate_limited`, `cancelled` or `unavailable`, or is still in progress; every
-/// call through the budget that got its permit ends in exactly one of `calls_ok`, `calls_error`,
-/// `call_timeouts` or `calls_cancelled` (see [`Budget`](super::Budget#guarantees)).
+/// `permit_timeouts`, `rate_limited`, `paused`, `cancelled` or `unavailable`, or is still in
+/// progress; every call through the budget that got its permit ends in exactly one of
+/// `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled` (by what the call returned),
+/// and in exactly one of the `outcomes_*` fields or `calls_cancelled` (by its classifier's
+/// verdict); see [`Budget`](super::Budget#guarantees).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BudgetSnapshot {
@@ -44,12 +46,42 @@ pub struct BudgetSnapshot {
     /// [`Budget::call_with`](super::Budget::call_with), a `BudgetLayer`) that ran past
     /// `call_timeout`.
     pub call_timeouts: u64,
-    /// Calls through the budget that returned `Ok`.
+    /// Calls through the budget that returned `Ok`, however they were classified (an `Ok(503)`
+    /// classified as an overload is counted here, and in `outcomes_overload`).
     pub calls_ok: u64,
-    /// Calls through the budget that returned an error.
+    /// Calls through the budget that returned an error, however they were classified.
     pub calls_error: u64,
     /// Calls through the budget dropped while they ran.
     pub calls_cancelled: u64,
+    /// Callers refused at once because a pause the dependency asked for (an overload with a
+    /// retry-after) would outlast their permit deadline.
+    pub paused: u64,
+    /// Overloads reported with a retry-after, each of which paused the budget (or moved its
+    /// pause).
+    pub pauses: u64,
+    /// Calls through the budget that returned and were classified as a success.
+    pub outcomes_success: u64,
+    /// Calls through the budget that returned and were classified as an overload (not a
+    /// failure).
+    pub outcomes_overload: u64,
+    /// Calls through the budget that returned and were classified as saying nothing of the
+    /// dependency's load ([`Outcome::Ignore`](crate::limit::Outcome::Ignore)).
+    pub outcomes_ignored: u64,
+    /// Calls through the budget that returned and were classified as a failure
+    /// ([`Verdict::failure`](crate::limit::Verdict::failure); with `Budget::call`, every `Err`).
+    pub outcomes_error: u64,
+    /// Calls through the budget that ran past `call_timeout` (the same count as
+    /// `call_timeouts`, in this family).
+    pub outcomes_timeout: u64,
+    /// Retries made by [`Budget::call_with_retry`](super::Budget::call_with_retry): attempts
+    /// after the first. Each is also counted as an acquire and, if it got its permit, a call.
+    pub retries: u64,
+    /// Retries not made because the retry budget was spent.
+    pub retries_denied: u64,
+    /// Retries not made because their wait would have ended past the caller's permit deadline.
+    pub retries_past_deadline: u64,
+    /// Retries not made because the call had made its most attempts.
+    pub retries_out_of_attempts: u64,
     /// Time admitted callers waited for their permit (zero when one was free).
     pub wait: LatencySummary,
     /// Time calls through the budget held their permit, timeouts included.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::histogram::Histogram;
+use crate::limit::{Outcome, Verdict};
 use crate::padded::CachePadded;
 
 // Each group of atomics sits on its own cache lines: counters written on every wait must not
@@ -24,6 +25,17 @@ pub(crate) struct Stats {
     calls_ok: AtomicU64,
     calls_error: AtomicU64,
     calls_cancelled: AtomicU64,
+    paused: AtomicU64,
+    pauses: AtomicU64,
+    outcomes_success: AtomicU64,
+    outcomes_overload: AtomicU64,
+    outcomes_ignored: AtomicU64,
+    outcomes_error: AtomicU64,
+    outcomes_timeout: AtomicU64,
+    retries: AtomicU64,
+    retries_denied: AtomicU64,
+    retries_past_deadline: AtomicU64,
+    retries_out_of_attempts: AtomicU64,
     #[cfg(feature = "metrics")]
     exported: crate::metrics::Handles,
     /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
@@ -45,6 +57,17 @@ pub(crate) struct Counts {
     pub(crate) calls_ok: u64,
     pub(crate) calls_error: u64,
     pub(crate) calls_cancelled: u64,
+    pub(crate) paused: u64,
+    pub(crate) pauses: u64,
+    pub(crate) outcomes_success: u64,
+    pub(crate) outcomes_overload: u64,
+    pub(crate) outcomes_ignored: u64,
+    pub(crate) outcomes_error: u64,
+    pub(crate) outcomes_timeout: u64,
+    pub(crate) retries: u64,
+    pub(crate) retries_denied: u64,
+    pub(crate) retries_past_deadline: u64,
+    pub(crate) retries_out_of_attempts: u64,
 }
 
 impl Stats {
@@ -64,6 +87,17 @@ impl Stats {
             calls_ok: AtomicU64::new(0),
             calls_error: AtomicU64::new(0),
             calls_cancelled: AtomicU64::new(0),
+            paused: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
+            outcomes_success: AtomicU64::new(0),
+            outcomes_overload: AtomicU64::new(0),
+            outcomes_ignored: AtomicU64::new(0),
+            outcomes_error: AtomicU64::new(0),
+            outcomes_timeout: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            retries_denied: AtomicU64::new(0),
+            retries_past_deadline: AtomicU64::new(0),
+            retries_out_of_attempts: AtomicU64::new(0),
             wait: CachePadded(Histogram::new()),
             call: CachePadded(Histogram::new()),
         }
@@ -119,6 +153,48 @@ impl Stats {
         tracing::info!(budget = %self.name, "permit refused: the rate limit's next turn is past the deadline");
     }
 
+    /// A pause the dependency asked for refused a caller whose deadline fell inside it.
+    pub(crate) fn paused(&self) {
+        self.paused.fetch_add(1, Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(budget = %self.name, "permit refused: the dependency's pause outlasts the deadline");
+    }
+
+    /// An overload with a retry-after paused the budget (or moved its pause).
+    pub(crate) fn paused_by_dependency(&self) {
+        self.pauses.fetch_add(1, Relaxed);
+    }
+
+    /// A retry was made.
+    pub(crate) fn retried(&self) {
+        self.retries.fetch_add(1, Relaxed);
+    }
+
+    /// A retry was not made, for `why`.
+    pub(crate) fn retry_refused(&self, why: RetryRefusal) {
+        let counter = match why {
+            RetryRefusal::Denied => &self.retries_denied,
+            RetryRefusal::PastDeadline => &self.retries_past_deadline,
+            RetryRefusal::OutOfAttempts => &self.retries_out_of_attempts,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// The mean time calls through the budget held their permit, timeouts included; `None`
+    /// before the first. Cheap: a few counters, no histogram bucket.
+    pub(crate) fn mean_call(&self) -> Option<Duration> {
+        let n = self.calls_ok.load(Relaxed)
+            + self.calls_error.load(Relaxed)
+            + self.call_timeouts.load(Relaxed);
+        if n == 0 {
+            return None;
+        }
+        let mean = self.call.sum_ns() / u128::from(n);
+        Some(Duration::from_nanos(
+            u64::try_from(mean).unwrap_or(u64::MAX),
+        ))
+    }
+
     /// The shared store could not be asked.
     pub(crate) fn unavailable(&self, reason: &dyn std::fmt::Display) {
         self.unavailable.fetch_add(1, Relaxed);
@@ -134,13 +210,23 @@ impl Stats {
     }
 
     /// A call through the budget returned (`ok` or with an error) after holding its permit for
-    /// `took`.
-    pub(crate) fn call_ended(&self, took: Duration, ok: bool) {
+    /// `took`, and its classifier gave it `verdict`.
+    pub(crate) fn call_ended(&self, took: Duration, ok: bool, verdict: Verdict) {
         if ok {
             self.calls_ok.fetch_add(1, Relaxed);
         } else {
             self.calls_error.fetch_add(1, Relaxed);
         }
+        let by_verdict = if verdict.is_failure() {
+            &self.outcomes_error
+        } else {
+            match verdict.outcome() {
+                Outcome::Success => &self.outcomes_success,
+                Outcome::Overload => &self.outcomes_overload,
+                Outcome::Ignore => &self.outcomes_ignored,
+            }
+        };
+        by_verdict.fetch_add(1, Relaxed);
         self.call.record(took);
         #[cfg(feature = "metrics")]
         self.exported.called(took);
@@ -149,6 +235,7 @@ impl Stats {
     /// A call through the budget ran past its call timeout after holding its permit for `took`.
     pub(crate) fn call_timed_out(&self, took: Duration) {
         self.call_timeouts.fetch_add(1, Relaxed);
+        self.outcomes_timeout.fetch_add(1, Relaxed);
         self.call.record(took);
         #[cfg(feature = "metrics")]
         self.exported.called(took);
@@ -180,6 +267,17 @@ impl Stats {
             calls_ok: self.calls_ok.load(Relaxed),
             calls_error: self.calls_error.load(Relaxed),
             calls_cancelled: self.calls_cancelled.load(Relaxed),
+            paused: self.paused.load(Relaxed),
+            pauses: self.pauses.load(Relaxed),
+            outcomes_success: self.outcomes_success.load(Relaxed),
+            outcomes_overload: self.outcomes_overload.load(Relaxed),
+            outcomes_ignored: self.outcomes_ignored.load(Relaxed),
+            outcomes_error: self.outcomes_error.load(Relaxed),
+            outcomes_timeout: self.outcomes_timeout.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+            retries_denied: self.retries_denied.load(Relaxed),
+            retries_past_deadline: self.retries_past_deadline.load(Relaxed),
+            retries_out_of_attempts: self.retries_out_of_attempts.load(Relaxed),
         }
     }
 
@@ -190,6 +288,17 @@ impl Stats {
     pub(crate) fn call(&self) -> &Histogram {
         &self.call
     }
+}
+
+/// Why a retry was not made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryRefusal {
+    /// The retry budget was spent.
+    Denied,
+    /// Its wait would have ended past the caller's deadline.
+    PastDeadline,
+    /// The call had made its most attempts.
+    OutOfAttempts,
 }
 
 /// Raises `peak` to `now` if `now` is higher; a plain load first keeps the common case free of

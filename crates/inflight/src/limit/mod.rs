@@ -96,6 +96,111 @@ pub enum Outcome {
     Ignore,
 }
 
+impl Outcome {
+    /// This outcome with the dependency's retry-after: on an [`Outcome::Overload`], the budget
+    /// grants no new permit for `delay` (see [`Verdict`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::limit::{Outcome, Verdict};
+    ///
+    /// let v: Verdict = Outcome::Overload.with_retry_after(Duration::from_secs(2));
+    /// assert_eq!(v.outcome(), Outcome::Overload);
+    /// assert_eq!(v.retry_after(), Some(Duration::from_secs(2)));
+    /// ```
+    pub fn with_retry_after(self, delay: Duration) -> Verdict {
+        Verdict::from(self).with_retry_after(delay)
+    }
+}
+
+/// What a classifier says of one call: the [`Outcome`] the limit learns from, whether the call
+/// failed before the dependency answered (a transport failure), and the dependency's
+/// retry-after, if it gave one.
+///
+/// Every classifier that returns an [`Outcome`] returns a `Verdict` too (`Outcome` converts
+/// into one). A budget counts each call through it by its verdict
+/// ([`BudgetSnapshot::outcomes_success`](crate::BudgetSnapshot::outcomes_success) and the
+/// fields after it), and an overload with a retry-after pauses the budget: no new permit is
+/// granted until the delay has passed. Permits held are untouched; a caller whose permit
+/// deadline falls inside the pause is refused at once with
+/// [`AcquireError::Paused`](crate::AcquireError::Paused), and the others are granted when it
+/// ends. A retry-after on any other outcome is ignored.
+///
+/// [`Budget::call_with_retry`](crate::Budget::call_with_retry) retries overloads and failures,
+/// and nothing else.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::limit::{Outcome, Verdict};
+///
+/// let refused = Verdict::failure();
+/// assert_eq!(refused.outcome(), Outcome::Overload);
+/// assert!(refused.is_failure() && refused.is_retryable());
+/// assert!(!Verdict::from(Outcome::Ignore).is_retryable());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    outcome: Outcome,
+    failure: bool,
+    retry_after: Option<Duration>,
+}
+
+impl Verdict {
+    /// The call failed before the dependency answered it (a refused connection, a reset, an
+    /// error the call returned): an overload signal to the limit, counted as an error, retried
+    /// by [`Budget::call_with_retry`](crate::Budget::call_with_retry).
+    pub const fn failure() -> Verdict {
+        Verdict {
+            outcome: Outcome::Overload,
+            failure: true,
+            retry_after: None,
+        }
+    }
+
+    /// This verdict with the dependency's retry-after (capped at
+    /// [`RetryAfter::MAX`](crate::RetryAfter::MAX)).
+    pub fn with_retry_after(mut self, delay: Duration) -> Verdict {
+        self.retry_after = Some(delay.min(crate::RetryAfter::MAX));
+        self
+    }
+
+    /// What the budget's limit learns from the call.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// The dependency's retry-after, if it gave one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Whether the call failed before the dependency answered.
+    pub fn is_failure(&self) -> bool {
+        self.failure
+    }
+
+    /// Whether a retry may help: an overload or a failure.
+    pub fn is_retryable(&self) -> bool {
+        self.outcome == Outcome::Overload
+    }
+
+    /// The retry-after that pauses a budget: only an overload's.
+    pub(crate) fn pause(&self) -> Option<Duration> {
+        self.retry_after
+            .filter(|d| self.outcome == Outcome::Overload && !d.is_zero())
+    }
+}
+
+impl From<Outcome> for Verdict {
+    fn from(outcome: Outcome) -> Verdict {
+        Verdict {
+            outcome,
+            failure: false,
+            retry_after: None,
+        }
+    }
+}
+
 /// One finished call, as fed to [`Limit::on_sample`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -40,6 +40,20 @@ impl<E> BudgetError<E> {
         }
     }
 
+    /// When trying again may succeed, if the budget refused the request (see
+    /// [`AcquireError::retry_after`]): for a server's `Retry-After`.
+    ///
+    /// ```
+    /// use inflight::tower::BudgetError;
+    /// use inflight::AcquireError;
+    ///
+    /// let e = BudgetError::<std::io::Error>::Rejected(AcquireError::PermitTimeout);
+    /// assert_eq!(e.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.rejected().and_then(AcquireError::retry_after)
+    }
+
     /// Whether the request timed out after taking its permit.
     pub fn is_timeout(&self) -> bool {
         matches!(self, BudgetError::Timeout)

@@ -6,7 +6,7 @@ use std::fmt;
 use tokio::time::Instant;
 
 use crate::budget::CallGuard;
-use crate::limit::Outcome;
+use crate::limit::{Outcome, Verdict};
 use crate::{AcquireError, Budget, OwnedPermit};
 
 /// A call holding a permit of its budget until it is ended by hand: with [`HeldCall::finish`],
@@ -75,9 +75,10 @@ impl HeldCall {
     }
 
     /// Ends the call: it succeeded (`ok`) or failed, and `outcome` is what it tells the
-    /// budget's limit. The permit goes back.
-    pub fn finish(self, ok: bool, outcome: Outcome) {
-        self.guard.finish(ok, outcome);
+    /// budget's limit (a [`Verdict`] with a retry-after also pauses the budget). The permit
+    /// goes back.
+    pub fn finish(self, ok: bool, outcome: impl Into<Verdict>) {
+        self.guard.finish(ok, outcome.into());
     }
 
     /// Ends the call as having run past its call timeout: counted as a call timeout and an
@@ -119,7 +120,8 @@ mod tests {
         let call = HeldCall::start(&budget).await.unwrap();
         assert_eq!(
             HeldCall::start(&budget).await.unwrap_err(),
-            AcquireError::QueueFull
+            AcquireError::QueueFull { retry_after: None },
+            "no call measured yet: no estimate"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
         call.finish(true, Outcome::Success);

@@ -5,8 +5,8 @@ use std::fmt;
 use tower_layer::Layer;
 
 use super::BudgetService;
-use crate::limit::Outcome;
-use crate::Budget;
+use crate::limit::{Outcome, Verdict};
+use crate::{Budget, RetryAfter};
 
 /// Applies a [`Budget`] to a service: see [the module](super).
 #[derive(Clone)]
@@ -25,7 +25,27 @@ impl BudgetLayer {
     }
 }
 
+impl BudgetLayer<HttpClassifier> {
+    /// A layer for a client of an HTTP dependency: [`HttpClassifier`] calls a 429 or 503 an
+    /// overload and reads its `Retry-After` (or `retry-after-ms`), which pauses the budget.
+    pub fn http(budget: Budget) -> BudgetLayer<HttpClassifier> {
+        BudgetLayer {
+            budget,
+            classify: HttpClassifier,
+        }
+    }
+}
+
 impl<C> BudgetLayer<C> {
+    /// Keeps the classifier, and reads `Retry-After` (or `retry-after-ms`) from the
+    /// `http::Response`s it calls an overload: see [`ReadRetryAfter`].
+    pub fn read_retry_after(self) -> BudgetLayer<ReadRetryAfter<C>> {
+        BudgetLayer {
+            budget: self.budget,
+            classify: ReadRetryAfter(self.classify),
+        }
+    }
+
     /// Uses `classify` to tell the budget's limit what each result says about the dependency's
     /// load (an HTTP 503 or 429 returned as a response is an overload; a 404 says nothing).
     ///
@@ -75,6 +95,96 @@ impl<C> fmt::Debug for BudgetLayer<C> {
 pub trait Classify<T, E> {
     /// The outcome of one request.
     fn classify(&self, result: &Result<T, E>) -> Outcome;
+
+    /// The outcome with what else the result says: the dependency's retry-after, or that the
+    /// request failed before the dependency answered. By default, [`Classify::classify`]'s
+    /// outcome alone.
+    fn verdict(&self, result: &Result<T, E>) -> Verdict {
+        self.classify(result).into()
+    }
+}
+
+/// For an HTTP client: a 429 or 503 is an overload, with the response's `Retry-After` (or
+/// `retry-after-ms`) as its retry-after; an error (the request never got an answer) a failure;
+/// anything else a success.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::limit::Outcome;
+/// use inflight::tower::{Classify, HttpClassifier};
+///
+/// let busy = http::Response::builder().status(429).header("retry-after", "3").body(()).unwrap();
+/// let v = HttpClassifier.verdict(&Ok::<_, std::io::Error>(busy));
+/// assert_eq!(v.outcome(), Outcome::Overload);
+/// assert_eq!(v.retry_after(), Some(Duration::from_secs(3)));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpClassifier;
+
+impl<B, E> Classify<http::Response<B>, E> for HttpClassifier {
+    fn classify(&self, result: &Result<http::Response<B>, E>) -> Outcome {
+        match result {
+            Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Outcome::Overload,
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Overload,
+        }
+    }
+
+    fn verdict(&self, result: &Result<http::Response<B>, E>) -> Verdict {
+        match result {
+            Err(_) => Verdict::failure(),
+            Ok(_) => with_header_hint(self.classify(result).into(), result),
+        }
+    }
+}
+
+/// A classifier of `http::Response`s (any [`Classify`], a closure included) whose overloads
+/// also carry the response's `Retry-After` (or `retry-after-ms`), which pauses the budget. A
+/// value that cannot be read gives no hint (and is logged with the `tracing` feature); a
+/// retry-after the inner classifier gave itself is kept.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::limit::Outcome;
+/// use inflight::tower::{Classify, ReadRetryAfter};
+///
+/// let classify = ReadRetryAfter(|r: &Result<http::Response<()>, std::io::Error>| match r {
+///     Ok(r) if r.status() == 503 => Outcome::Overload,
+///     _ => Outcome::Success,
+/// });
+/// let busy = http::Response::builder().status(503).header("retry-after", "120").body(()).unwrap();
+/// assert_eq!(classify.verdict(&Ok(busy)).retry_after(), Some(Duration::from_secs(120)));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadRetryAfter<C>(pub C);
+
+impl<B, E, C: Classify<http::Response<B>, E>> Classify<http::Response<B>, E> for ReadRetryAfter<C> {
+    fn classify(&self, result: &Result<http::Response<B>, E>) -> Outcome {
+        self.0.classify(result)
+    }
+
+    fn verdict(&self, result: &Result<http::Response<B>, E>) -> Verdict {
+        with_header_hint(self.0.verdict(result), result)
+    }
+}
+
+/// `verdict`, with the response's retry-after if it is an overload that has none yet.
+fn with_header_hint<B, E>(verdict: Verdict, result: &Result<http::Response<B>, E>) -> Verdict {
+    let Ok(response) = result else {
+        return verdict;
+    };
+    if verdict.outcome() != Outcome::Overload || verdict.retry_after().is_some() {
+        return verdict;
+    }
+    match RetryAfter::from_headers(response.headers()) {
+        Ok(Some(delay)) => verdict.with_retry_after(delay),
+        Ok(None) => verdict,
+        Err(_e) => {
+            #[cfg(feature = "tracing")]
+            tracing::info!(error = %_e, "ignored an unreadable retry-after");
+            verdict
+        }
+    }
 }
 
 /// An `Ok` is a success, an `Err` an overload signal (as [`Budget::call`] classifies).

@@ -20,6 +20,15 @@
 //!
 //! The response future is boxed (one allocation per request).
 //!
+//! # Back-pressure
+//!
+//! [`BudgetLayer::http`] classifies `http::Response`s with [`HttpClassifier`]: a 429 or 503 is
+//! an overload, and its `Retry-After` (or `retry-after-ms`) pauses the budget, so that no new
+//! request goes out before the dependency said to come back. [`BudgetLayer::read_retry_after`]
+//! adds the same reading to any classifier. A request the budget refuses fails with a
+//! [`BudgetError`] whose [`retry_after`](BudgetError::retry_after) a server built on the layer
+//! can answer with, as its own `Retry-After`.
+//!
 //! # Examples
 //!
 //! A client whose calls to one dependency go through its budget:
@@ -52,5 +61,5 @@ mod service;
 
 pub use error::BudgetError;
 pub use held::HeldCall;
-pub use layer::{BudgetLayer, Classify, DefaultClassifier};
+pub use layer::{BudgetLayer, Classify, DefaultClassifier, HttpClassifier, ReadRetryAfter};
 pub use service::BudgetService;

@@ -68,7 +68,7 @@ where
         Box::pin(async move {
             budget
                 .call_with(
-                    move |result: &Result<S::Response, S::Error>| classify.classify(result),
+                    move |result: &Result<S::Response, S::Error>| classify.verdict(result),
                     || async move {
                         poll_fn(|cx| inner.poll_ready(cx)).await?;
                         inner.call(request).await
