@@ -175,6 +175,105 @@ return {1, 0}
     )
 });
 
+/// A report of one process of a share budget (see `shares`): what it may still be running, what
+/// it wants, and what it gets. The budget's processes are one hash, `KEYS[1]`, of process id to
+/// `has:wants:expiry:seq` (expiry in server milliseconds).
+///
+/// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
+/// number, limit, lease in milliseconds, leaving (`1`: it gives its share back and goes).
+///
+/// Entries past their expiry are dropped (a process killed frees its share one lease after its
+/// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
+/// fair target of the wants only from permits no entry holds, so the reservations never sum
+/// past the limit. A report numbered no higher than the last one applied (a late duplicate) is
+/// ignored. When the reporter is short of its target, each process holding more than its own is
+/// told on its channel to report (it gives back as its calls end); when the reporter gave
+/// permits back, each process short of its target is told, so freed permits are taken up at
+/// once rather than at the next renewal.
+///
+/// Returns `{applied (0|1), cap, has, target, processes}`.
+pub(crate) static SHARES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = ARGV[1]
+local wants = tonumber(ARGV[2])
+local holding = tonumber(ARGV[3])
+local seq = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local lease = tonumber(ARGV[6])
+local raw = redis.call('HGETALL', KEYS[1])
+local ids, has, want, gone = {{}}, {{}}, {{}}, {{}}
+local mine = nil
+local reserved = 0
+for i = 1, #raw, 2 do
+  local h, w, e, s = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+  h, w, e, s = tonumber(h), tonumber(w), tonumber(e), tonumber(s)
+  if raw[i] == me then
+    mine = {{h, w, e, s}}
+  elseif e <= now then
+    gone[#gone + 1] = raw[i]
+  else
+    ids[#ids + 1] = raw[i]
+    has[raw[i]] = h
+    want[raw[i]] = w
+    reserved = reserved + h
+  end
+end
+for i = 1, #gone, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+end
+if mine and mine[3] > now and seq <= mine[4] then
+  return {{0, 0, 0, 0, #ids + 1}}
+end
+if ARGV[7] == '1' then
+  redis.call('HDEL', KEYS[1], me)
+  holding = 0
+  wants = 0
+end
+local before = 0
+if mine and mine[3] > now then before = mine[1] end
+local mhas = math.min(holding, math.max(limit - reserved, 0))
+ids[#ids + 1] = me
+want[me] = wants
+local order = {{}}
+for i, id in ipairs(ids) do order[i] = id end
+table.sort(order, function(a, b)
+  if want[a] ~= want[b] then return want[a] < want[b] end
+  return a < b
+end)
+local target, left = {{}}, limit
+for k, id in ipairs(order) do
+  local fair = math.floor(left / (#order - k + 1))
+  target[id] = math.min(want[id], fair)
+  left = left - target[id]
+end
+if target[me] > mhas then
+  local free = math.max(limit - reserved - mhas, 0)
+  mhas = mhas + math.min(target[me] - mhas, free)
+end
+local cap = math.min(mhas, target[me])
+if ARGV[7] ~= '1' then
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+end
+for i = 1, #ids - 1 do
+  local id = ids[i]
+  if (cap < target[me] and has[id] > target[id]) or (mhas < before and has[id] < target[id]) then
+    redis.call('PUBLISH', 'inflight:grants:' .. string.sub(id, 1, {token}), id)
+  end
+end
+return {{1, cap, mhas, target[me], #ids}}
+"#,
+        token = PROCESS_TOKEN_LEN
+    ))
+});
+
+/// The hash of a share budget's processes.
+pub(crate) fn shares_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:shares")
+}
+
 /// The sorted set of a budget's lease holders.
 pub(crate) fn holders_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:holders")
@@ -218,6 +317,7 @@ pub(crate) fn grants_channel(token: &str) -> String {
 pub fn budget_keys(budget: &str) -> Vec<String> {
     let mut keys = lease_keys(budget).to_vec();
     keys.push(rate_key(budget));
+    keys.push(shares_key(budget));
     keys
 }
 
@@ -454,7 +554,8 @@ mod tests {
                 "inflight:{records}:queue",
                 "inflight:{records}:queue_expiry",
                 "inflight:{records}:arrivals",
-                "inflight:{records}:rate"
+                "inflight:{records}:rate",
+                "inflight:{records}:shares"
             ]
         );
         assert_eq!(rate_key("records"), "inflight:{records}:rate");
