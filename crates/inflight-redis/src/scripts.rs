@@ -524,6 +524,100 @@ mod tests {
         );
     }
 
+    /// One report of `process` to the shares script: `(applied, cap, has, target, processes)`.
+    fn shares(
+        conn: &mut redis::Connection,
+        process: &str,
+        (wants, holding, seq): (u64, u64, u64),
+        lease_ms: u64,
+        leaving: bool,
+    ) -> (u8, u64, u64, u64, u64) {
+        SHARES
+            .key(shares_key("s"))
+            .arg(process)
+            .arg(wants)
+            .arg(holding)
+            .arg(seq)
+            .arg(512)
+            .arg(lease_ms)
+            .arg(u8::from(leaving))
+            .invoke(conn)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_shares_script_splits_max_min_and_grows_only_from_free_permits() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let client = redis::Client::open(server.2.as_str()).unwrap();
+        let mut listener = client.get_connection().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub
+            .subscribe(grants_channel("00000000000000p1"))
+            .unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let conn = &mut server.1;
+        let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+        // Alone, p1 gets all it wants.
+        assert_eq!(
+            shares(conn, p1, (900, 0, 1), 5000, false),
+            (1, 512, 512, 512, 1)
+        );
+        // p2 wants 100: its fair share is 100, but nothing is free while p1 holds 512, and p1
+        // is told to report.
+        assert_eq!(
+            shares(conn, p2, (100, 0, 1), 5000, false),
+            (1, 0, 0, 100, 2)
+        );
+        let message = pubsub.get_message().unwrap();
+        assert_eq!(message.get_payload::<String>().unwrap(), p1);
+        // p1 still runs 450: it keeps 450 reserved, and may admit up to its share of 412.
+        assert_eq!(
+            shares(conn, p1, (900, 450, 2), 5000, false),
+            (1, 412, 450, 412, 2)
+        );
+        assert_eq!(
+            shares(conn, p2, (100, 0, 2), 5000, false),
+            (1, 62, 62, 100, 2)
+        );
+        // Drained to 412, p1 gives the rest back; p2 takes it up.
+        assert_eq!(
+            shares(conn, p1, (900, 412, 3), 5000, false),
+            (1, 412, 412, 412, 2)
+        );
+        assert_eq!(
+            shares(conn, p2, (100, 62, 3), 5000, false),
+            (1, 100, 100, 100, 2)
+        );
+        // A late duplicate of an older report changes nothing.
+        assert_eq!(shares(conn, p1, (900, 0, 2), 5000, false).0, 0);
+        // p1 leaves: its entry goes, and p2 may grow into the whole limit.
+        assert_eq!(shares(conn, p1, (0, 0, 4), 5000, true).0, 1);
+        assert_eq!(
+            shares(conn, p2, (600, 100, 4), 5000, false),
+            (1, 512, 512, 512, 1)
+        );
+    }
+
+    #[test]
+    fn a_process_that_stops_reporting_frees_its_share_one_lease_later() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        assert_eq!(shares(conn, "dead", (512, 0, 1), 100, false).2, 512);
+        assert_eq!(shares(conn, "alive", (512, 0, 1), 5000, false).2, 0);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(
+            shares(conn, "alive", (512, 0, 2), 5000, false),
+            (1, 512, 512, 512, 1),
+            "the dead one's entry expired"
+        );
+    }
+
     #[test]
     fn gcra_lets_a_burst_through_then_spaces_calls() {
         let Some(mut server) = server() else {
