@@ -276,3 +276,75 @@ async fn wants_of_100_and_900_of_512_get_about_100_and_412_for_few_commands_a_ca
         .unwrap();
     assert!(left.is_empty(), "shut down, nothing is left: {left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgets_file_picks_shares_with_lease_mode_and_per_call_leases_by_default() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let budgets = inflight::Budgets::from_toml_str(&format!(
+        r#"
+        [fleet]
+        url = "{}"
+        lease = "2s"
+
+        [budgets.search]
+        max_concurrent = 64
+        scope = "fleet"
+        lease_mode = "shares"
+
+        [budgets.records]
+        max_concurrent = 4
+        scope = "fleet"
+        "#,
+        server.url()
+    ))
+    .unwrap();
+    let budgets = inflight_redis::attach(budgets).unwrap();
+    let search = budgets.get("search").unwrap().acquire().await.unwrap();
+    let records = budgets.get("records").unwrap().acquire().await.unwrap();
+    let shares: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("inflight:{search}:shares")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(shares.len(), 1, "one process holds a share of search");
+    assert!(server.holders("search").is_empty(), "no per-call lease");
+    assert_eq!(
+        server.holders("records").len(),
+        1,
+        "records takes a lease per call"
+    );
+    drop((search, records));
+}
+
+#[test]
+fn lease_mode_is_refused_on_a_local_budget_with_a_message_naming_the_key() {
+    let err = inflight::Budgets::from_toml_str(
+        r#"
+        [budgets.search]
+        max_concurrent = 64
+        lease_mode = "shares"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "budgets.search.lease_mode: only a fleet budget takes this (add scope = \"fleet\")"
+    );
+    let err = inflight::Budgets::from_toml_str(
+        r#"
+        [fleet]
+        url = "redis://127.0.0.1:6379"
+
+        [budgets.search]
+        max_concurrent = 64
+        scope = "fleet"
+        lease_mode = 3
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "budgets.search.lease_mode: must be \"per_call\" or \"shares\", got integer 3"
+    );
+}
