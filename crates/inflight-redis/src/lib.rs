@@ -61,6 +61,11 @@
 //! scope = "fleet"
 //! fail = "local"      # or "closed" (the default)
 //! local_limit = 2     # with fail = "local": the limit per process while Redis is down
+//!
+//! [budgets.search]
+//! max_concurrent = 512
+//! scope = "fleet"
+//! lease_mode = "shares" # a share per process instead of a lease per call: see ShareStore
 //! ```
 //!
 //! # Modules

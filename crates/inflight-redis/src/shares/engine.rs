@@ -424,6 +424,9 @@ impl ShareEngine {
         let sent = Instant::now();
         let report = {
             let mut state = self.lock();
+            if self.closed.load(Relaxed) && !leaving {
+                return; // shut down: its give-back is the last report
+            }
             let demand = state.in_use + state.waiting;
             let peak = state.peak.max(demand);
             let holding = if leaving {
