@@ -141,13 +141,13 @@ impl FakeServer {
             return (reply, Vec::new());
         }
         let (holding, wants) = if r.leaving {
-            (0, 0)
+            (r.holding, 0)
         } else {
             (r.holding, r.wants)
         };
         let entries: Vec<alloc::Entry> = others.iter().map(|(_, e)| *e).collect();
         let out = alloc::report(r.limit, &entries, holding, wants);
-        if r.leaving {
+        if r.leaving && holding == 0 {
             b.remove(&*r.process);
         } else {
             b.insert(

@@ -180,7 +180,8 @@ return {1, 0}
 /// `has:wants:expiry:seq` (expiry in server milliseconds).
 ///
 /// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
-/// number, limit, lease in milliseconds, leaving (`1`: it gives its share back and goes).
+/// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
+/// when it holds nothing, and otherwise keeps `holding` until it expires).
 ///
 /// Entries past their expiry are dropped (a process killed frees its share one lease after its
 /// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
@@ -227,10 +228,15 @@ end
 if mine and mine[3] > now and seq <= mine[4] then
   return {{0, 0, 0, 0, #ids + 1}}
 end
+local gone_now = false
 if ARGV[7] == '1' then
-  redis.call('HDEL', KEYS[1], me)
-  holding = 0
+  -- Leaving: it wants nothing more; calls it still runs keep their permits until they
+  -- expire with the entry.
   wants = 0
+  if holding == 0 then
+    redis.call('HDEL', KEYS[1], me)
+    gone_now = true
+  end
 end
 local before = 0
 if mine and mine[3] > now then before = mine[1] end
@@ -254,7 +260,7 @@ if target[me] > mhas then
   mhas = mhas + math.min(target[me] - mhas, free)
 end
 local cap = math.min(mhas, target[me])
-if ARGV[7] ~= '1' then
+if not gone_now then
   redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
 end
 for i = 1, #ids - 1 do

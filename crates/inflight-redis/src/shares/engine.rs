@@ -65,6 +65,8 @@ pub(crate) struct ShareEngine {
     signals: Arc<Signals>,
     /// Wakes waiters when the server cannot be asked: they turn to the fail policy.
     went_down: Notify,
+    /// Wakes a shutdown when the last running call ends.
+    drained: Notify,
     closed: AtomicBool,
     started: AtomicBool,
     runtime: OnceLock<Handle>,
@@ -139,6 +141,7 @@ impl ShareEngine {
             state: Mutex::default(),
             signals: Arc::default(),
             went_down: Notify::new(),
+            drained: Notify::new(),
             closed: AtomicBool::new(false),
             started: AtomicBool::new(false),
             runtime: OnceLock::new(),
@@ -275,6 +278,9 @@ impl ShareEngine {
         }
         self.counters.released.fetch_add(1, Relaxed);
         state.in_use -= 1;
+        if state.in_use == 0 {
+            self.drained.notify_waiters();
+        }
         if state.debt > 0 {
             state.debt -= 1;
         } else {
@@ -430,7 +436,9 @@ impl ShareEngine {
             let demand = state.in_use + state.waiting;
             let peak = state.peak.max(demand);
             let holding = if leaving {
-                0
+                // Calls still running keep their permits: the server holds them until they
+                // expire with this process's entry.
+                self.held_out(&state)
             } else {
                 self.held_out(&state).max(state.cap.min(peak))
             };
@@ -505,19 +513,36 @@ impl ShareEngine {
         self.went_down.notify_waiters();
     }
 
-    /// Refuses acquires from now on, tells running calls their leases are lost, and gives the
-    /// share back, waiting up to one round-trip timeout for the answer.
+    /// Refuses acquires from now on, waits up to one round-trip timeout for the running calls
+    /// to end, and gives the share back, waiting up to one more for the answer. The permits of
+    /// calls still running then stay reserved on the server until one lease after this last
+    /// report (their holders see their leases lost): never handed to others while they run.
     pub(crate) async fn shutdown(&self) {
         self.closed.store(true, Relaxed);
         self.signals.closing.notify_waiters();
         self.permits.close();
         {
             let mut state = self.lock();
+            self.set_cap(&mut state, 0);
+        }
+        let deadline = Instant::now() + self.settings.op_timeout;
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.lock().in_use == 0 {
+                break;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        {
+            let mut state = self.lock();
             for watch in state.watches.values() {
                 watch.mark_lost();
             }
-            state.watches.clear();
-            self.set_cap(&mut state, 0);
         }
         let holds = {
             let state = self.lock();

@@ -158,8 +158,11 @@ impl ShareStore {
         self.engine.snapshot()
     }
 
-    /// Gives this process's share back and refuses acquires from now on; running calls see
-    /// their leases lost. Waits up to one round-trip timeout for Redis to answer.
+    /// Refuses acquires from now on, waits up to one round-trip timeout for the running calls
+    /// to end, then gives this process's share back and waits up to one more for Redis to
+    /// answer. Calls still running then see their leases lost, and their permits stay reserved
+    /// on the server until one lease after this last report: never handed to another process
+    /// while they may run.
     ///
     /// # Cancel safety
     ///

@@ -384,12 +384,20 @@ async fn shutdown_gives_the_share_back_and_refuses_from_then_on() {
     let a = store(Arc::new(server.clone()), 8, Fail::Closed);
     let records = budget(&a, 8);
     let running = records.acquire().await.unwrap();
-    assert_eq!(reserved(&server), 1);
+    let done = records.acquire().await.unwrap();
+    assert_eq!(reserved(&server), 2);
+    drop(done);
     a.shutdown().await;
-    assert_eq!(reserved(&server), 0);
-    assert!(server.0.shares_held("search").is_empty());
+    // The call still running keeps its permit (it expires with the entry); the other is back.
+    assert_eq!(reserved(&server), 1);
     assert!(running.lease().unwrap().is_lost());
     assert!(records.acquire().await.is_err());
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(
+        reserved(&server),
+        0,
+        "expired one lease after the last report"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -410,4 +418,54 @@ async fn a_late_report_is_not_applied_over_a_newer_one() {
     let late = server.shares("search", report(1, 0)).await.unwrap();
     assert!(!late.applied);
     assert_eq!(reserved(&server), 10, "the late report changed nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_keeps_the_permits_of_calls_still_running_until_they_end() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+    );
+    let (ra, rb) = (budget(&a, 10), budget(&b, 10));
+    let running: Vec<_> = futures::future::join_all((0..10).map(|_| ra.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let waiter = tokio::spawn(async move { rb.acquire_owned().await.map(|_| Instant::now()) });
+    tokio::time::sleep(ms(5)).await;
+    // The calls run on past the shutdown's wait for them (one round-trip timeout).
+    a.shutdown().await;
+    tokio::time::sleep(ms(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a's 10 calls still run: nothing is free"
+    );
+    assert_eq!(reserved(&server), 10);
+    let ended = Instant::now();
+    drop(running);
+    // Once they end, the permits are free one lease after a's last report, and the waiter's
+    // next report (a third of a lease later at most) takes them up.
+    let granted = waiter.await.unwrap().unwrap();
+    assert!(
+        granted - ended <= LEASE + LEASE / 3,
+        "{:?}",
+        granted - ended
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_waits_for_short_calls_and_then_gives_everything_back() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 10, Fail::Closed);
+    let records = budget(&a, 10);
+    let running = records.acquire_owned().await.unwrap();
+    let call = tokio::spawn(async move {
+        tokio::time::sleep(ms(20)).await;
+        drop(running);
+    });
+    a.shutdown().await;
+    call.await.unwrap();
+    assert!(server.0.shares_held("search").is_empty(), "nothing left");
 }
