@@ -539,7 +539,7 @@ impl ShareEngine {
             }
         }
         {
-            let mut state = self.lock();
+            let state = self.lock();
             for watch in state.watches.values() {
                 watch.mark_lost();
             }
