@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use inflight::config::{FleetFail, Scope};
+use inflight::config::{FleetFail, LeaseMode, Scope};
 use inflight::{Budgets, ConfigError};
 
 use crate::{Fail, FleetError, RedisFleet};
@@ -36,7 +36,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
 
 /// Gives each budget with `scope = "fleet"` in `budgets` its permits in the Redis of their
 /// `[fleet]` table: the budget's `max_concurrent` becomes the fleet's limit, its `fail` the
-/// policy while Redis cannot be reached. Other budgets are left as they are.
+/// policy while Redis cannot be reached, its `lease_mode` whether it takes a lease per call
+/// ([`RedisFleet::store`], the default) or holds shares ([`RedisFleet::shares`],
+/// `lease_mode = "shares"`). Other budgets are left as they are.
 ///
 /// ```
 /// use inflight::Budgets;
@@ -114,7 +116,11 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
         .collect();
     let mut budgets = budgets;
     for (name, limit, fail) in fleet_budgets {
-        budgets = budgets.with_store(&name, Arc::new(fleet.store(limit, fail)))?;
+        let store: Arc<dyn inflight::store::Store> = match budgets.lease_mode(&name) {
+            Some(LeaseMode::Shares) => Arc::new(fleet.shares(limit, fail)),
+            _ => Arc::new(fleet.store(limit, fail)),
+        };
+        budgets = budgets.with_store(&name, store)?;
     }
     Ok((budgets, Some(fleet)))
 }

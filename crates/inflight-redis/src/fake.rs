@@ -10,11 +10,14 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::grants::Grants;
-use crate::server::{Acquired, Server, ServerError, Terms};
+use crate::server::{Acquired, Server, ServerError, ShareReply, ShareReport, Terms};
+use crate::shares::alloc;
 
 #[derive(Debug, Default)]
 pub(crate) struct FakeServer {
     budgets: Mutex<HashMap<String, Budget>>,
+    /// Share budgets: process id to its entry, by budget.
+    shares: Mutex<HashMap<String, HashMap<String, ShareEntry>>>,
     grants: Arc<Grants>,
     next_id: AtomicU64,
     /// Refuse every call, as an unreachable server would.
@@ -27,6 +30,15 @@ pub(crate) struct FakeServer {
     pub(crate) released: AtomicU64,
     /// Calls of `release_blocking`.
     pub(crate) blocking_releases: AtomicU64,
+}
+
+/// A process's entry in a share budget, as the `SHARES` script keeps it.
+#[derive(Debug, Clone, Copy)]
+struct ShareEntry {
+    has: usize,
+    wants: usize,
+    expiry: Instant,
+    seq: u64,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +92,94 @@ impl FakeServer {
     /// Drops every lease and waiter, as a restart does.
     pub(crate) fn wipe(&self) {
         self.budgets.lock().unwrap().clear();
+        self.shares.lock().unwrap().clear();
+    }
+
+    /// The permits reserved for live processes of share budget `budget`, by process.
+    pub(crate) fn shares_held(&self, budget: &str) -> HashMap<String, usize> {
+        let now = Instant::now();
+        self.shares
+            .lock()
+            .unwrap()
+            .get(budget)
+            .map_or_else(HashMap::new, |b| {
+                b.iter()
+                    .filter(|(_, e)| e.expiry > now)
+                    .map(|(id, e)| (id.clone(), e.has))
+                    .collect()
+            })
+    }
+
+    /// The `SHARES` script on tokio's clock; returns the reply and the processes to tell.
+    fn report(&self, budget: &str, r: &ShareReport) -> (ShareReply, Vec<String>) {
+        let now = Instant::now();
+        let mut all = self.shares.lock().unwrap();
+        let b = all.entry(budget.to_string()).or_default();
+        b.retain(|id, e| e.expiry > now || **id == *r.process);
+        let mine = b.get(&*r.process).copied().filter(|e| e.expiry > now);
+        let others: Vec<(String, alloc::Entry)> = b
+            .iter()
+            .filter(|(id, _)| **id != *r.process)
+            .map(|(id, e)| {
+                (
+                    id.clone(),
+                    alloc::Entry {
+                        has: e.has,
+                        wants: e.wants,
+                    },
+                )
+            })
+            .collect();
+        if mine.is_some_and(|m| r.seq <= m.seq) {
+            let reply = ShareReply {
+                applied: false,
+                cap: 0,
+                has: 0,
+                target: 0,
+                processes: others.len() + 1,
+            };
+            return (reply, Vec::new());
+        }
+        let (holding, wants) = if r.leaving {
+            (r.holding, 0)
+        } else {
+            (r.holding, r.wants)
+        };
+        let entries: Vec<alloc::Entry> = others.iter().map(|(_, e)| *e).collect();
+        let out = alloc::report(r.limit, &entries, holding, wants);
+        if r.leaving && holding == 0 {
+            b.remove(&*r.process);
+        } else {
+            b.insert(
+                r.process.to_string(),
+                ShareEntry {
+                    has: out.has,
+                    wants,
+                    expiry: now + r.lease,
+                    seq: r.seq,
+                },
+            );
+        }
+        let mut all_wants: Vec<usize> = entries.iter().map(|e| e.wants).collect();
+        all_wants.push(wants);
+        let targets = alloc::targets(r.limit, &all_wants);
+        let before = mine.map_or(0, |m| m.has);
+        let tell = others
+            .iter()
+            .zip(&targets)
+            .filter(|((_, e), &t)| {
+                (out.cap < out.target && e.has > t) || (out.has < before && e.has < t)
+            })
+            .map(|((id, _), _)| id.clone())
+            .collect();
+        let reply = ShareReply {
+            applied: true,
+            cap: out.cap,
+            has: out.has,
+            target: out.target,
+            processes: others.len() + 1,
+        };
+        (reply, tell)
     }
 
     fn remove(&self, budget: &str, ids: &[Arc<str>], terms: Terms) -> u64 {
@@ -227,6 +327,26 @@ impl Server for Shared {
         _burst: u32,
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>> {
         Box::pin(async { Ok(Ok(())) })
+    }
+
+    fn shares(
+        &self,
+        budget: &str,
+        report: ShareReport,
+    ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
+        let (server, budget) = (self.0.clone(), budget.to_string());
+        Box::pin(async move {
+            let delay = server.call()?;
+            if server.stalled.load(Relaxed) {
+                return std::future::pending().await;
+            }
+            let (reply, tell) = server.report(&budget, &report);
+            for id in &tell {
+                server.grants.grant(id);
+            }
+            tokio::time::sleep(delay).await;
+            Ok(reply)
+        })
     }
 
     fn lease_id(&self) -> Arc<str> {

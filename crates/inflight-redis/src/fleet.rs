@@ -8,6 +8,7 @@ use redis::aio::ConnectionManagerConfig;
 use crate::engine::{Engine, Settings};
 use crate::error::FleetError;
 use crate::server::{RedisServer, Server};
+use crate::shares::{ShareEngine, ShareStore};
 use crate::{Fail, RedisStore};
 
 /// A Redis server where budgets keep the permits that every replica of a service shares.
@@ -45,6 +46,8 @@ pub struct RedisFleet {
     retry_after: Duration,
     /// The stores made by this fleet (and its clones), for [`RedisFleet::shutdown`].
     stores: Arc<Mutex<Vec<Weak<Engine>>>>,
+    /// The share stores made by this fleet (and its clones), for [`RedisFleet::shutdown`].
+    shares: Arc<Mutex<Vec<Weak<ShareEngine>>>>,
 }
 
 /// Settings of a [`RedisFleet`]; see [`RedisFleet::builder`].
@@ -105,6 +108,30 @@ impl RedisFleet {
         store
     }
 
+    /// A store of `limit` permits kept as shares, one per process, held for a lease: see
+    /// [`ShareStore`]. Calls are admitted against the process's share without a round trip;
+    /// Redis is asked when shares move. For limits large against the number of processes;
+    /// [`RedisFleet::store`] (a lease per call) is the one for small limits.
+    ///
+    /// A limit of 0 grants nothing.
+    pub fn shares(&self, limit: usize, fail: Fail) -> ShareStore {
+        let store = ShareStore::from_engine(ShareEngine::new(
+            self.server.clone(),
+            crate::shares::Settings {
+                limit,
+                lease: self.lease,
+                fail,
+                op_timeout: self.op_timeout,
+                retry_after: self.retry_after,
+                min_gap: Duration::from_millis(2).min(self.lease / 3),
+            },
+        ));
+        let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+        shares.retain(|s| s.strong_count() > 0);
+        shares.push(store.downgrade());
+        store
+    }
+
     /// Gives back every lease the stores of this fleet hold, and every release still on its
     /// way, and returns once Redis has answered (or after one round-trip timeout): call it
     /// before the process ends, so that the next run finds every permit free.
@@ -148,7 +175,18 @@ impl RedisFleet {
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        futures::future::join_all(stores.iter().map(|s| s.shutdown())).await;
+        let shares: Vec<Arc<ShareEngine>> = self
+            .shares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        futures::future::join(
+            futures::future::join_all(stores.iter().map(|s| s.shutdown())),
+            futures::future::join_all(shares.iter().map(|s| s.shutdown())),
+        )
+        .await;
     }
 
     /// A fleet rate limit named `name`: see [`FleetRate`](crate::FleetRate).
@@ -234,6 +272,7 @@ impl FleetBuilder {
             op_timeout: self.op_timeout,
             retry_after: self.retry_after,
             stores: Arc::default(),
+            shares: Arc::default(),
         })
     }
 }

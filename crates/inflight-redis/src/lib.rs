@@ -61,12 +61,19 @@
 //! scope = "fleet"
 //! fail = "local"      # or "closed" (the default)
 //! local_limit = 2     # with fail = "local": the limit per process while Redis is down
+//!
+//! [budgets.search]
+//! max_concurrent = 512
+//! scope = "fleet"
+//! lease_mode = "shares" # a share per process instead of a lease per call: see ShareStore
 //! ```
 //!
 //! # Modules
 //!
 //! - [`RedisFleet`]: the Redis a fleet shares and its settings; makes stores and rate limits.
 //! - [`RedisStore`]: a budget's permits in Redis; [`Fail`]; [`FleetSnapshot`], its counters.
+//! - [`ShareStore`]: a budget's limit as shares held by each process for a lease, for limits
+//!   large against the number of processes; [`ShareSnapshot`], its state and counters.
 //! - [`FleetRate`]: a fleet rate limit, a GCRA on the server's clock.
 //! - [`load`], [`attach`] and [`attach_fleet`]: budgets files with a `[fleet]` table.
 //! - `metrics` (feature `metrics`): a store's gauges and counters through the `metrics` facade.
@@ -84,6 +91,7 @@ pub mod metrics;
 mod rate;
 mod scripts;
 mod server;
+mod shares;
 mod snapshot;
 mod store;
 
@@ -94,6 +102,7 @@ pub use rate::{FleetRate, RateError};
 /// The keys a fleet budget or rate limit of a name keeps in Redis (`inflight:{records}:holders`,
 /// ...): what to delete to start a budget afresh, when no process holds its permits.
 pub use scripts::budget_keys;
+pub use shares::{ShareSnapshot, ShareStore};
 pub use snapshot::FleetSnapshot;
 pub use store::{Fail, RedisStore};
 

@@ -175,6 +175,111 @@ return {1, 0}
     )
 });
 
+/// A report of one process of a share budget (see `shares`): what it may still be running, what
+/// it wants, and what it gets. The budget's processes are one hash, `KEYS[1]`, of process id to
+/// `has:wants:expiry:seq` (expiry in server milliseconds).
+///
+/// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
+/// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
+/// when it holds nothing, and otherwise keeps `holding` until it expires).
+///
+/// Entries past their expiry are dropped (a process killed frees its share one lease after its
+/// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
+/// fair target of the wants only from permits no entry holds, so the reservations never sum
+/// past the limit. A report numbered no higher than the last one applied (a late duplicate) is
+/// ignored. When the reporter is short of its target, each process holding more than its own is
+/// told on its channel to report (it gives back as its calls end); when the reporter gave
+/// permits back, each process short of its target is told, so freed permits are taken up at
+/// once rather than at the next renewal.
+///
+/// Returns `{applied (0|1), cap, has, target, processes}`.
+pub(crate) static SHARES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = ARGV[1]
+local wants = tonumber(ARGV[2])
+local holding = tonumber(ARGV[3])
+local seq = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local lease = tonumber(ARGV[6])
+local raw = redis.call('HGETALL', KEYS[1])
+local ids, has, want, gone = {{}}, {{}}, {{}}, {{}}
+local mine = nil
+local reserved = 0
+for i = 1, #raw, 2 do
+  local h, w, e, s = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+  h, w, e, s = tonumber(h), tonumber(w), tonumber(e), tonumber(s)
+  if raw[i] == me then
+    mine = {{h, w, e, s}}
+  elseif e <= now then
+    gone[#gone + 1] = raw[i]
+  else
+    ids[#ids + 1] = raw[i]
+    has[raw[i]] = h
+    want[raw[i]] = w
+    reserved = reserved + h
+  end
+end
+for i = 1, #gone, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+end
+if mine and mine[3] > now and seq <= mine[4] then
+  return {{0, 0, 0, 0, #ids + 1}}
+end
+local gone_now = false
+if ARGV[7] == '1' then
+  -- Leaving: it wants nothing more; calls it still runs keep their permits until they
+  -- expire with the entry.
+  wants = 0
+  if holding == 0 then
+    redis.call('HDEL', KEYS[1], me)
+    gone_now = true
+  end
+end
+local before = 0
+if mine and mine[3] > now then before = mine[1] end
+local mhas = math.min(holding, math.max(limit - reserved, 0))
+ids[#ids + 1] = me
+want[me] = wants
+local order = {{}}
+for i, id in ipairs(ids) do order[i] = id end
+table.sort(order, function(a, b)
+  if want[a] ~= want[b] then return want[a] < want[b] end
+  return a < b
+end)
+local target, left = {{}}, limit
+for k, id in ipairs(order) do
+  local fair = math.floor(left / (#order - k + 1))
+  target[id] = math.min(want[id], fair)
+  left = left - target[id]
+end
+if target[me] > mhas then
+  local free = math.max(limit - reserved - mhas, 0)
+  mhas = mhas + math.min(target[me] - mhas, free)
+end
+local cap = math.min(mhas, target[me])
+if not gone_now then
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+end
+for i = 1, #ids - 1 do
+  local id = ids[i]
+  if (cap < target[me] and has[id] > target[id]) or (mhas < before and has[id] < target[id]) then
+    redis.call('PUBLISH', 'inflight:grants:' .. string.sub(id, 1, {token}), id)
+  end
+end
+return {{1, cap, mhas, target[me], #ids}}
+"#,
+        token = PROCESS_TOKEN_LEN
+    ))
+});
+
+/// The hash of a share budget's processes.
+pub(crate) fn shares_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:shares")
+}
+
 /// The sorted set of a budget's lease holders.
 pub(crate) fn holders_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:holders")
@@ -218,6 +323,7 @@ pub(crate) fn grants_channel(token: &str) -> String {
 pub fn budget_keys(budget: &str) -> Vec<String> {
     let mut keys = lease_keys(budget).to_vec();
     keys.push(rate_key(budget));
+    keys.push(shares_key(budget));
     keys
 }
 
@@ -424,6 +530,100 @@ mod tests {
         );
     }
 
+    /// One report of `process` to the shares script: `(applied, cap, has, target, processes)`.
+    fn shares(
+        conn: &mut redis::Connection,
+        process: &str,
+        (wants, holding, seq): (u64, u64, u64),
+        lease_ms: u64,
+        leaving: bool,
+    ) -> (u8, u64, u64, u64, u64) {
+        SHARES
+            .key(shares_key("s"))
+            .arg(process)
+            .arg(wants)
+            .arg(holding)
+            .arg(seq)
+            .arg(512)
+            .arg(lease_ms)
+            .arg(u8::from(leaving))
+            .invoke(conn)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_shares_script_splits_max_min_and_grows_only_from_free_permits() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let client = redis::Client::open(server.2.as_str()).unwrap();
+        let mut listener = client.get_connection().unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub
+            .subscribe(grants_channel("00000000000000p1"))
+            .unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let conn = &mut server.1;
+        let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+        // Alone, p1 gets all it wants.
+        assert_eq!(
+            shares(conn, p1, (900, 0, 1), 5000, false),
+            (1, 512, 512, 512, 1)
+        );
+        // p2 wants 100: its fair share is 100, but nothing is free while p1 holds 512, and p1
+        // is told to report.
+        assert_eq!(
+            shares(conn, p2, (100, 0, 1), 5000, false),
+            (1, 0, 0, 100, 2)
+        );
+        let message = pubsub.get_message().unwrap();
+        assert_eq!(message.get_payload::<String>().unwrap(), p1);
+        // p1 still runs 450: it keeps 450 reserved, and may admit up to its share of 412.
+        assert_eq!(
+            shares(conn, p1, (900, 450, 2), 5000, false),
+            (1, 412, 450, 412, 2)
+        );
+        assert_eq!(
+            shares(conn, p2, (100, 0, 2), 5000, false),
+            (1, 62, 62, 100, 2)
+        );
+        // Drained to 412, p1 gives the rest back; p2 takes it up.
+        assert_eq!(
+            shares(conn, p1, (900, 412, 3), 5000, false),
+            (1, 412, 412, 412, 2)
+        );
+        assert_eq!(
+            shares(conn, p2, (100, 62, 3), 5000, false),
+            (1, 100, 100, 100, 2)
+        );
+        // A late duplicate of an older report changes nothing.
+        assert_eq!(shares(conn, p1, (900, 0, 2), 5000, false).0, 0);
+        // p1 leaves: its entry goes, and p2 may grow into the whole limit.
+        assert_eq!(shares(conn, p1, (0, 0, 4), 5000, true).0, 1);
+        assert_eq!(
+            shares(conn, p2, (600, 100, 4), 5000, false),
+            (1, 512, 512, 512, 1)
+        );
+    }
+
+    #[test]
+    fn a_process_that_stops_reporting_frees_its_share_one_lease_later() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        assert_eq!(shares(conn, "dead", (512, 0, 1), 100, false).2, 512);
+        assert_eq!(shares(conn, "alive", (512, 0, 1), 5000, false).2, 0);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(
+            shares(conn, "alive", (512, 0, 2), 5000, false),
+            (1, 512, 512, 512, 1),
+            "the dead one's entry expired"
+        );
+    }
+
     #[test]
     fn gcra_lets_a_burst_through_then_spaces_calls() {
         let Some(mut server) = server() else {
@@ -454,7 +654,8 @@ mod tests {
                 "inflight:{records}:queue",
                 "inflight:{records}:queue_expiry",
                 "inflight:{records}:arrivals",
-                "inflight:{records}:rate"
+                "inflight:{records}:rate",
+                "inflight:{records}:shares"
             ]
         );
         assert_eq!(rate_key("records"), "inflight:{records}:rate");

@@ -32,6 +32,38 @@ pub(crate) struct Acquired {
     pub(crate) ahead: u64,
 }
 
+/// A report of one process of a share budget: see [`scripts::SHARES`].
+#[derive(Debug, Clone)]
+pub(crate) struct ShareReport {
+    /// The process's id; its first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
+    /// characters name the grants channel it is told on.
+    pub(crate) process: Arc<str>,
+    pub(crate) wants: usize,
+    /// The most calls it may run until it hears back.
+    pub(crate) holding: usize,
+    /// Numbers its reports: a late one is ignored.
+    pub(crate) seq: u64,
+    pub(crate) limit: usize,
+    pub(crate) lease: Duration,
+    /// It gives its share back and goes.
+    pub(crate) leaving: bool,
+}
+
+/// What a share report answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShareReply {
+    /// Whether the report was applied (not a late duplicate).
+    pub(crate) applied: bool,
+    /// The most calls the process may run until its next report.
+    pub(crate) cap: usize,
+    /// Permits reserved for it, counted against the limit.
+    pub(crate) has: usize,
+    /// Its max-min fair share.
+    pub(crate) target: usize,
+    /// Processes in the budget, itself included.
+    pub(crate) processes: usize,
+}
+
 /// What a lease operation needs to know of the budget besides its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Terms {
@@ -89,6 +121,13 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         interval: Duration,
         burst: u32,
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>>;
+
+    /// Applies a share budget's report: see [`scripts::SHARES`].
+    fn shares(
+        &self,
+        budget: &str,
+        report: ShareReport,
+    ) -> BoxFuture<'static, Result<ShareReply, ServerError>>;
 
     /// A new lease id: the first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
     /// characters name the grants channel of this server's listener.
@@ -270,6 +309,33 @@ impl Server for RedisServer {
                 Ok(())
             } else {
                 Err(Duration::from_micros(wait.max(1).unsigned_abs()))
+            })
+        })
+    }
+
+    fn shares(
+        &self,
+        budget: &str,
+        report: ShareReport,
+    ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
+        let conn = self.conn();
+        let mut call = scripts::SHARES.key(scripts::shares_key(budget));
+        call.arg(&*report.process)
+            .arg(report.wants)
+            .arg(report.holding)
+            .arg(report.seq)
+            .arg(report.limit)
+            .arg(millis(report.lease))
+            .arg(u8::from(report.leaving));
+        Box::pin(async move {
+            let (applied, cap, has, target, processes): (u8, usize, usize, usize, usize) =
+                call.invoke_async(&mut conn?).await.map_err(server_error)?;
+            Ok(ShareReply {
+                applied: applied == 1,
+                cap,
+                has,
+                target,
+                processes,
             })
         })
     }

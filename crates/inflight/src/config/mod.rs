@@ -38,7 +38,7 @@
 //!
 //! A budget can keep its permits where every replica of a service sees them: `scope = "fleet"`,
 //! with the shared store named once in a `[fleet]` table. This crate only reads and checks these
-//! keys ([`Budgets::fleet`], [`Budgets::scope`]); a store crate such as `inflight-redis` attaches
+//! keys ([`Budgets::fleet`], [`Budgets::scope`], [`Budgets::lease_mode`]); a store crate such as `inflight-redis` attaches
 //! the store (see [`Budgets::with_store`]).
 //!
 //! ```toml
@@ -51,6 +51,7 @@
 //! scope = "fleet"           # "local" (the default) or "fleet"
 //! fail = "local"            # while the store is unreachable: "closed" (the default) or "local"
 //! local_limit = 2           # with fail = "local": the limit per process meanwhile
+//! lease_mode = "per_call"   # "per_call" (the default) or "shares": see Budgets::lease_mode
 //! ```
 //!
 //! A budget can also be enforced in front of its dependency by `inflight proxy`, for clients in
@@ -252,6 +253,7 @@ pub struct Budgets {
     routes: Vec<Option<Route>>,
     fleet: Option<FleetConfig>,
     proxy: Option<ProxyConfig>,
+    lease_modes: Vec<(String, LeaseMode)>,
 }
 
 /// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits.
@@ -285,6 +287,20 @@ pub enum Scope {
         /// What happens while the store cannot be reached.
         fail: FleetFail,
     },
+}
+
+/// How a fleet budget holds its permits (`lease_mode` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// A lease per call, taken from the fleet's store and given back when the call ends
+    /// (`lease_mode = "per_call"`, the default): for small limits.
+    #[default]
+    PerCall,
+    /// A share of the limit per process, held for a lease and moved as demand moves
+    /// (`lease_mode = "shares"`): for limits large against the number of processes, at a cost
+    /// that follows the moves of the shares rather than the calls.
+    Shares,
 }
 
 /// What a fleet budget does while its store cannot be reached (`fail` in a budgets file).
@@ -329,6 +345,7 @@ impl Budgets {
             routes,
             fleet: parsed.fleet,
             proxy: parsed.proxy,
+            lease_modes: parsed.lease_modes,
         })
     }
 
@@ -401,6 +418,50 @@ impl Budgets {
     pub fn scope(&self, name: &str) -> Option<Scope> {
         let i = self.budgets.iter().position(|b| b.name() == name)?;
         self.scopes.get(i).copied()
+    }
+
+    /// How fleet budget `name` holds its permits (`lease_mode`); `None` for a budget that is
+    /// not a fleet budget, or no such budget.
+    ///
+    /// ```
+    /// use inflight::config::LeaseMode;
+    /// use inflight::Budgets;
+    ///
+    /// let budgets = Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis://127.0.0.1:6379"
+    ///
+    ///     [budgets.search]
+    ///     max_concurrent = 512
+    ///     scope = "fleet"
+    ///     lease_mode = "shares"
+    ///
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     scope = "fleet"
+    /// "#).unwrap();
+    /// assert_eq!(budgets.lease_mode("search"), Some(LeaseMode::Shares));
+    /// assert_eq!(budgets.lease_mode("records"), Some(LeaseMode::PerCall));
+    ///
+    /// let err = Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis://127.0.0.1:6379"
+    ///
+    ///     [budgets.search]
+    ///     max_concurrent = 512
+    ///     scope = "fleet"
+    ///     lease_mode = "pooled"
+    /// "#).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "budgets.search.lease_mode: must be \"per_call\" or \"shares\", got string \"pooled\""
+    /// );
+    /// ```
+    pub fn lease_mode(&self, name: &str) -> Option<LeaseMode> {
+        self.lease_modes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, mode)| *mode)
     }
 
     /// The same budgets, with budget `name` built again to keep its permits in `store` as well

@@ -7,7 +7,7 @@ use std::time::Duration;
 use toml::{Table, Value};
 
 use super::proxy::{self, ProxyConfig, Route};
-use super::{budget_path, ConfigError, FleetConfig, FleetFail, Scope};
+use super::{budget_path, ConfigError, FleetConfig, FleetFail, LeaseMode, Scope};
 use crate::budget::BudgetConfig;
 use crate::rate::{ParseRateError, Rate};
 
@@ -30,6 +30,7 @@ const FIELDS: &[&str] = &[
     "scope",
     "fail",
     "local_limit",
+    "lease_mode",
 ];
 
 /// Keys of the `[fleet]` table.
@@ -47,6 +48,8 @@ pub(super) struct Parsed {
     pub(super) budgets: Vec<(String, BudgetConfig, Scope, Option<Route>)>,
     pub(super) fleet: Option<FleetConfig>,
     pub(super) proxy: Option<ProxyConfig>,
+    /// How each fleet budget holds its permits (`lease_mode`), by name.
+    pub(super) lease_modes: Vec<(String, LeaseMode)>,
 }
 
 /// The budgets of a file's `text`; relative paths in it (`ca_file`) resolve against `folder`, or
@@ -108,6 +111,16 @@ pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, 
             Err(e) => errors.push(e),
         }
     }
+    let mut lease_modes = Vec::new();
+    for (name, _, scope, _) in &configs {
+        if let Some(table) = budgets.get(name).and_then(Value::as_table) {
+            match lease_mode(name, table, *scope) {
+                Ok(Some(mode)) => lease_modes.push((name.clone(), mode)),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+    }
     let routes: Vec<(String, &Route)> = configs
         .iter()
         .filter_map(|(name, _, _, route)| Some((name.clone(), route.as_ref()?)))
@@ -121,7 +134,29 @@ pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, 
             budgets: configs,
             fleet,
             proxy,
+            lease_modes,
         }),
+    }
+}
+
+/// How a fleet budget holds its permits: `lease_mode`, `"per_call"` (the default) or
+/// `"shares"`. `None` for a budget that is not a fleet budget.
+fn lease_mode(name: &str, table: &Table, scope: Scope) -> Result<Option<LeaseMode>, ConfigError> {
+    let field = format!("{}.lease_mode", budget_path(name));
+    let fleet = matches!(scope, Scope::Fleet { .. });
+    match (table.get("lease_mode"), fleet) {
+        (None, false) => Ok(None),
+        (Some(_), false) => Err(ConfigError::invalid(
+            field,
+            "only a fleet budget takes this (add scope = \"fleet\")",
+        )),
+        (None, true) => Ok(Some(LeaseMode::PerCall)),
+        (Some(Value::String(s)), true) if s == "per_call" => Ok(Some(LeaseMode::PerCall)),
+        (Some(Value::String(s)), true) if s == "shares" => Ok(Some(LeaseMode::Shares)),
+        (Some(other), true) => Err(ConfigError::invalid(
+            field,
+            format!("must be \"per_call\" or \"shares\", got {}", shown(other)),
+        )),
     }
 }
 

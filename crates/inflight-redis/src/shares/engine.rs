@@ -1,0 +1,698 @@
+//! The engine behind [`ShareStore`](super::ShareStore): the calls this process admits under its
+//! share, and the reporter that tells the server what the process wants and learns its share.
+//!
+//! Admission is local: a semaphore of `cap` permits, no round trip per call. The reporter runs
+//! one report at a time: every third of a lease (the renewal), at once when a caller waits and
+//! the demand is above what was last reported, when the calls of a shrunk share have drained
+//! (to give the rest back), and when the server tells this process on its grants channel that
+//! others are short. Before a report leaves, the cap is lowered to the `holding` it names, and
+//! it only grows again from the reply, so the process never runs more calls than the server
+//! reserves for it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use inflight::store::{Lease, LeaseWatch, StoreError};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::FleetUnavailable;
+use crate::server::{Server, ServerError, ShareReport};
+use crate::Fail;
+
+use super::ShareSnapshot;
+
+/// Lease ids given by the fallback start with this; ids of calls under the share with `SHARE`.
+const LOCAL_PREFIX: &str = "local:";
+const SHARE_PREFIX: &str = "share:";
+
+/// How a share store is set up.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) limit: usize,
+    pub(crate) lease: Duration,
+    pub(crate) fail: Fail,
+    pub(crate) op_timeout: Duration,
+    pub(crate) retry_after: Duration,
+    /// The shortest time between two reports asked for by demand: callers that arrive together
+    /// are asked for in one report.
+    pub(crate) min_gap: Duration,
+}
+
+/// Wakes the reporter; kept apart from the engine so that the reporter does not keep the
+/// engine alive while it sleeps.
+#[derive(Debug, Default)]
+struct Signals {
+    kick: Notify,
+    closing: Notify,
+}
+
+pub(crate) struct ShareEngine {
+    server: Arc<dyn Server>,
+    settings: Settings,
+    /// This store's id in the budget; its first characters name this server's grants channel.
+    process: Arc<str>,
+    budget: OnceLock<Arc<str>>,
+    /// The calls admitted under the share: `cap` permits, with a debt when it shrank below the
+    /// calls running.
+    permits: Semaphore,
+    fallback: Semaphore,
+    state: Mutex<State>,
+    signals: Arc<Signals>,
+    /// Wakes waiters when the server cannot be asked: they turn to the fail policy.
+    went_down: Notify,
+    /// Wakes a shutdown when the last running call ends.
+    drained: Notify,
+    closed: AtomicBool,
+    started: AtomicBool,
+    runtime: OnceLock<Handle>,
+    next_id: AtomicU64,
+    next_local: AtomicU64,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct State {
+    /// The most calls admitted at once now.
+    cap: usize,
+    /// Permits out beyond `cap` (the share shrank while they ran): releases pay it first.
+    debt: usize,
+    /// Calls running under the share.
+    in_use: usize,
+    /// Callers waiting for a permit under the share.
+    waiting: usize,
+    /// The highest demand (running + waiting) since the last report.
+    peak: usize,
+    /// The wants of the last report.
+    reported: usize,
+    /// What the server reserves for this process, as its last reply said.
+    has: usize,
+    target: usize,
+    processes: usize,
+    seq: u64,
+    last_sent: Option<Instant>,
+    /// When the last applied report left: the server holds the share until one lease after
+    /// it at least.
+    confirmed: Option<Instant>,
+    down: Option<(Instant, ServerError)>,
+    watches: HashMap<u64, LeaseWatch>,
+}
+
+#[derive(Default)]
+struct Counters {
+    acquired: AtomicU64,
+    released: AtomicU64,
+    lost: AtomicU64,
+    fallbacks: AtomicU64,
+    unavailable: AtomicU64,
+    timeouts: AtomicU64,
+    reports: AtomicU64,
+    round_trip_micros: AtomicU64,
+}
+
+impl fmt::Debug for ShareEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShareStore")
+            .field("address", &self.server.address())
+            .field("limit", &self.settings.limit)
+            .field("lease", &self.settings.lease)
+            .field("fail", &self.settings.fail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShareEngine {
+    pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> ShareEngine {
+        let fallback = match settings.fail {
+            Fail::Local(n) => n.min(Semaphore::MAX_PERMITS),
+            Fail::Closed => 0,
+        };
+        ShareEngine {
+            process: server.lease_id(),
+            server,
+            settings,
+            budget: OnceLock::new(),
+            permits: Semaphore::new(0),
+            fallback: Semaphore::new(fallback),
+            state: Mutex::default(),
+            signals: Arc::default(),
+            went_down: Notify::new(),
+            drained: Notify::new(),
+            closed: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            runtime: OnceLock::new(),
+            next_id: AtomicU64::new(0),
+            next_local: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn address(&self) -> &str {
+        self.server.address()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        budget: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Lease, StoreError> {
+        if self.closed.load(Relaxed) {
+            return Err(self.shut_down(budget));
+        }
+        let name = self.budget.get_or_init(|| Arc::from(budget));
+        if **name != *budget {
+            return Err(StoreError::unavailable(format!(
+                "fleet budget {budget:?}: this share store serves budget {name:?}; make one store per budget"
+            )));
+        }
+        self.start();
+        let went_down = self.went_down.notified();
+        tokio::pin!(went_down);
+        went_down.as_mut().enable();
+        let down = {
+            let mut state = self.lock();
+            self.expire_if_stale(&mut state, Instant::now());
+            state.waiting += 1;
+            state.peak = state.peak.max(state.in_use + state.waiting);
+            if let Ok(permit) = self.permits.try_acquire() {
+                permit.forget();
+                return Ok(self.admitted(&mut state));
+            }
+            let mut ask = state.in_use + state.waiting > state.reported;
+            let mut down = None;
+            if let Some((until, reason)) = &state.down {
+                if Instant::now() < *until {
+                    down = Some(reason.clone());
+                    state.waiting -= 1;
+                } else {
+                    // Time to ask the server again: this caller waits for the answer.
+                    ask = true;
+                }
+            }
+            if ask && down.is_none() {
+                self.signals.kick.notify_one();
+            }
+            down
+        };
+        if let Some(reason) = down {
+            return self.when_down(budget, deadline, reason).await;
+        }
+        let mut waiting = Waiting {
+            engine: self,
+            armed: true,
+        };
+        let closing = self.signals.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        if self.closed.load(Relaxed) {
+            return Err(self.shut_down(budget));
+        }
+        let sleep = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            permit = self.permits.acquire() => {
+                let Ok(permit) = permit else {
+                    return Err(self.shut_down(budget));
+                };
+                permit.forget();
+                waiting.armed = false;
+                let mut state = self.lock();
+                Ok(self.admitted(&mut state))
+            }
+            () = went_down => {
+                drop(waiting);
+                let reason = self.lock().down.as_ref().map(|(_, r)| r.clone());
+                let reason = reason.unwrap_or_else(|| Arc::new(std::io::Error::other("redis failed")));
+                self.when_down(budget, deadline, reason).await
+            }
+            () = closing => Err(self.shut_down(budget)),
+            () = sleep => {
+                self.counters.timeouts.fetch_add(1, Relaxed);
+                Err(StoreError::Timeout)
+            }
+        }
+    }
+
+    /// A caller waiting in `state` took a permit of the share.
+    fn admitted(&self, state: &mut State) -> Lease {
+        state.waiting -= 1;
+        state.in_use += 1;
+        self.counters.acquired.fetch_add(1, Relaxed);
+        let n = self.next_id.fetch_add(1, Relaxed);
+        let watch = LeaseWatch::new();
+        state.watches.insert(n, watch.clone());
+        Lease::watched(format!("{SHARE_PREFIX}{n}"), watch)
+    }
+
+    pub(crate) fn release(&self, lease: Lease) {
+        if lease.id().starts_with(LOCAL_PREFIX) {
+            self.fallback.add_permits(1);
+            return;
+        }
+        let Some(n) = lease
+            .id()
+            .strip_prefix(SHARE_PREFIX)
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            return;
+        };
+        let mut state = self.lock();
+        if state.watches.remove(&n).is_none() {
+            return; // given back twice, or not ours
+        }
+        self.counters.released.fetch_add(1, Relaxed);
+        state.in_use -= 1;
+        if state.in_use == 0 {
+            self.drained.notify_waiters();
+        }
+        if state.debt > 0 {
+            state.debt -= 1;
+        } else {
+            self.permits.add_permits(1);
+        }
+        // The share shrank and its calls have drained to it: give the rest back now, so that
+        // the processes short of their share get it.
+        if state.has > state.cap && self.held_out(&state) <= state.cap {
+            self.signals.kick.notify_one();
+        }
+    }
+
+    /// Permits out under the share: running calls, and permits a waiter took but has not
+    /// counted yet.
+    fn held_out(&self, state: &State) -> usize {
+        (state.cap + state.debt).saturating_sub(self.permits.available_permits())
+    }
+
+    /// Sets the most calls admitted at once; calls running above it are paid for by releases.
+    fn set_cap(&self, state: &mut State, cap: usize) {
+        let cap = cap.min(Semaphore::MAX_PERMITS);
+        if cap > state.cap {
+            let grow = cap - state.cap;
+            let paid = grow.min(state.debt);
+            state.debt -= paid;
+            self.permits.add_permits(grow - paid);
+        } else if cap < state.cap {
+            let shrink = state.cap - cap;
+            let forgotten = self.permits.forget_permits(shrink);
+            state.debt += shrink - forgotten;
+        }
+        state.cap = cap;
+    }
+
+    /// The share ends one lease after the last applied report left (the server's expiry is
+    /// no earlier): past that, nothing more is admitted under it and its running calls are told
+    /// their leases are lost.
+    fn expire_if_stale(&self, state: &mut State, now: Instant) {
+        let stale = state
+            .confirmed
+            .is_some_and(|at| now >= at + self.settings.lease);
+        if !stale {
+            return;
+        }
+        state.confirmed = None;
+        state.has = 0;
+        state.target = 0;
+        self.set_cap(state, 0);
+        let lost = state.watches.len();
+        for watch in state.watches.values() {
+            watch.mark_lost();
+        }
+        if lost > 0 {
+            self.counters.lost.fetch_add(lost as u64, Relaxed);
+            tracing::warn!(
+                budget = self.budget.get().map(|b| &**b),
+                calls = lost,
+                "fleet budget: share lost: not renewed within its lease"
+            );
+        }
+    }
+
+    /// Applies the fail policy while the server cannot be asked.
+    async fn when_down(
+        &self,
+        budget: &str,
+        deadline: Option<Instant>,
+        reason: ServerError,
+    ) -> Result<Lease, StoreError> {
+        match self.settings.fail {
+            Fail::Closed => {
+                self.counters.unavailable.fetch_add(1, Relaxed);
+                Err(StoreError::unavailable(FleetUnavailable::new(
+                    budget,
+                    self.server.address(),
+                    reason,
+                )))
+            }
+            Fail::Local(_) => {
+                self.counters.fallbacks.fetch_add(1, Relaxed);
+                let permit = match deadline {
+                    Some(at) => tokio::time::timeout_at(at, self.fallback.acquire())
+                        .await
+                        .map_err(|_| StoreError::Timeout)?,
+                    None => self.fallback.acquire().await,
+                };
+                permit
+                    .map_err(|e| StoreError::unavailable(e.to_string()))?
+                    .forget();
+                let n = self.next_local.fetch_add(1, Relaxed);
+                Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")))
+            }
+        }
+    }
+
+    fn shut_down(&self, budget: &str) -> StoreError {
+        StoreError::unavailable(format!("fleet budget {budget:?}: the store is shut down"))
+    }
+
+    /// Starts the reporter once, on the runtime of the first acquire.
+    fn start(self: &Arc<Self>) {
+        if self.started.load(Relaxed) || self.started.swap(true, Relaxed) {
+            return;
+        }
+        let Ok(runtime) = Handle::try_current() else {
+            self.started.store(false, Relaxed);
+            return;
+        };
+        let _ = self.runtime.set(runtime.clone());
+        runtime.spawn(reporter(Arc::downgrade(self), self.signals.clone()));
+    }
+
+    /// What the reporter waits for before its next report: the renewal, the share's end, or
+    /// the end of a pause after a failure.
+    fn next_wake(&self, state: &State) -> Instant {
+        let now = Instant::now();
+        // Nothing to renew: the next report is asked for by a caller.
+        let renew = if self.idle(state) {
+            now + Duration::from_secs(3600)
+        } else {
+            state
+                .last_sent
+                .map_or(now, |at| at + self.settings.lease / 3)
+        };
+        let mut wake = renew;
+        if let Some(at) = state.confirmed {
+            wake = wake.min(at + self.settings.lease);
+        }
+        if let Some((until, _)) = &state.down {
+            wake = wake.max(*until);
+        }
+        wake
+    }
+
+    /// Whether a report is worth sending now: a renewal is skipped while this process holds
+    /// nothing and wants nothing (its entry may lapse; it asks again when a caller comes).
+    fn idle(&self, state: &State) -> bool {
+        state.has == 0 && state.cap == 0 && state.in_use + state.waiting == 0
+    }
+
+    /// One report: tells the server what this process may run and wants, and takes the share
+    /// it answers.
+    async fn report_once(&self, leaving: bool) {
+        let Some(budget) = self.budget.get().cloned() else {
+            return;
+        };
+        let sent = Instant::now();
+        let report = {
+            let mut state = self.lock();
+            if self.closed.load(Relaxed) && !leaving {
+                return; // shut down: its give-back is the last report
+            }
+            let demand = state.in_use + state.waiting;
+            let peak = state.peak.max(demand);
+            let holding = if leaving {
+                // Calls still running keep their permits: the server holds them until they
+                // expire with this process's entry.
+                self.held_out(&state)
+            } else {
+                self.held_out(&state).max(state.cap.min(peak))
+            };
+            // Until the reply, no more than `holding` run: the server reserves that much.
+            let cap = state.cap.min(holding);
+            self.set_cap(&mut state, cap);
+            state.seq += 1;
+            state.reported = peak;
+            state.peak = demand;
+            state.last_sent = Some(sent);
+            ShareReport {
+                process: self.process.clone(),
+                wants: if leaving { 0 } else { peak },
+                holding,
+                seq: state.seq,
+                limit: self.settings.limit,
+                lease: self.settings.lease,
+                leaving,
+            }
+        };
+        let seq = report.seq;
+        let answer = tokio::time::timeout(
+            self.settings.op_timeout.min(self.settings.lease / 3),
+            self.server.shares(&budget, report),
+        )
+        .await;
+        let answered = Instant::now();
+        let error: ServerError = match answer {
+            Ok(Ok(reply)) => {
+                self.counters.reports.fetch_add(1, Relaxed);
+                self.counters.round_trip_micros.fetch_add(
+                    u64::try_from((answered - sent).as_micros()).unwrap_or(u64::MAX),
+                    Relaxed,
+                );
+                let mut state = self.lock();
+                if let Some((_, _)) = state.down.take() {
+                    tracing::info!(
+                        address = self.server.address(),
+                        "fleet budget: redis is back"
+                    );
+                }
+                if reply.applied && state.seq == seq && !self.closed.load(Relaxed) {
+                    state.has = reply.has;
+                    state.target = reply.target;
+                    state.processes = reply.processes;
+                    state.confirmed = Some(sent);
+                    self.set_cap(&mut state, reply.cap);
+                }
+                return;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", self.settings.op_timeout),
+            )),
+        };
+        let was_down = {
+            let mut state = self.lock();
+            let was_down = state.down.is_some();
+            state.down = Some((answered + self.settings.retry_after, error.clone()));
+            was_down
+        };
+        if !was_down {
+            tracing::warn!(
+                budget = %budget,
+                address = self.server.address(),
+                error = %error,
+                fail = ?self.settings.fail,
+                "fleet budget: redis cannot be reached"
+            );
+        }
+        self.went_down.notify_waiters();
+    }
+
+    /// Refuses acquires from now on, waits up to one round-trip timeout for the running calls
+    /// to end, and gives the share back, waiting up to one more for the answer. The permits of
+    /// calls still running then stay reserved on the server until one lease after this last
+    /// report (their holders see their leases lost): never handed to others while they run.
+    pub(crate) async fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
+        self.signals.closing.notify_waiters();
+        self.permits.close();
+        {
+            let mut state = self.lock();
+            self.set_cap(&mut state, 0);
+        }
+        let deadline = Instant::now() + self.settings.op_timeout;
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.lock().in_use == 0 {
+                break;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        {
+            let state = self.lock();
+            for watch in state.watches.values() {
+                watch.mark_lost();
+            }
+        }
+        let holds = {
+            let state = self.lock();
+            state.has > 0 || state.confirmed.is_some()
+        };
+        if holds {
+            self.report_once(true).await;
+        }
+        let mut state = self.lock();
+        state.has = 0;
+        state.confirmed = None;
+    }
+
+    pub(crate) fn snapshot(&self) -> ShareSnapshot {
+        let state = self.lock();
+        let c = &self.counters;
+        let reports = c.reports.load(Relaxed);
+        ShareSnapshot {
+            share: state.cap,
+            reserved: state.has,
+            target: state.target,
+            processes: state.processes,
+            running: state.in_use,
+            waiting: state.waiting,
+            acquired: c.acquired.load(Relaxed),
+            released: c.released.load(Relaxed),
+            lost: c.lost.load(Relaxed),
+            fallbacks: c.fallbacks.load(Relaxed),
+            unavailable: c.unavailable.load(Relaxed),
+            timeouts: c.timeouts.load(Relaxed),
+            reports,
+            mean_round_trip: Duration::from_micros(
+                c.round_trip_micros
+                    .load(Relaxed)
+                    .checked_div(reports)
+                    .unwrap_or(0),
+            ),
+            redis_down: state.down.is_some(),
+        }
+    }
+}
+
+impl Drop for ShareEngine {
+    /// The last handle is gone: the reporter stops, and the share is given back in the
+    /// background if a runtime is at hand (otherwise it expires one lease after its last
+    /// report).
+    fn drop(&mut self) {
+        self.signals.closing.notify_waiters();
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if self.closed.load(Relaxed) || (state.has == 0 && state.confirmed.is_none()) {
+            return;
+        }
+        let Some(budget) = self.budget.get() else {
+            return;
+        };
+        let leave = self.server.shares(
+            budget,
+            ShareReport {
+                process: self.process.clone(),
+                wants: 0,
+                holding: 0,
+                seq: state.seq + 1,
+                limit: self.settings.limit,
+                lease: self.settings.lease,
+                leaving: true,
+            },
+        );
+        let timeout = self.settings.op_timeout;
+        let task = async move {
+            let _ = tokio::time::timeout(timeout, leave).await;
+        };
+        if let Ok(runtime) = Handle::try_current() {
+            runtime.spawn(task);
+        } else if let Some(runtime) = self.runtime.get() {
+            runtime.spawn(task);
+        }
+    }
+}
+
+/// A caller counted as waiting; uncounted when it leaves without a permit.
+struct Waiting<'a> {
+    engine: &'a ShareEngine,
+    armed: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine.lock().waiting -= 1;
+        }
+    }
+}
+
+/// Sends this process's reports until the store is dropped or shut down.
+async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
+    let (grants, process) = match engine.upgrade() {
+        Some(e) => (e.server.grants(), e.process.clone()),
+        None => return,
+    };
+    // The server tells this process on its grants channel, by its id, when others are short
+    // of their share or permits were freed for it.
+    let told = grants.register(&process);
+    loop {
+        let (wake, gap_end) = {
+            let Some(e) = engine.upgrade() else {
+                return;
+            };
+            if e.closed.load(Relaxed) {
+                return;
+            }
+            let state = e.lock();
+            let gap_end = state
+                .last_sent
+                .map(|at| at + e.settings.min_gap)
+                .filter(|_| state.down.is_none());
+            (e.next_wake(&state), gap_end)
+        };
+        let closing = signals.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        let asked = tokio::select! {
+            () = tokio::time::sleep_until(wake) => false,
+            () = signals.kick.notified() => true,
+            () = told.changed() => true,
+            () = closing => return,
+        };
+        if asked {
+            // Callers arriving together are asked for in one report.
+            if let Some(at) = gap_end {
+                tokio::time::sleep_until(at).await;
+            }
+        }
+        let Some(e) = engine.upgrade() else {
+            return;
+        };
+        let send = {
+            let mut state = e.lock();
+            let now = Instant::now();
+            e.expire_if_stale(&mut state, now);
+            let paused = state.down.as_ref().is_some_and(|(until, _)| now < *until);
+            let renewal_due = state
+                .last_sent
+                .is_none_or(|at| now >= at + e.settings.lease / 3);
+            !paused && !e.closed.load(Relaxed) && (asked || (renewal_due && !e.idle(&state)))
+        };
+        if send {
+            e.report_once(false).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,471 @@
+//! The share engine against the in-memory server on paused time: the split, the limit under
+//! moving demand, expiry of a process cut off, the cost in reports, and the fail policies.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use futures::future::BoxFuture;
+use inflight::{AcquireError, Budget};
+
+use super::*;
+use crate::fake::Shared;
+use crate::grants::Grants;
+use crate::server::{Acquired, ShareReply, Terms};
+use crate::shares::ShareStore;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const LEASE: Duration = Duration::from_millis(600);
+
+fn store(server: Arc<dyn Server>, limit: usize, fail: Fail) -> ShareStore {
+    ShareStore::from_engine(ShareEngine::new(
+        server,
+        Settings {
+            limit,
+            lease: LEASE,
+            fail,
+            op_timeout: ms(100),
+            retry_after: ms(200),
+            min_gap: ms(2),
+        },
+    ))
+}
+
+fn budget(store: &ShareStore, local: usize) -> Budget {
+    Budget::builder("search")
+        .max_concurrent(local)
+        .permit_timeout(ms(60_000))
+        .store(Arc::new(store.clone()))
+        .build()
+        .unwrap()
+}
+
+/// What the dependency sees: calls in service now, and the most at once.
+#[derive(Default)]
+struct Dependency {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl Dependency {
+    async fn serve(&self, took: Duration) {
+        let n = self.now.fetch_add(1, Relaxed) + 1;
+        self.peak.fetch_max(n, Relaxed);
+        self.calls.fetch_add(1, Relaxed);
+        tokio::time::sleep(took).await;
+        self.now.fetch_sub(1, Relaxed);
+    }
+}
+
+/// `tasks` callers that call the dependency through `budget` back to back until `stop`.
+fn callers(
+    budget: &Budget,
+    tasks: usize,
+    dependency: &Arc<Dependency>,
+    stop: &Arc<tokio::sync::Notify>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|_| {
+            let (budget, dependency, stop) = (budget.clone(), dependency.clone(), stop.clone());
+            tokio::spawn(async move {
+                let stopped = stop.notified();
+                tokio::pin!(stopped);
+                loop {
+                    tokio::select! {
+                        () = &mut stopped => return,
+                        permit = budget.acquire() => {
+                            let Ok(_permit) = permit else { return };
+                            dependency.serve(ms(5)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// A server that one process alone can lose: while `cut`, its calls never answer, as for a
+/// process killed or stalled, while the others go on.
+#[derive(Debug, Clone)]
+struct Cut {
+    server: Shared,
+    cut: Arc<AtomicBool>,
+}
+
+impl Server for Cut {
+    fn acquire(
+        &self,
+        b: &str,
+        id: &str,
+        t: Terms,
+    ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
+        self.server.acquire(b, id, t)
+    }
+    fn renew(
+        &self,
+        b: &str,
+        ids: Vec<Arc<str>>,
+        lease: Duration,
+    ) -> BoxFuture<'static, Result<Vec<String>, ServerError>> {
+        self.server.renew(b, ids, lease)
+    }
+    fn release(
+        &self,
+        b: &str,
+        ids: Vec<Arc<str>>,
+        t: Terms,
+    ) -> BoxFuture<'static, Result<u64, ServerError>> {
+        self.server.release(b, ids, t)
+    }
+    fn release_blocking(
+        &self,
+        b: &str,
+        ids: &[Arc<str>],
+        t: Terms,
+        timeout: Duration,
+    ) -> Result<u64, ServerError> {
+        self.server.release_blocking(b, ids, t, timeout)
+    }
+    fn gcra(
+        &self,
+        n: &str,
+        i: Duration,
+        b: u32,
+    ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>> {
+        self.server.gcra(n, i, b)
+    }
+    fn shares(
+        &self,
+        b: &str,
+        report: ShareReport,
+    ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
+        if self.cut.load(Relaxed) {
+            return Box::pin(std::future::pending());
+        }
+        self.server.shares(b, report)
+    }
+    fn lease_id(&self) -> Arc<str> {
+        self.server.lease_id()
+    }
+    fn grants(&self) -> Arc<Grants> {
+        self.server.grants()
+    }
+    fn address(&self) -> &str {
+        self.server.address()
+    }
+}
+
+fn reserved(server: &Shared) -> usize {
+    server.0.shares_held("search").values().sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn wants_of_100_and_900_of_512_get_100_and_412() {
+    let server = Shared::default();
+    let dependency = Arc::new(Dependency::default());
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let (small, large) = (
+        store(Arc::new(server.clone()), 512, Fail::Closed),
+        store(Arc::new(server.clone()), 512, Fail::Closed),
+    );
+    let mut tasks = callers(&budget(&small, 100), 100, &dependency, &stop);
+    tasks.extend(callers(&budget(&large, 900), 900, &dependency, &stop));
+    tokio::time::sleep(ms(2000)).await;
+    let (s, l) = (small.snapshot(), large.snapshot());
+    assert_eq!((s.target, l.target), (100, 412));
+    assert_eq!((s.share, l.share), (100, 412));
+    assert_eq!(dependency.now.load(Relaxed), 512, "the whole limit in use");
+    assert!(dependency.peak.load(Relaxed) <= 512);
+    assert!(reserved(&server) <= 512);
+    stop.notify_waiters();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_holds_at_the_dependency_while_processes_join_leave_and_are_cut_off() {
+    let server = Shared::default();
+    let dependency = Arc::new(Dependency::default());
+    let cut = Arc::new(AtomicBool::new(false));
+    let limit = 96;
+    let mut stores = Vec::new();
+    let mut stops = Vec::new();
+    let mut tasks = Vec::new();
+    // Watches the dependency and the server's reservations every millisecond.
+    let watch = tokio::spawn({
+        let (server, dependency) = (server.clone(), dependency.clone());
+        async move {
+            let mut worst = (0, 0);
+            for _ in 0..6000 {
+                worst.0 = worst.0.max(dependency.now.load(Relaxed));
+                worst.1 = worst.1.max(reserved(&server));
+                tokio::time::sleep(ms(1)).await;
+            }
+            worst
+        }
+    });
+    for n in 0..6 {
+        let server: Arc<dyn Server> = if n == 0 {
+            Arc::new(Cut {
+                server: server.clone(),
+                cut: cut.clone(),
+            })
+        } else {
+            Arc::new(server.clone())
+        };
+        let s = store(server, limit, Fail::Closed);
+        let stop = Arc::new(tokio::sync::Notify::new());
+        // Demand moves: 10, 30, 50, ... callers, arriving 150 ms apart.
+        tasks.extend(callers(&budget(&s, 64), 10 + 20 * n, &dependency, &stop));
+        stores.push(s);
+        stops.push(stop);
+        tokio::time::sleep(ms(150)).await;
+    }
+    tokio::time::sleep(ms(1000)).await;
+    assert!(
+        dependency.now.load(Relaxed) >= limit * 95 / 100,
+        "the limit is in use"
+    );
+    // One leaves with a shutdown, one just stops calling, and the first is cut off from
+    // Redis with its calls running.
+    stores[3].shutdown().await;
+    stops[4].notify_waiters();
+    cut.store(true, Relaxed);
+    let cut_share = stores[0].snapshot().share;
+    assert!(cut_share > 0);
+    tokio::time::sleep(LEASE + ms(100)).await;
+    assert_eq!(stores[0].snapshot().share, 0, "a share not renewed ends");
+    assert!(stores[0].snapshot().lost > 0, "its running calls were told");
+    tokio::time::sleep(ms(1000)).await;
+    assert!(
+        !server.0.shares_held("search").is_empty() && reserved(&server) <= limit,
+        "the others took up the freed shares"
+    );
+    assert!(
+        dependency.now.load(Relaxed) >= limit * 9 / 10,
+        "the freed shares are in use"
+    );
+    let (peak, most_reserved) = watch.await.unwrap();
+    assert!(peak <= limit, "{peak} calls at once at the dependency");
+    assert!(most_reserved <= limit, "{most_reserved} reserved");
+    for stop in stops {
+        stop.notify_waiters();
+    }
+    for task in tasks {
+        task.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn reports_follow_the_moves_of_the_shares_not_the_calls() {
+    let server = Shared::default();
+    let dependency = Arc::new(Dependency::default());
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stores: Vec<_> = (0..4)
+        .map(|_| store(Arc::new(server.clone()), 64, Fail::Closed))
+        .collect();
+    let mut tasks = Vec::new();
+    for s in &stores {
+        tasks.extend(callers(&budget(s, 24), 24, &dependency, &stop));
+    }
+    tokio::time::sleep(ms(1000)).await;
+    let (calls, asked) = (dependency.calls.load(Relaxed), server.0.calls.load(Relaxed));
+    tokio::time::sleep(ms(6000)).await;
+    let calls = dependency.calls.load(Relaxed) - calls;
+    let asked = server.0.calls.load(Relaxed) - asked;
+    // Steady demand: renewals only, one per process per third of a lease (4 × 30 in 6 s),
+    // and none for the calls.
+    assert!(calls > 60_000, "{calls} calls");
+    assert!(asked <= 4 * 30 + 4, "{asked} reports for {calls} calls");
+    assert_eq!(stores.iter().map(|s| s.snapshot().share).sum::<usize>(), 64);
+    stop.notify_waiters();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rise_in_demand_asks_at_once_not_at_the_renewal() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 100, Fail::Closed);
+    let records = budget(&a, 100);
+    let first = records.acquire().await.unwrap();
+    let start = Instant::now();
+    let held: Vec<_> = futures::future::join_all((0..40).map(|_| records.acquire()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(start.elapsed() <= ms(10), "{:?}", start.elapsed());
+    assert_eq!(a.snapshot().share, 41);
+    drop((first, held));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shrunk_share_drains_then_gives_the_rest_back_for_the_others() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+    );
+    let (ra, rb) = (budget(&a, 10), budget(&b, 10));
+    let held: Vec<_> = futures::future::join_all((0..10).map(|_| ra.acquire()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(a.snapshot().share, 10);
+    // b wants 5: a is told its fair share is now 5, admits no more, and runs its 10.
+    let waiters = tokio::spawn({
+        let rb = rb.clone();
+        async move {
+            let got = futures::future::join_all((0..5).map(|_| rb.acquire_owned())).await;
+            (Instant::now(), got)
+        }
+    });
+    tokio::time::sleep(ms(20)).await;
+    let snap = a.snapshot();
+    assert_eq!((snap.share, snap.reserved, snap.running), (5, 10, 10));
+    assert_eq!(b.snapshot().share, 0, "nothing is free while a runs its 10");
+    assert!(reserved(&server) <= 10);
+    let drained = Instant::now();
+    drop(held);
+    let (granted, got) = waiters.await.unwrap();
+    assert!(got.iter().all(Result::is_ok));
+    assert!(
+        granted - drained <= ms(10),
+        "given back and taken up at once"
+    );
+    assert_eq!((a.snapshot().reserved, b.snapshot().share), (5, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn redis_down_applies_the_fail_policy_and_the_share_ends_after_its_lease() {
+    let server = Shared::default();
+    let closed = store(Arc::new(server.clone()), 8, Fail::Closed);
+    let local = store(Arc::new(server.clone()), 8, Fail::Local(1));
+    let (rc, rl) = (budget(&closed, 8), budget(&local, 8));
+    let c1 = rc.acquire().await.unwrap();
+    let l1 = rl.acquire().await.unwrap();
+    assert_eq!((closed.snapshot().share, local.snapshot().share), (1, 1));
+    server.0.down.store(true, Relaxed);
+    // The renewal fails: calls the share cannot take go to the fail policy at once.
+    tokio::time::sleep(LEASE / 3 + ms(5)).await;
+    assert!(closed.snapshot().redis_down);
+    let start = Instant::now();
+    let err = rc.acquire().await.unwrap_err();
+    assert!(matches!(err, AcquireError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("\"search\"") && err.to_string().contains("fake:0"),
+        "{err}"
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let fallback = rl.acquire().await.unwrap();
+    assert!(fallback.lease().unwrap().id().starts_with(LOCAL_PREFIX));
+    // The share itself ends one lease after its last report: its holders are told.
+    tokio::time::sleep(LEASE).await;
+    assert!(c1.lease().unwrap().is_lost() && l1.lease().unwrap().is_lost());
+    assert_eq!(closed.snapshot().share, 0);
+    drop((c1, l1, fallback));
+    // Redis is back: the next caller asks again and is admitted.
+    server.0.down.store(false, Relaxed);
+    tokio::time::sleep(ms(200)).await;
+    let again = tokio::time::timeout(ms(50), rc.acquire()).await;
+    assert!(matches!(again, Ok(Ok(_))), "{again:?}");
+    assert!(!closed.snapshot().redis_down);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_gives_the_share_back_and_refuses_from_then_on() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 8, Fail::Closed);
+    let records = budget(&a, 8);
+    let running = records.acquire().await.unwrap();
+    let done = records.acquire().await.unwrap();
+    assert_eq!(reserved(&server), 2);
+    drop(done);
+    a.shutdown().await;
+    // The call still running keeps its permit (it expires with the entry); the other is back.
+    assert_eq!(reserved(&server), 1);
+    assert!(running.lease().unwrap().is_lost());
+    assert!(records.acquire().await.is_err());
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(
+        reserved(&server),
+        0,
+        "expired one lease after the last report"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_report_is_not_applied_over_a_newer_one() {
+    let server = Shared::default();
+    let report = |seq, holding| ShareReport {
+        process: Arc::from("p"),
+        wants: 10,
+        holding,
+        seq,
+        limit: 10,
+        lease: LEASE,
+        leaving: false,
+    };
+    let newer = server.shares("search", report(2, 3)).await.unwrap();
+    assert!(newer.applied);
+    assert_eq!(newer.has, 10);
+    let late = server.shares("search", report(1, 0)).await.unwrap();
+    assert!(!late.applied);
+    assert_eq!(reserved(&server), 10, "the late report changed nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_keeps_the_permits_of_calls_still_running_until_they_end() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+        store(Arc::new(server.clone()), 10, Fail::Closed),
+    );
+    let (ra, rb) = (budget(&a, 10), budget(&b, 10));
+    let running: Vec<_> = futures::future::join_all((0..10).map(|_| ra.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let waiter = tokio::spawn(async move { rb.acquire_owned().await.map(|_| Instant::now()) });
+    tokio::time::sleep(ms(5)).await;
+    // The calls run on past the shutdown's wait for them (one round-trip timeout).
+    a.shutdown().await;
+    tokio::time::sleep(ms(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a's 10 calls still run: nothing is free"
+    );
+    assert_eq!(reserved(&server), 10);
+    let ended = Instant::now();
+    drop(running);
+    // Once they end, the permits are free one lease after a's last report, and the waiter's
+    // next report (a third of a lease later at most) takes them up.
+    let granted = waiter.await.unwrap().unwrap();
+    assert!(
+        granted - ended <= LEASE + LEASE / 3,
+        "{:?}",
+        granted - ended
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_waits_for_short_calls_and_then_gives_everything_back() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 10, Fail::Closed);
+    let records = budget(&a, 10);
+    let running = records.acquire_owned().await.unwrap();
+    let call = tokio::spawn(async move {
+        tokio::time::sleep(ms(20)).await;
+        drop(running);
+    });
+    a.shutdown().await;
+    call.await.unwrap();
+    assert!(server.0.shares_held("search").is_empty(), "nothing left");
+}
