@@ -38,6 +38,30 @@ pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
 /// `[fleet]` table: the budget's `max_concurrent` becomes the fleet's limit, its `fail` the
 /// policy while Redis cannot be reached. Other budgets are left as they are.
 ///
+/// A fleet budget's `rate` (and `burst`) is kept for the whole fleet too, by its store (see
+/// [`RedisStore::rate`](crate::RedisStore::rate)): calls start at most at that rate across
+/// every replica together, and the budget applies no rate of its own per process. While Redis
+/// cannot be reached, `fail = "local"` applies the rate in each process on its own, and
+/// `fail = "closed"` refuses.
+///
+/// ```
+/// use inflight::Budgets;
+///
+/// let budgets = Budgets::from_toml_str(r#"
+///     [fleet]
+///     url = "redis://127.0.0.1:6379"
+///
+///     [budgets.llm]
+///     max_concurrent = 16
+///     permit_timeout = "2s"
+///     rate = "600/min"    # the provider's quota, for every replica together
+///     burst = 5
+///     scope = "fleet"
+/// "#).unwrap();
+/// let budgets = inflight_redis::attach(budgets).unwrap();
+/// # drop(budgets);
+/// ```
+///
 /// ```
 /// use inflight::Budgets;
 ///
@@ -69,22 +93,25 @@ pub fn attach(budgets: Budgets) -> Result<Budgets, LoadError> {
         builder = builder.lease(lease);
     }
     let fleet = builder.build()?;
-    let fleet_budgets: Vec<(String, usize, Fail)> = budgets
-        .iter()
-        .filter_map(|b| match budgets.scope(b.name()) {
-            Some(Scope::Fleet { fail }) => {
-                let fail = match fail {
-                    FleetFail::Local(n) => Fail::Local(n),
-                    _ => Fail::Closed,
-                };
-                Some((b.name().to_string(), b.config().max_concurrent(), fail))
-            }
-            _ => None,
-        })
-        .collect();
+    // Each fleet budget's store, made while the budgets are borrowed; attached after.
+    let mut stores = Vec::new();
+    for b in budgets.iter() {
+        let Some(Scope::Fleet { fail }) = budgets.scope(b.name()) else {
+            continue;
+        };
+        let fail = match fail {
+            FleetFail::Local(n) => Fail::Local(n),
+            _ => Fail::Closed,
+        };
+        let mut store = fleet.store(b.config().max_concurrent(), fail);
+        if let Some((rate, burst)) = b.config().rate_limit() {
+            store = store.rate(rate, burst)?;
+        }
+        stores.push((b.name().to_string(), store));
+    }
     let mut budgets = budgets;
-    for (name, limit, fail) in fleet_budgets {
-        budgets = budgets.with_store(&name, Arc::new(fleet.store(limit, fail)))?;
+    for (name, store) in stores {
+        budgets = budgets.with_store(&name, Arc::new(store))?;
     }
     Ok(budgets)
 }
