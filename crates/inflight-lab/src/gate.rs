@@ -113,7 +113,12 @@ impl Gate {
                         inflight::config::FleetFail::Local(n) => inflight_redis::Fail::Local(n),
                         _ => inflight_redis::Fail::Closed,
                     };
-                    builder = builder.store(Arc::new(fleet.store(config.max_concurrent(), fail)));
+                    let mut store = fleet.store(config.max_concurrent(), fail);
+                    // A fleet budget's rate is kept in Redis for every replica together.
+                    if let Some((rate, burst)) = config.rate_limit() {
+                        store = store.rate(rate, burst).map_err(|e| e.to_string())?;
+                    }
+                    builder = builder.store(Arc::new(store));
                 }
                 builder
                     .config(config)

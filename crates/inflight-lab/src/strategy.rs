@@ -785,6 +785,7 @@ mod tests {
             "tower-resilience-aimd",
             "tower-resilience-vegas",
             "c4-fleet",
+            "c4r-fleet",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing");
         }
@@ -818,7 +819,14 @@ mod tests {
             "{}",
             fleet.budgets
         );
-        for local in ["c1", "c3", "c4", "c5", "tower-acc-vegas"] {
+        let rate = strategies.get("c4r-fleet").unwrap();
+        assert!(rate.uses_fleet());
+        assert!(
+            rate.budgets.to_string().contains("across the fleet"),
+            "{}",
+            rate.budgets
+        );
+        for local in ["c1", "c3", "c4", "c4r", "c5", "tower-acc-vegas"] {
             assert!(!strategies.get(local).unwrap().uses_fleet(), "{local}");
         }
         // The budget table is checked like a budgets file's: a fleet-only key needs the scope.

@@ -40,6 +40,30 @@ pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
 /// ([`RedisFleet::store`], the default) or holds shares ([`RedisFleet::shares`],
 /// `lease_mode = "shares"`). Other budgets are left as they are.
 ///
+/// A fleet budget's `rate` (and `burst`) is kept for the whole fleet too, by its store (see
+/// [`RedisStore::rate`](crate::RedisStore::rate)): calls start at most at that rate across
+/// every replica together, and the budget applies no rate of its own per process. While Redis
+/// cannot be reached, `fail = "local"` applies the rate in each process on its own, and
+/// `fail = "closed"` refuses.
+///
+/// ```
+/// use inflight::Budgets;
+///
+/// let budgets = Budgets::from_toml_str(r#"
+///     [fleet]
+///     url = "redis://127.0.0.1:6379"
+///
+///     [budgets.llm]
+///     max_concurrent = 16
+///     permit_timeout = "2s"
+///     rate = "600/min"    # the provider's quota, for every replica together
+///     burst = 5
+///     scope = "fleet"
+/// "#).unwrap();
+/// let budgets = inflight_redis::attach(budgets).unwrap();
+/// # drop(budgets);
+/// ```
+///
 /// ```
 /// use inflight::Budgets;
 ///
@@ -101,25 +125,32 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
         builder = builder.lease(lease);
     }
     let fleet = builder.build()?;
-    let fleet_budgets: Vec<(String, usize, Fail)> = budgets
-        .iter()
-        .filter_map(|b| match budgets.scope(b.name()) {
-            Some(Scope::Fleet { fail }) => {
-                let fail = match fail {
-                    FleetFail::Local(n) => Fail::Local(n),
-                    _ => Fail::Closed,
-                };
-                Some((b.name().to_string(), b.config().max_concurrent(), fail))
-            }
-            _ => None,
-        })
-        .collect();
-    let mut budgets = budgets;
-    for (name, limit, fail) in fleet_budgets {
-        let store: Arc<dyn inflight::store::Store> = match budgets.lease_mode(&name) {
-            Some(LeaseMode::Shares) => Arc::new(fleet.shares(limit, fail)),
-            _ => Arc::new(fleet.store(limit, fail)),
+    // Each fleet budget's store, made while the budgets are borrowed; attached after.
+    let mut stores = Vec::new();
+    for b in budgets.iter() {
+        let Some(Scope::Fleet { fail }) = budgets.scope(b.name()) else {
+            continue;
         };
+        let fail = match fail {
+            FleetFail::Local(n) => Fail::Local(n),
+            _ => Fail::Closed,
+        };
+        let limit = b.config().max_concurrent();
+        // The budgets file refuses a rate next to lease_mode = "shares".
+        let store: Arc<dyn inflight::store::Store> = match budgets.lease_mode(b.name()) {
+            Some(LeaseMode::Shares) => Arc::new(fleet.shares(limit, fail)),
+            _ => {
+                let mut store = fleet.store(limit, fail);
+                if let Some((rate, burst)) = b.config().rate_limit() {
+                    store = store.rate(rate, burst)?;
+                }
+                Arc::new(store)
+            }
+        };
+        stores.push((b.name().to_string(), store));
+    }
+    let mut budgets = budgets;
+    for (name, store) in stores {
         budgets = budgets.with_store(&name, store)?;
     }
     Ok((budgets, Some(fleet)))

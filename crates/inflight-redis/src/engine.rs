@@ -149,6 +149,15 @@ impl Engine {
         self.server.address()
     }
 
+    pub(crate) fn server(&self) -> &Arc<dyn Server> {
+        &self.server
+    }
+
+    /// Whether `lease` was given by the fallback, not by the server.
+    pub(crate) fn is_fallback(lease: &Lease) -> bool {
+        lease.id().starts_with(LOCAL_PREFIX)
+    }
+
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         budget: &str,

@@ -30,6 +30,8 @@ pub(crate) struct FakeServer {
     pub(crate) released: AtomicU64,
     /// Calls of `release_blocking`.
     pub(crate) blocking_releases: AtomicU64,
+    /// Each rate limit's theoretical arrival time, as the GCRA script keeps it.
+    rates: Mutex<HashMap<String, Instant>>,
 }
 
 /// A process's entry in a share budget, as the `SHARES` script keeps it.
@@ -346,6 +348,35 @@ impl Server for Shared {
             }
             tokio::time::sleep(delay).await;
             Ok(reply)
+        })
+    }
+
+    fn reserve_rate(
+        &self,
+        name: &str,
+        interval: Duration,
+        burst: u32,
+        max_wait: Duration,
+    ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>> {
+        let (server, name) = (self.0.clone(), name.to_string());
+        Box::pin(async move {
+            let delay = server.call()?;
+            // The script's arithmetic: the slot is `tat - (burst - 1) x interval`, or now.
+            let reserved = {
+                let now = Instant::now();
+                let mut rates = server.rates.lock().unwrap();
+                let tat = rates.get(&name).copied().unwrap_or(now).max(now);
+                let tolerance = interval.saturating_mul(burst.max(1) - 1);
+                let wait = tat.checked_sub(tolerance).unwrap_or(now).max(now) - now;
+                if wait > max_wait {
+                    Err(wait)
+                } else {
+                    rates.insert(name, tat + interval);
+                    Ok(wait)
+                }
+            };
+            tokio::time::sleep(delay).await;
+            Ok(reserved)
         })
     }
 

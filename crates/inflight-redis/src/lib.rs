@@ -25,6 +25,9 @@
 //! - **When Redis is down**, [`Fail::Closed`] refuses calls with an error naming the budget and
 //!   the Redis address, and [`Fail::Local`] falls back to a local limit; either is logged
 //!   (through `tracing`), counted in [`FleetSnapshot`], and never waits past a deadline.
+//! - **A rate for the whole fleet.** [`RedisStore::rate`] (or `rate` on a fleet budget in a
+//!   budgets file) keeps the budget's rate limit in Redis, a GCRA on the server's clock shared
+//!   by every replica; the budget applies no rate of its own per process.
 //! - **Redis Cluster.** All keys of a budget share one hash tag (`inflight:{records}:holders`).
 //!
 //! ```

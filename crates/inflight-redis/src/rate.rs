@@ -1,12 +1,16 @@
-//! [`FleetRate`]: a rate limit shared by a fleet, kept as a GCRA in Redis on the server's clock.
+//! [`FleetRate`]: a rate limit shared by a fleet, kept as a GCRA in Redis on the server's clock;
+//! and the rate gate of a fleet budget's store ([`RedisStore::rate`](crate::RedisStore::rate)).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use inflight::store::StoreError;
+use inflight::Rate;
 use tokio::time::Instant;
 
+use crate::engine::Engine;
 use crate::error::FleetUnavailable;
-use crate::RedisFleet;
+use crate::{Fail, FleetError, RedisFleet};
 
 /// How fast calls may start across every process that uses a rate limit of the same name: one
 /// every `interval`, with up to `burst` back to back after a quiet spell.
@@ -107,5 +111,324 @@ impl FleetRate {
                 other => return other,
             }
         }
+    }
+}
+
+/// The rate gate of a fleet budget, taken by its store after the fleet lease: the next slot of
+/// one GCRA in Redis (`inflight:{name}:rate`, the script of [`FleetRate`]), reserved in the order
+/// callers reach Redis, or refused at once when it comes after the caller's deadline.
+///
+/// While Redis cannot be asked, [`Fail::Local`] falls back to a gate of the same rate in this
+/// process alone (so a fleet of N replicas lets up to N times the rate through until Redis
+/// answers again), and [`Fail::Closed`] refuses.
+#[derive(Debug)]
+pub(crate) struct RateGate {
+    rate: Rate,
+    interval: Duration,
+    burst: u32,
+    local: LocalGcra,
+}
+
+impl RateGate {
+    /// A gate of `rate` with `burst`, checked as a budget checks its own.
+    pub(crate) fn new(rate: Rate, burst: u32) -> Result<RateGate, FleetError> {
+        let interval = rate
+            .interval()
+            .filter(|i| *i >= Duration::from_micros(1))
+            .ok_or_else(|| {
+                FleetError::Invalid(format!(
+                    "rate must be a positive finite rate of at most 1000000/s, got {rate}"
+                ))
+            })?;
+        if burst == 0 {
+            return Err(FleetError::Invalid(
+                "burst must be at least 1, got 0".to_string(),
+            ));
+        }
+        Ok(RateGate {
+            rate,
+            interval,
+            burst,
+            local: LocalGcra::new(interval, burst),
+        })
+    }
+
+    pub(crate) fn rate_limit(&self) -> (Rate, u32) {
+        (self.rate, self.burst)
+    }
+
+    /// Waits for this caller's slot, or refuses: [`StoreError::RateLimited`] at once when the
+    /// slot comes after `deadline`. `fleet_lease` says whether the caller's lease came from
+    /// Redis; one from the fallback (Redis is down) takes the local gate without asking.
+    pub(crate) async fn take(
+        &self,
+        engine: &Engine,
+        budget: &str,
+        deadline: Option<Instant>,
+        fleet_lease: bool,
+    ) -> Result<(), StoreError> {
+        if !fleet_lease {
+            return self.take_local(deadline).await;
+        }
+        let settings = engine.settings();
+        let asked = Instant::now();
+        let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(asked));
+        let op_deadline = match deadline {
+            Some(d) => d.min(asked + settings.op_timeout),
+            None => asked + settings.op_timeout,
+        };
+        let answer = tokio::time::timeout_at(
+            op_deadline,
+            engine
+                .server()
+                .reserve_rate(budget, self.interval, self.burst, max_wait),
+        )
+        .await;
+        let reason = match answer {
+            Ok(Ok(Ok(wait))) => {
+                tokio::time::sleep_until(Instant::now() + wait).await;
+                return Ok(());
+            }
+            Ok(Ok(Err(retry_after))) => return Err(StoreError::RateLimited { retry_after }),
+            Ok(Err(error)) => error,
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Err(StoreError::Timeout)
+            }
+            Err(_) => Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", settings.op_timeout),
+            )),
+        };
+        match settings.fail {
+            Fail::Local(_) => {
+                tracing::debug!(budget, error = %reason, "fleet rate: redis cannot be asked; the local rate applies");
+                self.take_local(deadline).await
+            }
+            Fail::Closed => Err(StoreError::unavailable(FleetUnavailable::new(
+                budget,
+                engine.address(),
+                reason,
+            ))),
+        }
+    }
+
+    async fn take_local(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
+        let now = Instant::now();
+        match self.local.reserve(now, deadline) {
+            Ok(at) => {
+                tokio::time::sleep_until(at).await;
+                Ok(())
+            }
+            Err(retry_after) => Err(StoreError::RateLimited { retry_after }),
+        }
+    }
+}
+
+/// A GCRA in this process, on tokio's clock, with the same arithmetic as the script: the
+/// fallback of a [`RateGate`]. A slot whose caller left before it came stays used.
+#[derive(Debug)]
+struct LocalGcra {
+    interval: Duration,
+    tolerance: Duration,
+    tat: Mutex<Option<Instant>>,
+}
+
+impl LocalGcra {
+    fn new(interval: Duration, burst: u32) -> LocalGcra {
+        LocalGcra {
+            interval,
+            tolerance: interval.saturating_mul(burst.max(1) - 1),
+            tat: Mutex::new(None),
+        }
+    }
+
+    /// Reserves the next slot if it comes no later than `deadline`: when it is; otherwise
+    /// reserves nothing and says how long the wait would have been.
+    fn reserve(&self, now: Instant, deadline: Option<Instant>) -> Result<Instant, Duration> {
+        let mut tat = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = tat.unwrap_or(now).max(now);
+        let at = current.checked_sub(self.tolerance).unwrap_or(now).max(now);
+        if deadline.is_some_and(|d| at > d) {
+            return Err(at - now);
+        }
+        *tat = Some(current + self.interval);
+        Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use inflight::{AcquireError, Budget};
+
+    use super::*;
+    use crate::engine::Settings;
+    use crate::fake::Shared;
+    use crate::RedisStore;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// One process's store on `server`, keeping 10 calls a second (and `burst`) for the fleet.
+    fn store(server: &Shared, limit: usize, fail: Fail, burst: u32) -> RedisStore {
+        RedisStore::from_engine(Engine::new(
+            Arc::new(server.clone()),
+            Settings {
+                limit,
+                lease: ms(300),
+                fail,
+                op_timeout: ms(100),
+                retry_after: ms(200),
+                first_pause: ms(5),
+                max_pause: ms(150),
+                queue_lease: ms(300),
+            },
+        ))
+        .rate(Rate::per_second(10.0), burst)
+        .unwrap()
+    }
+
+    fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
+        Budget::builder("llm")
+            .max_concurrent(local)
+            .permit_timeout(ms(timeout))
+            .store(Arc::new(store.clone()))
+            .build()
+            .unwrap()
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_past_the_deadline_is_refused_at_once_and_reserves_nothing() {
+        let server = Shared::default();
+        let (a, b) = (
+            store(&server, 4, Fail::Closed, 1),
+            store(&server, 4, Fail::Closed, 1),
+        );
+        let (a, b) = (budget(&a, 4, 50), budget(&b, 4, 50));
+        drop(a.acquire().await.unwrap());
+        // The other process's turn is 100 ms away, past its 50 ms deadline.
+        let start = Instant::now();
+        let refused = b.acquire().await.unwrap_err();
+        assert!(refused.is_rate_limited(), "{refused:?}");
+        assert_eq!(
+            refused.retry_after(),
+            Some(ms(100)),
+            "the slot it would have had"
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "refused without waiting");
+        assert_eq!(b.snapshot().rate_limited, 1);
+        settle().await;
+        assert_eq!(server.0.holders("llm"), 0, "its fleet lease went back");
+        // Nothing was reserved: at 100 ms the slot is free for the next caller, at once.
+        tokio::time::sleep(ms(100)).await;
+        let start = Instant::now();
+        drop(b.acquire().await.unwrap());
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn turns_go_in_arrival_order_across_processes() {
+        let server = Shared::default();
+        let stores: Vec<_> = (0..3)
+            .map(|_| store(&server, 16, Fail::Closed, 2))
+            .collect();
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        // Seven callers, arriving 1 ms apart, in turn from three processes.
+        for n in 0..7 {
+            let records = budget(&stores[n % 3], 16, 10_000);
+            tasks.push(tokio::spawn(async move {
+                let permit = records.acquire().await.unwrap();
+                let started = t0.elapsed();
+                tokio::time::sleep(ms(5)).await;
+                drop(permit);
+                started
+            }));
+            tokio::time::sleep(ms(1)).await;
+        }
+        let mut starts = Vec::new();
+        for task in tasks {
+            starts.push(task.await.unwrap());
+        }
+        // A burst of two, then one every 100 ms of the fleet's clock, in the order they came.
+        assert_eq!(
+            starts,
+            [ms(0), ms(1), ms(100), ms(200), ms(300), ms(400), ms(500)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fleet_rate_replaces_the_budgets_own() {
+        let server = Shared::default();
+        let s = store(&server, 4, Fail::Closed, 1);
+        // A budget that also names a rate of 1/s: only the fleet's 10/s applies.
+        let llm = Budget::builder("llm")
+            .max_concurrent(4)
+            .permit_timeout(ms(500))
+            .rate(Rate::per_second(1.0))
+            .store(Arc::new(s))
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        drop(llm.acquire().await.unwrap());
+        drop(llm.acquire().await.unwrap());
+        assert_eq!(
+            start.elapsed(),
+            ms(100),
+            "one slot of the fleet's 10/s later"
+        );
+        assert_eq!(llm.rate_limited_for(), None, "no rate gate in the budget");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_leaves_before_its_slot_gives_its_lease_back() {
+        let server = Shared::default();
+        let s = store(&server, 4, Fail::Closed, 1);
+        let llm = budget(&s, 4, 1000);
+        drop(llm.acquire().await.unwrap());
+        assert!(tokio::time::timeout(ms(50), llm.acquire()).await.is_err());
+        settle().await;
+        assert_eq!(server.0.holders("llm"), 0);
+        assert_eq!(llm.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_redis_is_down_local_applies_the_rate_per_process_and_closed_refuses() {
+        let server = Shared::default();
+        server.0.down.store(true, Relaxed);
+        let (a, b) = (
+            store(&server, 4, Fail::Local(4), 1),
+            store(&server, 4, Fail::Local(4), 1),
+        );
+        let (a, b) = (budget(&a, 4, 1000), budget(&b, 4, 50));
+        let start = Instant::now();
+        drop(a.acquire().await.unwrap());
+        drop(b.acquire().await.unwrap());
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "each process has its own gate"
+        );
+        drop(a.acquire().await.unwrap());
+        assert_eq!(start.elapsed(), ms(100), "and keeps the rate within it");
+        tokio::time::sleep(ms(50)).await;
+        drop(b.acquire().await.unwrap());
+        assert!(
+            b.acquire().await.unwrap_err().is_rate_limited(),
+            "its next local slot is past its deadline"
+        );
+        let c = budget(&store(&server, 4, Fail::Closed, 1), 4, 1000);
+        assert!(matches!(
+            c.acquire().await.unwrap_err(),
+            AcquireError::Unavailable(_)
+        ));
     }
 }

@@ -149,12 +149,16 @@ return removed
     ))
 });
 
-/// GCRA: lets one event through if the theoretical arrival time allows it.
+/// GCRA: lets one event through if the theoretical arrival time allows it, or, given a longest
+/// wait, reserves the next slot if it comes within it (turns in the order callers reach Redis).
 ///
 /// `KEYS[1]`: the budget's theoretical arrival time (server microseconds).
-/// `ARGV`: emission interval in microseconds, burst (events that may pass back to back).
+/// `ARGV`: emission interval in microseconds, burst (events that may pass back to back), and
+/// optionally the longest wait in microseconds for a slot to be reserved (default 0: now or not
+/// at all).
 ///
-/// Returns `{allowed (0|1), µs to wait before the next event would be allowed}`.
+/// Returns `{allowed (0|1), µs to wait}`: when allowed, until the reserved slot (0 without a
+/// longest wait); when not, until the next event would be allowed (nothing is reserved).
 pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -162,15 +166,18 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local max_wait = tonumber(ARGV[3] or '0')
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
 local new_tat = tat + interval
 local allow_at = new_tat - interval * burst
-if allow_at > now then
-  return {0, allow_at - now}
+local wait = allow_at - now
+if wait < 0 then wait = 0 end
+if wait > max_wait then
+  return {0, wait}
 end
 redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
-return {1, 0}
+return {1, wait}
 "#,
     )
 });

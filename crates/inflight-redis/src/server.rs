@@ -129,6 +129,17 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         report: ShareReport,
     ) -> BoxFuture<'static, Result<ShareReply, ServerError>>;
 
+    /// Reserves the next slot of rate limit `name` (its GCRA, on the server's clock) if it
+    /// comes within `max_wait`: `Ok(wait)`, how long until the slot. Otherwise reserves nothing:
+    /// `Err(wait)`, how long the caller would have had to wait.
+    fn reserve_rate(
+        &self,
+        name: &str,
+        interval: Duration,
+        burst: u32,
+        max_wait: Duration,
+    ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>>;
+
     /// A new lease id: the first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
     /// characters name the grants channel of this server's listener.
     fn lease_id(&self) -> Arc<str>;
@@ -337,6 +348,28 @@ impl Server for RedisServer {
                 target,
                 processes,
             })
+        })
+    }
+
+    fn reserve_rate(
+        &self,
+        name: &str,
+        interval: Duration,
+        burst: u32,
+        max_wait: Duration,
+    ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>> {
+        let conn = self.conn();
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let mut call = scripts::GCRA.key(scripts::rate_key(name));
+        call.arg(micros(interval).max(1))
+            .arg(burst.max(1))
+            // Far beyond any deadline, and exact in Lua's doubles.
+            .arg(micros(max_wait).min(1 << 52));
+        Box::pin(async move {
+            let (allowed, wait): (u8, i64) =
+                call.invoke_async(&mut conn?).await.map_err(server_error)?;
+            let wait = Duration::from_micros(wait.unsigned_abs());
+            Ok(if allowed == 1 { Ok(wait) } else { Err(wait) })
         })
     }
 

@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inflight::store::{Lease, Store, StoreError, StoreFuture};
+use inflight::Rate;
 use tokio::time::Instant;
 
 pub(crate) use crate::engine::Engine;
+use crate::rate::RateGate;
 use crate::snapshot::FleetSnapshot;
+use crate::FleetError;
 
 /// A [`Store`] whose permits live in Redis, shared by every process that uses a budget of the
 /// same name on the same Redis: one limit for a dependency across a whole fleet.
@@ -57,9 +60,15 @@ use crate::snapshot::FleetSnapshot;
 /// (its deadline, or its future dropped) leaves the queue with its release. A grant the channel
 /// dropped (a reconnect) is found by the next ask; when the channel is heard again, every
 /// waiter of the process asks at once, which also queues them again after a Redis restart.
+///
+/// # Rate
+///
+/// With [`RedisStore::rate`], the store also keeps the budget's rate limit for the whole fleet:
+/// see there.
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     engine: Arc<Engine>,
+    rate: Option<Arc<RateGate>>,
 }
 
 /// What a fleet budget does while Redis cannot be reached.
@@ -78,7 +87,64 @@ impl RedisStore {
     pub(crate) fn from_engine(engine: Engine) -> RedisStore {
         RedisStore {
             engine: Arc::new(engine),
+            rate: None,
         }
+    }
+
+    /// The same store, also keeping a rate limit for the whole fleet: calls start at most at
+    /// `rate` across every process that uses a budget of this name on this Redis, with up to
+    /// `burst` back to back after a quiet spell (as a budget's own
+    /// [`rate`](inflight::BudgetConfig::rate) and [`burst`](inflight::BudgetConfig::burst) do
+    /// in one process). In a budgets file: `rate` and `burst` on a budget with
+    /// `scope = "fleet"` (see [`load`](crate::load)).
+    ///
+    /// - **One gate.** The rate is one GCRA in Redis (`inflight:{name}:rate`), on the server's
+    ///   clock. The budget passes no rate gate of its own: a `rate` set on the budget too is not
+    ///   applied per process (the store's is the one that counts; give both the same value, or
+    ///   leave the budget's out).
+    /// - **Order and deadlines.** Each caller takes its fleet lease, then reserves the next slot
+    ///   in one round trip; slots go in the order callers reach Redis. The caller sleeps until
+    ///   its slot and starts then, holding its lease meanwhile. A caller whose slot would come
+    ///   after its `permit_timeout` reserves nothing and is refused at once with
+    ///   [`AcquireError::RateLimited`](inflight::AcquireError::RateLimited) (counted as
+    ///   `rate_limited` in the budget's snapshot); its lease goes back. Over any stretch of time
+    ///   `t`, at most `burst + t x rate` slots start across the fleet. A caller that gives up
+    ///   while it sleeps leaves its slot used.
+    /// - **While Redis cannot be reached**, [`Fail::Closed`] refuses (with
+    ///   [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable)), and
+    ///   [`Fail::Local`] applies the same rate in each process on its own: up to N times the
+    ///   rate across N replicas, until Redis answers again.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use inflight::{Budget, Rate};
+    /// use inflight_redis::{Fail, RedisFleet};
+    ///
+    /// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
+    /// // The provider's quota, 10 calls a second for every replica together, 5 at once after a
+    /// // pause; and at most 6 calls in flight across the fleet.
+    /// let llm = Budget::builder("llm")
+    ///     .max_concurrent(6)
+    ///     .permit_timeout(Duration::from_secs(2))
+    ///     .store(Arc::new(fleet.store(6, Fail::Closed).rate(Rate::per_second(10.0), 5).unwrap()))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(llm);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Invalid`] for a rate that is not positive and finite or is above a million
+    /// a second, or a burst of 0.
+    pub fn rate(mut self, rate: Rate, burst: u32) -> Result<RedisStore, FleetError> {
+        self.rate = Some(Arc::new(RateGate::new(rate, burst)?));
+        Ok(self)
+    }
+
+    /// The fleet's rate limit and its burst, if the store keeps one (see [`RedisStore::rate`]).
+    pub fn rate_limit(&self) -> Option<(Rate, u32)> {
+        self.rate.as_ref().map(|r| r.rate_limit())
     }
 
     /// The permits shared by the fleet.
@@ -129,10 +195,44 @@ impl Store for RedisStore {
         budget: &'a str,
         deadline: Option<Instant>,
     ) -> StoreFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(self.engine.acquire(budget, deadline))
+        let Some(rate) = &self.rate else {
+            return Box::pin(self.engine.acquire(budget, deadline));
+        };
+        Box::pin(async move {
+            let lease = self.engine.acquire(budget, deadline).await?;
+            // Given back if the caller is refused its slot, or leaves while it waits for it.
+            let mut held = HeldLease {
+                engine: &self.engine,
+                budget,
+                lease: Some(lease),
+            };
+            let fleet_lease = held.lease.as_ref().is_some_and(|l| !Engine::is_fallback(l));
+            rate.take(&self.engine, budget, deadline, fleet_lease)
+                .await?;
+            Ok(held.lease.take().expect("taken once"))
+        })
     }
 
     fn release(&self, budget: &str, lease: Lease) {
         self.engine.release(budget, lease);
+    }
+
+    fn keeps_rate(&self) -> bool {
+        self.rate.is_some()
+    }
+}
+
+/// A lease taken before the rate slot: released on drop unless the slot came.
+struct HeldLease<'a> {
+    engine: &'a Arc<Engine>,
+    budget: &'a str,
+    lease: Option<Lease>,
+}
+
+impl Drop for HeldLease<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.engine.release(self.budget, lease);
+        }
     }
 }

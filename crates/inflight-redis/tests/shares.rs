@@ -354,3 +354,24 @@ fn lease_mode_is_refused_on_a_local_budget_with_a_message_naming_the_key() {
         "budgets.search.lease_mode: must be \"per_call\" or \"shares\", got integer 3"
     );
 }
+
+#[test]
+fn shares_are_refused_next_to_a_fleet_rate_which_they_would_not_keep() {
+    let err = inflight::Budgets::from_toml_str(
+        r#"
+        [fleet]
+        url = "redis://127.0.0.1:6379"
+
+        [budgets.llm]
+        max_concurrent = 64
+        rate = "10/s"
+        scope = "fleet"
+        lease_mode = "shares"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "budgets.llm.lease_mode: \"shares\" keeps no fleet rate: a fleet budget with a rate holds its permits per call (leave lease_mode out)"
+    );
+}

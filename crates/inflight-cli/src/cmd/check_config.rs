@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use inflight::config::{ProxyConfig, Release, Route, DEFAULT_OVERLOAD_STATUS};
+use inflight::config::{ProxyConfig, Release, Route, Scope, DEFAULT_OVERLOAD_STATUS};
 use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Budgets, Rate};
 use serde_json::{json, Value};
@@ -24,6 +24,10 @@ Little's law: calls in flight = throughput x time per call.
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
 any of overload_status, preserve_host, upstream_http2, overload_on_timeout and ca_file that
 differ from their defaults; the [proxy] table's admin and drain follow the budgets.
+
+A fleet budget (scope = \"fleet\") with a rate shows rate_scope fleet (rate_scope in --json:
+\"fleet\", \"local\", or null without a rate): its rate holds for every replica together, kept
+in the fleet's store, and no process applies it on its own.
 
 Example:
   inflight check-config examples/budgets.toml
@@ -103,7 +107,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let reports: Vec<BudgetReport<'_>> = budgets
         .iter()
-        .map(|b| BudgetReport::new(b.name(), b.config(), budgets.route(b.name())))
+        .map(|b| {
+            let fleet = matches!(budgets.scope(b.name()), Some(Scope::Fleet { .. }));
+            BudgetReport::new(b.name(), b.config(), budgets.route(b.name()), fleet)
+        })
         .collect();
     // The proxy's own settings, for a file that `inflight proxy` would run.
     let proxy = budgets
@@ -140,15 +147,18 @@ struct BudgetReport<'a> {
     name: &'a str,
     config: &'a BudgetConfig,
     route: Option<&'a Route>,
+    /// The budget keeps its permits, and its rate, in the fleet's store (`scope = "fleet"`).
+    fleet: bool,
     assessment: Assessment,
 }
 
 impl<'a> BudgetReport<'a> {
-    fn new(name: &'a str, config: &'a BudgetConfig, route: Option<&'a Route>) -> Self {
+    fn new(name: &'a str, config: &'a BudgetConfig, route: Option<&'a Route>, fleet: bool) -> Self {
         BudgetReport {
             name,
             config,
             route,
+            fleet,
             assessment: assess(config),
         }
     }
@@ -173,6 +183,7 @@ impl<'a> BudgetReport<'a> {
             "adaptive": adaptive_json(c),
             "rate_per_s": c.rate_limit().map(|(r, _)| r.events_per_second()),
             "burst": c.rate_limit().map(|(_, b)| b),
+            "rate_scope": c.rate_limit().map(|_| if self.fleet { "fleet" } else { "local" }),
             "rate_needs_in_flight": a.rate_in_flight,
             "warnings": a.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
         });
@@ -398,6 +409,12 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                         "  rate            {rate_text}, burst {burst}  (add service_time to see the calls in flight it needs)"
                     );
                 }
+            }
+            if r.fleet {
+                let _ = writeln!(
+                    out,
+                    "  rate_scope      fleet (one rate for every replica together, kept in the fleet's store; no rate per process)"
+                );
             }
         }
         if let Some(route) = r.route {

@@ -365,6 +365,7 @@ const EXAMPLE_JSON: &str = r#"{
       "adaptive": null,
       "rate_per_s": null,
       "burst": null,
+      "rate_scope": null,
       "rate_needs_in_flight": null,
       "warnings": []
     },
@@ -383,6 +384,7 @@ const EXAMPLE_JSON: &str = r#"{
       "adaptive": null,
       "rate_per_s": null,
       "burst": null,
+      "rate_scope": null,
       "rate_needs_in_flight": null,
       "warnings": []
     }
@@ -497,6 +499,7 @@ const VERDICTS_JSON: &str = r#"{
       "adaptive": null,
       "rate_per_s": 100.0,
       "burst": 1,
+      "rate_scope": "local",
       "rate_needs_in_flight": 7.000000000000001,
       "warnings": []
     },
@@ -515,6 +518,7 @@ const VERDICTS_JSON: &str = r#"{
       "adaptive": null,
       "rate_per_s": 100.0,
       "burst": 5,
+      "rate_scope": "local",
       "rate_needs_in_flight": 15.0,
       "warnings": [
         "target_rate 120/s needs 18.0 calls in flight but max_concurrent is 6 (at most 40/s): lower the target, or raise the budget after measuring that the service can take it",
@@ -545,6 +549,7 @@ const VERDICTS_JSON: &str = r#"{
       },
       "rate_per_s": 100.0,
       "burst": 1,
+      "rate_scope": "local",
       "rate_needs_in_flight": 15.0,
       "warnings": []
     },
@@ -563,6 +568,7 @@ const VERDICTS_JSON: &str = r#"{
       "adaptive": null,
       "rate_per_s": 5.0,
       "burst": 1,
+      "rate_scope": "local",
       "rate_needs_in_flight": null,
       "warnings": [
         "permit_timeout 1s never applies with max_queued = 0 (callers are turned away instead of waiting)",
@@ -821,4 +827,59 @@ fn a_ca_file_is_found_beside_the_budgets_file_and_a_bad_one_exits_2_naming_it() 
             .contains("\"certs/ca.pem\" is a CA file, and only an https:// upstream takes one"),
         "{doc}"
     );
+}
+
+#[test]
+fn a_fleet_budgets_rate_is_shown_as_fleet_wide() {
+    let f = file(
+        r#"[fleet]
+url = "redis://127.0.0.1:6379"
+
+[budgets.llm]
+max_concurrent = 16
+rate = "600/min"
+burst = 5
+scope = "fleet"
+
+[budgets.local_llm]
+max_concurrent = 16
+rate = "10/s"
+
+[budgets.records]
+max_concurrent = 6
+scope = "fleet"
+"#,
+    );
+    let path = f.path().to_str().unwrap();
+    let (code, text) = check_config_output(&[path], "");
+    assert_eq!(code, Some(0), "{text}");
+    let fleet_line = "  rate_scope      fleet (one rate for every replica together, kept in the fleet's store; no rate per process)\n";
+    let llm = text.split("[local_llm]").next().unwrap();
+    assert!(
+        llm.contains(&format!("  rate            10/s, burst 5  (add service_time to see the calls in flight it needs)\n{fleet_line}")),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("rate_scope").count(),
+        1,
+        "only the fleet budget with a rate: {text}"
+    );
+    let (code, json) = check_config_output(&[path, "--json"], "");
+    assert_eq!(code, Some(0));
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let scopes: Vec<_> = doc["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["name"].as_str().unwrap(), b["rate_scope"].clone()))
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("llm", serde_json::json!("fleet")),
+            ("local_llm", serde_json::json!("local")),
+            ("records", serde_json::Value::Null),
+        ]
+    );
+    assert_eq!(doc["budgets"][0]["rate_per_s"], 10.0);
 }

@@ -17,6 +17,7 @@
 //!    first and followed by a wait for a permit would let several calls whose permits freed
 //!    together start at once, a burst the rate limit promised not to send. The cost is a permit
 //!    held while its caller waits for its slot; when the rate is what binds, permits are not.
+//!    A store that keeps the rate itself ([`Store::keeps_rate`]) replaces this gate.
 //! 4. **Shared lease**, when the budget has a [`Store`]: taken while holding the local permit,
 //!    so that a process never asks the store for more than its own share, within the same
 //!    deadline.
@@ -113,7 +114,12 @@ impl Engine {
         });
         let name: Arc<str> = Arc::from(name);
         #[cfg(feature = "rate")]
-        let rate = config.rate.map(|r| {
+        // A store that keeps the rate itself (shared by a fleet) is the only rate gate.
+        let rate = config
+            .rate
+            .filter(|_| !store.as_ref().is_some_and(|s| s.keeps_rate()));
+        #[cfg(feature = "rate")]
+        let rate = rate.map(|r| {
             let interval = r.interval().unwrap_or(Duration::from_secs(1));
             Gcra::new(interval, config.burst.unwrap_or(1))
         });
@@ -297,6 +303,11 @@ impl Engine {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
                     return Err(AcquireError::PermitTimeout);
+                }
+                Err(StoreError::RateLimited { retry_after }) => {
+                    attempt.ended = true;
+                    self.stats.rate_limited();
+                    return Err(AcquireError::RateLimited { retry_after });
                 }
                 Err(e) => {
                     attempt.ended = true;

@@ -152,6 +152,12 @@ fn lease_mode(name: &str, table: &Table, scope: Scope) -> Result<Option<LeaseMod
         )),
         (None, true) => Ok(Some(LeaseMode::PerCall)),
         (Some(Value::String(s)), true) if s == "per_call" => Ok(Some(LeaseMode::PerCall)),
+        (Some(Value::String(s)), true) if s == "shares" && table.contains_key("rate") => {
+            Err(ConfigError::invalid(
+                field,
+                "\"shares\" keeps no fleet rate: a fleet budget with a rate holds its permits per call (leave lease_mode out)",
+            ))
+        }
         (Some(Value::String(s)), true) if s == "shares" => Ok(Some(LeaseMode::Shares)),
         (Some(other), true) => Err(ConfigError::invalid(
             field,

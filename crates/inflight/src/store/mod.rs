@@ -65,6 +65,13 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 
     /// Gives a lease back.
     fn release(&self, budget: &str, lease: Lease);
+
+    /// Whether the store enforces a rate limit of its own within `acquire` (one shared by every
+    /// process that uses it): the budget then passes no rate gate of its own, and a caller whose
+    /// turn comes after its deadline is refused with [`StoreError::RateLimited`]. Default: no.
+    fn keeps_rate(&self) -> bool {
+        false
+    }
 }
 
 /// A permit held in a [`Store`], named by an id the store chose.
@@ -216,6 +223,13 @@ pub enum StoreError {
     /// The store could not be asked (it is unreachable, or answered with an error).
     #[error("{0}")]
     Unavailable(Arc<dyn std::error::Error + Send + Sync>),
+    /// The store's own rate limit (see [`Store::keeps_rate`]) would let the call start only
+    /// after the deadline; refused at once, without waiting.
+    #[error("the store's rate limit lets the next call start only after the permit deadline")]
+    RateLimited {
+        /// How long until the slot the caller would have had.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl StoreError {
@@ -229,6 +243,10 @@ impl PartialEq for StoreError {
     fn eq(&self, other: &StoreError) -> bool {
         match (self, other) {
             (StoreError::Timeout, StoreError::Timeout) => true,
+            (
+                StoreError::RateLimited { retry_after: a },
+                StoreError::RateLimited { retry_after: b },
+            ) => a == b,
             (StoreError::Unavailable(a), StoreError::Unavailable(b)) => {
                 Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
             }

@@ -136,6 +136,15 @@ impl Server for Cut {
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>> {
         self.server.gcra(n, i, b)
     }
+    fn reserve_rate(
+        &self,
+        n: &str,
+        i: Duration,
+        b: u32,
+        max_wait: Duration,
+    ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>> {
+        self.server.reserve_rate(n, i, b, max_wait)
+    }
     fn shares(
         &self,
         b: &str,
