@@ -206,7 +206,7 @@ impl Vegas {
         } else if full {
             if self.slow_start {
                 self.ramp = self.limit.div_ceil(2);
-                self.step_ramp();
+                self.step_ramp(now);
             } else if self.limit < self.max && self.ceiling.allows(self.limit + 1) {
                 self.limit += 1;
             }
@@ -214,8 +214,10 @@ impl Vegas {
     }
 
     /// Slow start's growth, one permit at a time: a dependency that refuses beyond its capacity
-    /// then refuses one call, not the burst a jump by half would send at once.
-    fn step_ramp(&mut self) {
+    /// then refuses one call, not the burst a jump by half would send at once. The window
+    /// restarts when the growth is done, so that it measures the limit reached, not calls
+    /// granted on the way there (fewer in flight, so faster: they would hide a queue).
+    fn step_ramp(&mut self, now: Instant) {
         if self.ramp == 0 {
             return;
         }
@@ -224,6 +226,9 @@ impl Vegas {
             self.ramp -= 1;
         } else {
             self.ramp = 0;
+        }
+        if self.ramp == 0 {
+            self.restart_window(now);
         }
     }
 }
@@ -253,8 +258,8 @@ impl Limit for Vegas {
                 }
             }
             Outcome::Success => {
-                self.step_ramp();
                 let now = Instant::now();
+                self.step_ramp(now);
                 if granted_by(self.window_start, now, sample.latency) {
                     // Granted before this window began: it measured an earlier limit.
                     return;
@@ -485,6 +490,49 @@ mod tests {
         // Once found, the capacity is used: 6 at a time is 40 calls/s.
         let late = run.served_between(&served_at, 2.0, 20.0);
         assert!(late as f64 >= 0.95 * 40.0 * 18.0, "{late} served in 18 s");
+    }
+
+    /// The window after slow start's growth measures the limit reached: calls granted on the way
+    /// there, with fewer in flight, are faster and would hide the queue the new limit builds.
+    #[tokio::test(start_paused = true)]
+    async fn the_window_after_a_ramp_measures_the_limit_reached() {
+        let ms = Duration::from_millis;
+        let mut limit = Vegas::new(1, 8, 64);
+        tokio::time::sleep(ms(30)).await;
+        for _ in 0..8 {
+            limit.on_sample(&Sample::new(ms(30), 8, Outcome::Success));
+        }
+        assert_eq!(limit.current(), 9, "slow start began its growth by 4");
+        // Three calls granted just after, with 9 to 11 in flight, answer fast; each adds one.
+        tokio::time::sleep(ms(20)).await;
+        for in_flight in 9..12 {
+            limit.on_sample(&Sample::new(ms(19), in_flight, Outcome::Success));
+        }
+        assert_eq!(limit.current(), 12);
+        // At 12, calls take 36 ms against 30: 12 x (1 - 30/36) = 2 calls queue. Stop growing.
+        tokio::time::sleep(ms(37)).await;
+        for _ in 0..12 {
+            limit.on_sample(&Sample::new(ms(36), 12, Outcome::Success));
+        }
+        assert_eq!(limit.current(), 12, "grew into a queue of 2");
+    }
+
+    /// The lab's healthy and slow-write system of record: 6 served and 6 queued. Slow start
+    /// finds the queue in latency before the refusals begin, whatever the service time.
+    #[tokio::test(start_paused = true)]
+    async fn slow_start_stops_at_a_queue_before_it_is_refused() {
+        for median in [30, 150] {
+            let mut limit = Vegas::new(1, 4, 64);
+            let (run, _) = run(
+                &mut limit,
+                &[phase(0, 6, 6)],
+                (Duration::from_millis(median), 0.2),
+                Duration::from_secs(10),
+            )
+            .await;
+            assert_eq!(run.refused, 0, "{median} ms: {:?}", run.limits);
+            assert!(run.served as f64 >= 0.95 * 10.0 * 6000.0 / median as f64);
+        }
     }
 
     /// The capacity doubles with no queue to show it: the limit finds it within a bounded number
