@@ -178,7 +178,10 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
     assert_eq!(r.status().as_u16(), 400);
     let body: Value = r.json().await.unwrap();
     let message = body["error"].as_str().unwrap();
-    assert!(message.contains("fast, hanging, quota, slow-writes"), "{message}");
+    assert!(
+        message.contains("fast, hanging, quota, slow-writes"),
+        "{message}"
+    );
 
     let r = post_json(
         &c,
