@@ -18,6 +18,11 @@ description = "everything 10 ms"
 enrichment = { median = "10ms", sigma = 0.1 }
 records = { median = "10ms", capacity = 2, queue = 1 }
 
+[scenarios.quota]
+description = "enrichment 10 ms under a quota of 2 calls/s, no burst"
+enrichment = { median = "10ms", quota = "2/s", quota_burst = 1 }
+records = { median = "10ms", capacity = 6, queue = 0 }
+
 [scenarios.hanging]
 description = "every enrichment call hangs for a minute"
 enrichment = { median = "10ms", hang_probability = 1.0, hang = "60s" }
@@ -173,7 +178,10 @@ async fn bad_requests_get_400_with_a_message_and_unknown_paths_404() {
     assert_eq!(r.status().as_u16(), 400);
     let body: Value = r.json().await.unwrap();
     let message = body["error"].as_str().unwrap();
-    assert!(message.contains("fast, hanging, slow-writes"), "{message}");
+    assert!(
+        message.contains("fast, hanging, quota, slow-writes"),
+        "{message}"
+    );
 
     let r = post_json(
         &c,
@@ -328,4 +336,31 @@ async fn oversized_bodies_get_a_json_413_and_silent_connections_are_closed() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A call over the quota is answered 429 with the wait until the quota admits one: in whole
+/// seconds (`Retry-After`) and milliseconds (`retry-after-ms`), both rounded up, so a caller that
+/// waits `retry-after-ms` is admitted.
+#[tokio::test]
+async fn a_429_over_the_quota_says_when_to_come_back() {
+    let sim = start("quota").await;
+    let c = client();
+    let url = format!("{}/enrich/1", sim.url());
+    assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    let refused = c.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let header = |name: &str| -> u64 {
+        let value = refused
+            .headers()
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        value.to_str().unwrap().parse().unwrap()
+    };
+    let (seconds, millis) = (header("retry-after"), header("retry-after-ms"));
+    // One call a 500 ms: the next turn is at most 500 ms away.
+    assert!((1..=500).contains(&millis), "retry-after-ms: {millis}");
+    assert_eq!(seconds, 1, "{millis} ms rounded up to whole seconds");
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(stats(&c, sim.url()).await.enrich.rejected_429, 1);
 }
