@@ -22,7 +22,7 @@
 //! min = 1                   # the floor, default 1
 //! max = 64                  # the ceiling (max_concurrent is the same number), default 100
 //! initial = 4               # where it starts, default 4
-//! backoff = 0.75            # the cut on overload, 0.5 to 0.95, default 0.75
+//! backoff = 0.75            # the cut on overload, 0.5 to 0.95, default 0.5 (vegas), 0.75 (aimd)
 //! ```
 //!
 //! A budget may also limit how fast calls start, next to how many run at once (feature `rate`,

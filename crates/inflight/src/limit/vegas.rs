@@ -52,7 +52,7 @@ use super::{Limit, Outcome, Sample};
 ///   limit slow-starts from there: a capacity that grew is found within the longest wait and a
 ///   few windows more.
 /// - **A loss.** The call was refused at a level that had held: the dependency lost capacity. The
-///   limit is cut to `backoff` times itself, and what held is learnt again. A probe refused soon
+///   limit is cut to `backoff` times itself (default half), and what held is learnt again. A probe refused soon
 ///   after a loss waits only 2 windows before the next (doubling from there): a dependency that
 ///   just changed may change back.
 ///
@@ -120,8 +120,11 @@ const BASELINE_RISE: f64 = 0.02;
 impl Vegas {
     /// The default queue bounds: grow under 1 queued call, shrink over 3.
     pub const DEFAULT_QUEUE: (f64, f64) = (1.0, 3.0);
-    /// The default cut on overload: to three quarters.
-    pub const DEFAULT_BACKOFF: f64 = 0.75;
+    /// The default cut on a loss: to half, as TCP Reno halves its window. A refusal at a level
+    /// that had held means the dependency lost capacity, usually more than a quarter of it (a
+    /// replica gone, a pool halved), and a cut to three quarters met one more refusal on the way
+    /// down; refused probes are not cut at all (see above), so the deep cut costs them nothing.
+    pub const DEFAULT_BACKOFF: f64 = 0.5;
 
     /// A limit between `min` and `max` (both at least 1), starting at `initial`.
     pub fn new(min: usize, initial: usize, max: usize) -> Vegas {
