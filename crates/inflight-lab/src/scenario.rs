@@ -465,6 +465,7 @@ mod tests {
             set.names(),
             vec![
                 "degrading",
+                "hard-limit",
                 "healthy",
                 "quota",
                 "slow-enrichment",
@@ -497,6 +498,12 @@ mod tests {
             slow_write.records.latency.median,
             Duration::from_millis(150)
         );
+        let hard_limit = set.get("hard-limit").unwrap();
+        assert_eq!(
+            (hard_limit.records.capacity, hard_limit.records.queue),
+            (6, 0)
+        );
+        assert_eq!(hard_limit.records.latency, slow_write.records.latency);
         let slow_enrichment = set.get("slow-enrichment").unwrap();
         assert_eq!(
             slow_enrichment.enrichment.median,
@@ -511,7 +518,7 @@ mod tests {
         let err = ScenarioSet::builtin().get("nope").unwrap_err().to_string();
         assert!(err.contains("unknown scenario `nope`"), "{err}");
         assert!(
-            err.contains("degrading, healthy, quota, slow-enrichment, slow-write"),
+            err.contains("degrading, hard-limit, healthy, quota, slow-enrichment, slow-write"),
             "{err}"
         );
     }

@@ -51,7 +51,8 @@ enum LabCommand {
 Strategies in the built-in strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4-proxy,
   c5-proxy (budgets in an inflight proxy the lab starts), tower-acc-gradient2, tower-acc-vegas,
   tower-resilience-aimd, tower-resilience-vegas, c4r, c4-fleet, c4-measured
-Scenarios in the built-in scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota
+Scenarios in the built-in scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota,
+  hard-limit (no queue: 503 beyond 6)
 (A lab/ folder in the current directory, or --lab-dir, may hold others; `lab run` names the
 files it uses.)
 

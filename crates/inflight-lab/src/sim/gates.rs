@@ -99,16 +99,20 @@ impl QuotaGate {
         }
     }
 
-    /// Whether a call arriving now is within the quota (and counts it if so).
-    pub(crate) fn admit(&self) -> bool {
+    /// Admits a call arriving now if it is within the quota (and counts it); otherwise says how
+    /// long until the quota would admit one, from the gate's own state: a call that arrives after
+    /// that wait is admitted unless others came first.
+    pub(crate) fn admit(&self) -> Result<(), Duration> {
         let now = Instant::now();
         let mut tat = self.tat.lock().unwrap_or_else(|e| e.into_inner());
         let current = tat.unwrap_or(now);
-        if current.checked_sub(self.tolerance).is_some_and(|t| now < t) {
-            return false;
+        if let Some(earliest) = current.checked_sub(self.tolerance) {
+            if now < earliest {
+                return Err(earliest - now);
+            }
         }
         *tat = Some(current.max(now) + self.interval);
-        true
+        Ok(())
     }
 }
 
@@ -125,17 +129,47 @@ mod tests {
             },
             1.0,
         );
-        assert!(gate.admit() && gate.admit());
-        assert!(!gate.admit(), "the burst is spent");
+        assert!(gate.admit().is_ok() && gate.admit().is_ok());
+        assert!(gate.admit().is_err(), "the burst is spent");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(gate.admit());
-        assert!(!gate.admit());
+        assert!(gate.admit().is_ok());
+        assert!(gate.admit().is_err());
         let mut admitted = 0;
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            admitted += usize::from(gate.admit());
+            admitted += usize::from(gate.admit().is_ok());
         }
         assert_eq!(admitted, 10, "one per 100 ms over a second");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_says_how_long_until_the_quota_admits() {
+        let gate = QuotaGate::new(
+            Quota {
+                per_second: 10.0,
+                burst: 2,
+            },
+            1.0,
+        );
+        assert!(gate.admit().is_ok() && gate.admit().is_ok());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Two calls at 0 ms with a burst of 2 at 10/s: the next is admitted at 100 ms.
+        let wait = gate.admit().unwrap_err();
+        assert_eq!(wait, Duration::from_millis(70));
+        tokio::time::sleep(wait - Duration::from_millis(1)).await;
+        assert_eq!(gate.admit().unwrap_err(), Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(gate.admit().is_ok(), "admitted once the wait is over");
+        // At a time scale of 0.5 the quota is 20/s: the wait halves.
+        let fast = QuotaGate::new(
+            Quota {
+                per_second: 10.0,
+                burst: 1,
+            },
+            0.5,
+        );
+        assert!(fast.admit().is_ok());
+        assert_eq!(fast.admit().unwrap_err(), Duration::from_millis(50));
     }
 
     #[tokio::test(start_paused = true)]

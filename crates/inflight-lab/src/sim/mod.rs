@@ -1,6 +1,8 @@
 //! The simulated dependencies served over HTTP/1.1 on 127.0.0.1: the enrichment API and the system of record.
 //!
 //! - `GET /enrich/{id}`: answers after the scenario's enrichment latency; takes any number at once.
+//!   Beyond the scenario's quota, if any: 429 at once, with `Retry-After` (whole seconds) and
+//!   `retry-after-ms` saying when the quota would admit a call.
 //! - `POST /records` (`{"id": <int>, "complete": <bool>}`): at most `capacity` in service, at most
 //!   `queue` more waiting, 503 at once beyond that.
 //! - `GET /stats`, `POST /stats/reset`, `GET /scenario`, `POST /scenario` (switch, reseed, reset).
@@ -332,12 +334,9 @@ async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Respon
         let (latency, _hang) = scenario.enrichment.sample(rng);
         (latency.mul_f64(*time_scale), quota.clone())
     };
-    if quota.is_some_and(|q| !q.admit()) {
+    if let Some(Err(wait)) = quota.map(|q| q.admit()) {
         counters.rejected_429.fetch_add(1, Ordering::SeqCst);
-        return error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "enrichment quota exceeded: slow down",
-        );
+        return quota_exceeded(wait);
     }
     // Every enrichment call is in service at once: there is no queue and no refusal.
     let _in_service = counters.in_service.enter();
@@ -346,6 +345,27 @@ async fn enrich(State(state): State<SimState>, Path(id): Path<String>) -> Respon
     counters.accepted.fetch_add(1, Ordering::SeqCst);
     Json(json!({ "id": id, "score": score(id) })).into_response()
 }
+
+/// A 429 for a call beyond the quota, with the wait until the quota admits one: `Retry-After` in
+/// whole seconds rounded up (RFC 9110's delta-seconds, at least 1), and `retry-after-ms` in whole
+/// milliseconds rounded up, as LLM providers send it. A caller that waits either is not early.
+fn quota_exceeded(wait: Duration) -> Response {
+    let round_up =
+        |unit: u128| u64::try_from(wait.as_nanos().div_ceil(unit).max(1)).unwrap_or(u64::MAX);
+    let (seconds, millis) = (round_up(1_000_000_000), round_up(1_000_000));
+    let mut response = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!("enrichment quota exceeded: retry in {millis} ms"),
+    );
+    let headers = response.headers_mut();
+    headers.insert(axum::http::header::RETRY_AFTER, seconds.into());
+    headers.insert(RETRY_AFTER_MS, millis.into());
+    response
+}
+
+/// The header with the exact wait in milliseconds.
+const RETRY_AFTER_MS: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("retry-after-ms");
 
 /// A stable made-up enrichment value per id, so answers are checkable.
 fn score(id: i64) -> f64 {
@@ -662,7 +682,10 @@ mod tests {
         config.time_scale = 1.0;
         config.scenario = "nope".into();
         let err = SimState::new(config).err().unwrap().to_string();
-        assert!(err.contains("known scenarios: degrading, healthy"), "{err}");
+        assert!(
+            err.contains("known scenarios: degrading, hard-limit, healthy"),
+            "{err}"
+        );
     }
 
     /// A 30 ms call at time scale 0.05 must last 1.5 ms. On tokio's timer, which rounds each
@@ -713,6 +736,41 @@ mod tests {
                 "{endpoint}: calls of {ideal:?} took {median:?} (median)"
             );
         }
+    }
+
+    /// The quota's 429s say when to come back, from the quota's own state: a call made after
+    /// `retry-after-ms` is admitted, and `Retry-After` is that wait in whole seconds, rounded up.
+    #[tokio::test]
+    async fn a_429_carries_the_wait_until_the_quota_admits() {
+        let scenarios = ScenarioSet::parse(
+            r#"
+            [scenarios.q]
+            description = "10 calls/s, no burst"
+            enrichment = { median = "1ms", quota = "10/s", quota_burst = 1 }
+            records = { median = "1ms", capacity = 1, queue = 0 }
+            "#,
+            "test",
+        )
+        .unwrap();
+        let state = SimState::new(SimConfig {
+            scenarios,
+            scenario: "q".into(),
+            seed: 1,
+            time_scale: 1.0,
+        })
+        .unwrap();
+        let call = || enrich(State(state.clone()), Path("7".into()));
+        assert_eq!(call().await.status(), StatusCode::OK);
+        let refused = call().await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let header =
+            |name: &str| -> u64 { refused.headers()[name].to_str().unwrap().parse().unwrap() };
+        let (seconds, millis) = (header("retry-after"), header("retry-after-ms"));
+        assert_eq!(seconds, 1, "100 ms or less, rounded up to a whole second");
+        assert!((1..=100).contains(&millis), "retry-after-ms: {millis}");
+        assert_eq!(state.stats().enrich.rejected_429, 1);
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        assert_eq!(call().await.status(), StatusCode::OK, "waited {millis} ms");
     }
 
     #[test]

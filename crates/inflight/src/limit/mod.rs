@@ -65,6 +65,8 @@
 mod adaptive;
 #[cfg(feature = "adaptive")]
 mod aimd;
+#[cfg(feature = "adaptive")]
+mod ceiling;
 mod fixed;
 #[cfg(feature = "adaptive")]
 mod round_trip;
