@@ -21,6 +21,10 @@ use tower::{Layer, ServiceExt};
 
 use crate::strategy::{GateSpec, Peer};
 
+mod retry;
+
+pub(crate) use self::retry::{MakeCall, RetryCounts, Retrying};
+
 /// How a single call ended, when it did not answer as hoped.
 #[derive(Debug)]
 pub(crate) enum CallFailure {
@@ -41,9 +45,22 @@ impl CallFailure {
     }
 }
 
-/// One call to a dependency: its answer's status, or why there was none.
+/// A dependency's answer: its status, and when it said to come back (`Retry-After`, read by
+/// `inflight::RetryAfter`), if it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+/// One call to a dependency: its answer, or why there was none.
 pub(crate) type CallFuture =
-    Pin<Box<dyn Future<Output = Result<u16, CallFailure>> + Send + 'static>>;
+    Pin<Box<dyn Future<Output = Result<Answer, CallFailure>> + Send + 'static>>;
+
+/// A call's answer's status alone, as a gate without retries gives it to its limit.
+async fn status_of(call: CallFuture) -> Result<u16, CallFailure> {
+    call.await.map(|answer| answer.status)
+}
 
 /// A call as a peer limiter's request (a named type, so that the service's request type carries
 /// no trait-object lifetime for the compiler to generalise over).
@@ -51,7 +68,7 @@ pub(crate) struct Call(CallFuture);
 
 /// What an answer tells a limit: 503 and 429 are overload, like a transport failure; a timeout
 /// says nothing (see the module docs).
-fn classify(result: &Result<u16, CallFailure>) -> Outcome {
+pub(crate) fn classify(result: &Result<u16, CallFailure>) -> Outcome {
     match result {
         Err(CallFailure::Timeout) => Outcome::Ignore,
         Ok(503 | 429) | Err(_) => Outcome::Overload,
@@ -139,7 +156,7 @@ impl Gate {
             Gate::Budget(budget) => {
                 // The timeout runs inside the call, so the classifier sees it (as nothing).
                 let timed = async move {
-                    tokio::time::timeout(timeout, call)
+                    tokio::time::timeout(timeout, status_of(call))
                         .await
                         .unwrap_or(Err(CallFailure::Timeout))
                 };
@@ -178,7 +195,7 @@ impl PeerGate {
     /// shorter than the client timeout, so a slow but successful call is not a failure).
     fn new(peer: Peer, call_timeout: Duration) -> Result<PeerGate, String> {
         let inner = tower::service_fn(move |Call(call): Call| async move {
-            match tokio::time::timeout(call_timeout, call).await {
+            match tokio::time::timeout(call_timeout, status_of(call)).await {
                 Err(_) => Ok(TIMED_OUT),
                 Ok(Ok(code @ (429 | 503))) => Err(CallFailure::Status(code)),
                 Ok(other) => other,

@@ -313,7 +313,8 @@ pub struct RunResult {
     pub completion_s: f64,
     /// (complete + incomplete) / completion_s.
     pub accepted_per_s: f64,
-    /// 503 answers from the system of record, as counted by the runner.
+    /// 503 answers from the system of record, as counted by the runner (every attempt's: with
+    /// retries, a record may get more than one).
     pub write_503s: u64,
     /// Most writes inside the system of record at once, counting those about to be refused (sim stats).
     pub peak_writes_offered: u64,
@@ -327,9 +328,27 @@ pub struct RunResult {
     /// Enrichment calls that hit the client timeout.
     #[serde(default)]
     pub enrichment_timeouts: u64,
-    /// Enrichment calls answered 429 (over the enrichment API's quota).
+    /// Enrichment calls answered 429 (over the enrichment API's quota), every attempt's.
     #[serde(default)]
     pub enrichment_429s: u64,
+    /// Enrichment calls made, every attempt counted (a retry is one more call).
+    #[serde(default)]
+    pub enrichment_calls: u64,
+    /// Writes made, every attempt counted.
+    #[serde(default)]
+    pub write_calls: u64,
+    /// Retries of enrichment calls (a strategy with `retry`).
+    #[serde(default)]
+    pub enrichment_retries: u64,
+    /// Retries of enrichment calls the retry budget refused.
+    #[serde(default)]
+    pub enrichment_retries_denied: u64,
+    /// Retries of writes.
+    #[serde(default)]
+    pub write_retries: u64,
+    /// Retries of writes the retry budget refused.
+    #[serde(default)]
+    pub write_retries_denied: u64,
     /// Calls in flight per dependency, sampled every `timeline_interval_ms` (with several
     /// replicas: the sum of their samples, each replica sampling from its own start).
     #[serde(default)]
@@ -442,6 +461,18 @@ pub struct SummaryRow {
     /// Enrichment calls answered 429 (over the enrichment API's quota).
     #[serde(default)]
     pub enrichment_429s: Spread,
+    /// Records complete, as a fraction of the records started.
+    #[serde(default)]
+    pub complete_fraction: Spread,
+    /// Enrichment calls answered 429, as a fraction of the enrichment calls made (every attempt).
+    #[serde(default)]
+    pub enrichment_429_fraction: Spread,
+    /// Retries of enrichment calls.
+    #[serde(default)]
+    pub enrichment_retries: Spread,
+    /// Retries of writes.
+    #[serde(default)]
+    pub write_retries: Spread,
 }
 
 impl SummaryRow {
@@ -460,6 +491,10 @@ impl SummaryRow {
             Metric::IncompleteFraction => self.incomplete_fraction,
             Metric::Write503Fraction => self.write_503_fraction,
             Metric::Enrichment429s => self.enrichment_429s,
+            Metric::CompleteFraction => self.complete_fraction,
+            Metric::Enrichment429Fraction => self.enrichment_429_fraction,
+            Metric::EnrichmentRetries => self.enrichment_retries,
+            Metric::WriteRetries => self.write_retries,
         }
     }
 }
@@ -484,6 +519,11 @@ pub enum Metric {
     Write503Fraction,
     #[serde(rename = "enrichment_429s")]
     Enrichment429s,
+    CompleteFraction,
+    #[serde(rename = "enrichment_429_fraction")]
+    Enrichment429Fraction,
+    EnrichmentRetries,
+    WriteRetries,
 }
 
 impl Metric {
@@ -502,7 +542,7 @@ impl Metric {
     }
 
     /// Every metric, in the order of the [`SummaryRow`] fields.
-    pub const ALL: [Metric; 12] = [
+    pub const ALL: [Metric; 16] = [
         Metric::CompletionS,
         Metric::AcceptedPerS,
         Metric::Complete,
@@ -515,6 +555,10 @@ impl Metric {
         Metric::IncompleteFraction,
         Metric::Write503Fraction,
         Metric::Enrichment429s,
+        Metric::CompleteFraction,
+        Metric::Enrichment429Fraction,
+        Metric::EnrichmentRetries,
+        Metric::WriteRetries,
     ];
 
     /// The field name, e.g. `accepted_per_s`.
@@ -532,6 +576,10 @@ impl Metric {
             Metric::IncompleteFraction => "incomplete_fraction",
             Metric::Write503Fraction => "write_503_fraction",
             Metric::Enrichment429s => "enrichment_429s",
+            Metric::CompleteFraction => "complete_fraction",
+            Metric::Enrichment429Fraction => "enrichment_429_fraction",
+            Metric::EnrichmentRetries => "enrichment_retries",
+            Metric::WriteRetries => "write_retries",
         }
     }
 

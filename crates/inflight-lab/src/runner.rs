@@ -19,7 +19,7 @@ mod args;
 
 pub use self::args::{RunnerArgs, RUNNER_SUBCOMMAND};
 
-use crate::gate::{CallFailure, Gate};
+use crate::gate::{Answer, CallFailure, Gate, MakeCall, RetryCounts, Retrying};
 use crate::results::{RunResult, Timeline};
 use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
 use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
@@ -159,15 +159,17 @@ impl Tally {
 }
 
 /// The gates of each dependency; with a shared budget both are clones of one budget. Each
-/// budget's call timeout is the client's, so it starts once the permit is held.
+/// budget's call timeout is the client's, so it starts once the permit is held. A strategy with
+/// a `retry` table retries through each dependency's gate.
 #[derive(Clone)]
 struct Gates {
-    enrichment: Option<Gate>,
-    records: Option<Gate>,
+    enrichment: Option<Retrying>,
+    records: Option<Retrying>,
 }
 
 impl Gates {
     fn new(
+        strategy: &Strategy,
         budgets: &BudgetPlan,
         call_timeout: Duration,
         time_scale: f64,
@@ -179,7 +181,10 @@ impl Gates {
                 (GateSpec::Measured, Some(&n)) => GateSpec::Fixed(n),
                 _ => spec.clone(),
             };
-            Gate::new(name, &spec, call_timeout, time_scale, fleet).map_err(RunnerError::Budget)
+            let gate = Gate::new(name, &spec, call_timeout, time_scale, fleet)
+                .map_err(RunnerError::Budget)?;
+            Retrying::new(gate, strategy.retry.as_ref(), time_scale)
+                .map_err(|e| RunnerError::Budget(format!("{name}: {e}")))
         };
         Ok(match budgets {
             BudgetPlan::None => Gates {
@@ -212,13 +217,44 @@ impl Gates {
     fn budgets(&self) -> Vec<inflight::Budget> {
         let mut out: Vec<inflight::Budget> = Vec::new();
         for gate in [&self.enrichment, &self.records].into_iter().flatten() {
-            if let Gate::Budget(b) = gate {
+            if let Gate::Budget(b) = gate.gate() {
                 if !out.iter().any(|o| o.name() == b.name()) {
                     out.push(b.clone());
                 }
             }
         }
         out
+    }
+
+    /// The retries each dependency's gate made and was denied.
+    fn retries(gate: &Option<Retrying>) -> RetryCounts {
+        gate.as_ref().map(Retrying::retries).unwrap_or_default()
+    }
+}
+
+/// The calls to one dependency, counted attempt by attempt.
+#[derive(Default)]
+struct Calls {
+    /// Attempts in flight.
+    gauge: Arc<PeakGauge>,
+    /// Attempts made (a retry is one more).
+    made: Arc<AtomicU64>,
+    /// Answers by status, for the overload answers: 429 and 503.
+    status_429: Arc<AtomicU64>,
+    status_503: Arc<AtomicU64>,
+}
+
+impl Calls {
+    fn peak(&self) -> u64 {
+        self.gauge.peak()
+    }
+
+    fn current(&self) -> u64 {
+        self.gauge.current()
+    }
+
+    fn count(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::SeqCst)
     }
 }
 
@@ -234,11 +270,9 @@ struct Shared {
     proxied: bool,
     gates: Gates,
     call_timeout: Duration,
-    enrichment: Arc<PeakGauge>,
-    writes: Arc<PeakGauge>,
-    write_503s: AtomicU64,
+    enrichment: Calls,
+    writes: Calls,
     enrichment_timeouts: AtomicU64,
-    enrichment_429s: AtomicU64,
     next_id: AtomicU64,
     /// One past the last record id this runner takes.
     end_id: u64,
@@ -258,45 +292,68 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
 }
 
 /// Runs the call through the dependency's gate (permit or peer limiter, then the client timeout,
-/// which starts only once the call is admitted), or under the client timeout alone when the
-/// dependency has no gate.
-async fn gated<F>(
+/// which starts only once the call is admitted; retried if the strategy says so), or under the
+/// client timeout alone when the dependency has no gate. `request` makes each attempt's request;
+/// every attempt is counted in `calls`, and its answer's `Retry-After` (or `retry-after-ms`) read
+/// with `inflight::RetryAfter` for the gate.
+async fn gated<R>(
     shared: &Shared,
-    gate: Option<&Gate>,
-    gauge: &Arc<PeakGauge>,
-    call: F,
+    gate: Option<&Retrying>,
+    calls: &Calls,
+    request: R,
 ) -> Result<u16, CallFailure>
 where
-    F: std::future::Future<Output = Result<reqwest::Response, reqwest::Error>> + Send + 'static,
+    R: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
-    let gauge = gauge.clone();
-    let answered = async move {
-        let _in_flight = gauge.enter();
-        let response = call
-            .await
-            .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
-        let status = response.status().as_u16();
-        // Read the whole answer so the call counts as done only when the server is done with it.
-        response
-            .bytes()
-            .await
-            .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
-        Ok(status)
-    };
+    let (gauge, made) = (calls.gauge.clone(), calls.made.clone());
+    let (status_429, status_503) = (calls.status_429.clone(), calls.status_503.clone());
+    let make = MakeCall::new(move || {
+        let sent = request().send();
+        let (gauge, made) = (gauge.clone(), made.clone());
+        let (status_429, status_503) = (status_429.clone(), status_503.clone());
+        Box::pin(async move {
+            let _in_flight = gauge.enter();
+            made.fetch_add(1, Ordering::Relaxed);
+            let response = sent
+                .await
+                .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
+            let status = response.status().as_u16();
+            match status {
+                429 => status_429.fetch_add(1, Ordering::Relaxed),
+                503 => status_503.fetch_add(1, Ordering::Relaxed),
+                _ => 0,
+            };
+            // A malformed value is no retry-after: the answer is still an overload.
+            let retry_after = inflight::RetryAfter::from_headers(response.headers())
+                .ok()
+                .flatten();
+            // Read the whole answer so the call counts as done only when the server is done
+            // with it.
+            response
+                .bytes()
+                .await
+                .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
+            Ok(Answer {
+                status,
+                retry_after,
+            })
+        })
+    });
     let timeout = shared.call_timeout;
     match gate {
-        Some(gate) => gate.call(Box::pin(answered), timeout).await,
+        Some(gate) => gate.call(make, timeout).await,
         // The proxy ends a call at its call timeout with a 504 (it never forwards before it
         // holds a permit, so the wait in its queue is not part of the timeout).
         None if shared.proxied => {
-            match tokio::time::timeout(timeout * PROXIED_TIMEOUT_FACTOR, answered).await {
-                Ok(Ok(504)) | Err(_) => Err(CallFailure::Timeout),
-                Ok(answer) => answer,
+            match tokio::time::timeout(timeout * PROXIED_TIMEOUT_FACTOR, make.attempt()).await {
+                Ok(Ok(Answer { status: 504, .. })) | Err(_) => Err(CallFailure::Timeout),
+                Ok(answer) => answer.map(|a| a.status),
             }
         }
-        None => tokio::time::timeout(timeout, answered)
+        None => tokio::time::timeout(timeout, make.attempt())
             .await
-            .map_err(|_| CallFailure::Timeout)?,
+            .map_err(|_| CallFailure::Timeout)?
+            .map(|a| a.status),
     }
 }
 
@@ -304,21 +361,17 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
     let mut timed_out = false;
     for _ in 0..ENRICHMENT_CALLS {
         let url = format!("{}/enrich/{id}", shared.enrichment_base);
+        let client = shared.client.clone();
         let result = gated(
             shared,
             shared.gates.enrichment.as_ref(),
             &shared.enrichment,
-            shared.client.get(url).send(),
+            move || client.get(&url),
         )
         .await;
         match result {
             Ok(200) => {}
-            Ok(code) => {
-                if code == 429 {
-                    shared.enrichment_429s.fetch_add(1, Ordering::Relaxed);
-                }
-                return Outcome::Failed(CallFailure::Status(code).kind("enrich"));
-            }
+            Ok(code) => return Outcome::Failed(CallFailure::Status(code).kind("enrich")),
             Err(CallFailure::Timeout) => {
                 // As in the reference experiment: the record is still written, marked incomplete.
                 shared.enrichment_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -328,24 +381,19 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
         }
     }
     let body = serde_json::json!({ "id": id, "complete": !timed_out });
+    let url = format!("{}/records", shared.records_base);
+    let client = shared.client.clone();
     let result = gated(
         shared,
         shared.gates.records.as_ref(),
         &shared.writes,
-        shared
-            .client
-            .post(format!("{}/records", shared.records_base))
-            .json(&body)
-            .send(),
+        move || client.post(&url).json(&body),
     )
     .await;
     match result {
         Ok(200) if timed_out => Outcome::Incomplete,
         Ok(200) => Outcome::Complete,
-        Ok(503) => {
-            shared.write_503s.fetch_add(1, Ordering::Relaxed);
-            Outcome::Rejected
-        }
+        Ok(503) => Outcome::Rejected,
         Ok(code) => Outcome::Failed(CallFailure::Status(code).kind("write")),
         Err(failure) => Outcome::Failed(failure.kind("write")),
     }
@@ -434,6 +482,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         records_base,
         proxied,
         gates: Gates::new(
+            &config.strategy,
             budgets,
             call_timeout,
             config.time_scale,
@@ -441,11 +490,9 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
             &config.measured,
         )?,
         call_timeout,
-        enrichment: Arc::new(PeakGauge::new()),
-        writes: Arc::new(PeakGauge::new()),
-        write_503s: AtomicU64::new(0),
+        enrichment: Calls::default(),
+        writes: Calls::default(),
         enrichment_timeouts: AtomicU64::new(0),
-        enrichment_429s: AtomicU64::new(0),
         next_id: AtomicU64::new(config.first_id),
         end_id: config.first_id.saturating_add(config.records),
         tally: Mutex::new(Tally::default()),
@@ -500,6 +547,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
 
     let completion_s = completion.as_secs_f64();
     let accepted = tally.complete + tally.incomplete;
+    let enrichment_retries = Gates::retries(&shared.gates.enrichment);
+    let write_retries = Gates::retries(&shared.gates.records);
     Ok(RunResult {
         strategy: config.strategy.name.clone(),
         scenario: String::new(),
@@ -521,12 +570,18 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         } else {
             0.0
         },
-        write_503s: shared.write_503s.load(Ordering::SeqCst),
+        write_503s: Calls::count(&shared.writes.status_503),
         peak_writes_offered: 0,
         peak_enrichment_in_flight: shared.enrichment.peak(),
         peak_writes_in_flight: shared.writes.peak(),
         enrichment_timeouts: shared.enrichment_timeouts.load(Ordering::SeqCst),
-        enrichment_429s: shared.enrichment_429s.load(Ordering::SeqCst),
+        enrichment_429s: Calls::count(&shared.enrichment.status_429),
+        enrichment_calls: Calls::count(&shared.enrichment.made),
+        write_calls: Calls::count(&shared.writes.made),
+        enrichment_retries: enrichment_retries.made,
+        enrichment_retries_denied: enrichment_retries.denied,
+        write_retries: write_retries.made,
+        write_retries_denied: write_retries.denied,
         timeline,
         replicas: 1,
     })
@@ -559,7 +614,7 @@ async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline
         interval_ms: TIMELINE_INTERVAL.as_secs_f64() * 1000.0,
         ..Timeline::default()
     };
-    let limit_of = |gate: &Option<Gate>| gate.as_ref().and_then(Gate::limit);
+    let limit_of = |gate: &Option<Retrying>| gate.as_ref().and_then(|g| g.gate().limit());
     let mut ticks = tokio::time::interval(TIMELINE_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
@@ -690,6 +745,7 @@ mod tests {
             records_in_flight: RecordsInFlight::Fixed(in_flight),
             budgets,
             enforce: crate::strategy::Enforce::Runner,
+            retry: None,
         }
     }
 
@@ -889,5 +945,102 @@ mod tests {
             run(&config).await,
             Err(RunnerError::BadTimeScale(_))
         ));
+    }
+
+    /// A stand-in that refuses the first call of each record id to each dependency, once: the
+    /// enrichment API with a 429 that says when to come back, the system of record with a 503.
+    #[derive(Clone, Default)]
+    struct Refuses {
+        enriched: Arc<Mutex<std::collections::BTreeSet<u64>>>,
+        written: Arc<Mutex<std::collections::BTreeSet<u64>>>,
+    }
+
+    async fn refusing_stand() -> String {
+        use axum::response::IntoResponse;
+        async fn enrich(State(r): State<Refuses>, Path(id): Path<u64>) -> axum::response::Response {
+            if r.enriched.lock().unwrap().insert(id) {
+                let headers = [("retry-after", "1"), ("retry-after-ms", "20")];
+                return (StatusCode::TOO_MANY_REQUESTS, headers, "slow down").into_response();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            (StatusCode::OK, r#"{"score":1}"#).into_response()
+        }
+        async fn write(
+            State(r): State<Refuses>,
+            Json(body): Json<serde_json::Value>,
+        ) -> (StatusCode, &'static str) {
+            let id = body["id"].as_u64().unwrap();
+            if r.written.lock().unwrap().insert(id) {
+                return (StatusCode::SERVICE_UNAVAILABLE, "busy");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            (StatusCode::OK, r#"{"accepted":true}"#)
+        }
+        let app = Router::new()
+            .route("/enrich/{id}", get(enrich))
+            .route("/records", post(write))
+            .with_state(Refuses::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retries_are_counted_and_every_record_still_ends_once() {
+        use crate::strategy::{RetryBy, RetrySpec};
+        let records = 20;
+        for retry in [None, Some(RetryBy::Inflight), Some(RetryBy::Tower)] {
+            let mut strategy = strategy(
+                4,
+                BudgetPlan::PerDependency {
+                    enrichment: Some(GateSpec::Fixed(4)),
+                    records: Some(GateSpec::Fixed(2)),
+                },
+            );
+            strategy.retry = retry.map(RetrySpec::new);
+            let config = RunnerConfig {
+                strategy,
+                sim_url: refusing_stand().await,
+                records,
+                time_scale: 0.25,
+                metrics_addr: None,
+                first_id: 0,
+                redis_url: None,
+                seed: 1,
+                measured: BTreeMap::new(),
+                enrichment_url: None,
+                records_url: None,
+            };
+            let r = run(&config).await.unwrap();
+            assert_eq!(
+                r.complete + r.incomplete + r.rejected + r.failed,
+                records,
+                "{retry:?}"
+            );
+            // Every id's first enrichment call is refused once.
+            assert_eq!(r.enrichment_429s, records, "{retry:?}");
+            match retry {
+                None => {
+                    assert_eq!(r.failed_by_kind["enrich_status_429"], records);
+                    assert_eq!((r.enrichment_calls, r.write_calls), (records, 0));
+                    assert_eq!((r.enrichment_retries, r.write_retries), (0, 0));
+                }
+                Some(by) => {
+                    assert_eq!(r.complete, records, "{by:?}: {r:?}");
+                    // One retry of each record's first enrichment call and of its write.
+                    assert_eq!(r.enrichment_retries, records, "{by:?}");
+                    assert_eq!(r.write_retries, records, "{by:?}");
+                    assert_eq!(
+                        (r.enrichment_retries_denied, r.write_retries_denied),
+                        (0, 0)
+                    );
+                    assert_eq!(r.enrichment_calls, 4 * records, "{by:?}");
+                    assert_eq!(r.write_calls, 2 * records, "{by:?}");
+                    assert_eq!(r.write_503s, records, "{by:?}: every 503 answer counted");
+                    assert_eq!(r.rejected, 0, "{by:?}");
+                }
+            }
+        }
     }
 }

@@ -269,6 +269,73 @@ pub struct Strategy {
     pub budgets: BudgetPlan,
     /// Where the budgets are enforced (`enforce = "proxy"`: by a sidecar proxy).
     pub enforce: Enforce,
+    /// Whether and how the calls are retried (`retry = { by = "inflight" }`); `None` makes each
+    /// call once.
+    pub retry: Option<RetrySpec>,
+}
+
+/// Who retries a strategy's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryBy {
+    /// `inflight`'s back-pressure: `Budget::call_with_retry` within an `inflight::RetryBudget`,
+    /// with the dependency's `Retry-After` given to the budget, which pauses for it.
+    Inflight,
+    /// tower's retry layer (`tower::retry::Retry`) with a `TpsBudget` and tower's exponential
+    /// backoff, around the same budgets; it does not read `Retry-After`.
+    Tower,
+}
+
+impl RetryBy {
+    /// The name a strategy file gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetryBy::Inflight => "inflight",
+            RetryBy::Tower => "tower",
+        }
+    }
+}
+
+/// How a strategy retries the overload answers (429, 503) and transport failures of its calls;
+/// a call past its timeout is not retried (see `crate::gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RetrySpec {
+    pub by: RetryBy,
+    /// The most attempts per call, the first included.
+    pub max_attempts: u32,
+    /// The share of recent calls that may be retried (the retry budget's `retry_percent`); the
+    /// budget's window (10 s) and floor (10 retries a second) are tower's and Finagle's defaults,
+    /// scaled by the time scale.
+    pub retry_percent: f64,
+}
+
+// `retry_percent` is checked to be a number when the file is read.
+impl Eq for RetrySpec {}
+
+/// The most attempts a strategy may give a call.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+impl RetrySpec {
+    /// The defaults of a retry table that names only `by`: 3 attempts, 20% of calls.
+    pub fn new(by: RetryBy) -> RetrySpec {
+        RetrySpec {
+            by,
+            max_attempts: 3,
+            retry_percent: 0.2,
+        }
+    }
+}
+
+impl fmt::Display for RetrySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "retried by {} (up to {} attempts, {}% of calls)",
+            self.by.name(),
+            self.max_attempts,
+            self.retry_percent * 100.0
+        )
+    }
 }
 
 impl Strategy {
@@ -358,6 +425,43 @@ struct RawStrategy {
     records: Option<RawGate>,
     #[serde(default)]
     enforce: Enforce,
+    retry: Option<RawRetry>,
+}
+
+/// A strategy's `retry` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { by = \"inflight\" }"
+)]
+struct RawRetry {
+    by: RetryBy,
+    max_attempts: Option<i64>,
+    retry_percent: Option<f64>,
+}
+
+impl RawRetry {
+    fn validate(self) -> Result<RetrySpec, String> {
+        let mut spec = RetrySpec::new(self.by);
+        if let Some(n) = self.max_attempts {
+            if !(1..=i64::from(MAX_ATTEMPTS)).contains(&n) {
+                return Err(format!(
+                    "field `retry.max_attempts` must be between 1 and {MAX_ATTEMPTS}, found {n}"
+                ));
+            }
+            spec.max_attempts = n as u32;
+        }
+        if let Some(p) = self.retry_percent {
+            // The same range as tower's TpsBudget and inflight's RetryBudget.
+            if !(0.0..=1000.0).contains(&p) {
+                return Err(format!(
+                    "field `retry.retry_percent` must be between 0 and 1000, found {p}"
+                ));
+            }
+            spec.retry_percent = p;
+        }
+        Ok(spec)
+    }
 }
 
 /// One dependency's gate as written: a count, or a table.
@@ -573,12 +677,17 @@ impl RawStrategy {
         if self.enforce == Enforce::Proxy {
             proxied_budgets(&budgets)?;
         }
+        let retry = self.retry.map(RawRetry::validate).transpose()?;
+        if let Some(retry) = &retry {
+            retried_budgets(retry, &budgets, self.enforce)?;
+        }
         Ok(Strategy {
             name: name.to_string(),
             description: self.description,
             records_in_flight: self.records_in_flight,
             budgets,
             enforce: self.enforce,
+            retry,
         })
     }
 }
@@ -610,6 +719,41 @@ fn proxied_budgets(budgets: &BudgetPlan) -> Result<(), String> {
                 return refuse(&format!("`{dependency}` keeps its permits in Redis"))
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the runner can retry through `budgets`: each dependency has an `inflight` budget
+/// of the runner's own (`Budget::call_with_retry` is a budget's; tower's retry goes around the
+/// same budgets, so that the two are compared on the same limits).
+fn retried_budgets(
+    retry: &RetrySpec,
+    budgets: &BudgetPlan,
+    enforce: Enforce,
+) -> Result<(), String> {
+    let by = retry.by.name();
+    let refuse = |what: &str| {
+        Err(format!(
+            "field `retry` (by = \"{by}\") needs an `inflight` budget in the runner on each dependency (a count or a budget table), but {what}"
+        ))
+    };
+    if enforce == Enforce::Proxy {
+        return refuse("`enforce` is \"proxy\"");
+    }
+    let (enrichment, records) = match budgets {
+        BudgetPlan::None => return refuse("the strategy has no budgets"),
+        BudgetPlan::Shared(_) => return refuse("`shared` budgets all calls as one"),
+        BudgetPlan::PerDependency {
+            enrichment,
+            records,
+        } => (enrichment, records),
+    };
+    for (dependency, gate) in [("enrichment", enrichment), ("records", records)] {
+        match gate {
+            None => return refuse(&format!("`{dependency}` has no budget")),
+            Some(GateSpec::Peer(_)) => return refuse(&format!("`{dependency}` is a peer limiter")),
+            Some(_) => {}
         }
     }
     Ok(())
@@ -834,5 +978,68 @@ mod tests {
             "[x]\nrecords_in_flight = 4\nrecords = { max_concurrent = 6, fail = \"closed\" }",
         );
         assert!(e.contains("scope"), "{e}");
+    }
+
+    #[test]
+    fn a_retry_table_names_who_retries_and_takes_defaults() {
+        let strategies = builtin();
+        let c6 = strategies.get("c6").unwrap();
+        assert_eq!(c6.retry, Some(RetrySpec::new(RetryBy::Inflight)));
+        assert_eq!(c6.budgets, strategies.get("c5").unwrap().budgets);
+        let peer = strategies.get("c5-tower-retry").unwrap();
+        assert_eq!(peer.retry.map(|r| r.by), Some(RetryBy::Tower));
+        assert_eq!(peer.budgets, c6.budgets);
+        assert_eq!(strategies.get("c5").unwrap().retry, None);
+        let s = parse(
+            "[x]\nrecords_in_flight = 4\nrecords = 2\nenrichment = 3\nretry = { by = \"tower\", max_attempts = 5, retry_percent = 0.5 }",
+        )
+        .unwrap();
+        let retry = s.get("x").unwrap().retry.unwrap();
+        assert_eq!((retry.max_attempts, retry.retry_percent), (5, 0.5));
+        assert_eq!(
+            retry.to_string(),
+            "retried by tower (up to 5 attempts, 50% of calls)"
+        );
+    }
+
+    #[test]
+    fn a_bad_retry_table_is_named() {
+        let budgets = "records_in_flight = 4\nrecords = 2\nenrichment = 3";
+        for (retry, says) in [
+            ("{ by = \"envoy\" }", "unknown variant `envoy`"),
+            ("{ max_attempts = 2 }", "missing field `by`"),
+            ("{ by = \"inflight\", tries = 2 }", "unknown field `tries`"),
+            (
+                "{ by = \"inflight\", max_attempts = 0 }",
+                "between 1 and 10, found 0",
+            ),
+            (
+                "{ by = \"tower\", retry_percent = -1.0 }",
+                "between 0 and 1000",
+            ),
+            ("true", "a table such as"),
+        ] {
+            let e = err_of(&format!("[x]\n{budgets}\nretry = {retry}"));
+            assert!(
+                e.contains("`x`") && e.contains("retry") && e.contains(says),
+                "{retry}: {e}"
+            );
+        }
+        for (strategy, says) in [
+            ("records_in_flight = 4\nrecords = 2", "`enrichment` has no budget"),
+            ("records_in_flight = 4\nshared = 2", "`shared`"),
+            ("records_in_flight = 4", "no budgets"),
+            (
+                "records_in_flight = 4\nrecords = 2\nenrichment = { peer = \"tower-acc\", algorithm = \"vegas\" }",
+                "peer limiter",
+            ),
+            (
+                "records_in_flight = 4\nrecords = 2\nenrichment = 3\nenforce = \"proxy\"",
+                "\"proxy\"",
+            ),
+        ] {
+            let e = err_of(&format!("[x]\n{strategy}\nretry = {{ by = \"inflight\" }}"));
+            assert!(e.contains("field `retry`") && e.contains(says), "{strategy}: {e}");
+        }
     }
 }

@@ -50,7 +50,9 @@ enum LabCommand {
 #[command(after_help = "\
 Strategies in the built-in strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4-proxy,
   c5-proxy (budgets in an inflight proxy the lab starts), tower-acc-gradient2, tower-acc-vegas,
-  tower-resilience-aimd, tower-resilience-vegas, c4r, c4-fleet, c4r-fleet, c4-measured
+  tower-resilience-aimd, tower-resilience-vegas, c4r, c4-fleet, c4r-fleet, c4-measured,
+  c6 (C5 with back-pressure: honours Retry-After, retries within a retry budget),
+  c5-tower-retry (C5 in tower's retry layer)
 Scenarios in the built-in scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota,
   hard-limit (no queue: 503 beyond 6)
 (A lab/ folder in the current directory, or --lab-dir, may hold others; `lab run` names the

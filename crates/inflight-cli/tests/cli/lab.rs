@@ -233,6 +233,79 @@ fn adaptive_and_rate_limited_strategies_run_end_to_end() {
     );
 }
 
+/// C6 (C5 with back-pressure) and C5-TOWER-RETRY (C5's budgets in tower's retry layer) retry
+/// the quota's 429s and the hard limit's 503s: every record still ends in one outcome, every
+/// attempt and retry is counted, and the retries rescue records that a first 429 would fail.
+#[test]
+fn strategies_with_retries_run_end_to_end_and_count_their_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small_run_args(&dir.path().join("r"));
+    let i = args.iter().position(|a| a == "c1,c4").unwrap();
+    args[i] = "c6,c5-tower-retry".into();
+    let i = args.iter().position(|a| a == "healthy,slow-write").unwrap();
+    args[i] = "quota,hard-limit".into();
+    let i = args.iter().position(|a| a == "24").unwrap();
+    args[i] = "48".into();
+    let i = args.iter().position(|a| a == "0.05").unwrap();
+    args[i] = "0.2".into();
+    run_lab(&args);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r/results.json")).unwrap())
+            .unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    let n = |run: &serde_json::Value, key: &str| {
+        run[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key} missing: {run}"))
+    };
+    for run in runs {
+        let outcomes: u64 = ["complete", "incomplete", "rejected", "failed"]
+            .iter()
+            .map(|k| n(run, k))
+            .sum();
+        assert_eq!(outcomes, 48, "every record ends in one outcome: {run}");
+        let by_kind = |prefix: &str| -> u64 {
+            run["failed_by_kind"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(kind, _)| kind.starts_with(prefix))
+                .map(|(_, v)| v.as_u64().unwrap())
+                .sum()
+        };
+        // Each record that got as far as its write made one, plus the retries.
+        let written =
+            n(run, "complete") + n(run, "incomplete") + n(run, "rejected") + by_kind("write_");
+        assert_eq!(
+            n(run, "write_calls"),
+            written + n(run, "write_retries"),
+            "{run}"
+        );
+        assert!(
+            n(run, "enrichment_calls") >= 3 * written + n(run, "enrichment_retries"),
+            "{run}"
+        );
+        assert!(n(run, "write_503s") <= n(run, "write_calls"), "{run}");
+        if run["scenario"] == "quota" {
+            // 64 records start at once against a quota of 250 calls/s (50/s at time scale
+            // 0.2) with a burst of 25: the first calls are refused, and retried.
+            assert!(n(run, "enrichment_429s") > 0, "{run}");
+            assert!(n(run, "enrichment_retries") > 0, "{run}");
+            assert!(
+                by_kind("enrich_status_429") < n(run, "enrichment_429s"),
+                "a retried 429 does not fail its record: {run}"
+            );
+        }
+    }
+    let summary = doc["summary"].as_array().unwrap();
+    for row in summary {
+        let fraction = row["enrichment_429_fraction"]["median"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&fraction), "{row}");
+        assert!(row["complete_fraction"]["median"].as_f64().unwrap() <= 1.0);
+    }
+}
+
 /// The budgets of C4-PROXY and C5-PROXY are enforced by an `inflight proxy` the lab starts in
 /// front of the sim: the runner, with no limits of its own, keeps 64 records in flight, yet the
 /// system of record sees at most the proxy's 6 writes at once, and every record ends in one

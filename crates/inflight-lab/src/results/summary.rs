@@ -44,6 +44,12 @@ pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
                 incomplete_fraction: metric(&|r| fraction(r.incomplete, r.records)),
                 write_503_fraction: metric(&|r| fraction(r.write_503s, r.records)),
                 enrichment_429s: metric(&|r| r.enrichment_429s as f64),
+                complete_fraction: metric(&|r| fraction(r.complete, r.records)),
+                enrichment_429_fraction: metric(&|r| {
+                    fraction(r.enrichment_429s, r.enrichment_calls)
+                }),
+                enrichment_retries: metric(&|r| r.enrichment_retries as f64),
+                write_retries: metric(&|r| r.write_retries as f64),
             }
         })
         .collect()

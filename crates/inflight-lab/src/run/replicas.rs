@@ -62,6 +62,12 @@ pub fn merge(mut parts: Vec<RunResult>, sim: SimPeaks) -> RunResult {
         run.write_503s += part.write_503s;
         run.enrichment_timeouts += part.enrichment_timeouts;
         run.enrichment_429s += part.enrichment_429s;
+        run.enrichment_calls += part.enrichment_calls;
+        run.write_calls += part.write_calls;
+        run.enrichment_retries += part.enrichment_retries;
+        run.enrichment_retries_denied += part.enrichment_retries_denied;
+        run.write_retries += part.write_retries;
+        run.write_retries_denied += part.write_retries_denied;
         run.runner_available_parallelism = run
             .runner_available_parallelism
             .max(part.runner_available_parallelism);
