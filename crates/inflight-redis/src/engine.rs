@@ -20,17 +20,14 @@ use std::time::Duration;
 
 use inflight::store::{Lease, LeaseWatch, StoreError};
 use tokio::runtime::Handle;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::error::FleetUnavailable;
+use crate::fallback::Fallback;
 use crate::server::{Server, ServerError, Terms};
 use crate::snapshot::FleetSnapshot;
 use crate::Fail;
-
-/// Lease ids given by the fallback start with this; fleet lease ids are hex.
-const LOCAL_PREFIX: &str = "local:";
 
 /// How a store is set up.
 #[derive(Debug, Clone)]
@@ -52,12 +49,11 @@ pub(crate) struct Settings {
 pub(crate) struct Engine {
     server: Arc<dyn Server>,
     settings: Settings,
-    fallback: Semaphore,
+    fallback: Fallback,
     held: Mutex<HashMap<Arc<str>, Held>>,
     down: Mutex<Option<Down>>,
     renewing: AtomicBool,
     runtime: OnceLock<Handle>,
-    next_local: AtomicU64,
     counters: Counters,
     outstanding: Arc<Outstanding>,
     /// Set by [`Engine::shutdown`]: acquires are refused from then on.
@@ -121,19 +117,15 @@ impl fmt::Debug for Engine {
 
 impl Engine {
     pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> Engine {
-        let fallback = match settings.fail {
-            Fail::Local(n) => n.min(Semaphore::MAX_PERMITS),
-            Fail::Closed => 0,
-        };
+        let fallback = Fallback::new(settings.fail);
         Engine {
             server,
-            fallback: Semaphore::new(fallback),
+            fallback,
             settings,
             held: Mutex::new(HashMap::new()),
             down: Mutex::new(None),
             renewing: AtomicBool::new(false),
             runtime: OnceLock::new(),
-            next_local: AtomicU64::new(0),
             counters: Counters::default(),
             outstanding: Arc::default(),
             closed: AtomicBool::new(false),
@@ -155,7 +147,7 @@ impl Engine {
 
     /// Whether `lease` was given by the fallback, not by the server.
     pub(crate) fn is_fallback(lease: &Lease) -> bool {
-        lease.id().starts_with(LOCAL_PREFIX)
+        Fallback::gave(lease)
     }
 
     pub(crate) async fn acquire(
@@ -347,24 +339,13 @@ impl Engine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
-                let permit = match deadline {
-                    Some(at) => tokio::time::timeout_at(at, self.fallback.acquire())
-                        .await
-                        .map_err(|_| StoreError::Timeout)?,
-                    None => self.fallback.acquire().await,
-                };
-                permit
-                    .map_err(|e| StoreError::unavailable(e.to_string()))?
-                    .forget();
-                let n = self.next_local.fetch_add(1, Relaxed);
-                Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")))
+                self.fallback.lease(deadline).await
             }
         }
     }
 
     pub(crate) fn release(&self, budget: &str, lease: Lease) {
-        if lease.id().starts_with(LOCAL_PREFIX) {
-            self.fallback.add_permits(1);
+        if self.fallback.take_back(&lease) {
             return;
         }
         // A lease already lost is someone else's now, or nobody's: nothing to give back.
@@ -536,7 +517,7 @@ impl Engine {
         let round_trips = c.round_trips.load(Relaxed);
         FleetSnapshot {
             held: self.lock_held().len(),
-            local_held: self.settings_fallback_held(),
+            local_held: self.fallback.held(),
             fleet_holders: c.fleet_holders.load(Relaxed),
             acquired: c.acquired.load(Relaxed),
             released: c.released.load(Relaxed),
@@ -557,15 +538,6 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some(),
-        }
-    }
-
-    fn settings_fallback_held(&self) -> usize {
-        match self.settings.fail {
-            Fail::Local(n) => n
-                .min(Semaphore::MAX_PERMITS)
-                .saturating_sub(self.fallback.available_permits()),
-            Fail::Closed => 0,
         }
     }
 }
@@ -816,7 +788,7 @@ mod tests {
             ms(100),
             "one round-trip timeout, then the fallback"
         );
-        assert!(permit.lease().unwrap().id().starts_with(LOCAL_PREFIX));
+        assert!(Fallback::gave(permit.lease().unwrap()));
         let start = Instant::now();
         assert_eq!(
             records.acquire().await.unwrap_err(),

@@ -87,6 +87,7 @@ mod engine;
 mod error;
 #[cfg(test)]
 mod fake;
+mod fallback;
 mod fleet;
 mod grants;
 #[cfg(feature = "metrics")]

@@ -21,13 +21,13 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::FleetUnavailable;
+use crate::fallback::Fallback;
 use crate::server::{Server, ServerError, ShareReport};
 use crate::Fail;
 
 use super::ShareSnapshot;
 
-/// Lease ids given by the fallback start with this; ids of calls under the share with `SHARE`.
-const LOCAL_PREFIX: &str = "local:";
+/// Ids of calls under the share start with this (the fallback's have their own).
 const SHARE_PREFIX: &str = "share:";
 
 /// How a share store is set up.
@@ -60,7 +60,7 @@ pub(crate) struct ShareEngine {
     /// The calls admitted under the share: `cap` permits, with a debt when it shrank below the
     /// calls running.
     permits: Semaphore,
-    fallback: Semaphore,
+    fallback: Fallback,
     state: Mutex<State>,
     signals: Arc<Signals>,
     /// Wakes waiters when the server cannot be asked: they turn to the fail policy.
@@ -71,7 +71,6 @@ pub(crate) struct ShareEngine {
     started: AtomicBool,
     runtime: OnceLock<Handle>,
     next_id: AtomicU64,
-    next_local: AtomicU64,
     counters: Counters,
 }
 
@@ -127,17 +126,14 @@ impl fmt::Debug for ShareEngine {
 
 impl ShareEngine {
     pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> ShareEngine {
-        let fallback = match settings.fail {
-            Fail::Local(n) => n.min(Semaphore::MAX_PERMITS),
-            Fail::Closed => 0,
-        };
+        let fallback = Fallback::new(settings.fail);
         ShareEngine {
             process: server.lease_id(),
             server,
             settings,
             budget: OnceLock::new(),
             permits: Semaphore::new(0),
-            fallback: Semaphore::new(fallback),
+            fallback,
             state: Mutex::default(),
             signals: Arc::default(),
             went_down: Notify::new(),
@@ -146,7 +142,6 @@ impl ShareEngine {
             started: AtomicBool::new(false),
             runtime: OnceLock::new(),
             next_id: AtomicU64::new(0),
-            next_local: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -261,8 +256,7 @@ impl ShareEngine {
     }
 
     pub(crate) fn release(&self, lease: Lease) {
-        if lease.id().starts_with(LOCAL_PREFIX) {
-            self.fallback.add_permits(1);
+        if self.fallback.take_back(&lease) {
             return;
         }
         let Some(n) = lease
@@ -361,17 +355,7 @@ impl ShareEngine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
-                let permit = match deadline {
-                    Some(at) => tokio::time::timeout_at(at, self.fallback.acquire())
-                        .await
-                        .map_err(|_| StoreError::Timeout)?,
-                    None => self.fallback.acquire().await,
-                };
-                permit
-                    .map_err(|e| StoreError::unavailable(e.to_string()))?
-                    .forget();
-                let n = self.next_local.fetch_add(1, Relaxed);
-                Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")))
+                self.fallback.lease(deadline).await
             }
         }
     }
