@@ -9,50 +9,16 @@
 //! Each iteration is one call of a budget whose permit is free: one script to acquire, one sent
 //! in the background to release.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use inflight::Budget;
 use inflight_redis::{Fail, RedisFleet};
 
-struct Server(Child, u16);
+mod support;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server() -> Option<Server> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let server = Server(child, port);
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        if let Ok(mut conn) = client.get_connection() {
-            if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                return Some(server);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
+use support::start_server;
 
 fn fleet(c: &mut Criterion) {
     let Some(server) = start_server() else {
