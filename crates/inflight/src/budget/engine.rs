@@ -327,6 +327,45 @@ impl Engine {
         })
     }
 
+    /// The index of the class a call names: its place among the budget's classes, or the
+    /// default class's for a name it does not have (0 for a budget without classes).
+    pub(crate) fn class_of(&self, name: &str) -> usize {
+        match &self.config.classes {
+            Some(classes) => classes
+                .index_of(name)
+                .or_else(|| classes.default_index())
+                .unwrap_or(0),
+            None => 0,
+        }
+    }
+
+    /// Every gate, for a caller in class `class` (an index from [`Engine::class_of`]).
+    pub(crate) async fn grant_in(&self, class: usize) -> Result<Grant, AcquireError> {
+        let _ = class;
+        self.grant().await
+    }
+
+    /// [`Engine::try_grant`] for a caller in class `class`.
+    pub(crate) fn try_grant_in(&self, class: usize) -> Result<Grant, TryAcquireError> {
+        let _ = class;
+        self.try_grant()
+    }
+
+    /// Per class, for the snapshot; empty for a budget without classes.
+    pub(crate) fn class_snapshots(&self) -> Vec<super::ClassSnapshot> {
+        match &self.config.classes {
+            Some(classes) => classes
+                .iter()
+                .map(|c| super::ClassSnapshot {
+                    name: c.name().to_string(),
+                    weight: c.weight(),
+                    ..Default::default()
+                })
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Joins the queue (if its bound allows) and waits for a local permit until `deadline`.
     async fn wait_in_queue(
         &self,

@@ -9,6 +9,7 @@
 
 mod builder;
 mod call;
+mod classes;
 mod engine;
 mod error;
 mod histogram;
@@ -28,9 +29,10 @@ use std::time::Duration;
 pub use builder::{BudgetBuilder, BudgetConfig};
 #[cfg(feature = "tower")]
 pub(crate) use call::CallGuard;
+pub use classes::{Class, Classes, MAX_CLASSES, MAX_WEIGHT};
 pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
-pub use snapshot::{BudgetSnapshot, LatencySummary};
+pub use snapshot::{BudgetSnapshot, ClassSnapshot, LatencySummary};
 
 use crate::limit::{Limit, LimitChange, Outcome, Verdict};
 use crate::store::Store;
@@ -400,6 +402,115 @@ impl Budget {
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 
+    /// The budget's priority classes, if it has them (see [`BudgetConfig::classes`]).
+    pub fn classes(&self) -> Option<&Classes> {
+        self.engine.config.classes.as_ref()
+    }
+
+    /// [`Budget::acquire`] in a priority class: when every permit is held, the caller waits in
+    /// its class's queue, and grants go to the classes with waiters by weight (see
+    /// [`Classes`]). A name the budget has no class for, and any name for a budget without
+    /// classes, is the default class.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Budget::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::acquire`], with the class's own permit deadline if it has one; also
+    /// [`AcquireError::Evicted`] when the queue was full and a caller of a heavier class took
+    /// this caller's place.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use inflight::{Budget, BudgetConfig, Classes};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    /// let records = Budget::new("records", BudgetConfig::new(6).classes(classes)).unwrap();
+    /// let permit = records.acquire_in("interactive").await.unwrap();
+    /// assert_eq!(records.in_flight(), 1);
+    /// drop(permit);
+    /// # }
+    /// ```
+    pub async fn acquire_in(&self, class: &str) -> Result<Permit<'_>, AcquireError> {
+        let class = self.engine.class_of(class);
+        let grant = self.engine.grant_in(class).await?;
+        Ok(Permit::new(&self.engine, grant))
+    }
+
+    /// [`Budget::acquire_owned`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Budget::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::acquire_in`].
+    pub async fn acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, AcquireError> {
+        let class = self.engine.class_of(class);
+        let grant = self.engine.grant_in(class).await?;
+        Ok(OwnedPermit::new(self.clone(), grant))
+    }
+
+    /// [`Budget::try_acquire`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::try_acquire`].
+    pub fn try_acquire_in(&self, class: &str) -> Result<Permit<'_>, TryAcquireError> {
+        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        Ok(Permit::new(&self.engine, grant))
+    }
+
+    /// [`Budget::try_acquire_owned`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::try_acquire`].
+    pub fn try_acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, TryAcquireError> {
+        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        Ok(OwnedPermit::new(self.clone(), grant))
+    }
+
+    /// [`Budget::call`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::call`]; the refusals of [`Budget::acquire_in`].
+    pub async fn call_in<F, Fut, T, E>(&self, class: &str, call: F) -> Result<T, CallError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_with_in(class, classify_result, call).await
+    }
+
+    /// [`Budget::call_with`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::call_with`]; the refusals of [`Budget::acquire_in`].
+    pub async fn call_with_in<C, V, F, Fut, T, E>(
+        &self,
+        class: &str,
+        classify: C,
+        call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        C: FnOnce(&Result<T, E>) -> V,
+        V: Into<Verdict>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = self.acquire_in(class).await.map_err(CallError::Rejected)?;
+        call::run(permit, classify, call()).await
+    }
+
     /// Runs `call` while holding a permit, with the budget's `call_timeout` started once the permit
     /// is held, and returns its result.
     ///
@@ -553,8 +664,10 @@ impl Budget {
             retries_denied: counts.retries_denied,
             retries_past_deadline: counts.retries_past_deadline,
             retries_out_of_attempts: counts.retries_out_of_attempts,
+            evicted: counts.evicted,
             wait,
             call: engine.stats.call().summary(),
+            classes: engine.class_snapshots(),
         }
     }
 }

@@ -36,6 +36,7 @@ pub(crate) struct Stats {
     retries_denied: AtomicU64,
     retries_past_deadline: AtomicU64,
     retries_out_of_attempts: AtomicU64,
+    evicted: AtomicU64,
     #[cfg(feature = "metrics")]
     exported: crate::metrics::Handles,
     /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
@@ -68,6 +69,7 @@ pub(crate) struct Counts {
     pub(crate) retries_denied: u64,
     pub(crate) retries_past_deadline: u64,
     pub(crate) retries_out_of_attempts: u64,
+    pub(crate) evicted: u64,
 }
 
 impl Stats {
@@ -98,6 +100,7 @@ impl Stats {
             retries_denied: AtomicU64::new(0),
             retries_past_deadline: AtomicU64::new(0),
             retries_out_of_attempts: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
             wait: CachePadded(Histogram::new()),
             call: CachePadded(Histogram::new()),
         }
@@ -158,6 +161,14 @@ impl Stats {
         self.paused.fetch_add(1, Relaxed);
         #[cfg(feature = "tracing")]
         tracing::info!(budget = %self.name, "permit refused: the dependency's pause outlasts the deadline");
+    }
+
+    /// A waiter gave its place in the full queue to a caller of a heavier class.
+    #[allow(dead_code)] // until the class queue evicts
+    pub(crate) fn evicted(&self) {
+        self.evicted.fetch_add(1, Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(budget = %self.name, "permit refused: evicted from the full queue by a heavier class");
     }
 
     /// An overload with a retry-after paused the budget (or moved its pause).
@@ -278,6 +289,7 @@ impl Stats {
             retries_denied: self.retries_denied.load(Relaxed),
             retries_past_deadline: self.retries_past_deadline.load(Relaxed),
             retries_out_of_attempts: self.retries_out_of_attempts.load(Relaxed),
+            evicted: self.evicted.load(Relaxed),
         }
     }
 
