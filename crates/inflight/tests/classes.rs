@@ -26,6 +26,14 @@ fn class<'a>(name: &str, snapshots: &'a [ClassSnapshot]) -> &'a ClassSnapshot {
         .expect("the class is in the snapshot")
 }
 
+/// Awaits `f`, failing instead of hanging if it never ends (a lost permit would leave a waiter
+/// waiting forever; on paused time this fails at once).
+async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(3_600), f)
+        .await
+        .expect("never ended: a permit was lost")
+}
+
 /// Every acquire of the class ended in exactly one counted outcome, or is still in progress.
 fn outcomes(c: &ClassSnapshot) -> u64 {
     c.admitted
@@ -63,7 +71,7 @@ async fn contend(b: &Budget, classes: &[&'static str], tasks: usize, total: usiz
         }
     }
     for h in handles {
-        h.await.unwrap();
+        within(h).await.unwrap();
     }
     Arc::try_unwrap(order).unwrap().into_inner().unwrap()
 }
@@ -142,7 +150,7 @@ async fn strict_priority_serves_the_heaviest_class_first() {
     }
     drop(held);
     for t in tasks {
-        t.await.unwrap();
+        within(t).await.unwrap();
     }
     let order = order.lock().unwrap().clone();
     assert_eq!(order[..5], ["interactive"; 5], "{order:?}");
@@ -163,7 +171,7 @@ async fn an_idle_class_leaves_its_share_to_the_others() {
         }));
     }
     for t in tasks {
-        t.await.unwrap();
+        within(t).await.unwrap();
     }
     assert_eq!(start.elapsed(), ms(50), "two at a time, back to back");
     assert_eq!(b.snapshot().peak_in_flight, 2);
@@ -184,7 +192,7 @@ async fn an_idle_class_leaves_its_share_to_the_others() {
         }
     }
     for t in tasks {
-        t.await.unwrap();
+        within(t).await.unwrap();
     }
     assert_eq!(start.elapsed(), ms((4 * 20 + 4 * 50) * 10 / 2));
 }
@@ -237,7 +245,7 @@ async fn a_full_queue_evicts_exactly_the_newest_waiter_of_the_lightest_class() {
 
     drop(held);
     for t in [interactive_1, normal_1, normal_2] {
-        let (name, out) = t.await.unwrap();
+        let (name, out) = within(t).await.unwrap();
         assert!(out.is_ok(), "{name}: {out:?}");
     }
     let s = b.snapshot();
@@ -286,8 +294,8 @@ async fn a_cancelled_waiter_of_any_class_frees_its_place() {
     settle().await;
     assert_eq!(b.snapshot().waiting, 2);
     drop(held);
-    batch.await.unwrap().unwrap();
-    next.await.unwrap().unwrap();
+    within(batch).await.unwrap().unwrap();
+    within(next).await.unwrap().unwrap();
     assert_eq!(b.available_permits(), 1);
 }
 
@@ -313,7 +321,7 @@ async fn a_permit_handed_to_a_cancelled_waiter_goes_to_the_next() {
     // ... and is cancelled before it takes it: batch gets it.
     interactive.abort();
     let _ = interactive.await;
-    batch.await.unwrap().unwrap();
+    within(batch).await.unwrap().unwrap();
     let s = b.snapshot();
     assert_eq!(
         (s.in_flight, s.waiting, s.admitted, s.cancelled),
@@ -452,7 +460,7 @@ async fn every_acquire_ends_in_exactly_one_outcome_of_its_class() {
         }
     }
     for t in tasks {
-        t.await.unwrap();
+        within(t).await.unwrap();
     }
     sleep(ms(1_000)).await;
     let s = b.snapshot();
@@ -516,4 +524,37 @@ async fn the_snapshot_shows_each_class_in_flight_and_waiting() {
     for w in waiters {
         w.abort();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_refuses_the_classes_whose_deadline_falls_inside_it() {
+    use inflight::limit::Outcome;
+    let classes = two_classes().class_permit_timeout("interactive", ms(200));
+    let b = budget(
+        BudgetConfig::new(1)
+            .permit_timeout(ms(1_000))
+            .classes(classes),
+    );
+    let t0 = Instant::now();
+    let held = b.acquire_owned_in("batch").await.unwrap();
+    let answered = |name: &'static str| {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let out = b.acquire_in(name).await.map(drop);
+            (t0.elapsed(), out)
+        })
+    };
+    let (interactive, batch) = (answered("interactive"), answered("batch"));
+    settle().await;
+    // The dependency asks for 500 ms: past interactive's 200 ms deadline, within batch's.
+    held.report(Outcome::Overload.with_retry_after(ms(500)));
+    let (at, out) = interactive.await.unwrap();
+    assert_eq!(at, ms(0), "refused at once, not after sleeping");
+    assert!(matches!(out, Err(AcquireError::Paused { .. })), "{out:?}");
+    let (at, out) = batch.await.unwrap();
+    assert_eq!((at, out), (ms(500), Ok(())));
+    let s = b.snapshot();
+    assert_eq!(class("interactive", &s.classes).paused, 1);
+    assert_eq!(class("batch", &s.classes).admitted, 2);
+    assert_eq!(b.available_permits(), 1);
 }
