@@ -248,23 +248,25 @@ impl ClassQueue {
         }
     }
 
-    /// The class whose waiter goes next: the lowest pass among the classes with waiters (the
-    /// first declared on a tie), or with strict priority the heaviest such class (the lowest
-    /// pass among equally heavy ones).
+    /// The class whose waiter goes next: the earliest virtual finish time (its pass plus its
+    /// stride) among the classes with waiters, the heavier then the first declared on a tie;
+    /// with strict priority, the heaviest such class (the earliest among equally heavy ones).
+    /// Finish times rather than start times: a heavier class goes first when classes start
+    /// waiting together, as its share says.
     fn next_class(&self, lanes: &Lanes) -> Option<usize> {
         let mut best: Option<(usize, u32, u64)> = None;
         for (i, lane) in lanes.lanes.iter().enumerate() {
             if lane.waiters.is_empty() {
                 continue;
             }
-            let (w, pass) = (self.weights[i], lane.pass);
+            let (w, finish) = (self.weights[i], lane.pass.saturating_add(self.strides[i]));
             let better = match best {
                 None => true,
-                Some((_, bw, bpass)) if self.strict => w > bw || (w == bw && pass < bpass),
-                Some((_, _, bpass)) => pass < bpass,
+                Some((_, bw, bfinish)) if self.strict => w > bw || (w == bw && finish < bfinish),
+                Some((_, bw, bfinish)) => finish < bfinish || (finish == bfinish && w > bw),
             };
             if better {
-                best = Some((i, w, pass));
+                best = Some((i, w, finish));
             }
         }
         best.map(|(i, _, _)| i)
@@ -402,6 +404,13 @@ mod tests {
         let mut tickets: Vec<_> = (0..60).map(|i| (i % 2, b.join(i % 2))).collect();
         let got = b.grant(&mut tickets, 20);
         assert_eq!(got.iter().filter(|&&c| c == 0).count(), 15, "{got:?}");
+    }
+
+    #[test]
+    fn classes_that_start_waiting_together_go_heaviest_first() {
+        let b = Bench::new(&Classes::new().class("batch", 1).class("interactive", 4));
+        let mut tickets: Vec<_> = (0..20).map(|i| (i % 2, b.join(i % 2))).collect();
+        assert_eq!(b.grant(&mut tickets, 10), [1, 1, 1, 1, 0, 1, 1, 1, 1, 0]);
     }
 
     #[test]

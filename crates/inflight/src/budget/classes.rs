@@ -31,6 +31,35 @@ pub const MAX_CLASSES: usize = 16;
 /// assert_eq!(classes.default_name(), "batch");
 /// assert_eq!(classes.get("interactive").unwrap().weight(), 4);
 /// ```
+///
+/// When every permit is held, a caller of a heavier class goes before lighter ones that queued
+/// earlier, and takes the place of the newest of them when the queue is full:
+///
+/// ```
+/// use inflight::{AcquireError, Budget, BudgetConfig, Classes};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+/// let api = Budget::new("api", BudgetConfig::new(1).max_queued(1).classes(classes)).unwrap();
+/// let held = api.acquire_owned_in("batch").await.unwrap();
+/// let batch = tokio::spawn({
+///     let api = api.clone();
+///     async move { api.acquire_in("batch").await.map(drop) }
+/// });
+/// tokio::task::yield_now().await; // batch waits in the only place
+/// let interactive = tokio::spawn({
+///     let api = api.clone();
+///     async move { api.acquire_in("interactive").await.map(drop) }
+/// });
+/// tokio::task::yield_now().await;
+/// assert!(matches!(batch.await.unwrap(), Err(AcquireError::Evicted { .. })));
+/// drop(held);
+/// interactive.await.unwrap().unwrap();
+/// let s = api.snapshot();
+/// assert_eq!((s.classes[0].admitted, s.classes[1].evicted), (1, 1));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Classes {
     pub(crate) classes: Vec<Class>,

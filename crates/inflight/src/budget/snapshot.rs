@@ -5,8 +5,9 @@ use std::time::Duration;
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
 /// Every `acquire` (and `try_acquire`) ends in exactly one of `admitted`, `rejected`,
-/// `permit_timeouts`, `rate_limited`, `paused`, `cancelled` or `unavailable`, or is still in
-/// progress; every call through the budget that got its permit ends in exactly one of
+/// `permit_timeouts`, `rate_limited`, `paused`, `evicted`, `cancelled` or `unavailable`, or is
+/// still in progress (and, in a budget with classes, in exactly one of its class's, in
+/// `classes`); every call through the budget that got its permit ends in exactly one of
 /// `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled` (by what the call returned),
 /// and in exactly one of the `outcomes_*` fields or `calls_cancelled` (by its classifier's
 /// verdict); see [`Budget`](super::Budget#guarantees).
