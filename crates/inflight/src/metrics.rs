@@ -126,7 +126,7 @@ pub fn describe() {
     describe_counter!(
         REJECTIONS,
         Unit::Count,
-        "Callers refused a permit, by reason: queue_full, permit_timeout, rate_limited, paused, unavailable."
+        "Callers refused a permit, by reason: queue_full, permit_timeout, rate_limited, paused, unavailable, and evicted for a budget with priority classes."
     );
     describe_counter!(
         CALLS,

@@ -5,7 +5,9 @@
 //!
 //! 1. **Local permit.** Free and nobody waiting: granted at once (the fast path: no clock read
 //!    unless the limit learns, no lock). Otherwise the caller joins the queue if `max_queued`
-//!    allows, and waits until the permit deadline.
+//!    allows, and waits until the permit deadline. A budget with classes queues in its
+//!    [`ClassQueue`] instead (its class's lane, its class's deadline, evictions from a full
+//!    queue), which takes each waiter's permit from the same semaphore.
 //! 2. **Pause**, when the dependency asked for one (an overload with a retry-after): the caller
 //!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
 //!    after the deadline. A caller whose deadline falls inside the pause is refused before it
