@@ -460,4 +460,57 @@ mod tests {
         );
         assert_eq!(b.q.queued.load(Relaxed), 3);
     }
+
+    #[test]
+    fn a_waiter_that_joins_as_the_last_permit_comes_back_is_served() {
+        // The race of a check-then-act queue: one thread joins while another gives the only
+        // permit back. Whichever goes first, the waiter must end up granted, never left waiting
+        // next to a free permit.
+        let classes = Classes::new().class("a", 1).class("b", 2);
+        let q = ClassQueue::new(&classes);
+        let permits = LocalPermits::new(1);
+        let (waiting, class_waiting) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let barrier = std::sync::Barrier::new(2);
+        let rounds = 20_000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    barrier.wait();
+                    permits.give_back();
+                    q.returned(&permits);
+                    barrier.wait();
+                }
+            });
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            // Counted, not asserted here: a panic would leave the other thread at the barrier.
+            let (mut stranded, mut lost) = (0, 0);
+            for round in 0..rounds {
+                // Free at the start of every round: given back at the end of the last one, or
+                // left in the semaphore next to a stranded waiter.
+                if !permits.try_take() {
+                    lost += 1;
+                }
+                barrier.wait();
+                let (mut ticket, _) = q
+                    .join(round % 2, &permits, &waiting, &class_waiting, None)
+                    .ok()
+                    .unwrap();
+                barrier.wait();
+                if Pin::new(&mut ticket).poll(&mut cx) != Poll::Ready(Turn::Granted) {
+                    stranded += 1;
+                    // Leaves the lane; the free permit is taken at the next round's start.
+                    drop(ticket);
+                    continue;
+                }
+                drop(ticket);
+                permits.give_back();
+                q.returned(&permits);
+            }
+            assert_eq!(
+                (stranded, lost),
+                (0, 0),
+                "of {rounds} rounds, waiters left next to a free permit, permits lost"
+            );
+        });
+    }
 }
