@@ -617,3 +617,54 @@ fn on_many_threads_the_limit_holds_and_no_permit_is_lost() {
         }
     });
 }
+
+#[cfg(feature = "adaptive")]
+#[tokio::test(start_paused = true)]
+async fn shares_follow_an_adaptive_limit_as_it_moves() {
+    use inflight::limit::{Adaptive, Outcome};
+    let b = budget(
+        BudgetConfig::new(16)
+            .adaptive(Adaptive::aimd().initial(8))
+            .classes(two_classes()),
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let limits = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let mut tasks = Vec::new();
+    for (c, name) in ["interactive", "batch"].into_iter().enumerate() {
+        for t in 0..24 {
+            let (b, order, limits) = (b.clone(), order.clone(), limits.clone());
+            tasks.push(tokio::spawn(async move {
+                for n in 0..250u64 {
+                    let permit = b.acquire_in(name).await.unwrap();
+                    order.lock().unwrap().push(c);
+                    limits.lock().unwrap().insert(b.limit());
+                    sleep(ms(1 + (n + t) % 3)).await;
+                    // Now and then an overload: the limit is cut, and grows back.
+                    if (n + t) % 17 == 0 {
+                        permit.report(Outcome::Overload);
+                    } else {
+                        permit.report(Outcome::Success);
+                    }
+                }
+            }));
+        }
+    }
+    // Count the grants while both classes still wait (before either runs out of work).
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    let order = order.lock().unwrap();
+    let head = &order[..6_000];
+    let interactive = head.iter().filter(|&&c| c == 0).count() as f64;
+    let ratio = interactive / (head.len() as f64 - interactive);
+    assert!(
+        (ratio - 4.0).abs() <= 4.0 * 0.1,
+        "interactive:batch = {ratio:.2} while the limit moved"
+    );
+    assert!(
+        limits.lock().unwrap().len() > 3,
+        "the limit did move: {limits:?}"
+    );
+    assert!(b.snapshot().peak_in_flight <= 16);
+    assert_eq!(b.available_permits(), b.limit());
+}
