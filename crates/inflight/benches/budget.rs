@@ -6,6 +6,10 @@
 //! feature `tower`) one request through a `BudgetLayer` around a no-op service: the routine that
 //! runs a call under its permit, on top of the acquire + release.
 //!
+//! `budget_classes` is the same acquire + release in a budget with two priority classes
+//! (`acquire_in`, which the class queue ranks when permits run out), next to `budget`; and
+//! `budget_one_class` in a budget with a single class.
+//!
 //! Run with `cargo bench -p inflight --bench budget` (add `--features tower` for
 //! `budget_layer`); times are per acquire + release.
 
@@ -14,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use inflight::{Budget, BudgetConfig};
+use inflight::{Budget, BudgetConfig, Classes};
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
@@ -37,6 +41,16 @@ fn noop_global_service() -> ConcurrencyLimit<Noop> {
 
 fn budget() -> Budget {
     Budget::new("bench", BudgetConfig::new(LIMIT)).unwrap()
+}
+
+fn classed_budget() -> Budget {
+    let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    Budget::new("bench", BudgetConfig::new(LIMIT).classes(classes)).unwrap()
+}
+
+fn one_class_budget() -> Budget {
+    let classes = Classes::new().class("only", 1);
+    Budget::new("bench", BudgetConfig::new(LIMIT).classes(classes)).unwrap()
 }
 
 fn current_thread() -> Runtime {
@@ -78,6 +92,37 @@ fn uncontended(c: &mut Criterion) {
                 let start = Instant::now();
                 for _ in 0..iters {
                     drop(budget.acquire().await.unwrap());
+                }
+                start.elapsed()
+            }
+        })
+    });
+    for (name, make) in [
+        ("budget_classes", classed_budget as fn() -> Budget),
+        ("budget_one_class", one_class_budget),
+    ] {
+        group.bench_function(name, |b| {
+            let budget = make();
+            b.to_async(&rt).iter_custom(|iters| {
+                let budget = &budget;
+                async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        drop(budget.acquire_in("interactive").await.unwrap());
+                    }
+                    start.elapsed()
+                }
+            })
+        });
+    }
+    group.bench_function("budget_classes_try_acquire", |b| {
+        let budget = classed_budget();
+        b.to_async(&rt).iter_custom(|iters| {
+            let budget = &budget;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(budget.try_acquire_in("interactive").unwrap());
                 }
                 start.elapsed()
             }
@@ -176,6 +221,30 @@ fn contended(c: &mut Criterion) {
                 async move {
                     for _ in 0..n {
                         let p = budget.acquire().await.unwrap();
+                        tokio::task::yield_now().await;
+                        drop(p);
+                    }
+                }
+            })
+            .await
+        })
+    });
+    group.bench_function(BenchmarkId::from_parameter("budget_classes"), |b| {
+        b.to_async(&rt).iter_custom(|iters| async move {
+            let budget = classed_budget();
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            // Half the tasks in each class.
+            contend(iters, |n| {
+                let budget = budget.clone();
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let class = if i.is_multiple_of(2) {
+                    "interactive"
+                } else {
+                    "batch"
+                };
+                async move {
+                    for _ in 0..n {
+                        let p = budget.acquire_in(class).await.unwrap();
                         tokio::task::yield_now().await;
                         drop(p);
                     }

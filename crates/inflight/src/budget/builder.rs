@@ -39,6 +39,7 @@ pub struct BudgetConfig {
     pub(crate) adaptive: Option<crate::limit::Adaptive>,
     pub(crate) rate: Option<Rate>,
     pub(crate) burst: Option<u32>,
+    pub(crate) classes: Option<super::Classes>,
 }
 
 impl BudgetConfig {
@@ -56,6 +57,7 @@ impl BudgetConfig {
             adaptive: None,
             rate: None,
             burst: None,
+            classes: None,
         }
     }
 
@@ -110,6 +112,20 @@ impl BudgetConfig {
     pub fn adaptive(mut self, adaptive: crate::limit::Adaptive) -> Self {
         self.adaptive = Some(adaptive);
         self
+    }
+
+    /// Priority classes: when every permit is held, grants go to the classes with waiters in
+    /// proportion to their weights (or strictly by weight), and a full queue makes room for a
+    /// heavier class by refusing the newest waiter of the lightest (see [`Classes`](super::Classes)).
+    /// Default: one class, first come first served.
+    pub fn classes(mut self, classes: super::Classes) -> Self {
+        self.classes = Some(classes);
+        self
+    }
+
+    /// The priority classes, if the budget has them.
+    pub fn priority_classes(&self) -> Option<&super::Classes> {
+        self.classes.as_ref()
     }
 
     /// The adaptive limit's settings, if the limit learns.
@@ -308,6 +324,23 @@ impl BudgetConfig {
             }
             _ => {}
         }
+        if let Some(classes) = &self.classes {
+            if let Err((field, message)) = classes.check() {
+                return invalid(field, message);
+            }
+            for class in classes.iter() {
+                if let Some(d) = class.permit_timeout.filter(|d| *d > MAX_DURATION) {
+                    return invalid(
+                        "classes",
+                        format!(
+                            "class {:?}: permit_timeout must be at most 7 days, got {}",
+                            class.name(),
+                            humantime::format_duration(d)
+                        ),
+                    );
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -421,6 +454,12 @@ impl BudgetBuilder {
     #[cfg(feature = "rate")]
     pub fn burst(mut self, burst: u32) -> Self {
         self.config.burst = Some(burst);
+        self
+    }
+
+    /// See [`BudgetConfig::classes`].
+    pub fn classes(mut self, classes: super::Classes) -> Self {
+        self.config.classes = Some(classes);
         self
     }
 

@@ -88,6 +88,14 @@ pub enum AcquireError {
         /// How long until the pause ends.
         retry_after: Duration,
     },
+    /// The caller was waiting in a budget with [`Classes`](crate::Classes) when the queue was
+    /// full and a caller of a heavier class arrived: as the newest waiter of the lightest class
+    /// with waiters, it gave up its place and was refused at once.
+    #[error("evicted from the full wait queue by a caller of a heavier class")]
+    Evicted {
+        /// An estimate of when a place frees, as for [`QueueFull`](AcquireError::QueueFull).
+        retry_after: Option<Duration>,
+    },
 }
 
 /// Why [`Budget::try_acquire`](super::Budget::try_acquire) granted no permit.
@@ -145,7 +153,9 @@ impl AcquireError {
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            AcquireError::QueueFull { retry_after } => *retry_after,
+            AcquireError::QueueFull { retry_after } | AcquireError::Evicted { retry_after } => {
+                *retry_after
+            }
             AcquireError::RateLimited { retry_after } | AcquireError::Paused { retry_after } => {
                 Some(*retry_after)
             }
@@ -156,6 +166,11 @@ impl AcquireError {
     /// Whether the caller was turned away without waiting.
     pub fn is_queue_full(&self) -> bool {
         matches!(self, AcquireError::QueueFull { .. })
+    }
+
+    /// Whether the caller lost its place in a full queue to a caller of a heavier class.
+    pub fn is_evicted(&self) -> bool {
+        matches!(self, AcquireError::Evicted { .. })
     }
 
     /// Whether the caller waited for its whole permit deadline.

@@ -5,10 +5,13 @@
 //! are on [`Budget`]. Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and
 //! cancel-safe; a crate-private engine adds the queue bound, the deadlines, the limit (fixed, or
 //! one that learns: see [`crate::limit`]), an optional rate limit, an optional shared store (see
-//! [`crate::store`]) and the counters.
+//! [`crate::store`]) and the counters. A budget with [`Classes`] queues in a lane per class
+//! instead, ranked by weight, and still takes every permit from the semaphore.
 
 mod builder;
 mod call;
+mod class_queue;
+mod classes;
 mod engine;
 mod error;
 mod histogram;
@@ -28,9 +31,10 @@ use std::time::Duration;
 pub use builder::{BudgetBuilder, BudgetConfig};
 #[cfg(feature = "tower")]
 pub(crate) use call::CallGuard;
+pub use classes::{Class, Classes, MAX_CLASSES, MAX_WEIGHT};
 pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
-pub use snapshot::{BudgetSnapshot, LatencySummary};
+pub use snapshot::{BudgetSnapshot, ClassSnapshot, LatencySummary};
 
 use crate::limit::{Limit, LimitChange, Outcome, Verdict};
 use crate::store::Store;
@@ -54,12 +58,26 @@ use engine::Engine;
 ///
 /// - **Limit.** At most `max_concurrent` permits are held at once, counting every clone of the
 ///   budget; with a limit that learns, at most its current value, except that lowering it never
-///   takes a permit back from a caller that holds one.
+///   takes a permit back from a caller that holds one. With [`Classes`], the same one limit
+///   holds for all classes together, whatever their mix and cancellations: a class has no
+///   count of its own that could admit a caller past it, only a share of the grants.
 /// - **Fairness.** Waiters are served in the order they started waiting (FIFO), as by tokio's
 ///   [`Semaphore`](tokio::sync::Semaphore). A newcomer never takes a permit ahead of a caller
 ///   that is already waiting: [`try_acquire`](Budget::try_acquire) fails while anyone waits.
 ///   With a rate limit, turns are reserved in the order callers ask for them, once they hold
 ///   their permits.
+/// - **Classes.** A budget with [`Classes`] serves its waiters FIFO within each class, and
+///   across the classes that have waiters in proportion to their weights (weighted fair
+///   queuing: with `interactive = 4, batch = 1` under constant contention, four grants in five
+///   go to interactive, and batch is never passed over more than about four times in a row).
+///   A class with nobody waiting leaves its share to the others, and banks no credit for the
+///   time it was idle. With [`strict`](Classes::strict), the heaviest class with a waiter
+///   always goes first. When the queue is full, a caller of a heavier class takes the place of
+///   the newest waiter of the lightest class with waiters, which is refused at once with
+///   [`AcquireError::Evicted`]; a caller no heavier than every waiter's class is refused with
+///   [`AcquireError::QueueFull`]. Each class may have its own permit deadline. The later gates
+///   (pause, rate slot, lease) are passed in the order the permits were granted. A budget with
+///   one class behaves as one without.
 /// - **Cancel safety.** A permit goes back when its `Permit` is dropped: on success, on error,
 ///   when the task holding it is cancelled, and when it panics. A caller that stops waiting (its
 ///   future is dropped, or its deadline passes) leaves the queue, frees its place and gives back
@@ -76,8 +94,11 @@ use engine::Engine;
 ///   ends in exactly one outcome, and [`BudgetSnapshot`] counts each: `admitted`; `rejected`
 ///   (the queue was full, or `try_acquire` found no free permit or a shared store);
 ///   `permit_timeouts`; `rate_limited`; `paused` (a pause the dependency asked for outlasted
-///   the caller's deadline); `unavailable` (the shared store could not be asked); or
-///   `cancelled` (the future was dropped while it waited). Every call through
+///   the caller's deadline); `unavailable` (the shared store could not be asked); `evicted`
+///   (a caller of a heavier class took its place in the full queue); or `cancelled` (the
+///   future was dropped while it waited). With [`Classes`], each acquire is also counted in
+///   exactly one outcome of its class ([`ClassSnapshot`]), with its class's permits in flight,
+///   waiters and waits; the budget-wide fields count every class. Every call through
 ///   [`call`](Budget::call) or [`call_with`](Budget::call_with) that got its permit then ends in
 ///   exactly one of `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled`, and, by
 ///   its classifier's [`Verdict`], in exactly one of `outcomes_success`, `outcomes_overload`,
@@ -386,7 +407,7 @@ impl Budget {
     /// assert!(budget.try_acquire().is_ok());
     /// ```
     pub fn try_acquire(&self) -> Result<Permit<'_>, TryAcquireError> {
-        let grant = self.engine.try_grant()?;
+        let grant = self.engine.try_grant_in(self.engine.default_class())?;
         Ok(Permit::new(&self.engine, grant))
     }
 
@@ -396,8 +417,150 @@ impl Budget {
     ///
     /// As [`Budget::try_acquire`].
     pub fn try_acquire_owned(&self) -> Result<OwnedPermit, TryAcquireError> {
-        let grant = self.engine.try_grant()?;
+        let grant = self.engine.try_grant_in(self.engine.default_class())?;
         Ok(OwnedPermit::new(self.clone(), grant))
+    }
+
+    /// The budget's priority classes, if it has them (see [`BudgetConfig::classes`]).
+    pub fn classes(&self) -> Option<&Classes> {
+        self.engine.config.classes.as_ref()
+    }
+
+    /// [`Budget::acquire`] in a priority class: when every permit is held, the caller waits in
+    /// its class's queue, and grants go to the classes with waiters by weight (see
+    /// [`Classes`]). A name the budget has no class for, and any name for a budget without
+    /// classes, is the default class.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Budget::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::acquire`], with the class's own permit deadline if it has one; also
+    /// [`AcquireError::Evicted`] when the queue was full and a caller of a heavier class took
+    /// this caller's place.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use inflight::{Budget, BudgetConfig, Classes};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    /// let records = Budget::new("records", BudgetConfig::new(6).classes(classes)).unwrap();
+    /// let permit = records.acquire_in("interactive").await.unwrap();
+    /// assert_eq!(records.in_flight(), 1);
+    /// drop(permit);
+    /// let s = records.snapshot();
+    /// assert_eq!((s.classes[0].name.as_str(), s.classes[0].admitted), ("interactive", 1));
+    /// # }
+    /// ```
+    ///
+    /// Under contention, interactive callers go before batch callers that queued first:
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use inflight::{Budget, BudgetConfig, Classes};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    /// let records = Budget::new("records", BudgetConfig::new(1).classes(classes)).unwrap();
+    /// let held = records.acquire_owned().await.unwrap();
+    /// let order = Arc::new(Mutex::new(Vec::new()));
+    /// let mut tasks = Vec::new();
+    /// for class in ["batch", "batch", "interactive", "interactive", "interactive", "interactive"] {
+    ///     let (records, order) = (records.clone(), order.clone());
+    ///     tasks.push(tokio::spawn(async move {
+    ///         let _permit = records.acquire_in(class).await.unwrap();
+    ///         order.lock().unwrap().push(class);
+    ///     }));
+    ///     tokio::task::yield_now().await; // queued in this order
+    /// }
+    /// drop(held);
+    /// for task in tasks {
+    ///     task.await.unwrap();
+    /// }
+    /// let order = order.lock().unwrap();
+    /// assert_eq!(order[..4], ["interactive"; 4]);
+    /// assert_eq!(order[4..], ["batch"; 2]);
+    /// # }
+    /// ```
+    pub async fn acquire_in(&self, class: &str) -> Result<Permit<'_>, AcquireError> {
+        let class = self.engine.class_of(class);
+        let grant = self.engine.grant_in(class).await?;
+        Ok(Permit::new(&self.engine, grant))
+    }
+
+    /// [`Budget::acquire_owned`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Budget::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::acquire_in`].
+    pub async fn acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, AcquireError> {
+        let class = self.engine.class_of(class);
+        let grant = self.engine.grant_in(class).await?;
+        Ok(OwnedPermit::new(self.clone(), grant))
+    }
+
+    /// [`Budget::try_acquire`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::try_acquire`].
+    pub fn try_acquire_in(&self, class: &str) -> Result<Permit<'_>, TryAcquireError> {
+        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        Ok(Permit::new(&self.engine, grant))
+    }
+
+    /// [`Budget::try_acquire_owned`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::try_acquire`].
+    pub fn try_acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, TryAcquireError> {
+        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        Ok(OwnedPermit::new(self.clone(), grant))
+    }
+
+    /// [`Budget::call`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::call`]; the refusals of [`Budget::acquire_in`].
+    pub async fn call_in<F, Fut, T, E>(&self, class: &str, call: F) -> Result<T, CallError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_with_in(class, classify_result, call).await
+    }
+
+    /// [`Budget::call_with`] in a priority class (see [`Budget::acquire_in`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::call_with`]; the refusals of [`Budget::acquire_in`].
+    pub async fn call_with_in<C, V, F, Fut, T, E>(
+        &self,
+        class: &str,
+        classify: C,
+        call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        C: FnOnce(&Result<T, E>) -> V,
+        V: Into<Verdict>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = self.acquire_in(class).await.map_err(CallError::Rejected)?;
+        call::run(permit, classify, call()).await
     }
 
     /// Runs `call` while holding a permit, with the budget's `call_timeout` started once the permit
@@ -553,8 +716,10 @@ impl Budget {
             retries_denied: counts.retries_denied,
             retries_past_deadline: counts.retries_past_deadline,
             retries_out_of_attempts: counts.retries_out_of_attempts,
+            evicted: counts.evicted,
             wait,
             call: engine.stats.call().summary(),
+            classes: engine.class_snapshots(),
         }
     }
 }

@@ -5,8 +5,9 @@ use std::time::Duration;
 /// A budget's counters and latency summaries at one moment, from [`Budget::snapshot`](super::Budget::snapshot).
 ///
 /// Every `acquire` (and `try_acquire`) ends in exactly one of `admitted`, `rejected`,
-/// `permit_timeouts`, `rate_limited`, `paused`, `cancelled` or `unavailable`, or is still in
-/// progress; every call through the budget that got its permit ends in exactly one of
+/// `permit_timeouts`, `rate_limited`, `paused`, `evicted`, `cancelled` or `unavailable`, or is
+/// still in progress (and, in a budget with classes, in exactly one of its class's, in
+/// `classes`); every call through the budget that got its permit ends in exactly one of
 /// `calls_ok`, `calls_error`, `call_timeouts` or `calls_cancelled` (by what the call returned),
 /// and in exactly one of the `outcomes_*` fields or `calls_cancelled` (by its classifier's
 /// verdict); see [`Budget`](super::Budget#guarantees).
@@ -82,10 +83,53 @@ pub struct BudgetSnapshot {
     pub retries_past_deadline: u64,
     /// Retries not made because the call had made its most attempts.
     pub retries_out_of_attempts: u64,
+    /// Callers refused at once, while they waited, to make room in the full queue for a caller
+    /// of a heavier class ([`AcquireError::Evicted`](crate::AcquireError::Evicted)).
+    pub evicted: u64,
     /// Time admitted callers waited for their permit (zero when one was free).
     pub wait: LatencySummary,
     /// Time calls through the budget held their permit, timeouts included.
     pub call: LatencySummary,
+    /// Per class, in the order the classes were declared, for a budget with
+    /// [`Classes`](crate::Classes); empty for one without. The budget-wide fields count every
+    /// class.
+    pub classes: Vec<ClassSnapshot>,
+}
+
+/// One priority class's share of a [`BudgetSnapshot`].
+///
+/// Every acquire in the class ends in exactly one of `admitted`, `rejected`, `permit_timeouts`,
+/// `rate_limited`, `paused`, `evicted`, `cancelled` or `unavailable`, or is still in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ClassSnapshot {
+    /// The class's name.
+    pub name: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Permits held now by callers of this class.
+    pub in_flight: usize,
+    /// Callers of this class waiting for a permit now.
+    pub waiting: usize,
+    /// Callers of this class granted a permit.
+    pub admitted: u64,
+    /// Turned away without waiting: the queue was full of heavier or equal classes (or
+    /// `try_acquire` found no free permit).
+    pub rejected: u64,
+    /// Waited their whole permit deadline (the class's own, or the budget's).
+    pub permit_timeouts: u64,
+    /// Refused by the rate limit.
+    pub rate_limited: u64,
+    /// Refused because a pause the dependency asked for outlasted their deadline.
+    pub paused: u64,
+    /// Refused while waiting, to make room for a heavier class.
+    pub evicted: u64,
+    /// Stopped waiting before an outcome.
+    pub cancelled: u64,
+    /// Refused because the shared store could not be asked.
+    pub unavailable: u64,
+    /// Time this class's admitted callers waited for their permit.
+    pub wait: LatencySummary,
 }
 
 /// Count, mean, median, 99th percentile and maximum of a set of durations.
