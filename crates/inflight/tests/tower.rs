@@ -16,8 +16,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inflight::limit::Outcome;
-use inflight::tower::{BudgetError, BudgetLayer};
-use inflight::{AcquireError, Budget, BudgetConfig};
+use inflight::tower::{BudgetError, BudgetLayer, RequestClass};
+use inflight::{AcquireError, Budget, BudgetConfig, Classes};
 use tokio::sync::Semaphore;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -471,4 +471,131 @@ async fn after_a_real_429_with_retry_after_the_next_request_goes_out_when_the_pa
     assert!(gap >= Duration::from_secs(1), "{gap:?}");
     // A 200's retry-after is not an overload's: no second pause.
     assert_eq!(llm.snapshot().pauses, 1);
+}
+
+/// A service that notes the body of each request it serves (in the order served), then holds
+/// its permit for 10 ms.
+fn noting(
+    served: Arc<std::sync::Mutex<Vec<String>>>,
+) -> impl Service<
+    http::Request<String>,
+    Response = (),
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |req: http::Request<String>| {
+        let served = served.clone();
+        async move {
+            served.lock().unwrap().push(req.into_body());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok::<_, Infallible>(())
+        }
+    })
+}
+
+fn two_classes(n: usize) -> Budget {
+    let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    Budget::new("records", BudgetConfig::new(n).classes(classes)).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_requests_are_served_four_interactive_to_one_batch() {
+    let budget = two_classes(1);
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Interactive requests carry their class as an extension; batch ones are told by their path.
+    let by_extension = BudgetLayer::new(budget.clone())
+        .class_from_extension()
+        .layer(noting(served.clone()));
+    let by_path = BudgetLayer::new(budget.clone())
+        .class_by(|req: &http::Request<String>| {
+            req.uri().path().starts_with("/export").then_some("batch")
+        })
+        .layer(noting(served.clone()));
+    let holder = budget.acquire_owned().await.unwrap();
+    let mut calls = Vec::new();
+    // The batch requests queue first: first come, first served would serve all of them first.
+    for i in 0..10 {
+        let request = http::Request::builder()
+            .uri("/export")
+            .body(format!("batch {i}"))
+            .unwrap();
+        calls.push(tokio::spawn(by_path.clone().oneshot(request)));
+        tokio::task::yield_now().await;
+    }
+    for i in 0..10 {
+        let mut request = http::Request::new(format!("interactive {i}"));
+        request
+            .extensions_mut()
+            .insert(RequestClass::new("interactive"));
+        calls.push(tokio::spawn(by_extension.clone().oneshot(request)));
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(budget.snapshot().waiting, 20);
+    drop(holder);
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.len(), 20);
+    let first_ten = &served[..10];
+    let interactive = first_ten
+        .iter()
+        .filter(|s| s.starts_with("interactive"))
+        .count();
+    // 4:1 while both classes wait: 8 of the first 10, give or take one.
+    assert!(
+        (7..=9).contains(&interactive),
+        "{interactive} interactive of the first 10: {served:?}"
+    );
+    // First come, first served within each class.
+    for class in ["interactive", "batch"] {
+        let order: Vec<&String> = served.iter().filter(|s| s.starts_with(class)).collect();
+        let expected: Vec<String> = (0..10).map(|i| format!("{class} {i}")).collect();
+        assert_eq!(order, expected.iter().collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_request_waits_in_the_class_it_names_else_the_default() {
+    let budget = two_classes(2);
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let by_extension = BudgetLayer::new(budget.clone())
+        .class_from_extension()
+        .layer(noting(served.clone()));
+    let untold = BudgetLayer::new(budget.clone()).layer(noting(served.clone()));
+    let by_function = BudgetLayer::new(budget.clone())
+        .class_by(|_: &http::Request<String>| Some(String::from("interactive")))
+        .layer(noting(served.clone()));
+    for name in ["interactive", "interactive", "bogus", "batch"] {
+        let mut request = http::Request::new(name.to_string());
+        request.extensions_mut().insert(RequestClass::new(name));
+        by_extension.clone().oneshot(request).await.unwrap();
+    }
+    // No extension, and a layer told nothing: the default class (batch, the lightest).
+    by_extension
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    untold
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    by_function
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    let s = budget.snapshot();
+    let admitted: Vec<(&str, u64)> = s
+        .classes
+        .iter()
+        .map(|c| (c.name.as_str(), c.admitted))
+        .collect();
+    assert_eq!(admitted, [("interactive", 3), ("batch", 4)]);
+    assert_eq!(s.admitted, 7);
 }
