@@ -22,8 +22,8 @@ Little's law: calls in flight = throughput x time per call.
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
 
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
-any of overload_status, preserve_host, upstream_http2, overload_on_timeout and ca_file that
-differ from their defaults; the [proxy] table's admin and drain follow the budgets.
+any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file and
+class_header that differ from their defaults; the [proxy] table's admin and drain follow the budgets.
 
 A budget with classes (classes = { interactive = 4, batch = 1 }, default_class, strict) shows
 how grants are shared, its default class, and each class's weight and permit deadline (its
@@ -270,6 +270,7 @@ fn route_json(route: &Route) -> Value {
         "overload_on_timeout": route.overload_on_timeout(),
         "ca_file": route.ca_file().map(|ca| ca.path().display().to_string()),
         "ca_certificates": route.ca_file().map(|ca| ca.certificates().len()),
+        "class_header": route.class_header(),
     })
 }
 
@@ -327,6 +328,12 @@ fn render_route(out: &mut String, route: &Route) {
         let _ = writeln!(
             out,
             "  overload_on_timeout false (a call past call_timeout tells the limit nothing)"
+        );
+    }
+    if let Some(header) = route.class_header() {
+        let _ = writeln!(
+            out,
+            "  class_header    {header} (its value names the class; missing or unknown: the default)"
         );
     }
     if let Some(ca) = route.ca_file() {

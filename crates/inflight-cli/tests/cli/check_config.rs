@@ -709,6 +709,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "overload_on_timeout": true,
             "ca_file": null,
             "ca_certificates": null,
+            "class_header": null,
         })
     );
     assert_eq!(
@@ -723,6 +724,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "overload_on_timeout": false,
             "ca_file": "certs/ca.pem",
             "ca_certificates": 1,
+            "class_header": null,
         })
     );
     // A budget that is not proxied has no proxy field; its other fields are as they were.
@@ -898,6 +900,13 @@ strict = true
 
 [budgets.plain]
 max_concurrent = 1
+
+[budgets.proxied]
+max_concurrent = 1
+classes = { interactive = 4, batch = 1 }
+upstream = "http://127.0.0.1:7070"
+listen = "127.0.0.1:7002"
+class_header = "X-Priority"
 "#;
 
 #[test]
@@ -954,6 +963,17 @@ fn classes_are_shown_with_their_weights_deadlines_and_default() {
         );
     }
     assert_eq!(budgets[0]["max_concurrent"], 6, "the other fields stay");
+    assert_eq!(budgets[3]["proxy"]["class_header"], "x-priority");
+    let proxied = text
+        .split("\n[")
+        .find(|s| s.starts_with("proxied]"))
+        .unwrap();
+    assert!(
+        proxied.contains(
+            "\n  class_header    x-priority (its value names the class; missing or unknown: the default)\n"
+        ),
+        "{proxied}"
+    );
 }
 
 #[test]

@@ -113,6 +113,7 @@ use crate::store::Store;
 pub use classes::MAX_CLASS_NAME;
 pub use proxy::{
     CaFile, ProxyConfig, Release, Route, Upstream, DEFAULT_DRAIN, DEFAULT_OVERLOAD_STATUS,
+    MAX_CLASS_HEADER,
 };
 
 /// Why a budget or a budgets file was refused.

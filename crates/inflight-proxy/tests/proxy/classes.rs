@@ -1,0 +1,120 @@
+//! Priority classes through the proxy: a request's `class_header` names its class, queued
+//! interactive requests reach the upstream ahead of queued batch ones, and a header that is
+//! missing, unknown or malformed is the default class, never an error.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::HeaderValue;
+
+use crate::support::{budget, client, metrics, proxy, until, within, TestClient, Upstream};
+
+const CLASSES: &str = "max_concurrent = 1\nmax_queued = 20\nclasses = { interactive = 4, batch = 1 }\nclass_header = \"x-priority\"";
+
+/// A GET of `path` with `x-priority: value` (none for `None`), answered in full.
+async fn get_with(
+    client: &TestClient,
+    addr: std::net::SocketAddr,
+    path: &str,
+    value: Option<&[u8]>,
+) -> (u16, String) {
+    let mut request = hyper::Request::builder().uri(format!("http://{addr}{path}"));
+    if let Some(value) = value {
+        request = request.header("x-priority", HeaderValue::from_bytes(value).unwrap());
+    }
+    let response = within(client.request(request.body(Full::new(Bytes::new())).unwrap()))
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = within(response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn waiting(proxy: &inflight_proxy::Proxy) -> f64 {
+    metrics(proxy)
+        .get("inflight_budget_waiting{budget=records}")
+        .copied()
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn queued_interactive_requests_reach_the_upstream_before_queued_batch_ones() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), CLASSES)).await;
+    let addr = proxy.local_addr("records").unwrap();
+    // A slow request holds the one permit.
+    let holder = tokio::spawn(async move { get_with(&client(), addr, "/hold?holder", None).await });
+    until("the holder upstream", || upstream.seen().len() == 1).await;
+    // Four batch requests queue first, then four interactive ones, one after the other.
+    let mut queued = Vec::new();
+    for (i, class) in ["batch"; 4]
+        .into_iter()
+        .chain(["interactive"; 4])
+        .enumerate()
+    {
+        let path = format!("/hold?{class}{i}");
+        queued.push(tokio::spawn(async move {
+            get_with(&client(), addr, &path, Some(class.as_bytes())).await
+        }));
+        until("the request queued", || waiting(&proxy) == (i + 1) as f64).await;
+    }
+    // One answer at a time: the upstream sees them in the order the budget admits them.
+    for n in 2..=9 {
+        upstream.release(1);
+        until("the next request upstream", || upstream.seen().len() == n).await;
+    }
+    upstream.release(1);
+    assert_eq!(holder.await.unwrap().0, 200);
+    for r in queued {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+    let seen = upstream.seen();
+    let order: Vec<&str> = seen[1..]
+        .iter()
+        .map(|s| s.headers["x-priority"].to_str().unwrap())
+        .collect();
+    for s in &seen[1..] {
+        let class = s.headers["x-priority"].to_str().unwrap();
+        assert!(s.uri.contains(class), "forwarded unchanged: {s:?}");
+    }
+    // 4:1 while both wait: the four interactive requests among the first five admitted, though
+    // every batch request queued before them.
+    let first_five = &order[..5];
+    let interactive = first_five.iter().filter(|c| **c == "interactive").count();
+    assert_eq!(interactive, 4, "admitted in this order: {order:?}");
+}
+
+#[tokio::test]
+async fn a_missing_unknown_or_malformed_class_header_is_the_default_class_never_an_error() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), CLASSES)).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let long = "interactive".repeat(6);
+    let values: [Option<&[u8]>; 6] = [
+        None,
+        Some(b"urgent"),
+        Some(b"Interactive"),
+        Some(long.as_bytes()),
+        Some(b"\xffinteractive"),
+        Some(b"interactive"),
+    ];
+    let client = client();
+    for (i, value) in values.iter().enumerate() {
+        let (status, body) = get_with(&client, addr, &format!("/echo?{i}"), *value).await;
+        assert_eq!(status, 200, "{value:?}: {body}");
+    }
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), values.len());
+    for (s, value) in seen.iter().zip(values) {
+        // The header reaches the upstream as the client sent it, byte for byte.
+        assert_eq!(
+            s.headers.get("x-priority").map(HeaderValue::as_bytes),
+            value,
+            "{s:?}"
+        );
+    }
+    let m = metrics(&proxy);
+    assert_eq!(m["inflight_budget_admitted_total{budget=records}"], 6.0);
+}
