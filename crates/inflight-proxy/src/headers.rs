@@ -96,6 +96,27 @@ pub(crate) fn for_upstream(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_class_is_a_short_visible_value_else_none() {
+        let name = HeaderName::from_static("x-priority");
+        let with = |v: &[u8]| {
+            let mut map = HeaderMap::new();
+            map.insert(name.clone(), HeaderValue::from_bytes(v).unwrap());
+            map
+        };
+        assert_eq!(class_of(&with(b"interactive"), &name), Some("interactive"));
+        assert_eq!(class_of(&HeaderMap::new(), &name), None);
+        assert_eq!(class_of(&with(b""), &name), None);
+        assert_eq!(class_of(&with(b"\xffbatch"), &name), None);
+        let longest = "x".repeat(inflight::config::MAX_CLASS_NAME);
+        assert_eq!(class_of(&with(longest.as_bytes()), &name), Some(&*longest));
+        let longer = format!("{longest}x");
+        assert_eq!(class_of(&with(longer.as_bytes()), &name), None);
+        let mut two = with(b"batch");
+        two.append(name.clone(), HeaderValue::from_static("interactive"));
+        assert_eq!(class_of(&two, &name), Some("batch"), "the first value");
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
