@@ -1,15 +1,16 @@
 //! Random interleavings of acquire, cancel and release on a multi-thread runtime, with fixed and
-//! adaptive limits, rate limits, call timeouts and pauses from a dependency's retry-after: the
+//! adaptive limits, rate limits, call timeouts, priority classes (weighted or strict, with their
+//! own deadlines and evictions from a full queue) and pauses from a dependency's retry-after: the
 //! limit holds, no permit is lost, no permit is granted inside a pause, every acquire is counted
-//! exactly once, and so is every call that got its permit (by what it returned, and by its
-//! verdict).
+//! exactly once (in its class too), and so is every call that got its permit (by what it
+//! returned, and by its verdict).
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inflight::limit::{Adaptive, Algorithm, Outcome, Verdict};
-use inflight::{Budget, BudgetConfig, Rate};
+use inflight::{Budget, BudgetConfig, Classes, Rate};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
@@ -27,7 +28,14 @@ struct Op {
     overload: bool,
     /// With the overload, a retry-after of this many microseconds: the budget pauses.
     pause_us: Option<u64>,
+    /// The class asked for, from [`CLASS_NAMES`] (the last is no class of any budget).
+    class: usize,
+    /// Use `try_acquire_owned_in` rather than waiting.
+    try_only: bool,
 }
+
+/// The classes a budget may have, and a name none has.
+const CLASS_NAMES: [&str; 4] = ["interactive", "normal", "batch", "unknown"];
 
 fn op() -> impl Strategy<Value = Op> {
     (
@@ -37,17 +45,44 @@ fn op() -> impl Strategy<Value = Op> {
         any::<bool>(),
         prop::bool::weighted(0.2),
         prop::option::weighted(0.5, 20..300u64),
+        0..CLASS_NAMES.len(),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(start_us, hold_us, abort_after_us, via_call, overload, pause_us)| Op {
-                start_us,
-                hold_us,
-                abort_after_us,
-                via_call,
-                overload,
-                pause_us,
+            |(start_us, hold_us, abort_after_us, via_call, overload, pause_us, class, try_only)| {
+                Op {
+                    start_us,
+                    hold_us,
+                    abort_after_us,
+                    via_call,
+                    overload,
+                    pause_us,
+                    class,
+                    try_only,
+                }
             },
         )
+}
+
+/// One to three of the classes, weights 1 to 5, weighted or strict, perhaps a deadline of
+/// their own for the first.
+fn classes() -> impl Strategy<Value = Classes> {
+    (
+        1..=3usize,
+        prop::collection::vec(1..=5u32, 3),
+        any::<bool>(),
+        prop::option::of(30..400u64),
+    )
+        .prop_map(|(n, weights, strict, timeout_us)| {
+            let mut c = Classes::new().strict(strict);
+            for (name, weight) in CLASS_NAMES[..n].iter().zip(weights) {
+                c = c.class(name, weight);
+            }
+            if let Some(t) = timeout_us {
+                c = c.class_permit_timeout(CLASS_NAMES[0], Duration::from_micros(t));
+            }
+            c
+        })
 }
 
 fn config() -> impl Strategy<Value = BudgetConfig> {
@@ -63,10 +98,14 @@ fn config() -> impl Strategy<Value = BudgetConfig> {
         // the permit timeouts above that some turns come too late.
         prop::option::of((2_000..20_000u32, 1..4u32)),
         prop::option::of(50..400u64),
+        prop::option::weighted(0.6, classes()),
     )
         .prop_map(
-            |(max, queued, timeout_us, algorithm, rate, call_timeout_us)| {
+            |(max, queued, timeout_us, algorithm, rate, call_timeout_us, classes)| {
                 let mut c = BudgetConfig::new(max);
+                if let Some(classes) = classes {
+                    c = c.classes(classes);
+                }
                 if let Some((per_second, burst)) = rate {
                     c = c.rate(Rate::per_second(f64::from(per_second))).burst(burst);
                 }
@@ -113,8 +152,12 @@ proptest! {
         max in 1..5usize,
         timeout_us in prop::option::of(500..5_000u64),
         ops in prop::collection::vec(spread_op(), 1..40),
+        classes in prop::option::of(classes()),
     ) {
         let mut config = BudgetConfig::new(max);
+        if let Some(classes) = classes {
+            config = config.classes(classes);
+        }
         if let Some(t) = timeout_us {
             config = config.permit_timeout(Duration::from_micros(t));
         }
@@ -132,6 +175,17 @@ fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let max = config.max_concurrent();
         let max_queued = config.max_queued_limit();
         let budget = Budget::new("prop", config).unwrap();
+        // The class each name lands in (the default class for a name the budget lacks).
+        let class_of = |name: &str| {
+            budget
+                .classes()
+                .and_then(|c| c.index_of(name).or_else(|| c.default_index()))
+        };
+        let class_attempts: Arc<Vec<AtomicUsize>> = Arc::new(
+            (0..CLASS_NAMES.len())
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+        );
         let holders = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let attempts = Arc::new(AtomicUsize::new(0));
@@ -152,9 +206,15 @@ fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     calls.clone(),
                 );
                 let (pauses, grants) = (pauses.clone(), grants.clone());
+                let name = CLASS_NAMES[op.class];
+                let class = class_of(name);
+                let class_attempts = class_attempts.clone();
                 let task = tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_micros(op.start_us)).await;
                     attempts.fetch_add(1, SeqCst);
+                    if let Some(c) = class {
+                        class_attempts[c].fetch_add(1, SeqCst);
+                    }
                     let hold = || {
                         let (holders, most) = (holders.clone(), most.clone());
                         async move {
@@ -181,7 +241,13 @@ fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         (false, _) => Verdict::from(Outcome::Success),
                     };
                     let asked = Instant::now();
-                    if op.via_call {
+                    if op.try_only {
+                        if let Ok(permit) = budget.try_acquire_owned_in(name) {
+                            grants.lock().unwrap().push((asked, Instant::now()));
+                            let _ = hold().await;
+                            drop(permit);
+                        }
+                    } else if op.via_call {
                         let call = || {
                             grants.lock().unwrap().push((asked, Instant::now()));
                             calls.fetch_add(1, SeqCst);
@@ -189,11 +255,11 @@ fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         };
                         let before = Instant::now();
                         // Only a call that returned was classified, and so paused the budget.
-                        let returned = budget.call_with(|_| verdict, call).await.is_ok();
+                        let returned = budget.call_with_in(name, |_| verdict, call).await.is_ok();
                         if let Some(d) = pause.filter(|_| returned) {
                             pauses.lock().unwrap().push((Instant::now(), before + d));
                         }
-                    } else if let Ok(permit) = budget.acquire_owned().await {
+                    } else if let Ok(permit) = budget.acquire_owned_in(name).await {
                         grants.lock().unwrap().push((asked, Instant::now()));
                         let _ = hold().await;
                         let before = Instant::now();
@@ -269,11 +335,37 @@ fn model(config: BudgetConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
             s
         );
         prop_assert_eq!(
-            s.admitted + s.rejected + s.permit_timeouts + s.rate_limited + s.paused + s.cancelled,
+            s.admitted
+                + s.rejected
+                + s.permit_timeouts
+                + s.rate_limited
+                + s.paused
+                + s.evicted
+                + s.cancelled,
             attempts.load(SeqCst) as u64,
             "every acquire ends in exactly one outcome: {:?}",
             s
         );
+        for (i, c) in s.classes.iter().enumerate() {
+            prop_assert_eq!(
+                c.admitted
+                    + c.rejected
+                    + c.permit_timeouts
+                    + c.rate_limited
+                    + c.paused
+                    + c.evicted
+                    + c.cancelled
+                    + c.unavailable,
+                class_attempts[i].load(SeqCst) as u64,
+                "every acquire in class {} ends in exactly one outcome: {:?}",
+                &c.name,
+                c
+            );
+            prop_assert_eq!((c.in_flight, c.waiting), (0, 0), "{:?}", c);
+        }
+        if s.classes.is_empty() {
+            prop_assert_eq!(s.evicted, 0);
+        }
         prop_assert_eq!(
             s.calls_ok + s.calls_error + s.call_timeouts + s.calls_cancelled,
             calls.load(SeqCst) as u64,
