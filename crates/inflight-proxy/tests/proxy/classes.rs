@@ -84,6 +84,81 @@ async fn queued_interactive_requests_reach_the_upstream_before_queued_batch_ones
     let first_five = &order[..5];
     let interactive = first_five.iter().filter(|c| **c == "interactive").count();
     assert_eq!(interactive, 4, "admitted in this order: {order:?}");
+    // The admin /metrics text has the figures per class, the holder in the default class.
+    let m = metrics(&proxy);
+    for (class, admitted) in [("interactive", 4.0), ("batch", 5.0)] {
+        let key = |name: &str| format!("{name}{{budget=records,class={class}}}");
+        assert_eq!(
+            m[&key("inflight_class_admitted_total")],
+            admitted,
+            "{class}"
+        );
+        assert_eq!(m[&key("inflight_class_waiting")], 0.0, "{class}");
+        assert_eq!(m[&key("inflight_class_in_flight")], 0.0, "{class}");
+        assert_eq!(
+            m[&key("inflight_class_permit_wait_seconds")],
+            admitted,
+            "{class}: one wait per admitted request"
+        );
+    }
+    assert_eq!(m["inflight_budget_admitted_total{budget=records}"], 9.0);
+}
+
+#[tokio::test]
+async fn an_interactive_request_takes_the_place_of_the_newest_batch_one_in_a_full_queue() {
+    let upstream = Upstream::start().await;
+    let file = budget(
+        "records",
+        &upstream.url(),
+        &CLASSES.replace("max_queued = 20", "max_queued = 2"),
+    );
+    let (proxy, _) = proxy(&file).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let holder = tokio::spawn(async move { get_with(&client(), addr, "/hold?holder", None).await });
+    until("the holder upstream", || upstream.seen().len() == 1).await;
+    let mut batch = Vec::new();
+    for i in 0..2 {
+        let path = format!("/hold?batch{i}");
+        batch.push(tokio::spawn(async move {
+            get_with(&client(), addr, &path, Some(b"batch")).await
+        }));
+        until("the batch request queued", || {
+            waiting(&proxy) == (i + 1) as f64
+        })
+        .await;
+    }
+    // The queue is full: another batch request is refused, an interactive one gets a place.
+    let (status, body) = get_with(&client(), addr, "/hold?batch2", Some(b"batch")).await;
+    assert_eq!(status, 503, "{body}");
+    let interactive = tokio::spawn(async move {
+        get_with(&client(), addr, "/hold?interactive", Some(b"interactive")).await
+    });
+    let (status, body) = within(batch.pop().unwrap()).await.unwrap();
+    assert_eq!(status, 503);
+    assert!(body.contains("(evicted)"), "{body}");
+    upstream.release(3);
+    assert_eq!(holder.await.unwrap().0, 200);
+    assert_eq!(interactive.await.unwrap().0, 200);
+    assert_eq!(batch.pop().unwrap().await.unwrap().0, 200);
+    let order: Vec<String> = upstream.seen().iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(
+        order,
+        ["/hold?holder", "/hold?interactive", "/hold?batch0"],
+        "the newest batch request gave its place, the older one kept its own"
+    );
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=records,reason=evicted}"],
+        1.0
+    );
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=records,reason=queue_full}"],
+        1.0
+    );
+    assert_eq!(
+        m["inflight_class_rejections_total{budget=records,class=batch,reason=evicted}"],
+        1.0
+    );
 }
 
 #[tokio::test]
@@ -117,4 +192,13 @@ async fn a_missing_unknown_or_malformed_class_header_is_the_default_class_never_
     }
     let m = metrics(&proxy);
     assert_eq!(m["inflight_budget_admitted_total{budget=records}"], 6.0);
+    // Only the one exact "interactive" is in that class; the others are in the default, batch.
+    assert_eq!(
+        m["inflight_class_admitted_total{budget=records,class=interactive}"],
+        1.0
+    );
+    assert_eq!(
+        m["inflight_class_admitted_total{budget=records,class=batch}"],
+        5.0
+    );
 }
