@@ -202,3 +202,44 @@ async fn a_missing_unknown_or_malformed_class_header_is_the_default_class_never_
         5.0
     );
 }
+
+#[tokio::test]
+async fn a_reload_can_start_reading_the_class_header_and_change_the_classes() {
+    let upstream = Upstream::start().await;
+    let without = CLASSES.replace("\nclass_header = \"x-priority\"", "");
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), &without)).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let class_admitted = |class: &str| {
+        metrics(&proxy)[&format!("inflight_class_admitted_total{{budget=records,class={class}}}")]
+    };
+    let client = client();
+    assert_eq!(
+        get_with(&client, addr, "/", Some(b"interactive")).await.0,
+        200
+    );
+    assert_eq!(class_admitted("interactive"), 0.0, "no class_header yet");
+    assert_eq!(class_admitted("batch"), 1.0);
+    // The header alone changes the route, not the budget; the route reads it from now on.
+    let reloaded = proxy
+        .reload(&budget("records", &upstream.url(), CLASSES))
+        .unwrap();
+    assert_eq!(reloaded.changed, ["records"]);
+    assert_eq!(
+        get_with(&client, addr, "/", Some(b"interactive")).await.0,
+        200
+    );
+    assert_eq!(class_admitted("interactive"), 1.0);
+    assert_eq!(class_admitted("batch"), 1.0);
+    // New classes: a new budget, whose classes the header now names.
+    let renamed = CLASSES.replace("interactive = 4", "urgent = 4");
+    let reloaded = proxy
+        .reload(&budget("records", &upstream.url(), &renamed))
+        .unwrap();
+    assert_eq!(reloaded.changed, ["records"]);
+    assert_eq!(get_with(&client, addr, "/", Some(b"urgent")).await.0, 200);
+    assert_eq!(
+        get_with(&client, addr, "/", Some(b"interactive")).await.0,
+        200
+    );
+    assert_eq!(class_admitted("urgent"), 1.0);
+}
