@@ -1,6 +1,7 @@
 //! `BudgetLayer` against real HTTP on 127.0.0.1: a hyper client whose calls to a server that
 //! holds 6 at once go through a budget, and an axum router that sheds load with 503 once its
-//! budget's queue is full. Plus the layer's contract on paused time.
+//! budget's queue is full, and admits queued requests by the class an upstream middleware put
+//! on them. Plus the layer's contract on paused time, classes included.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -598,4 +599,97 @@ async fn each_request_waits_in_the_class_it_names_else_the_default() {
         .collect();
     assert_eq!(admitted, [("interactive", 3), ("batch", 4)]);
     assert_eq!(s.admitted, 7);
+}
+
+/// Waits until `cond` holds, polling; panics after a generous bound.
+async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..2000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 20 s");
+}
+
+/// Inserts the class a request's `x-priority` header names, as a layer that knows the caller
+/// would.
+async fn tag(mut request: axum::extract::Request) -> axum::extract::Request {
+    let class = request
+        .headers()
+        .get("x-priority")
+        .and_then(|v| v.to_str().ok())
+        .map(RequestClass::new);
+    if let Some(class) = class {
+        request.extensions_mut().insert(class);
+    }
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_axum_server_admits_queued_interactive_requests_ahead_of_batch_ones() {
+    let budget = two_classes(1);
+    let release = Arc::new(Semaphore::new(0));
+    let served = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (gate, log) = (release.clone(), served.clone());
+    let app = Router::new()
+        .route(
+            "/work",
+            get(move |query: axum::extract::RawQuery| {
+                let (gate, log) = (gate.clone(), log.clone());
+                async move {
+                    log.lock().unwrap().push(query.0.unwrap_or_default());
+                    gate.acquire().await.unwrap().forget();
+                    "done"
+                }
+            }),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(axum::middleware::map_request(tag))
+                .layer(HandleErrorLayer::new(shed))
+                .layer(BudgetLayer::new(budget.clone()).class_from_extension()),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let send = |query: &str, class: Option<&str>| {
+        let mut req = axum::http::Request::get(format!("http://{addr}/work?{query}"));
+        if let Some(class) = class {
+            req = req.header("x-priority", class);
+        }
+        tokio::spawn(client.request(req.body(Full::new(Bytes::new())).unwrap()))
+    };
+    let mut calls = vec![send("holder", None)];
+    wait_for("the holder served", || served.lock().unwrap().len() == 1).await;
+    for i in 0..4 {
+        calls.push(send(&format!("batch{i}"), Some("batch")));
+        wait_for("queued", || budget.snapshot().waiting == i + 1).await;
+    }
+    for i in 0..4 {
+        calls.push(send(&format!("interactive{i}"), Some("interactive")));
+        wait_for("queued", || budget.snapshot().waiting == i + 5).await;
+    }
+    for n in 2..=9 {
+        release.add_permits(1);
+        wait_for("the next one served", || served.lock().unwrap().len() == n).await;
+    }
+    release.add_permits(1);
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let served = served.lock().unwrap().clone();
+    let interactive = served[1..6]
+        .iter()
+        .filter(|q| q.starts_with("interactive"))
+        .count();
+    assert_eq!(interactive, 4, "served in this order: {served:?}");
+    let s = budget.snapshot();
+    let admitted: Vec<(&str, u64)> = s
+        .classes
+        .iter()
+        .map(|c| (c.name.as_str(), c.admitted))
+        .collect();
+    assert_eq!(admitted, [("interactive", 4), ("batch", 5)]);
 }
