@@ -1,5 +1,6 @@
 //! Header rewriting between client and upstream: hop-by-hop headers out (RFC 9110 section
-//! 7.6.1), `Host` for the upstream, `X-Forwarded-For` appended.
+//! 7.6.1), `Host` for the upstream, `X-Forwarded-For` appended; and the priority class a
+//! request's `class_header` names.
 
 use std::net::IpAddr;
 
@@ -20,6 +21,15 @@ const HOP_BY_HOP: &[&str] = &[
     "transfer-encoding",
     "upgrade",
 ];
+
+/// The priority class the request's header `name` names: its first value, if it is visible
+/// ASCII of at most [`MAX_CLASS_NAME`](inflight::config::MAX_CLASS_NAME) bytes. `None` (the
+/// budget's default class) for a missing header or any other value: a client's bad header
+/// never fails its request.
+pub(crate) fn class_of<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
+    let value = headers.get(name)?.to_str().ok()?;
+    (!value.is_empty() && value.len() <= inflight::config::MAX_CLASS_NAME).then_some(value)
+}
 
 /// Removes the hop-by-hop headers of `headers`: the fixed list and every header the
 /// `Connection` header names.
@@ -85,6 +95,27 @@ pub(crate) fn for_upstream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_class_is_a_short_visible_value_else_none() {
+        let name = HeaderName::from_static("x-priority");
+        let with = |v: &[u8]| {
+            let mut map = HeaderMap::new();
+            map.insert(name.clone(), HeaderValue::from_bytes(v).unwrap());
+            map
+        };
+        assert_eq!(class_of(&with(b"interactive"), &name), Some("interactive"));
+        assert_eq!(class_of(&HeaderMap::new(), &name), None);
+        assert_eq!(class_of(&with(b""), &name), None);
+        assert_eq!(class_of(&with(b"\xffbatch"), &name), None);
+        let longest = "x".repeat(inflight::config::MAX_CLASS_NAME);
+        assert_eq!(class_of(&with(longest.as_bytes()), &name), Some(&*longest));
+        let longer = format!("{longest}x");
+        assert_eq!(class_of(&with(longer.as_bytes()), &name), None);
+        let mut two = with(b"batch");
+        two.append(name.clone(), HeaderValue::from_static("interactive"));
+        assert_eq!(class_of(&two, &name), Some("batch"), "the first value");
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

@@ -33,6 +33,13 @@
 //!   covers the body too: a body still streaming when it runs out is cut (the client sees the
 //!   connection end early) and counted as a call timeout. `release = "headers"` gives the permit
 //!   back when the headers arrive; the body then streams under no permit and no deadline.
+//! - A budget with priority classes (`classes = { interactive = 4, batch = 1 }`) may name a
+//!   request header, `class_header = "x-priority"`, whose value names each request's class:
+//!   while every permit is held, queued requests are admitted by class weight, and one evicted
+//!   from a full queue by a heavier class gets 503 (`evicted`). A missing header, a value that
+//!   names no class, is not visible ASCII or is longer than 64 bytes, is the default class,
+//!   never an error; the header is forwarded unchanged. `/metrics` has the budget's figures per
+//!   class (`inflight_class_*{budget,class}`).
 //! - A budget with `scope = "fleet"` keeps its permits in the Redis of the file's `[fleet]`
 //!   table (through `inflight-redis`), so every replica's proxy shares one limit.
 //! - Upstream answers listed in `overload_status` (429 and 503 by default), and failures to

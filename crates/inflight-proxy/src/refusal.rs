@@ -17,6 +17,7 @@ pub(crate) enum Reason {
     PermitTimeout,
     RateLimited,
     Paused,
+    Evicted,
     Unavailable,
     CallTimeout,
     Unreachable,
@@ -32,6 +33,7 @@ impl Reason {
             Reason::PermitTimeout => "permit_timeout",
             Reason::RateLimited => "rate_limited",
             Reason::Paused => "paused",
+            Reason::Evicted => "evicted",
             Reason::Unavailable => "unavailable",
             Reason::CallTimeout => "call_timeout",
             Reason::Unreachable => "upstream_unreachable",
@@ -42,9 +44,11 @@ impl Reason {
 
     fn status(self) -> StatusCode {
         match self {
-            Reason::QueueFull | Reason::PermitTimeout | Reason::Paused | Reason::Unavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Reason::QueueFull
+            | Reason::PermitTimeout
+            | Reason::Paused
+            | Reason::Evicted
+            | Reason::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Unreachable | Reason::Tls => StatusCode::BAD_GATEWAY,
@@ -61,6 +65,9 @@ impl Reason {
             }
             Reason::Paused => {
                 "the upstream asked for a pause (Retry-After) that outlasts permit_timeout"
+            }
+            Reason::Evicted => {
+                "the wait queue was full and a request of a heavier class took this one's place"
             }
             Reason::Unavailable => "the budget's permit store is unavailable",
             Reason::CallTimeout => "the upstream did not answer within call_timeout",
@@ -80,6 +87,7 @@ impl From<&AcquireError> for Reason {
             AcquireError::PermitTimeout => Reason::PermitTimeout,
             AcquireError::RateLimited { .. } => Reason::RateLimited,
             AcquireError::Paused { .. } => Reason::Paused,
+            AcquireError::Evicted { .. } => Reason::Evicted,
             _ => Reason::Unavailable,
         }
     }
@@ -136,6 +144,14 @@ fn retry_seconds(wait: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_evicted_request_is_told_so_not_that_the_store_is_down() {
+        let e = AcquireError::Evicted { retry_after: None };
+        assert_eq!(Reason::from(&e), Reason::Evicted);
+        assert_eq!(Reason::Evicted.as_str(), "evicted");
+        assert_eq!(Reason::Evicted.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
@@ -55,6 +55,8 @@ pub(crate) struct RouteState {
     pub(crate) route: Route,
     scope: Scope,
     authority: HeaderValue,
+    /// The header that names a request's class (`class_header`), if the route has one.
+    class_header: Option<HeaderName>,
     client: UpstreamClient,
     metrics: Arc<RouteMetrics>,
 }
@@ -81,12 +83,17 @@ impl RouteState {
     ) -> RouteState {
         let authority = HeaderValue::from_str(route.upstream().authority())
             .expect("a checked upstream's authority is a valid header value");
+        let class_header = route.class_header().map(|name| {
+            HeaderName::from_bytes(name.as_bytes())
+                .expect("a checked class_header is a valid header name")
+        });
         RouteState {
             budget,
             generation,
             route,
             scope,
             authority,
+            class_header,
             client,
             metrics,
         }
@@ -246,13 +253,25 @@ pub(crate) async fn forward(
     response
 }
 
-/// Waits for a permit of the route's budget. A permit granted by a budget that a reload
+/// Waits for a permit of the route's budget, in the class `headers` name (with the route's
+/// `class_header`; else the default class). A permit granted by a budget that a reload
 /// replaced meanwhile goes back, and the request waits again under the new one: else the old
 /// budget's queue would keep admitting up to the old limit after the limit was lowered.
-async fn acquire(slot: &RouteSlot) -> (Arc<RouteState>, Result<HeldCall, AcquireError>) {
+async fn acquire(
+    slot: &RouteSlot,
+    headers: &hyper::HeaderMap,
+) -> (Arc<RouteState>, Result<HeldCall, AcquireError>) {
     let mut state = slot.current();
     loop {
-        let call = match HeldCall::start(&state.budget).await {
+        let class = state
+            .class_header
+            .as_ref()
+            .and_then(|name| headers::class_of(headers, name));
+        let started = match class {
+            Some(class) => HeldCall::start_in(&state.budget, class).await,
+            None => HeldCall::start(&state.budget).await,
+        };
+        let call = match started {
             Ok(call) => call,
             Err(e) => return (state, Err(e)),
         };
@@ -286,7 +305,7 @@ async fn forward_held(
         return (slot.current(), target_refused());
     }
     // The permit first: a refused request is never forwarded, and the call timeout starts now.
-    let (state, call) = acquire(slot).await;
+    let (state, call) = acquire(slot, request.headers()).await;
     let call = match call {
         Ok(call) => call,
         Err(e) => {

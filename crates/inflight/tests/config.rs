@@ -395,3 +395,236 @@ fn a_store_can_be_attached_to_a_loaded_budget() {
         .unwrap_err();
     assert_eq!(err.field(), Some("budgets.missing"));
 }
+
+#[test]
+fn classes_load_with_weights_deadlines_default_and_strictness() {
+    let budgets = Budgets::from_toml_str(
+        r#"
+        [budgets.records]
+        max_concurrent = 6
+        permit_timeout = "500ms"
+        classes = { interactive = { weight = 4, permit_timeout = "50ms" }, batch = 1 }
+        default_class = "interactive"
+        strict = true
+
+        [budgets.search]
+        max_concurrent = 2
+        [budgets.search.classes]
+        high = 8
+        mid = 2
+        low = 2
+
+        [budgets.plain]
+        max_concurrent = 1
+        "#,
+    )
+    .unwrap();
+    let records = budgets.get("records").unwrap();
+    let classes = records.classes().expect("declared above");
+    let shown: Vec<_> = classes
+        .iter()
+        .map(|c| (c.name(), c.weight(), c.permit_timeout()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("interactive", 4, Some(Duration::from_millis(50))),
+            ("batch", 1, None)
+        ]
+    );
+    assert_eq!(classes.default_name(), "interactive");
+    assert!(classes.is_strict());
+    assert_eq!(
+        records.config().permit_timeout_limit(),
+        Some(Duration::from_millis(500))
+    );
+    // The order of the file, and the last of the lightest as the default.
+    let search = budgets.get("search").unwrap().classes().unwrap();
+    let names: Vec<_> = search.iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["high", "mid", "low"]);
+    assert_eq!(search.default_name(), "low");
+    assert!(!search.is_strict());
+    assert!(budgets.get("plain").unwrap().classes().is_none());
+}
+
+#[test]
+fn class_mistakes_name_their_path() {
+    let base = "[budgets.records]\nmax_concurrent = 2\n";
+    let cases = [
+        (
+            "classes = { interactive = 4, batch = 0 }",
+            "budgets.records.classes.batch: weight must be at least 1, got 0",
+        ),
+        (
+            "classes = { batch = 1001 }",
+            "budgets.records.classes.batch: weight must be at most 1000, got 1001",
+        ),
+        (
+            "classes = { batch = -2 }",
+            "budgets.records.classes.batch: weight must be at least 1, got -2",
+        ),
+        (
+            "classes = { batch = \"1\" }",
+            "budgets.records.classes.batch: must be a weight like 4, or a table like { weight = 4, permit_timeout = \"50ms\" }, got string \"1\"",
+        ),
+        (
+            "classes = { batch = 1.5 }",
+            "budgets.records.classes.batch: must be a weight like 4",
+        ),
+        (
+            "classes = { interactive = { weight = 0 } }",
+            "budgets.records.classes.interactive.weight: must be at least 1, got 0",
+        ),
+        (
+            "classes = { interactive = { permit_timeout = \"50ms\" } }",
+            "budgets.records.classes.interactive.weight: missing",
+        ),
+        (
+            "classes = { interactive = { weight = 4, timeout = \"50ms\" } }",
+            "budgets.records.classes.interactive.timeout: unknown key (expected one of weight, permit_timeout)",
+        ),
+        (
+            "classes = { interactive = { weight = 4, permit_timeout = \"0s\" } }",
+            "budgets.records.classes.interactive.permit_timeout: must be greater than zero",
+        ),
+        (
+            "classes = { interactive = { weight = 4, permit_timeout = \"8days\" } }",
+            "budgets.records.classes.interactive.permit_timeout: must be at most 7 days, got 8days",
+        ),
+        (
+            "classes = { interactive = { weight = 4, permit_timeout = 50 } }",
+            "budgets.records.classes.interactive.permit_timeout: must be a duration string",
+        ),
+        (
+            "classes = {}",
+            "budgets.records.classes: must name at least one class",
+        ),
+        (
+            "classes = 4",
+            "budgets.records.classes: must be a table of class weights like { interactive = 4, batch = 1 }, got integer 4",
+        ),
+        (
+            "classes = { \"two words\" = 1 }",
+            "budgets.records.classes.\"two words\": a class name may hold only ASCII letters, digits",
+        ),
+        (
+            "classes = { \"\" = 1 }",
+            "budgets.records.classes.\"\": a class name must not be empty",
+        ),
+        (
+            "classes = { interactive = 4, batch = 1 }\ndefault_class = \"bulk\"",
+            "budgets.records.default_class: \"bulk\" is not one of the classes (interactive, batch)",
+        ),
+        (
+            "classes = { batch = 1 }\ndefault_class = 1",
+            "budgets.records.default_class: must be the name of one of the classes, like \"batch\", got integer 1",
+        ),
+        (
+            "classes = { batch = 1 }\nstrict = \"yes\"",
+            "budgets.records.strict: must be true or false, got string \"yes\"",
+        ),
+        (
+            "default_class = \"batch\"",
+            "budgets.records.default_class: only a budget with classes takes this (add classes = { interactive = 4, batch = 1 })",
+        ),
+        (
+            "strict = true",
+            "budgets.records.strict: only a budget with classes takes this",
+        ),
+        (
+            "class = { batch = 1 }",
+            "budgets.records.class: unknown key",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let err = refused(&format!("{base}{extra}\n")).to_string();
+        assert!(err.starts_with(expected), "{extra:?}:\n{err}");
+    }
+    let many: Vec<String> = (0..17).map(|i| format!("c{i} = 1")).collect();
+    let err = refused(&format!("{base}classes = {{ {} }}\n", many.join(", ")));
+    assert_eq!(
+        err.to_string(),
+        "budgets.records.classes: at most 16 classes, got 17"
+    );
+    let long = "x".repeat(65);
+    let err = refused(&format!("{base}classes = {{ {long} = 1 }}\n"));
+    assert!(
+        err.to_string()
+            .contains("a class name must be at most 64 characters, got 65"),
+        "{err}"
+    );
+    // Every mistake at once, each under its own path.
+    let err = refused(&format!(
+        "{base}classes = {{ a = 0, b = {{ weight = 2, permit_timeout = \"x\" }} }}\ndefault_class = \"c\"\n"
+    ));
+    let fields: Vec<_> = err.errors().iter().filter_map(|e| e.field()).collect();
+    assert_eq!(
+        fields,
+        [
+            "budgets.records.classes.a",
+            "budgets.records.classes.b.permit_timeout",
+            "budgets.records.default_class"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_budget_takes_classes() {
+    let budgets = Budgets::from_toml_str(
+        r#"
+        [fleet]
+        url = "redis://127.0.0.1:6379"
+
+        [budgets.records]
+        max_concurrent = 6
+        scope = "fleet"
+        classes = { interactive = 4, batch = 1 }
+        "#,
+    )
+    .unwrap();
+    assert!(matches!(
+        budgets.scope("records"),
+        Some(inflight::config::Scope::Fleet { .. })
+    ));
+    // The store is taken after the permit, whatever the class.
+    let store = std::sync::Arc::new(inflight::store::MemoryStore::new(1));
+    let budgets = budgets.with_store("records", store).unwrap();
+    let records = budgets.get("records").unwrap();
+    assert_eq!(records.classes().unwrap().default_name(), "batch");
+    let held = records.acquire_in("interactive").await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(60), records.acquire_in("batch"));
+    assert!(second.await.is_err(), "the store's one permit is held");
+    drop(held);
+    drop(records.acquire_in("batch").await.unwrap());
+}
+
+/// Every budgets file in the workspace README that declares classes loads as it is shown.
+#[test]
+fn the_readmes_budgets_files_with_classes_load() {
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+    let Ok(text) = std::fs::read_to_string(readme) else {
+        // The packaged crate has no workspace README beside it.
+        return;
+    };
+    let blocks: Vec<&str> = text
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .filter(|block| block.contains("classes ="))
+        .collect();
+    assert!(blocks.len() >= 2, "the README shows classes: {blocks:?}");
+    for block in &blocks {
+        let budgets = Budgets::from_toml_str(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        let with_classes = budgets.iter().filter(|b| b.classes().is_some()).count();
+        assert!(with_classes > 0, "{block}");
+    }
+    let search = blocks
+        .iter()
+        .find(|b| b.contains("class_header"))
+        .expect("the proxy's class_header is shown");
+    let budgets = Budgets::from_toml_str(search).unwrap();
+    assert_eq!(
+        budgets.route("search").unwrap().class_header(),
+        Some("x-priority")
+    );
+}

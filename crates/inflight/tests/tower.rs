@@ -1,6 +1,7 @@
 //! `BudgetLayer` against real HTTP on 127.0.0.1: a hyper client whose calls to a server that
 //! holds 6 at once go through a budget, and an axum router that sheds load with 503 once its
-//! budget's queue is full. Plus the layer's contract on paused time.
+//! budget's queue is full, and admits queued requests by the class an upstream middleware put
+//! on them. Plus the layer's contract on paused time, classes included.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -16,8 +17,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inflight::limit::Outcome;
-use inflight::tower::{BudgetError, BudgetLayer};
-use inflight::{AcquireError, Budget, BudgetConfig};
+use inflight::tower::{BudgetError, BudgetLayer, RequestClass};
+use inflight::{AcquireError, Budget, BudgetConfig, Classes};
 use tokio::sync::Semaphore;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -471,4 +472,224 @@ async fn after_a_real_429_with_retry_after_the_next_request_goes_out_when_the_pa
     assert!(gap >= Duration::from_secs(1), "{gap:?}");
     // A 200's retry-after is not an overload's: no second pause.
     assert_eq!(llm.snapshot().pauses, 1);
+}
+
+/// A service that notes the body of each request it serves (in the order served), then holds
+/// its permit for 10 ms.
+fn noting(
+    served: Arc<std::sync::Mutex<Vec<String>>>,
+) -> impl Service<
+    http::Request<String>,
+    Response = (),
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |req: http::Request<String>| {
+        let served = served.clone();
+        async move {
+            served.lock().unwrap().push(req.into_body());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok::<_, Infallible>(())
+        }
+    })
+}
+
+fn two_classes(n: usize) -> Budget {
+    let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    Budget::new("records", BudgetConfig::new(n).classes(classes)).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_requests_are_served_four_interactive_to_one_batch() {
+    let budget = two_classes(1);
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Interactive requests carry their class as an extension; batch ones are told by their path.
+    let by_extension = BudgetLayer::new(budget.clone())
+        .class_from_extension()
+        .layer(noting(served.clone()));
+    let by_path = BudgetLayer::new(budget.clone())
+        .class_by(|req: &http::Request<String>| {
+            req.uri().path().starts_with("/export").then_some("batch")
+        })
+        .layer(noting(served.clone()));
+    let holder = budget.acquire_owned().await.unwrap();
+    let mut calls = Vec::new();
+    // The batch requests queue first: first come, first served would serve all of them first.
+    for i in 0..10 {
+        let request = http::Request::builder()
+            .uri("/export")
+            .body(format!("batch {i}"))
+            .unwrap();
+        calls.push(tokio::spawn(by_path.clone().oneshot(request)));
+        tokio::task::yield_now().await;
+    }
+    for i in 0..10 {
+        let mut request = http::Request::new(format!("interactive {i}"));
+        request
+            .extensions_mut()
+            .insert(RequestClass::new("interactive"));
+        calls.push(tokio::spawn(by_extension.clone().oneshot(request)));
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(budget.snapshot().waiting, 20);
+    drop(holder);
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.len(), 20);
+    let first_ten = &served[..10];
+    let interactive = first_ten
+        .iter()
+        .filter(|s| s.starts_with("interactive"))
+        .count();
+    // 4:1 while both classes wait: 8 of the first 10, give or take one.
+    assert!(
+        (7..=9).contains(&interactive),
+        "{interactive} interactive of the first 10: {served:?}"
+    );
+    // First come, first served within each class.
+    for class in ["interactive", "batch"] {
+        let order: Vec<&String> = served.iter().filter(|s| s.starts_with(class)).collect();
+        let expected: Vec<String> = (0..10).map(|i| format!("{class} {i}")).collect();
+        assert_eq!(order, expected.iter().collect::<Vec<_>>());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_request_waits_in_the_class_it_names_else_the_default() {
+    let budget = two_classes(2);
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let by_extension = BudgetLayer::new(budget.clone())
+        .class_from_extension()
+        .layer(noting(served.clone()));
+    let untold = BudgetLayer::new(budget.clone()).layer(noting(served.clone()));
+    let by_function = BudgetLayer::new(budget.clone())
+        .class_by(|_: &http::Request<String>| Some(String::from("interactive")))
+        .layer(noting(served.clone()));
+    for name in ["interactive", "interactive", "bogus", "batch"] {
+        let mut request = http::Request::new(name.to_string());
+        request.extensions_mut().insert(RequestClass::new(name));
+        by_extension.clone().oneshot(request).await.unwrap();
+    }
+    // No extension, and a layer told nothing: the default class (batch, the lightest).
+    by_extension
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    untold
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    by_function
+        .clone()
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    let s = budget.snapshot();
+    let admitted: Vec<(&str, u64)> = s
+        .classes
+        .iter()
+        .map(|c| (c.name.as_str(), c.admitted))
+        .collect();
+    assert_eq!(admitted, [("interactive", 3), ("batch", 4)]);
+    assert_eq!(s.admitted, 7);
+}
+
+/// Waits until `cond` holds, polling; panics after a generous bound.
+async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..2000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 20 s");
+}
+
+/// Inserts the class a request's `x-priority` header names, as a layer that knows the caller
+/// would.
+async fn tag(mut request: axum::extract::Request) -> axum::extract::Request {
+    let class = request
+        .headers()
+        .get("x-priority")
+        .and_then(|v| v.to_str().ok())
+        .map(RequestClass::new);
+    if let Some(class) = class {
+        request.extensions_mut().insert(class);
+    }
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_axum_server_admits_queued_interactive_requests_ahead_of_batch_ones() {
+    let budget = two_classes(1);
+    let release = Arc::new(Semaphore::new(0));
+    let served = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (gate, log) = (release.clone(), served.clone());
+    let app = Router::new()
+        .route(
+            "/work",
+            get(move |query: axum::extract::RawQuery| {
+                let (gate, log) = (gate.clone(), log.clone());
+                async move {
+                    log.lock().unwrap().push(query.0.unwrap_or_default());
+                    gate.acquire().await.unwrap().forget();
+                    "done"
+                }
+            }),
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(axum::middleware::map_request(tag))
+                .layer(HandleErrorLayer::new(shed))
+                .layer(BudgetLayer::new(budget.clone()).class_from_extension()),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let send = |query: &str, class: Option<&str>| {
+        let mut req = axum::http::Request::get(format!("http://{addr}/work?{query}"));
+        if let Some(class) = class {
+            req = req.header("x-priority", class);
+        }
+        tokio::spawn(client.request(req.body(Full::new(Bytes::new())).unwrap()))
+    };
+    let mut calls = vec![send("holder", None)];
+    wait_for("the holder served", || served.lock().unwrap().len() == 1).await;
+    for i in 0..4 {
+        calls.push(send(&format!("batch{i}"), Some("batch")));
+        wait_for("queued", || budget.snapshot().waiting == i + 1).await;
+    }
+    for i in 0..4 {
+        calls.push(send(&format!("interactive{i}"), Some("interactive")));
+        wait_for("queued", || budget.snapshot().waiting == i + 5).await;
+    }
+    for n in 2..=9 {
+        release.add_permits(1);
+        wait_for("the next one served", || served.lock().unwrap().len() == n).await;
+    }
+    release.add_permits(1);
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let served = served.lock().unwrap().clone();
+    let interactive = served[1..6]
+        .iter()
+        .filter(|q| q.starts_with("interactive"))
+        .count();
+    assert_eq!(interactive, 4, "served in this order: {served:?}");
+    let s = budget.snapshot();
+    let admitted: Vec<(&str, u64)> = s
+        .classes
+        .iter()
+        .map(|c| (c.name.as_str(), c.admitted))
+        .collect();
+    assert_eq!(admitted, [("interactive", 4), ("batch", 5)]);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use inflight::config::{ProxyConfig, Release, Route, Scope, DEFAULT_OVERLOAD_STATUS};
 use inflight::sizing::{assess, Assessment};
-use inflight::{BudgetConfig, Budgets, Rate};
+use inflight::{BudgetConfig, Budgets, Classes, Rate};
 use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
@@ -22,8 +22,13 @@ Little's law: calls in flight = throughput x time per call.
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
 
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
-any of overload_status, preserve_host, upstream_http2, overload_on_timeout and ca_file that
-differ from their defaults; the [proxy] table's admin and drain follow the budgets.
+any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file and
+class_header that differ from their defaults; the [proxy] table's admin and drain follow the budgets.
+
+A budget with classes (classes = { interactive = 4, batch = 1 }, default_class, strict) shows
+how grants are shared, its default class, and each class's weight and permit deadline (its
+own, or the budget's); --json adds classes (name, weight, permit_timeout_ms,
+own_permit_timeout), default_class and strict to such a budget.
 
 A fleet budget (scope = \"fleet\") with a rate shows rate_scope fleet (rate_scope in --json:
 \"fleet\", \"local\", or null without a rate): its rate holds for every replica together, kept
@@ -32,6 +37,7 @@ in the fleet's store, and no process applies it on its own.
 Example:
   inflight check-config examples/budgets.toml
   inflight check-config budgets.toml --json | jq '.budgets[] | {name, max_rate_per_s}'
+  inflight check-config budgets.toml --json | jq '.budgets[] | {name, classes, default_class}'
   generate-budgets | inflight check-config - --deny-warnings   # in CI")]
 pub struct Args {
     /// The budgets file (TOML, one [budgets.<name>] table per dependency); `-` reads stdin.
@@ -187,10 +193,68 @@ impl<'a> BudgetReport<'a> {
             "rate_needs_in_flight": a.rate_in_flight,
             "warnings": a.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
         });
+        if let Some(classes) = c.priority_classes() {
+            doc["classes"] = classes_json(classes, c);
+            doc["default_class"] = classes.default_name().into();
+            doc["strict"] = classes.is_strict().into();
+        }
         if let Some(route) = self.route {
             doc["proxy"] = route_json(route);
         }
         doc
+    }
+}
+
+/// A budget's classes, in the file's order: each deadline is the one its callers get (the
+/// class's own, else the budget's), and `own_permit_timeout` says which.
+fn classes_json(classes: &Classes, c: &BudgetConfig) -> Value {
+    let ms = |d: Duration| d.as_nanos() as f64 / 1e6;
+    classes
+        .iter()
+        .map(|class| {
+            json!({
+                "name": class.name(),
+                "weight": class.weight(),
+                "permit_timeout_ms": class.permit_timeout().or(c.permit_timeout_limit()).map(ms),
+                "own_permit_timeout": class.permit_timeout().is_some(),
+            })
+        })
+        .collect()
+}
+
+/// A budget's classes' lines: how grants are shared, the default, then one line a class.
+fn render_classes(out: &mut String, classes: &Classes, c: &BudgetConfig) {
+    use std::fmt::Write;
+    let how = if classes.is_strict() {
+        "strict priority (the heaviest class with waiters first)"
+    } else {
+        "weighted fair queuing (grants by weight among the classes with waiters)"
+    };
+    let _ = writeln!(
+        out,
+        "  classes         {how}, default {}",
+        classes.default_name()
+    );
+    let width = classes
+        .iter()
+        .map(|k| k.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(12);
+    for class in classes.iter() {
+        let deadline = match (class.permit_timeout(), c.permit_timeout_limit()) {
+            (Some(own), _) => humantime::format_duration(own).to_string(),
+            (None, Some(budget)) => {
+                format!("{} (the budget's)", humantime::format_duration(budget))
+            }
+            (None, None) => "none (the budget's: wait as long as it takes)".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "    {:<width$}  weight {}, permit_timeout {deadline}",
+            class.name(),
+            class.weight()
+        );
     }
 }
 
@@ -206,6 +270,7 @@ fn route_json(route: &Route) -> Value {
         "overload_on_timeout": route.overload_on_timeout(),
         "ca_file": route.ca_file().map(|ca| ca.path().display().to_string()),
         "ca_certificates": route.ca_file().map(|ca| ca.certificates().len()),
+        "class_header": route.class_header(),
     })
 }
 
@@ -263,6 +328,12 @@ fn render_route(out: &mut String, route: &Route) {
         let _ = writeln!(
             out,
             "  overload_on_timeout false (a call past call_timeout tells the limit nothing)"
+        );
+    }
+    if let Some(header) = route.class_header() {
+        let _ = writeln!(
+            out,
+            "  class_header    {header} (its value names the class; missing or unknown: the default)"
         );
     }
     if let Some(ca) = route.ca_file() {
@@ -353,6 +424,9 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
                 "none (set one: calls that hang hold their permit forever)"
             )
         );
+        if let Some(classes) = c.priority_classes() {
+            render_classes(&mut out, classes, c);
+        }
         match (c.service_time_hint(), a.max_rate) {
             (Some(t), Some(rate)) => {
                 let _ = writeln!(

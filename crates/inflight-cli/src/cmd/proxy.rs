@@ -22,6 +22,11 @@ An https:// upstream is spoken to over TLS, its certificate checked against the 
 or, with ca_file = \"ca.pem\" (PEM, relative to the budgets file), against those certificates;
 a failed handshake is a 502 (upstream_tls), and upstream_http2 = true needs h2 by ALPN. The
 listen side is plain HTTP, for a sidecar on loopback.
+A budget with classes may name a request header (class_header = \"x-priority\") whose value
+names each request's class: queued requests are admitted by class weight. A missing header, or
+a value that names no class or is malformed, is the default class, never an error; the header
+is forwarded unchanged. A request evicted from a full queue by a heavier class gets 503
+(evicted).
 
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid
@@ -45,6 +50,8 @@ Example budgets file:
   release = \"body\"           # or \"headers\": when the permit goes back
   overload_status = [429, 503] # upstream answers an adaptive limit treats as overload
   overload_on_timeout = true   # false: a call past call_timeout tells the limit nothing
+  classes = { interactive = 4, batch = 1 }  # who goes first when every permit is held
+  class_header = \"x-priority\" # x-priority: interactive; missing or unknown: the default class
 
 Examples:
   inflight proxy --config budgets.toml

@@ -709,6 +709,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "overload_on_timeout": true,
             "ca_file": null,
             "ca_certificates": null,
+            "class_header": null,
         })
     );
     assert_eq!(
@@ -723,6 +724,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "overload_on_timeout": false,
             "ca_file": "certs/ca.pem",
             "ca_certificates": 1,
+            "class_header": null,
         })
     );
     // A budget that is not proxied has no proxy field; its other fields are as they were.
@@ -882,4 +884,132 @@ scope = "fleet"
         ]
     );
     assert_eq!(doc["budgets"][0]["rate_per_s"], 10.0);
+}
+
+const CLASSES: &str = r#"
+[budgets.records]
+max_concurrent = 6
+permit_timeout = "500ms"
+classes = { interactive = { weight = 4, permit_timeout = "50ms" }, batch = 1 }
+default_class = "batch"
+
+[budgets.search]
+max_concurrent = 2
+classes = { high = 8, low = 1 }
+strict = true
+
+[budgets.plain]
+max_concurrent = 1
+
+[budgets.proxied]
+max_concurrent = 1
+classes = { interactive = 4, batch = 1 }
+upstream = "http://127.0.0.1:7070"
+listen = "127.0.0.1:7002"
+class_header = "X-Priority"
+"#;
+
+#[test]
+fn classes_are_shown_with_their_weights_deadlines_and_default() {
+    let f = file(CLASSES);
+    let out = inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let records = text
+        .split("\n[")
+        .find(|s| s.starts_with("records]"))
+        .unwrap();
+    assert!(
+        records.contains(
+            "  classes         weighted fair queuing (grants by weight among the classes with waiters), default batch\n    interactive   weight 4, permit_timeout 50ms\n    batch         weight 1, permit_timeout 500ms (the budget's)\n"
+        ),
+        "{records}"
+    );
+    let search = text
+        .split("\n[")
+        .find(|s| s.starts_with("search]"))
+        .unwrap();
+    assert!(
+        search.contains(
+            "  classes         strict priority (the heaviest class with waiters first), default low\n    high          weight 8, permit_timeout none (the budget's: wait as long as it takes)\n"
+        ),
+        "{search}"
+    );
+    let plain = text.split("\n[").find(|s| s.starts_with("plain]")).unwrap();
+    assert!(!plain.contains("classes"), "{plain}");
+
+    let doc = run_json(["check-config", &f.path().display().to_string(), "--json"]);
+    let budgets = doc["budgets"].as_array().unwrap();
+    assert_eq!(
+        budgets[0]["classes"],
+        serde_json::json!([
+            { "name": "interactive", "weight": 4, "permit_timeout_ms": 50.0, "own_permit_timeout": true },
+            { "name": "batch", "weight": 1, "permit_timeout_ms": 500.0, "own_permit_timeout": false },
+        ])
+    );
+    assert_eq!(budgets[0]["default_class"], "batch");
+    assert_eq!(budgets[0]["strict"], false);
+    assert_eq!(budgets[1]["classes"][1]["permit_timeout_ms"], Value::Null);
+    assert_eq!(budgets[1]["default_class"], "low");
+    assert_eq!(budgets[1]["strict"], true);
+    for key in ["classes", "default_class", "strict"] {
+        assert!(
+            budgets[2].get(key).is_none(),
+            "{key} only for a budget with classes"
+        );
+    }
+    assert_eq!(budgets[0]["max_concurrent"], 6, "the other fields stay");
+    assert_eq!(budgets[3]["proxy"]["class_header"], "x-priority");
+    let proxied = text
+        .split("\n[")
+        .find(|s| s.starts_with("proxied]"))
+        .unwrap();
+    assert!(
+        proxied.contains(
+            "\n  class_header    x-priority (its value names the class; missing or unknown: the default)\n"
+        ),
+        "{proxied}"
+    );
+}
+
+#[test]
+fn bad_classes_exit_2_naming_the_path() {
+    for (text, says) in [
+        (
+            "[budgets.records]\nmax_concurrent = 2\nclasses = { interactive = 4, batch = 0 }\n",
+            "budgets.records.classes.batch: weight must be at least 1, got 0",
+        ),
+        (
+            "[budgets.records]\nmax_concurrent = 2\nclasses = { batch = 1 }\ndefault_class = \"bulk\"\n",
+            "budgets.records.default_class: \"bulk\" is not one of the classes (batch)",
+        ),
+        (
+            "[budgets.records]\nmax_concurrent = 2\nstrict = true\n",
+            "budgets.records.strict: only a budget with classes takes this",
+        ),
+    ] {
+        let f = file(text);
+        let out = inflight()
+            .args(["check-config"])
+            .arg(f.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains(says), "{text}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let doc = inflight()
+            .args(["check-config", "--json"])
+            .arg(f.path())
+            .output()
+            .unwrap();
+        assert_eq!(doc.status.code(), Some(2));
+        let doc: Value = serde_json::from_slice(&doc.stdout).unwrap();
+        assert_eq!(doc["valid"], false);
+        assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
+    }
 }

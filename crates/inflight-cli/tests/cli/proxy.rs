@@ -132,6 +132,37 @@ fn help_shows_an_example_budgets_file() {
         .stdout(predicates::str::contains("SIGHUP"));
 }
 
+/// The budgets file `--help` shows is one `check-config` takes, classes and class_header
+/// included.
+#[test]
+fn the_help_example_budgets_file_is_valid() {
+    let out = inflight().args(["proxy", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let example: String = help
+        .split("Example budgets file:\n")
+        .nth(1)
+        .expect("an example budgets file")
+        .split("\n\n")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        .lines()
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        example.contains("class_header = \"x-priority\""),
+        "{example}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &example);
+    let doc =
+        crate::support::run_json(["check-config".as_ref(), path.as_os_str(), "--json".as_ref()]);
+    assert_eq!(doc["valid"], true, "{example}");
+    assert_eq!(doc["budgets"][0]["proxy"]["class_header"], "x-priority");
+    assert_eq!(doc["budgets"][0]["default_class"], "batch");
+}
+
 #[test]
 fn a_file_without_a_proxied_budget_exits_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{client, get, metrics, proxy, until, Upstream};
+use crate::support::{client, get, metrics, proxy, send, until, Upstream};
 
 /// A `redis-server` on a free loopback port, without persistence, killed on drop.
 struct RedisServer {
@@ -213,4 +213,69 @@ async fn a_drain_gives_back_the_leases_of_a_fleet_budget_rebuilt_by_a_reload() {
     for h in held {
         let _ = h.await;
     }
+}
+
+#[tokio::test]
+async fn a_fleet_budget_with_classes_shares_its_limit_whatever_the_class() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let file = format!(
+        "[fleet]\nurl = \"{}\"\nlease = \"5s\"\n\n[budgets.records]\nmax_concurrent = 2\npermit_timeout = \"300ms\"\nscope = \"fleet\"\nclasses = {{ interactive = 4, batch = 1 }}\nclass_header = \"x-priority\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+        redis.url(),
+        upstream.url()
+    );
+    let (a, _) = proxy(&file).await;
+    let (b, _) = proxy(&file).await;
+    let a_addr = a.local_addr("records").unwrap();
+    let b_addr = b.local_addr("records").unwrap();
+    let held: Vec<_> = ["interactive", "batch"]
+        .into_iter()
+        .map(|class| {
+            tokio::spawn(async move {
+                send(
+                    &client(),
+                    a_addr,
+                    "GET",
+                    "/hold",
+                    &[("x-priority", class)],
+                    "",
+                )
+                .await
+            })
+        })
+        .collect();
+    until("two requests held upstream", || upstream.seen().len() == 2).await;
+    assert_eq!(redis.holders("records"), 2, "a lease per request, in Redis");
+    // The heaviest class on the other replica still finds the fleet's two permits held.
+    let (status, headers, _) = send(
+        &client(),
+        b_addr,
+        "GET",
+        "/",
+        &[("x-priority", "interactive")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 503);
+    assert_eq!(headers["x-inflight-refused"], "permit_timeout");
+    assert_eq!(upstream.seen().len(), 2);
+    upstream.release(2);
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 200);
+    }
+    let (status, _, _) = send(
+        &client(),
+        b_addr,
+        "GET",
+        "/after",
+        &[("x-priority", "interactive")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(upstream.peak(), 2);
+    let seen = upstream.seen();
+    assert_eq!(seen.last().unwrap().headers["x-priority"], "interactive");
 }

@@ -2,6 +2,7 @@
 //! area, helpers in `support`.
 
 mod backpressure;
+mod classes;
 mod clients;
 mod fleet;
 mod forward;

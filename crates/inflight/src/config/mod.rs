@@ -36,6 +36,26 @@
 //! permit_timeout = "30s"    # a turn that would come later than this is refused at once
 //! ```
 //!
+//! When a budget is tight, its priority classes say who goes first (see
+//! [`Classes`](crate::Classes)): grants go to the classes with waiters by weight, and a full
+//! queue makes room for a heavier class by refusing the newest waiter of the lightest. A call
+//! names its class ([`Budget::acquire_in`](crate::Budget::acquire_in), the tower layer's
+//! `class_by` or a request extension, the proxy's `class_header`); a call that
+//! names none, or a class the budget lacks, is in the default class.
+//!
+//! ```toml
+//! [budgets.records]
+//! max_concurrent = 6
+//! permit_timeout = "500ms"
+//! classes = { interactive = { weight = 4, permit_timeout = "50ms" }, batch = 1 }
+//! default_class = "batch"   # optional: else the lightest class (the last declared of them)
+//! strict = false            # optional: true serves the heaviest class with waiters first
+//! ```
+//!
+//! A weight is a whole number from 1 to 1000; a class's own `permit_timeout` replaces the
+//! budget's for it. At most 16 classes, each named by 1 to 64 ASCII letters, digits, `-`, `_`
+//! or `.` (names travel in request headers and metrics labels).
+//!
 //! A budget can keep its permits where every replica of a service sees them: `scope = "fleet"`,
 //! with the shared store named once in a `[fleet]` table. This crate only reads and checks these
 //! keys ([`Budgets::fleet`], [`Budgets::scope`], [`Budgets::lease_mode`]); a store crate such as `inflight-redis` attaches
@@ -79,6 +99,7 @@
 //!
 //! Everything is checked when the file is loaded; a file that loads is safe to run with.
 
+mod classes;
 mod parse;
 mod proxy;
 
@@ -89,8 +110,10 @@ use std::time::Duration;
 use crate::budget::{Budget, BuildError};
 use crate::store::Store;
 
+pub use classes::MAX_CLASS_NAME;
 pub use proxy::{
     CaFile, ProxyConfig, Release, Route, Upstream, DEFAULT_DRAIN, DEFAULT_OVERLOAD_STATUS,
+    MAX_CLASS_HEADER,
 };
 
 /// Why a budget or a budgets file was refused.

@@ -11,7 +11,8 @@ use super::{budget_path, ConfigError, FleetConfig, FleetFail, LeaseMode, Scope};
 use crate::budget::BudgetConfig;
 use crate::rate::{ParseRateError, Rate};
 
-/// Keys of a budget's table, but for a proxied budget's ([`super::proxy::ROUTE_FIELDS`]).
+/// Keys of a budget's table, but for a proxied budget's ([`super::proxy::ROUTE_FIELDS`]) and
+/// its classes' ([`super::classes::CLASS_FIELDS`]).
 const FIELDS: &[&str] = &[
     "max_concurrent",
     "max_queued",
@@ -309,7 +310,12 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     let path = budget_path(name);
     let field = |f: &str| format!("{path}.{f}");
     let mut errors = Vec::new();
-    let known = || FIELDS.iter().chain(super::proxy::ROUTE_FIELDS);
+    let known = || {
+        FIELDS
+            .iter()
+            .chain(super::proxy::ROUTE_FIELDS)
+            .chain(super::classes::CLASS_FIELDS)
+    };
     for key in table.keys() {
         if !known().any(|k| k == key) {
             let expected: Vec<&str> = known().copied().collect();
@@ -391,6 +397,11 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     if table.contains_key("rate") || table.contains_key("burst") {
         let r = rate_limit(config.clone(), table, &field);
         take(r, &mut config);
+    }
+    match super::classes::classes(table, &path) {
+        Ok(Some(classes)) => config = config.classes(classes),
+        Ok(None) => {}
+        Err(e) => errors.push(e),
     }
     match ConfigError::all(errors) {
         Some(e) => Err(e),

@@ -23,6 +23,23 @@
 //! ca_file = "certs/billing-ca.pem"     # optional: trust these PEM certificates, not the system's
 //! ```
 //!
+//! A budget with priority classes may take each request's class from a header of the request:
+//!
+//! ```toml
+//! [budgets.search]
+//! max_concurrent = 4
+//! classes = { interactive = 4, batch = 1 }
+//! upstream = "http://127.0.0.1:7080"
+//! listen = "127.0.0.1:7004"
+//! class_header = "x-priority"          # "x-priority: interactive"; missing or unknown: the default class
+//! ```
+//!
+//! The header is a property of the budget's listener, so it sits with the route's keys: each
+//! proxied budget listens on its own address and may read its own header. Its value is matched
+//! exactly against the class names; a missing header, a value that is not visible ASCII or is
+//! longer than a class name may be, or one that names no class puts the request in the default
+//! class (never an error). The header is forwarded unchanged.
+//!
 //! Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge to `listen`, whichever this says;
 //! `listen` is plain HTTP, meant for a sidecar on loopback.
 //!
@@ -66,7 +83,11 @@ pub(super) const ROUTE_FIELDS: &[&str] = &[
     "upstream_http2",
     "overload_on_timeout",
     "ca_file",
+    "class_header",
 ];
+
+/// The longest `class_header` name taken.
+pub const MAX_CLASS_HEADER: usize = 128;
 
 /// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
 const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
@@ -174,6 +195,7 @@ pub struct Route {
     upstream_http2: bool,
     overload_on_timeout: bool,
     ca_file: Option<CaFile>,
+    class_header: Option<String>,
 }
 
 /// The certificates an `https://` upstream's certificate is checked against instead of the
@@ -250,6 +272,28 @@ impl Route {
     /// names a `ca_file`; `None`: the system's root certificates.
     pub fn ca_file(&self) -> Option<&CaFile> {
         self.ca_file.as_ref()
+    }
+
+    /// The request header whose value names the request's priority class (`class_header`), in
+    /// lower case, if the budget has one; only a budget with classes takes it. A request
+    /// without it, or whose value names no class of the budget, is in the default class; the
+    /// header is forwarded unchanged.
+    ///
+    /// ```
+    /// use inflight::Budgets;
+    ///
+    /// let budgets = Budgets::from_toml_str(r#"
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     classes = { interactive = 4, batch = 1 }
+    ///     upstream = "http://127.0.0.1:7070"
+    ///     listen = "127.0.0.1:7002"
+    ///     class_header = "X-Priority"
+    /// "#).unwrap();
+    /// assert_eq!(budgets.route("records").unwrap().class_header(), Some("x-priority"));
+    /// ```
+    pub fn class_header(&self) -> Option<&str> {
+        self.class_header.as_deref()
     }
 }
 
@@ -377,6 +421,19 @@ pub(super) fn route(
             .map_err(|e| errors.push(e))
             .ok(),
     };
+    let class_header = match table.get("class_header") {
+        None => None,
+        Some(_) if !table.contains_key("classes") => {
+            errors.push(ConfigError::invalid(
+                field("class_header"),
+                "only a budget with classes takes this (add classes = { interactive = 4, batch = 1 })",
+            ));
+            None
+        }
+        Some(v) => header_name(&field("class_header"), v)
+            .map_err(|e| errors.push(e))
+            .ok(),
+    };
     if let Some(e) = ConfigError::all(errors) {
         return Err(e);
     }
@@ -392,7 +449,41 @@ pub(super) fn route(
         upstream_http2,
         overload_on_timeout,
         ca_file,
+        class_header,
     }))
+}
+
+/// An HTTP header's name (RFC 9110 section 5.1: a token), in lower case.
+fn header_name(field: &str, value: &Value) -> Result<String, ConfigError> {
+    let Some(name) = value.as_str() else {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a header name like \"x-priority\", got {}",
+                super::parse::shown(value)
+            ),
+        ));
+    };
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a header name like \"x-priority\" (letters, digits and !#$%&'*+-.^_`|~), got {}",
+                super::parse::short(name)
+            ),
+        ));
+    }
+    if name.len() > MAX_CLASS_HEADER {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be at most {MAX_CLASS_HEADER} characters, got {}",
+                name.len()
+            ),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
 }
 
 /// A `ca_file`: a path to a PEM file of one or more certificates, read and checked now.
@@ -867,6 +958,53 @@ zj0EAwIDRwAwRAIgKhV0fBURQaa3jleXXYvqt4sR1b8J657nAYMAcZtUwTkCIG2Z
         // Nor is a file without end read whole.
         let err = refused(&https_budget("ca_file = \"/dev/zero\"\n"));
         assert!(err.contains("larger than 4 MiB"), "{err}");
+    }
+
+    #[test]
+    fn a_class_header_is_a_header_name_of_a_budget_with_classes() {
+        let base =
+            "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\n";
+        let classes = "classes = { interactive = 4, batch = 1 }\n";
+        let budgets =
+            Budgets::from_toml_str(&format!("{base}{classes}class_header = \"X-Priority\"\n"))
+                .unwrap();
+        assert_eq!(
+            budgets.route("r").unwrap().class_header(),
+            Some("x-priority")
+        );
+        let none = Budgets::from_toml_str(&format!("{base}{classes}")).unwrap();
+        assert_eq!(none.route("r").unwrap().class_header(), None);
+        let long = "x".repeat(129);
+        let cases = [
+            (
+                format!("{base}class_header = \"x-priority\"\n"),
+                "budgets.r.class_header: only a budget with classes takes this",
+            ),
+            (
+                format!("{base}{classes}class_header = \"x priority\"\n"),
+                "budgets.r.class_header: must be a header name like \"x-priority\" (letters, digits and !#$%&'*+-.^_`|~), got \"x priority\"",
+            ),
+            (
+                format!("{base}{classes}class_header = \"\"\n"),
+                "budgets.r.class_header: must be a header name",
+            ),
+            (
+                format!("{base}{classes}class_header = 1\n"),
+                "budgets.r.class_header: must be a header name like \"x-priority\", got integer 1",
+            ),
+            (
+                format!("{base}{classes}class_header = \"{long}\"\n"),
+                "budgets.r.class_header: must be at most 128 characters, got 129",
+            ),
+            (
+                "[budgets.r]\nmax_concurrent = 1\nclasses = { a = 1 }\nclass_header = \"x-priority\"\n".to_string(),
+                "budgets.r.class_header: only a proxied budget takes this",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = refused(&text);
+            assert!(err.starts_with(expected), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -55,13 +55,33 @@ impl HeldCall {
     /// As [`Budget::acquire`].
     pub async fn start(budget: &Budget) -> Result<HeldCall, AcquireError> {
         let permit = budget.acquire_owned().await?;
+        Ok(HeldCall::started(budget, permit))
+    }
+
+    /// [`HeldCall::start`] in a priority class of the budget (see
+    /// [`Budget::acquire_in`]): a name the budget has no class for is its default class.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Budget::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Budget::acquire_in`].
+    pub async fn start_in(budget: &Budget, class: &str) -> Result<HeldCall, AcquireError> {
+        let permit = budget.acquire_owned_in(class).await?;
+        Ok(HeldCall::started(budget, permit))
+    }
+
+    /// The call under `permit`, just granted.
+    fn started(budget: &Budget, permit: OwnedPermit) -> HeldCall {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
         let deadline = budget.call_timeout().and_then(|t| start.checked_add(t));
-        Ok(HeldCall {
+        HeldCall {
             guard: CallGuard::start(permit),
             deadline,
             budget: budget.clone(),
-        })
+        }
     }
 
     /// When the budget's call timeout runs out for this call, if it has one.

@@ -4,15 +4,20 @@ use std::fmt;
 
 use tower_layer::Layer;
 
-use super::BudgetService;
+use super::{BudgetService, FromExtension, NoClass};
 use crate::limit::{Outcome, Verdict};
 use crate::{Budget, RetryAfter};
 
 /// Applies a [`Budget`] to a service: see [the module](super).
+///
+/// `C` tells the budget's limit how each response went ([`Classify`]); `K` says which of the
+/// budget's priority classes each request is in ([`ClassOf`](super::ClassOf)): by default none,
+/// so every request is in the budget's default class.
 #[derive(Clone)]
-pub struct BudgetLayer<C = DefaultClassifier> {
+pub struct BudgetLayer<C = DefaultClassifier, K = NoClass> {
     budget: Budget,
     classify: C,
+    class: K,
 }
 
 impl BudgetLayer {
@@ -21,6 +26,7 @@ impl BudgetLayer {
         BudgetLayer {
             budget,
             classify: DefaultClassifier,
+            class: NoClass,
         }
     }
 }
@@ -32,18 +38,80 @@ impl BudgetLayer<HttpClassifier> {
         BudgetLayer {
             budget,
             classify: HttpClassifier,
+            class: NoClass,
         }
     }
 }
 
-impl<C> BudgetLayer<C> {
+impl<C, K> BudgetLayer<C, K> {
     /// Keeps the classifier, and reads `Retry-After` (or `retry-after-ms`) from the
     /// `http::Response`s it calls an overload: see [`ReadRetryAfter`].
-    pub fn read_retry_after(self) -> BudgetLayer<ReadRetryAfter<C>> {
+    pub fn read_retry_after(self) -> BudgetLayer<ReadRetryAfter<C>, K> {
         BudgetLayer {
             budget: self.budget,
             classify: ReadRetryAfter(self.classify),
+            class: self.class,
         }
+    }
+
+    /// Puts each request in the priority class `class_of` returns for it (`None`, or a name
+    /// the budget has no class for: the budget's default class). Any
+    /// `Fn(&Req) -> Option<R>` with `R: Into<RequestClass>` will do, or a
+    /// [`ClassOf`](super::ClassOf) of your own.
+    ///
+    /// ```
+    /// use inflight::tower::BudgetLayer;
+    /// use inflight::{Budget, BudgetConfig, Classes};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    /// let records = Budget::new("records", BudgetConfig::new(6).classes(classes)).unwrap();
+    /// let layer = BudgetLayer::new(records).class_by(|req: &http::Request<()>| {
+    ///     let batch = req.uri().path().starts_with("/export");
+    ///     Some(if batch { "batch" } else { "interactive" })
+    /// });
+    /// let svc = layer.layer(service_fn(|_req: http::Request<()>| async {
+    ///     Ok::<_, std::io::Error>(http::Response::new(()))
+    /// }));
+    /// let response = svc.oneshot(http::Request::new(())).await.unwrap();
+    /// # let _ = response;
+    /// # }
+    /// ```
+    pub fn class_by<L>(self, class_of: L) -> BudgetLayer<C, L> {
+        BudgetLayer {
+            budget: self.budget,
+            classify: self.classify,
+            class: class_of,
+        }
+    }
+
+    /// Puts each `http::Request` in the priority class of its
+    /// [`RequestClass`](super::RequestClass) extension, inserted by a layer ahead of this one
+    /// (a request without one: the budget's default class).
+    ///
+    /// ```
+    /// use inflight::tower::{BudgetLayer, RequestClass};
+    /// use inflight::{Budget, BudgetConfig, Classes};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let classes = Classes::new().class("interactive", 4).class("batch", 1);
+    /// let records = Budget::new("records", BudgetConfig::new(6).classes(classes)).unwrap();
+    /// let svc = BudgetLayer::new(records)
+    ///     .class_from_extension()
+    ///     .layer(service_fn(|_req: http::Request<()>| async {
+    ///         Ok::<_, std::io::Error>(http::Response::new(()))
+    ///     }));
+    /// let mut request = http::Request::new(());
+    /// request.extensions_mut().insert(RequestClass::new("interactive"));
+    /// svc.oneshot(request).await.unwrap();
+    /// # }
+    /// ```
+    pub fn class_from_extension(self) -> BudgetLayer<C, FromExtension> {
+        self.class_by(FromExtension)
     }
 
     /// Uses `classify` to tell the budget's limit what each result says about the dependency's
@@ -62,10 +130,11 @@ impl<C> BudgetLayer<C> {
     /// });
     /// # let _ = layer;
     /// ```
-    pub fn classify<D>(self, classify: D) -> BudgetLayer<D> {
+    pub fn classify<D>(self, classify: D) -> BudgetLayer<D, K> {
         BudgetLayer {
             budget: self.budget,
             classify,
+            class: self.class,
         }
     }
 
@@ -75,15 +144,20 @@ impl<C> BudgetLayer<C> {
     }
 }
 
-impl<S, C: Clone> Layer<S> for BudgetLayer<C> {
-    type Service = BudgetService<S, C>;
+impl<S, C: Clone, K: Clone> Layer<S> for BudgetLayer<C, K> {
+    type Service = BudgetService<S, C, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        BudgetService::new(inner, self.budget.clone(), self.classify.clone())
+        BudgetService::new(
+            inner,
+            self.budget.clone(),
+            self.classify.clone(),
+            self.class.clone(),
+        )
     }
 }
 
-impl<C> fmt::Debug for BudgetLayer<C> {
+impl<C, K> fmt::Debug for BudgetLayer<C, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BudgetLayer")
             .field("budget", &self.budget)

@@ -29,6 +29,16 @@
 //! [`BudgetError`] whose [`retry_after`](BudgetError::retry_after) a server built on the layer
 //! can answer with, as its own `Retry-After`.
 //!
+//! # Priority classes
+//!
+//! For a budget with [`Classes`](crate::Classes), each request waits for its permit in a class:
+//! the one its [`RequestClass`] extension names, with
+//! [`class_from_extension`](BudgetLayer::class_from_extension) (a layer ahead of this one that
+//! knows the caller inserts it), or the one a function of the request returns, with
+//! [`class_by`](BudgetLayer::class_by). A request with neither, or one naming a class the
+//! budget lacks, is in the budget's default class; so is every request of a layer told
+//! nothing.
+//!
 //! # Examples
 //!
 //! A client whose calls to one dependency go through its budget:
@@ -54,11 +64,13 @@
 //! # }
 //! ```
 
+mod class;
 mod error;
 mod held;
 mod layer;
 mod service;
 
+pub use class::{ClassOf, FromExtension, NoClass, RequestClass};
 pub use error::BudgetError;
 pub use held::HeldCall;
 pub use layer::{BudgetLayer, Classify, DefaultClassifier, HttpClassifier, ReadRetryAfter};

@@ -7,24 +7,29 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::{BudgetError, Classify};
+use super::{BudgetError, ClassOf, Classify, NoClass};
 use crate::Budget;
 
 /// A service whose every request takes a permit from a [`Budget`] in its response future; made
 /// by [`BudgetLayer`](super::BudgetLayer).
+///
+/// A request waits for its permit in the priority class `K` finds for it (see
+/// [`ClassOf`]); by default, the budget's default class.
 #[derive(Clone)]
-pub struct BudgetService<S, C> {
+pub struct BudgetService<S, C, K = NoClass> {
     inner: S,
     budget: Budget,
     classify: C,
+    class: K,
 }
 
-impl<S, C> BudgetService<S, C> {
-    pub(crate) fn new(inner: S, budget: Budget, classify: C) -> Self {
+impl<S, C, K> BudgetService<S, C, K> {
+    pub(crate) fn new(inner: S, budget: Budget, classify: C, class: K) -> Self {
         BudgetService {
             inner,
             budget,
             classify,
+            class,
         }
     }
 
@@ -42,8 +47,9 @@ impl<S, C> BudgetService<S, C> {
 /// The response future of a [`BudgetService`].
 pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, BudgetError<E>>> + Send>>;
 
-impl<S, C, Req> Service<Req> for BudgetService<S, C>
+impl<S, C, K, Req> Service<Req> for BudgetService<S, C, K>
 where
+    K: ClassOf<Req>,
     S: Service<Req> + Clone + Send + 'static,
     S::Future: Send,
     S::Response: Send,
@@ -65,22 +71,23 @@ where
         let mut inner = self.inner.clone();
         let budget = self.budget.clone();
         let classify = self.classify.clone();
+        let class = self.class.class_of(&request);
         Box::pin(async move {
-            budget
-                .call_with(
-                    move |result: &Result<S::Response, S::Error>| classify.verdict(result),
-                    || async move {
-                        poll_fn(|cx| inner.poll_ready(cx)).await?;
-                        inner.call(request).await
-                    },
-                )
-                .await
-                .map_err(BudgetError::from)
+            let classify = move |result: &Result<S::Response, S::Error>| classify.verdict(result);
+            let call = || async move {
+                poll_fn(|cx| inner.poll_ready(cx)).await?;
+                inner.call(request).await
+            };
+            match class {
+                Some(class) => budget.call_with_in(class.name(), classify, call).await,
+                None => budget.call_with(classify, call).await,
+            }
+            .map_err(BudgetError::from)
         })
     }
 }
 
-impl<S: fmt::Debug, C> fmt::Debug for BudgetService<S, C> {
+impl<S: fmt::Debug, C, K> fmt::Debug for BudgetService<S, C, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BudgetService")
             .field("inner", &self.inner)
