@@ -152,6 +152,17 @@ impl Gate {
         call: CallFuture,
         timeout: Duration,
     ) -> Result<u16, CallFailure> {
+        self.call_in(call, timeout, None).await
+    }
+
+    /// [`Gate::call`] for a record of priority class `class`: a budget with classes takes the
+    /// permit in that class (`Budget::call_with_in`); any other gate, or no class, as `call`.
+    pub(crate) async fn call_in(
+        &self,
+        call: CallFuture,
+        timeout: Duration,
+        class: Option<&str>,
+    ) -> Result<u16, CallFailure> {
         match self {
             Gate::Budget(budget) => {
                 // The timeout runs inside the call, so the classifier sees it (as nothing).
@@ -160,15 +171,16 @@ impl Gate {
                         .await
                         .unwrap_or(Err(CallFailure::Timeout))
                 };
-                budget
-                    .call_with(classify, || timed)
-                    .await
-                    .map_err(|e| match e {
-                        CallError::Timeout => CallFailure::Timeout,
-                        CallError::Inner(failure) => failure,
-                        // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
-                        _ => CallFailure::Permit,
-                    })
+                let result = match class.filter(|_| budget.classes().is_some()) {
+                    Some(class) => budget.call_with_in(class, classify, || timed).await,
+                    None => budget.call_with(classify, || timed).await,
+                };
+                result.map_err(|e| match e {
+                    CallError::Timeout => CallFailure::Timeout,
+                    CallError::Inner(failure) => failure,
+                    // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
+                    _ => CallFailure::Permit,
+                })
             }
             Gate::Peer(peer) => match peer.service.clone().oneshot(Call(call)).await {
                 Ok(TIMED_OUT) => Err(CallFailure::Timeout),
