@@ -19,6 +19,19 @@
 //! | `inflight_budget_permit_wait_seconds` | histogram | budget | time from asking to holding a permit |
 //! | `inflight_budget_call_duration_seconds` | histogram | budget | time a call held its permit |
 //!
+//! A budget with [`Classes`](crate::Classes) also has one series per class, labelled `budget`
+//! and `class`, under names of their own (so that summing a budget-wide series never counts a
+//! caller twice); its budget-wide rejections gain the reason `evicted`:
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `inflight_class_in_flight` | gauge | budget, class | permits held now by the class |
+//! | `inflight_class_waiting` | gauge | budget, class | the class's callers waiting now |
+//! | `inflight_class_admitted_total` | counter | budget, class | the class's callers granted a permit |
+//! | `inflight_class_rejections_total` | counter | budget, class, reason | as the budget's, and `evicted` |
+//! | `inflight_class_cancelled_total` | counter | budget, class | the class's callers that stopped waiting |
+//! | `inflight_class_permit_wait_seconds` | histogram | budget, class | the class's time from asking to holding a permit |
+//!
 //! # What the hot path pays
 //!
 //! Nothing on the fast path: a permit granted at once records no metric there. Gauges and
@@ -75,6 +88,19 @@ pub const RETRIES_REFUSED: &str = "inflight_budget_retries_refused_total";
 pub const PERMIT_WAIT: &str = "inflight_budget_permit_wait_seconds";
 /// Time a call held its permit (histogram, seconds).
 pub const CALL_DURATION: &str = "inflight_budget_call_duration_seconds";
+
+/// Permits held now by one class of a budget (gauge).
+pub const CLASS_IN_FLIGHT: &str = "inflight_class_in_flight";
+/// One class's callers waiting for a permit now (gauge).
+pub const CLASS_WAITING: &str = "inflight_class_waiting";
+/// One class's callers granted a permit (counter).
+pub const CLASS_ADMITTED: &str = "inflight_class_admitted_total";
+/// One class's callers refused a permit, by `reason` (counter).
+pub const CLASS_REJECTIONS: &str = "inflight_class_rejections_total";
+/// One class's callers that stopped waiting before an outcome (counter).
+pub const CLASS_CANCELLED: &str = "inflight_class_cancelled_total";
+/// One class's time from asking for a permit to holding it (histogram, seconds).
+pub const CLASS_PERMIT_WAIT: &str = "inflight_class_permit_wait_seconds";
 
 /// Buckets (seconds) that suit both histograms, from 100 µs to 30 s; for an exporter's
 /// `set_buckets`.
@@ -133,6 +159,36 @@ pub fn describe() {
         "Time from asking for a permit to holding it."
     );
     describe_histogram!(CALL_DURATION, Unit::Seconds, "Time a call held its permit.");
+    describe_gauge!(
+        CLASS_IN_FLIGHT,
+        Unit::Count,
+        "Permits held now, per budget and priority class."
+    );
+    describe_gauge!(
+        CLASS_WAITING,
+        Unit::Count,
+        "Callers waiting for a permit now, per budget and priority class."
+    );
+    describe_counter!(
+        CLASS_ADMITTED,
+        Unit::Count,
+        "Callers granted a permit, per priority class."
+    );
+    describe_counter!(
+        CLASS_REJECTIONS,
+        Unit::Count,
+        "Callers refused a permit, per priority class, by reason: queue_full, permit_timeout, rate_limited, paused, unavailable, evicted."
+    );
+    describe_counter!(
+        CLASS_CANCELLED,
+        Unit::Count,
+        "Callers that stopped waiting before an outcome, per priority class."
+    );
+    describe_histogram!(
+        CLASS_PERMIT_WAIT,
+        Unit::Seconds,
+        "Time from asking for a permit to holding it, per priority class."
+    );
 }
 
 /// Publishes `budget`'s gauges and counters, and the zero waits since the last publish.
@@ -151,6 +207,31 @@ pub fn publish(budget: &Budget) {
         ("unavailable", s.unavailable),
     ] {
         counter!(REJECTIONS, "budget" => name.clone(), "reason" => reason).absolute(n);
+    }
+    if !s.classes.is_empty() {
+        counter!(REJECTIONS, "budget" => name.clone(), "reason" => "evicted").absolute(s.evicted);
+    }
+    for c in &s.classes {
+        let class = c.name.clone();
+        gauge!(CLASS_IN_FLIGHT, "budget" => name.clone(), "class" => class.clone())
+            .set(c.in_flight as f64);
+        gauge!(CLASS_WAITING, "budget" => name.clone(), "class" => class.clone())
+            .set(c.waiting as f64);
+        counter!(CLASS_ADMITTED, "budget" => name.clone(), "class" => class.clone())
+            .absolute(c.admitted);
+        counter!(CLASS_CANCELLED, "budget" => name.clone(), "class" => class.clone())
+            .absolute(c.cancelled);
+        for (reason, n) in [
+            ("queue_full", c.rejected),
+            ("permit_timeout", c.permit_timeouts),
+            ("rate_limited", c.rate_limited),
+            ("paused", c.paused),
+            ("unavailable", c.unavailable),
+            ("evicted", c.evicted),
+        ] {
+            counter!(CLASS_REJECTIONS, "budget" => name.clone(), "class" => class.clone(), "reason" => reason)
+                .absolute(n);
+        }
     }
     for (outcome, n) in [
         ("ok", s.calls_ok),
@@ -179,6 +260,9 @@ pub fn publish(budget: &Budget) {
         counter!(RETRIES_REFUSED, "budget" => name.clone(), "reason" => reason).absolute(n);
     }
     budget.engine().stats.publish_zero_waits();
+    for class in budget.engine().stats.classes() {
+        class.publish_zero_waits();
+    }
 }
 
 /// Publishes every budget in `budgets`.
@@ -214,6 +298,33 @@ impl Handles {
     }
 
     /// Adds the zero waits counted since the last call (`total` so far) to the wait histogram.
+    pub(crate) fn zero_waits(&self, total: u64) {
+        let before = self.zero_waits_published.swap(total, Relaxed);
+        if total > before {
+            self.wait.record_many(0.0, (total - before) as usize);
+        }
+    }
+}
+
+/// One class's histogram handle, taken from the recorder installed when its budget was built.
+pub(crate) struct ClassHandles {
+    wait: Histogram,
+    zero_waits_published: AtomicU64,
+}
+
+impl ClassHandles {
+    pub(crate) fn new(budget: &str, class: &str) -> ClassHandles {
+        ClassHandles {
+            wait: histogram!(CLASS_PERMIT_WAIT, "budget" => budget.to_string(), "class" => class.to_string()),
+            zero_waits_published: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn waited(&self, d: Duration) {
+        self.wait.record(d.as_secs_f64());
+    }
+
+    /// As [`Handles::zero_waits`], for the class.
     pub(crate) fn zero_waits(&self, total: u64) {
         let before = self.zero_waits_published.swap(total, Relaxed);
         if total > before {

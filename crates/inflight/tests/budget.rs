@@ -7,10 +7,32 @@ use std::sync::{Arc, Mutex};
 
 use inflight::{AcquireError, Budget, BudgetConfig, CallError, TryAcquireError};
 use support::{budget, ms, settle};
+
+/// A test run twice: against a budget without classes, and against one with a single class,
+/// which must behave the same (one FIFO queue).
+macro_rules! peer_test {
+    (async fn $name:ident($budget:ident) $body:block) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(start_paused = true)]
+            async fn plain() {
+                let $budget: fn(BudgetConfig) -> Budget = support::budget;
+                $body
+            }
+
+            #[tokio::test(start_paused = true)]
+            async fn one_class() {
+                let $budget: fn(BudgetConfig) -> Budget = support::one_class;
+                $body
+            }
+        }
+    };
+}
 use tokio::time::{sleep, Instant};
 
-#[tokio::test(start_paused = true)]
-async fn waiters_are_served_in_arrival_order() {
+peer_test! {
+    async fn waiters_are_served_in_arrival_order(budget) {
     let b = budget(BudgetConfig::new(1));
     let first = b.acquire_owned().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -42,9 +64,10 @@ async fn waiters_are_served_in_arrival_order() {
     late.await.unwrap();
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5, 6, 7, 99]);
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn a_full_queue_rejects_at_once() {
+peer_test! {
+    async fn a_full_queue_rejects_at_once(budget) {
     let b = budget(BudgetConfig::new(2).max_queued(3));
     let _held = (b.acquire().await.unwrap(), b.acquire().await.unwrap());
     let mut waiters = Vec::new();
@@ -64,9 +87,10 @@ async fn a_full_queue_rejects_at_once() {
         w.abort();
     }
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn max_queued_zero_fails_fast_only_when_all_permits_are_held() {
+peer_test! {
+    async fn max_queued_zero_fails_fast_only_when_all_permits_are_held(budget) {
     let b = budget(BudgetConfig::new(2).max_queued(0));
     let p1 = b.acquire().await.unwrap();
     let _p2 = b.acquire().await.unwrap();
@@ -76,9 +100,10 @@ async fn max_queued_zero_fails_fast_only_when_all_permits_are_held() {
     assert_eq!(b.snapshot().rejected, 1);
     assert_eq!(b.snapshot().admitted, 3);
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn the_permit_deadline_ends_the_wait() {
+peer_test! {
+    async fn the_permit_deadline_ends_the_wait(budget) {
     let b = budget(BudgetConfig::new(1).permit_timeout(ms(500)));
     let held = b.acquire_owned().await.unwrap();
     let start = Instant::now();
@@ -100,9 +125,10 @@ async fn the_permit_deadline_ends_the_wait() {
     assert_eq!(s.admitted, 2);
     assert_eq!(s.wait.max, ms(300));
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn the_call_timeout_starts_once_the_permit_is_held() {
+peer_test! {
+    async fn the_call_timeout_starts_once_the_permit_is_held(budget) {
     let b = budget(
         BudgetConfig::new(1)
             .permit_timeout(ms(1_000))
@@ -129,9 +155,10 @@ async fn the_call_timeout_starts_once_the_permit_is_held() {
     assert_eq!(s.call.max, ms(450));
     assert_eq!(s.wait.max, ms(400));
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn a_call_past_its_timeout_is_dropped_and_counted() {
+peer_test! {
+    async fn a_call_past_its_timeout_is_dropped_and_counted(budget) {
     let b = budget(BudgetConfig::new(1).call_timeout(ms(2_000)));
     let dropped = Arc::new(Mutex::new(false));
     struct SetOnDrop(Arc<Mutex<bool>>);
@@ -159,6 +186,7 @@ async fn a_call_past_its_timeout_is_dropped_and_counted() {
     assert_eq!((s.call_timeouts, s.in_flight), (1, 0));
     assert_eq!(b.available_permits(), 1);
 }
+}
 
 #[tokio::test(start_paused = true)]
 async fn inner_errors_pass_through_and_rejected_calls_never_start() {
@@ -182,8 +210,8 @@ async fn inner_errors_pass_through_and_rejected_calls_never_start() {
     assert!(!*started.lock().unwrap());
 }
 
-#[tokio::test(start_paused = true)]
-async fn cancelling_a_waiter_frees_its_queue_place() {
+peer_test! {
+    async fn cancelling_a_waiter_frees_its_queue_place(budget) {
     let b = budget(BudgetConfig::new(1).max_queued(1));
     let held = b.acquire_owned().await.unwrap();
     let waiter = {
@@ -210,9 +238,10 @@ async fn cancelling_a_waiter_frees_its_queue_place() {
     next.await.unwrap().unwrap();
     assert_eq!(b.available_permits(), 1);
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn cancelling_a_holder_frees_its_permit() {
+peer_test! {
+    async fn cancelling_a_holder_frees_its_permit(budget) {
     let b = budget(BudgetConfig::new(1));
     let holder = {
         let b = b.clone();
@@ -234,9 +263,10 @@ async fn cancelling_a_holder_frees_its_permit() {
     let _p = b.acquire().await.unwrap();
     assert_eq!(start.elapsed(), ms(0));
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn a_panic_inside_a_call_frees_its_permit() {
+peer_test! {
+    async fn a_panic_inside_a_call_frees_its_permit(budget) {
     let b = budget(BudgetConfig::new(1));
     let task = {
         let b = b.clone();
@@ -255,9 +285,10 @@ async fn a_panic_inside_a_call_frees_its_permit() {
     assert_eq!(b.available_permits(), 1);
     assert_eq!(b.snapshot().in_flight, 0);
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn counters_and_peaks_add_up() {
+peer_test! {
+    async fn counters_and_peaks_add_up(budget) {
     let b = budget(BudgetConfig::new(3).max_queued(4).permit_timeout(ms(100)));
     let mut tasks = Vec::new();
     for i in 0..10u64 {
@@ -297,6 +328,7 @@ async fn counters_and_peaks_add_up() {
     assert_eq!(s.call.max, ms(65));
     assert_eq!(s.max_concurrent, 3);
     assert_eq!(s.name, "test");
+}
 }
 
 #[tokio::test(start_paused = true)]
@@ -353,8 +385,8 @@ fn invalid_configs_are_refused_with_the_field_named() {
     assert!(!err.to_string().contains('\n'), "{err}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_released_permit_goes_to_the_waiter_not_to_a_newcomer() {
+peer_test! {
+    async fn a_released_permit_goes_to_the_waiter_not_to_a_newcomer(budget) {
     let b = budget(BudgetConfig::new(1));
     let first = b.acquire_owned().await.unwrap();
     let waiter = {
@@ -372,9 +404,19 @@ async fn a_released_permit_goes_to_the_waiter_not_to_a_newcomer() {
     drop(held);
     assert!(newcomer.await.is_ok());
 }
+}
 
 #[test]
 fn waiting_never_shows_more_than_max_queued() {
+    waiting_stays_within_max_queued(budget);
+}
+
+#[test]
+fn waiting_never_shows_more_than_max_queued_with_one_class() {
+    waiting_stays_within_max_queued(support::one_class);
+}
+
+fn waiting_stays_within_max_queued(budget: fn(BudgetConfig) -> Budget) {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -424,8 +466,8 @@ fn waiting_never_shows_more_than_max_queued() {
     });
 }
 
-#[tokio::test(start_paused = true)]
-async fn try_acquire_never_waits_and_never_overtakes_a_waiter() {
+peer_test! {
+    async fn try_acquire_never_waits_and_never_overtakes_a_waiter(budget) {
     let b = budget(BudgetConfig::new(1));
     let held = b.try_acquire_owned().unwrap();
     assert_eq!(b.try_acquire().unwrap_err(), TryAcquireError::NoPermits);
@@ -445,9 +487,10 @@ async fn try_acquire_never_waits_and_never_overtakes_a_waiter() {
     assert_eq!((s.admitted, s.rejected, s.in_flight), (2, 2, 0));
     assert!(b.try_acquire().is_ok());
 }
+}
 
-#[tokio::test(start_paused = true)]
-async fn a_waiter_handed_a_permit_counts_as_waiting_until_its_task_takes_it() {
+peer_test! {
+    async fn a_waiter_handed_a_permit_counts_as_waiting_until_its_task_takes_it(budget) {
     let b = budget(BudgetConfig::new(1).max_queued(1));
     let held = b.acquire_owned().await.unwrap();
     let waiter = {
@@ -484,4 +527,5 @@ async fn a_waiter_handed_a_permit_counts_as_waiting_until_its_task_takes_it() {
     waiter.await.unwrap();
     newcomer.await.unwrap().unwrap();
     assert_eq!(b.snapshot().rejected, 2);
+}
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::class_queue::{ClassQueue, Turn};
 use super::error::{AcquireError, TryAcquireError};
 use super::pause::Pause;
 use super::stats::Stats;
@@ -61,6 +62,11 @@ pub(crate) struct Engine {
     #[cfg(feature = "rate")]
     pub(crate) rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
+    /// The queue that ranks priority classes, for a budget with them; one without queues in the
+    /// semaphore.
+    class_queue: Option<ClassQueue>,
+    /// The class of a call that names none.
+    default_class: usize,
     /// Set by a dependency's retry-after; read on the fast path.
     pause: CachePadded<Pause>,
     pub(crate) stats: Stats,
@@ -84,6 +90,8 @@ pub(crate) struct Grant {
     pub(crate) granted: Option<Instant>,
     /// Permits held when this one was granted, itself included.
     in_flight: usize,
+    /// The caller's priority class (0 for a budget without classes).
+    class: usize,
     /// Boxed: most budgets have no store, and a small permit is cheap to hand around.
     lease: Option<Box<Lease>>,
 }
@@ -128,6 +136,18 @@ impl Engine {
         #[cfg(not(feature = "rate"))]
         let plain_gates = store.is_none();
         let plain_release = store.is_none() && learner.is_none();
+        // A budget with classes takes its permits through its class queue, never the plain way.
+        let class_queue = config.classes.as_ref().map(ClassQueue::new);
+        let (plain_gates, plain_release) = match class_queue {
+            Some(_) => (false, false),
+            None => (plain_gates, plain_release),
+        };
+        let default_class = config
+            .classes
+            .as_ref()
+            .and_then(|c| c.default_index())
+            .unwrap_or(0);
+        let stats = Stats::new(name.clone(), config.classes.as_ref());
         Engine {
             plain_gates,
             plain_release,
@@ -139,8 +159,10 @@ impl Engine {
             rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
+            class_queue,
+            default_class,
             pause: CachePadded(Pause::new()),
-            stats: Stats::new(name.clone()),
+            stats,
         }
     }
 
@@ -187,7 +209,7 @@ impl Engine {
             return match rate.reserve(now, Some(now)) {
                 Ok(_) => Ok(self.admitted_at_once(Some(now))),
                 Err(_) => {
-                    self.permits.give_back();
+                    self.give_back();
                     self.stats.rate_limited();
                     Err(TryAcquireError::RateLimited)
                 }
@@ -224,6 +246,7 @@ impl Engine {
         Grant {
             granted: now.or_else(|| self.learner.is_some().then(Instant::now)),
             in_flight,
+            class: 0,
             lease: None,
         }
     }
@@ -250,27 +273,93 @@ impl Engine {
 
     /// Every gate, waiting where the budget allows (after the fast path failed).
     pub(crate) async fn grant_slow(&self) -> Result<Grant, AcquireError> {
-        self.grant_by(None).await
+        match &self.class_queue {
+            None => self.grant_by(None).await,
+            Some(queue) => self.grant_with_classes(queue, self.default_class).await,
+        }
     }
 
-    /// Every gate, with a permit deadline no later than `by` (besides the budget's own).
+    /// Every gate, with a permit deadline no later than `by` (besides the budget's own), in the
+    /// default class.
     pub(crate) async fn grant_by(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
+        match &self.class_queue {
+            None => self.grant_traced(None, by).await,
+            Some(_) => self.grant_classed(self.default_class, by).await,
+        }
+    }
+
+    async fn grant_traced(
+        &self,
+        class: Option<usize>,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
         #[cfg(feature = "tracing")]
         {
             use tracing::Instrument;
             let span = tracing::debug_span!("inflight.permit_wait", budget = %self.name);
-            self.grant_after_wait(by).instrument(span).await
+            self.grant_after_wait(class, by).instrument(span).await
         }
         #[cfg(not(feature = "tracing"))]
-        self.grant_after_wait(by).await
+        self.grant_after_wait(class, by).await
     }
 
-    async fn grant_after_wait(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
+    /// Every gate for a caller of `class` in a budget with classes, counting its outcome for the
+    /// class as well.
+    async fn grant_classed(
+        &self,
+        class: usize,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        let stats = self.stats.class(class);
+        let mut pending = ClassPending {
+            stats,
+            ended: false,
+        };
+        let result = self.grant_traced(Some(class), by).await;
+        pending.ended = true;
+        if let Err(e) = &result {
+            stats.refused(e);
+        }
+        result
+    }
+
+    /// `class`'s own permit deadline, else the budget's.
+    fn permit_timeout(&self, class: Option<usize>) -> Option<Duration> {
+        let own = match (class, &self.config.classes) {
+            (Some(i), Some(classes)) => classes.classes.get(i).and_then(|c| c.permit_timeout),
+            _ => None,
+        };
+        own.or(self.config.permit_timeout)
+    }
+
+    /// Takes a free permit for a caller that did not wait, unless someone waits for one.
+    #[inline]
+    fn take_now(&self) -> bool {
+        match &self.class_queue {
+            Some(queue) if queue.has_waiters() => false,
+            _ => self.permits.try_take(),
+        }
+    }
+
+    /// Gives back a permit that was taken: to the semaphore, then to the next waiter of a class
+    /// queue if anyone waits there.
+    #[inline]
+    fn give_back(&self) {
+        self.permits.give_back();
+        if let Some(queue) = &self.class_queue {
+            queue.returned(&self.permits);
+        }
+    }
+
+    async fn grant_after_wait(
+        &self,
+        class: Option<usize>,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
         let start = Instant::now();
         // A deadline too far to represent is no deadline.
         let own = self
-            .config
-            .permit_timeout
+            .permit_timeout(class)
             .and_then(|t| start.checked_add(t));
         let deadline = match (own, by) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -283,8 +372,8 @@ impl Engine {
         };
         // A pause that outlasts the deadline refuses before the queue.
         self.check_pause(start, deadline, &mut attempt)?;
-        if !self.permits.try_take() {
-            self.wait_in_queue(deadline, &mut attempt).await?;
+        if !self.take_now() {
+            self.wait_in_queue(class, deadline, &mut attempt).await?;
         }
         attempt.holds_local = true;
         let in_flight = self.permits.in_flight();
@@ -320,9 +409,13 @@ impl Engine {
         attempt.ended = true;
         let granted = Instant::now();
         self.stats.admitted_after(granted - start);
+        if let Some(class) = class {
+            self.stats.class(class).admitted_after(granted - start);
+        }
         Ok(Grant {
             granted: Some(granted),
             in_flight,
+            class: class.unwrap_or(0),
             lease,
         })
     }
@@ -341,14 +434,73 @@ impl Engine {
 
     /// Every gate, for a caller in class `class` (an index from [`Engine::class_of`]).
     pub(crate) async fn grant_in(&self, class: usize) -> Result<Grant, AcquireError> {
-        let _ = class;
-        self.grant().await
+        match &self.class_queue {
+            None => self.grant().await,
+            Some(queue) => self.grant_with_classes(queue, class).await,
+        }
     }
 
-    /// [`Engine::try_grant`] for a caller in class `class`.
+    async fn grant_with_classes(
+        &self,
+        queue: &ClassQueue,
+        class: usize,
+    ) -> Result<Grant, AcquireError> {
+        // The fast path of a budget with classes: a free permit, nobody waiting in any class,
+        // no other gate.
+        if self.plain_classed_gates() && !queue.has_waiters() && self.permits.try_take() {
+            return Ok(self.admitted_in_at_once(class, None));
+        }
+        self.grant_classed(class, None).await
+    }
+
+    /// Whether a caller of a budget with classes passes no gate beyond the local permit now.
+    #[inline]
+    fn plain_classed_gates(&self) -> bool {
+        #[cfg(feature = "rate")]
+        let rate = self.rate.is_some();
+        #[cfg(not(feature = "rate"))]
+        let rate = false;
+        !rate && self.store.is_none() && !self.pause.is_set()
+    }
+
+    /// Counts a permit taken without waiting by a caller of `class`.
+    #[inline]
+    fn admitted_in_at_once(&self, class: usize, now: Option<Instant>) -> Grant {
+        let mut grant = self.admitted_at_once(now);
+        grant.class = class;
+        self.stats.class(class).admitted_at_once();
+        grant
+    }
+
+    /// [`Engine::try_grant`] for a caller in class `class`; it never overtakes a waiter of any
+    /// class.
     pub(crate) fn try_grant_in(&self, class: usize) -> Result<Grant, TryAcquireError> {
-        let _ = class;
-        self.try_grant()
+        let Some(queue) = &self.class_queue else {
+            return self.try_grant();
+        };
+        let stats = self.stats.class(class);
+        let result = if queue.has_waiters() {
+            self.stats.rejected();
+            Err(TryAcquireError::NoPermits)
+        } else {
+            self.try_grant()
+        };
+        match result {
+            Ok(mut grant) => {
+                grant.class = class;
+                stats.admitted_at_once();
+                Ok(grant)
+            }
+            Err(e) => {
+                stats.refused_at_once(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// The class of a call that names none.
+    pub(crate) fn default_class(&self) -> usize {
+        self.default_class
     }
 
     /// Per class, for the snapshot; empty for a budget without classes.
@@ -356,11 +508,8 @@ impl Engine {
         match &self.config.classes {
             Some(classes) => classes
                 .iter()
-                .map(|c| super::ClassSnapshot {
-                    name: c.name().to_string(),
-                    weight: c.weight(),
-                    ..Default::default()
-                })
+                .zip(self.stats.classes())
+                .map(|(class, stats)| stats.snapshot(class))
                 .collect(),
             None => Vec::new(),
         }
@@ -369,12 +518,24 @@ impl Engine {
     /// Joins the queue (if its bound allows) and waits for a local permit until `deadline`.
     async fn wait_in_queue(
         &self,
+        class: Option<usize>,
         deadline: Option<Instant>,
         attempt: &mut Attempt<'_>,
     ) -> Result<(), AcquireError> {
-        // try_take just failed, so every permit was held.
+        // try_take just failed, so every permit was held (or callers of some class wait).
         let limit = self.permits.limit();
         self.stats.all_held(limit);
+        if let Some(queue) = &self.class_queue {
+            return self
+                .wait_in_class(
+                    queue,
+                    class.unwrap_or(self.default_class),
+                    limit,
+                    deadline,
+                    attempt,
+                )
+                .await;
+        }
         let ahead = match self.config.max_queued {
             // An unbounded queue always has a place: one plain add, no compare-and-swap loop.
             None => self.waiting.fetch_add(1, Relaxed),
@@ -424,6 +585,81 @@ impl Engine {
             .await;
             match woke {
                 Woke::Granted => return Ok(()),
+                Woke::Deadline => {
+                    attempt.ended = true;
+                    self.stats.permit_timed_out();
+                    return Err(AcquireError::PermitTimeout);
+                }
+                // The semaphore's queue never evicts.
+                Woke::PauseMoved | Woke::Evicted => {}
+            }
+        }
+    }
+
+    /// [`Engine::wait_in_queue`] for a budget with classes: the caller waits in `class`'s lane
+    /// of `queue`, until its turn, its deadline, or a heavier caller takes its place.
+    async fn wait_in_class(
+        &self,
+        queue: &ClassQueue,
+        class: usize,
+        limit: usize,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        let class_waiting = &self.stats.class(class).waiting;
+        let joined = queue.join(
+            class,
+            &self.permits,
+            &self.waiting,
+            class_waiting,
+            self.config.max_queued,
+        );
+        let (ticket, ahead) = match joined {
+            Ok(joined) => joined,
+            Err(full) => {
+                attempt.ended = true;
+                self.stats.rejected();
+                return Err(AcquireError::QueueFull {
+                    retry_after: self.queue_estimate(full.ahead, limit),
+                });
+            }
+        };
+        self.stats.queued(ahead + 1);
+        // As in the semaphore's queue: one place for the whole wait, whatever the pause does.
+        let mut ticket = std::pin::pin!(ticket);
+        let mut timer = std::pin::pin!(deadline.map(tokio::time::sleep_until));
+        loop {
+            let changed = self.pause.changed();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            self.check_pause(Instant::now(), deadline, attempt)?;
+            let woke = std::future::poll_fn(|cx| {
+                use std::task::Poll;
+                match ticket.as_mut().poll(cx) {
+                    Poll::Ready(Turn::Granted) => return Poll::Ready(Woke::Granted),
+                    Poll::Ready(Turn::Evicted) => return Poll::Ready(Woke::Evicted),
+                    Poll::Pending => {}
+                }
+                if let Some(timer) = timer.as_mut().as_pin_mut() {
+                    if timer.poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Deadline);
+                    }
+                }
+                match changed.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Woke::PauseMoved),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            match woke {
+                Woke::Granted => return Ok(()),
+                Woke::Evicted => {
+                    attempt.ended = true;
+                    self.stats.evicted();
+                    return Err(AcquireError::Evicted {
+                        retry_after: self.queue_estimate(self.waiting(), limit),
+                    });
+                }
                 Woke::Deadline => {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
@@ -577,7 +813,12 @@ impl Engine {
                 });
             }
         }
-        self.permits.give_back();
+        if self.class_queue.is_some() {
+            self.stats.class(grant.class).released();
+        }
+        // After a resize: a grown limit's new permits go to the class queue's waiters with this
+        // one.
+        self.give_back();
     }
 
     /// The limit's changes so far, oldest first, starting with its initial value; empty for a
@@ -597,6 +838,7 @@ impl Engine {
 /// What woke a caller waiting in the queue.
 enum Woke {
     Granted,
+    Evicted,
     Deadline,
     PauseMoved,
 }
@@ -612,10 +854,25 @@ struct Attempt<'a> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if self.holds_local {
-            self.engine.permits.give_back();
+            self.engine.give_back();
         }
         if !self.ended {
             self.engine.stats.cancelled();
+        }
+    }
+}
+
+/// A caller of a budget with classes before its outcome: counts it as cancelled for its class
+/// if it is dropped first.
+struct ClassPending<'a> {
+    stats: &'a super::stats::ClassStats,
+    ended: bool,
+}
+
+impl Drop for ClassPending<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.stats.cancelled();
         }
     }
 }

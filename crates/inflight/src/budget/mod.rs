@@ -9,6 +9,7 @@
 
 mod builder;
 mod call;
+mod class_queue;
 mod classes;
 mod engine;
 mod error;
@@ -388,7 +389,7 @@ impl Budget {
     /// assert!(budget.try_acquire().is_ok());
     /// ```
     pub fn try_acquire(&self) -> Result<Permit<'_>, TryAcquireError> {
-        let grant = self.engine.try_grant()?;
+        let grant = self.engine.try_grant_in(self.engine.default_class())?;
         Ok(Permit::new(&self.engine, grant))
     }
 
@@ -398,7 +399,7 @@ impl Budget {
     ///
     /// As [`Budget::try_acquire`].
     pub fn try_acquire_owned(&self) -> Result<OwnedPermit, TryAcquireError> {
-        let grant = self.engine.try_grant()?;
+        let grant = self.engine.try_grant_in(self.engine.default_class())?;
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 

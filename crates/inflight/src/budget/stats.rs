@@ -43,6 +43,28 @@ pub(crate) struct Stats {
     wait: CachePadded<Histogram>,
     /// Time from permit to result for every call made through `Budget::call`.
     call: CachePadded<Histogram>,
+    /// Per priority class, in declaration order; empty for a budget without classes.
+    classes: Box<[CachePadded<ClassStats>]>,
+}
+
+/// What one priority class counts. The budget-wide [`Stats`] count every class as well; these
+/// are counted next to them, by the engine that knows the caller's class.
+pub(crate) struct ClassStats {
+    in_flight: AtomicUsize,
+    /// Callers of the class waiting, as the budget's `waiting` counts them.
+    pub(crate) waiting: AtomicUsize,
+    rejected: AtomicU64,
+    permit_timeouts: AtomicU64,
+    rate_limited: AtomicU64,
+    paused: AtomicU64,
+    evicted: AtomicU64,
+    cancelled: AtomicU64,
+    unavailable: AtomicU64,
+    /// Time from `acquire` to permit for every admitted caller of the class; its count is the
+    /// class's `admitted`.
+    wait: Histogram,
+    #[cfg(feature = "metrics")]
+    exported: crate::metrics::ClassHandles,
 }
 
 /// The counters at one moment, for a snapshot.
@@ -73,8 +95,32 @@ pub(crate) struct Counts {
 }
 
 impl Stats {
-    pub(crate) fn new(name: std::sync::Arc<str>) -> Stats {
+    pub(crate) fn new(name: std::sync::Arc<str>, classes: Option<&super::Classes>) -> Stats {
+        let classes = classes
+            .map(|classes| {
+                classes
+                    .iter()
+                    .map(|_class| {
+                        CachePadded(ClassStats {
+                            in_flight: AtomicUsize::new(0),
+                            waiting: AtomicUsize::new(0),
+                            rejected: AtomicU64::new(0),
+                            permit_timeouts: AtomicU64::new(0),
+                            rate_limited: AtomicU64::new(0),
+                            paused: AtomicU64::new(0),
+                            evicted: AtomicU64::new(0),
+                            cancelled: AtomicU64::new(0),
+                            unavailable: AtomicU64::new(0),
+                            wait: Histogram::new(),
+                            #[cfg(feature = "metrics")]
+                            exported: crate::metrics::ClassHandles::new(&name, _class.name()),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Stats {
+            classes,
             #[cfg(feature = "metrics")]
             exported: crate::metrics::Handles::new(&name),
             name,
@@ -164,7 +210,6 @@ impl Stats {
     }
 
     /// A waiter gave its place in the full queue to a caller of a heavier class.
-    #[allow(dead_code)] // until the class queue evicts
     pub(crate) fn evicted(&self) {
         self.evicted.fetch_add(1, Relaxed);
         #[cfg(feature = "tracing")]
@@ -297,8 +342,100 @@ impl Stats {
         &self.wait
     }
 
+    /// The counters of class `class` (an index from `Engine::class_of`).
+    #[inline]
+    pub(crate) fn class(&self, class: usize) -> &ClassStats {
+        &self.classes[class]
+    }
+
+    /// Per class, in declaration order.
+    pub(crate) fn classes(&self) -> impl Iterator<Item = &ClassStats> {
+        self.classes.iter().map(|c| &c.0)
+    }
+
     pub(crate) fn call(&self) -> &Histogram {
         &self.call
+    }
+}
+
+impl ClassStats {
+    /// A caller of the class got a permit without waiting.
+    #[inline]
+    pub(crate) fn admitted_at_once(&self) {
+        self.wait.record_zero();
+        self.in_flight.fetch_add(1, Relaxed);
+    }
+
+    /// A caller of the class got a permit after waiting `waited`.
+    pub(crate) fn admitted_after(&self, waited: Duration) {
+        self.wait.record(waited);
+        self.in_flight.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        if !waited.is_zero() {
+            self.exported.waited(waited);
+        }
+    }
+
+    /// A permit of the class went back.
+    #[inline]
+    pub(crate) fn released(&self) {
+        self.in_flight.fetch_sub(1, Relaxed);
+    }
+
+    /// A caller of the class was refused, for the reason `err` gives.
+    pub(crate) fn refused(&self, err: &super::AcquireError) {
+        use super::AcquireError as E;
+        let counter = match err {
+            E::QueueFull { .. } => &self.rejected,
+            E::PermitTimeout => &self.permit_timeouts,
+            E::RateLimited { .. } => &self.rate_limited,
+            E::Unavailable(_) => &self.unavailable,
+            E::Paused { .. } => &self.paused,
+            E::Evicted { .. } => &self.evicted,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// A caller of the class was refused without waiting, for the reason `err` gives.
+    pub(crate) fn refused_at_once(&self, err: &super::TryAcquireError) {
+        use super::TryAcquireError as E;
+        let counter = match err {
+            E::NoPermits | E::WouldWait => &self.rejected,
+            E::RateLimited => &self.rate_limited,
+            E::Paused => &self.paused,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// A caller of the class stopped waiting before an outcome.
+    pub(crate) fn cancelled(&self) {
+        self.cancelled.fetch_add(1, Relaxed);
+    }
+
+    /// Adds the zero waits since the last publish to the class's exported wait histogram.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn publish_zero_waits(&self) {
+        self.exported.zero_waits(self.wait.zeros());
+    }
+
+    /// The class's share of a snapshot.
+    pub(crate) fn snapshot(&self, class: &super::Class) -> super::ClassSnapshot {
+        let wait = self.wait.summary();
+        super::ClassSnapshot {
+            name: class.name().to_string(),
+            weight: class.weight(),
+            in_flight: self.in_flight.load(Relaxed),
+            waiting: self.waiting.load(Relaxed),
+            admitted: wait.count,
+            rejected: self.rejected.load(Relaxed),
+            permit_timeouts: self.permit_timeouts.load(Relaxed),
+            rate_limited: self.rate_limited.load(Relaxed),
+            paused: self.paused.load(Relaxed),
+            evicted: self.evicted.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
+            unavailable: self.unavailable.load(Relaxed),
+            wait,
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use inflight::{Budget, BudgetConfig};
+use inflight::{Budget, BudgetConfig, Classes};
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -12,6 +12,11 @@ pub fn ms(n: u64) -> Duration {
 
 pub fn budget(config: BudgetConfig) -> Budget {
     Budget::new("test", config).expect("a valid test budget")
+}
+
+/// The same budget with a single priority class, which must behave as one without classes.
+pub fn one_class(config: BudgetConfig) -> Budget {
+    budget(config.classes(Classes::new().class("only", 1)))
 }
 
 /// Lets every task that can run, run, without advancing paused time.
