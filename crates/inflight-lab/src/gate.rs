@@ -279,3 +279,73 @@ where
         limit: Some(Arc::new(move || watched.limit())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget_gate(table: &str) -> Gate {
+        let spec = GateSpec::Budget(table.to_string());
+        Gate::new("records", &spec, Duration::from_secs(1), 1.0, None).unwrap()
+    }
+
+    fn ok() -> CallFuture {
+        Box::pin(async {
+            Ok(Answer {
+                status: 200,
+                retry_after: None,
+            })
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_class_reaches_a_budget_with_classes_and_only_it() {
+        let gate = budget_gate("max_concurrent = 2\nclasses = { interactive = 4, batch = 1 }");
+        let timeout = Duration::from_secs(1);
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("batch")).await.unwrap(),
+            200
+        );
+        // No class: the budget's default, the lightest.
+        assert_eq!(gate.call(ok(), timeout).await.unwrap(), 200);
+        let Gate::Budget(budget) = &gate else {
+            panic!("a budget");
+        };
+        let admitted: Vec<(String, u64)> = budget
+            .snapshot()
+            .classes
+            .iter()
+            .map(|c| (c.name.clone(), c.admitted))
+            .collect();
+        assert_eq!(
+            admitted,
+            [("interactive".to_string(), 2), ("batch".to_string(), 2)]
+        );
+        // A budget without classes takes any record as it takes a call.
+        let plain = budget_gate("max_concurrent = 2");
+        assert_eq!(
+            plain
+                .call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        let Gate::Budget(plain) = &plain else {
+            panic!("a budget");
+        };
+        assert!(plain.snapshot().classes.is_empty());
+        assert_eq!(plain.snapshot().admitted, 1);
+    }
+}
