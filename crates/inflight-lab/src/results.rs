@@ -360,6 +360,11 @@ pub struct RunResult {
     /// have classes (whatever the strategy's budgets make of them); empty otherwise.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub classes: BTreeMap<String, ClassResult>,
+    /// Each class's accepted records' completion times, in seconds: what a runner sends the lab
+    /// so that the percentiles of a run split between replicas are those of all its records.
+    /// The lab drops them once it has merged the replicas' results, so a kept run has none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_completions_s: BTreeMap<String, Vec<f64>>,
 }
 
 /// The records of one priority class in one run.

@@ -578,11 +578,16 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let accepted = tally.complete + tally.incomplete;
     let mut by_class = std::mem::take(&mut *shared.by_class.lock().expect("class lock"));
     let mut classes = BTreeMap::new();
+    let mut class_completions_s = BTreeMap::new();
     if let Some((record_classes, _)) = &shared.classes {
         // Every class of the scenario, those this runner drew no record of too.
         for name in record_classes.names() {
             let (records, accepted_s) = by_class.remove(name).unwrap_or_default();
-            classes.insert(name.to_string(), ClassResult::of(records, accepted_s));
+            classes.insert(
+                name.to_string(),
+                ClassResult::of(records, accepted_s.clone()),
+            );
+            class_completions_s.insert(name.to_string(), accepted_s);
         }
         let by_class_records: u64 = classes.values().map(|c| c.records).sum();
         if by_class_records != tally.started {
@@ -630,6 +635,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         timeline,
         replicas: 1,
         classes,
+        class_completions_s,
     })
 }
 

@@ -135,8 +135,7 @@ struct RunArgs {
     #[arg(long)]
     no_limit: bool,
     /// Split each run between N runner processes, each in its own CPU quota of --cpus, against
-    /// the one sim: N replicas of a service sharing its dependencies (1 to 16). Not with a
-    /// scenario whose records have classes (priority), whose percentiles are one runner's.
+    /// the one sim: N replicas of a service sharing its dependencies (1 to 16).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     replicas: Option<u32>,
     /// The Redis that fleet budgets (strategies with scope = "fleet", e.g. c4-fleet) keep their

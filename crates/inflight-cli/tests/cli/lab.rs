@@ -848,17 +848,6 @@ fn bad_flags_exit_2_with_a_message() {
             "at least one record per replica",
         ),
         (
-            vec![
-                "--replicas",
-                "2",
-                "--strategies",
-                "c5",
-                "--scenarios",
-                "priority",
-            ],
-            "scenario `priority` gives records classes",
-        ),
-        (
             vec!["--redis-url", "redis://10.0.0.1:6379"],
             "not a loopback address",
         ),

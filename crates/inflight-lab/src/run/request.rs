@@ -296,19 +296,6 @@ fn new_request(args: LabArgs, lab: LabConfig, exe: PathBuf) -> anyhow::Result<La
             cell.cpus
         );
     }
-    let replicas = args.replicas.unwrap_or(1);
-    if let Some(cell) = cells.iter().find(|c| {
-        replicas > 1
-            && lab
-                .scenarios
-                .get(&c.scenario)
-                .is_ok_and(|s| s.classes.is_some())
-    }) {
-        bail!(
-            "scenario `{}` gives records classes, whose completion-time percentiles come from one runner's records: run it without --replicas",
-            cell.scenario
-        );
-    }
     let (repeats, time_scale) = quick_defaults(&args);
     let options = LabOptions {
         exe,
@@ -322,7 +309,7 @@ fn new_request(args: LabArgs, lab: LabConfig, exe: PathBuf) -> anyhow::Result<La
         sim_url: args.sim_url,
         no_limit: args.no_limit,
         metrics_addr: args.metrics_addr,
-        replicas,
+        replicas: args.replicas.unwrap_or(1),
         redis_url: args.redis_url,
         lab_files: lab.files.origin().to_string(),
     };
@@ -466,25 +453,6 @@ mod tests {
         let request = LabRequest::resolve(args, "inflight".into()).unwrap();
         assert_eq!(request.options().time_scale, 0.5);
         assert!(!dir.path().join("r").exists(), "resolving writes nothing");
-    }
-
-    #[test]
-    fn a_scenario_with_record_classes_is_refused_with_replicas() {
-        let dir = tempfile::tempdir().unwrap();
-        let args = |replicas, scenario: &str| LabArgs {
-            replicas: Some(replicas),
-            scenarios: Some(vec![scenario.to_string()]),
-            ..quick(&dir.path().join("r"))
-        };
-        let err = LabRequest::resolve(args(2, "priority"), "inflight".into())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("scenario `priority` gives records classes") && err.contains("--replicas"),
-            "{err}"
-        );
-        assert!(LabRequest::resolve(args(1, "priority"), "inflight".into()).is_ok());
-        assert!(LabRequest::resolve(args(2, "degrading"), "inflight".into()).is_ok());
     }
 
     #[test]
