@@ -152,6 +152,17 @@ impl Gate {
         call: CallFuture,
         timeout: Duration,
     ) -> Result<u16, CallFailure> {
+        self.call_in(call, timeout, None).await
+    }
+
+    /// [`Gate::call`] for a record of priority class `class`: a budget with classes takes the
+    /// permit in that class (`Budget::call_with_in`); any other gate, or no class, as `call`.
+    pub(crate) async fn call_in(
+        &self,
+        call: CallFuture,
+        timeout: Duration,
+        class: Option<&str>,
+    ) -> Result<u16, CallFailure> {
         match self {
             Gate::Budget(budget) => {
                 // The timeout runs inside the call, so the classifier sees it (as nothing).
@@ -160,15 +171,16 @@ impl Gate {
                         .await
                         .unwrap_or(Err(CallFailure::Timeout))
                 };
-                budget
-                    .call_with(classify, || timed)
-                    .await
-                    .map_err(|e| match e {
-                        CallError::Timeout => CallFailure::Timeout,
-                        CallError::Inner(failure) => failure,
-                        // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
-                        _ => CallFailure::Permit,
-                    })
+                let result = match class.filter(|_| budget.classes().is_some()) {
+                    Some(class) => budget.call_with_in(class, classify, || timed).await,
+                    None => budget.call_with(classify, || timed).await,
+                };
+                result.map_err(|e| match e {
+                    CallError::Timeout => CallFailure::Timeout,
+                    CallError::Inner(failure) => failure,
+                    // Rejected, or a reason a newer `inflight` adds: no permit, the call never ran.
+                    _ => CallFailure::Permit,
+                })
             }
             Gate::Peer(peer) => match peer.service.clone().oneshot(Call(call)).await {
                 Ok(TIMED_OUT) => Err(CallFailure::Timeout),
@@ -265,5 +277,75 @@ where
     PeerGate {
         service: BoxCloneSyncService::new(service),
         limit: Some(Arc::new(move || watched.limit())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget_gate(table: &str) -> Gate {
+        let spec = GateSpec::Budget(table.to_string());
+        Gate::new("records", &spec, Duration::from_secs(1), 1.0, None).unwrap()
+    }
+
+    fn ok() -> CallFuture {
+        Box::pin(async {
+            Ok(Answer {
+                status: 200,
+                retry_after: None,
+            })
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_class_reaches_a_budget_with_classes_and_only_it() {
+        let gate = budget_gate("max_concurrent = 2\nclasses = { interactive = 4, batch = 1 }");
+        let timeout = Duration::from_secs(1);
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        assert_eq!(
+            gate.call_in(ok(), timeout, Some("batch")).await.unwrap(),
+            200
+        );
+        // No class: the budget's default, the lightest.
+        assert_eq!(gate.call(ok(), timeout).await.unwrap(), 200);
+        let Gate::Budget(budget) = &gate else {
+            panic!("a budget");
+        };
+        let admitted: Vec<(String, u64)> = budget
+            .snapshot()
+            .classes
+            .iter()
+            .map(|c| (c.name.clone(), c.admitted))
+            .collect();
+        assert_eq!(
+            admitted,
+            [("interactive".to_string(), 2), ("batch".to_string(), 2)]
+        );
+        // A budget without classes takes any record as it takes a call.
+        let plain = budget_gate("max_concurrent = 2");
+        assert_eq!(
+            plain
+                .call_in(ok(), timeout, Some("interactive"))
+                .await
+                .unwrap(),
+            200
+        );
+        let Gate::Budget(plain) = &plain else {
+            panic!("a budget");
+        };
+        assert!(plain.snapshot().classes.is_empty());
+        assert_eq!(plain.snapshot().admitted, 1);
     }
 }

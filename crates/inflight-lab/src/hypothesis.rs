@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 pub use crate::numbers::fmt_num;
 use crate::results::{
-    cpus_words, HypothesisResult, Metric, ResultsDoc, SkipReason, Spread, SummaryRow,
+    cpus_words, ClassMetric, HypothesisResult, Metric, ResultsDoc, SkipReason, Spread, SummaryRow,
 };
 
 /// The hypotheses file the lab uses by default (relative to the working directory).
@@ -140,12 +140,48 @@ pub struct Baseline {
     pub cpus: f64,
 }
 
+/// What a hypothesis reads from each summary row: a metric of the whole row, or a metric of
+/// one priority class's records (`class = "interactive"` with a `class_` metric).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Measure {
+    Summary(Metric),
+    Class { class: String, metric: ClassMetric },
+}
+
+impl Measure {
+    /// The spread in `row`; `None` when the row has no records of the class, or the class's
+    /// percentile is undefined in some repeat (no record of it accepted).
+    pub fn of(&self, row: &SummaryRow) -> Option<Spread> {
+        match self {
+            Measure::Summary(metric) => Some(row.get(*metric)),
+            Measure::Class { class, metric } => row.classes.get(class)?.get(*metric),
+        }
+    }
+
+    /// As [`Metric::to_full_time`].
+    pub fn to_full_time(&self, time_scale: f64) -> f64 {
+        match self {
+            Measure::Summary(metric) => metric.to_full_time(time_scale),
+            Measure::Class { metric, .. } => metric.to_full_time(time_scale),
+        }
+    }
+}
+
+impl fmt::Display for Measure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Measure::Summary(metric) => write!(f, "{metric}"),
+            Measure::Class { class, metric } => write!(f, "{metric} of {class}"),
+        }
+    }
+}
+
 /// One preregistered hypothesis, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hypothesis {
     pub id: String,
     pub claim: String,
-    pub metric: Metric,
+    pub metric: Measure,
     pub scenario: String,
     pub stat: Stat,
     pub strategies: Vec<String>,
@@ -186,6 +222,7 @@ struct RawHypothesis {
     id: String,
     claim: String,
     metric: String,
+    class: Option<String>,
     scenario: String,
     #[serde(default)]
     stat: Stat,
@@ -214,13 +251,37 @@ impl RawHypothesis {
         if self.id.trim().is_empty() {
             return Err("id must not be empty".into());
         }
-        let Some(metric) = Metric::from_name(&self.metric) else {
-            let known: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
-            return Err(format!(
-                "unknown metric `{}`; known metrics: {}",
-                self.metric,
-                known.join(", ")
-            ));
+        let metric = match (
+            Metric::from_name(&self.metric),
+            ClassMetric::from_name(&self.metric),
+            self.class,
+        ) {
+            (Some(metric), _, None) => Measure::Summary(metric),
+            (Some(_), _, Some(class)) => {
+                return Err(format!(
+                    "class = {class:?} takes a class metric ({}), not `{}`",
+                    class_metric_names(),
+                    self.metric
+                ))
+            }
+            (_, Some(metric), Some(class)) if !class.trim().is_empty() => {
+                Measure::Class { class, metric }
+            }
+            (_, Some(_), _) => {
+                return Err(format!(
+                    "metric `{}` is about one class's records: name it with class = \"NAME\"",
+                    self.metric
+                ))
+            }
+            (None, None, _) => {
+                let known: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+                return Err(format!(
+                    "unknown metric `{}`; known metrics: {}; with class = \"NAME\": {}",
+                    self.metric,
+                    known.join(", "),
+                    class_metric_names()
+                ));
+            }
         };
         if self.strategies.is_empty() {
             return Err("strategies must name at least one strategy".into());
@@ -287,6 +348,11 @@ impl RawHypothesis {
             test,
         })
     }
+}
+
+fn class_metric_names() -> String {
+    let names: Vec<&str> = ClassMetric::ALL.iter().map(|m| m.name()).collect();
+    names.join(", ")
 }
 
 /// Parses and validates a hypotheses file's text; `origin` names it in error messages.
@@ -422,12 +488,27 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                 missing.push(cell_name(strategy, cpus));
                 continue;
             };
-            let value = h.stat.of(row.get(h.metric));
             let test_text = describe_test(h.test, cpus);
             let name = cell_name(strategy, cpus);
-            match (other, denominator) {
-                (Some(_), Some((cell, other_row))) if h.minus.is_some() => {
-                    let subtrahend = h.stat.of(other_row.get(h.metric));
+            let Some(value) = h.metric.of(row).map(|s| h.stat.of(s)) else {
+                all_pass = false;
+                parts.push(format!("{name}: {} undefined (fail)", h.metric));
+                continue;
+            };
+            let other_value = denominator
+                .map(|(cell, other_row)| (cell, h.metric.of(other_row).map(|s| h.stat.of(s))));
+            if let Some((cell, None)) = other_value {
+                all_pass = false;
+                parts.push(format!(
+                    "{name} {}; {}: {} undefined (fail)",
+                    fmt_num(value),
+                    cell_name(&cell.strategy, cell.cpus),
+                    h.metric
+                ));
+                continue;
+            }
+            match (other, other_value) {
+                (Some(_), Some((cell, Some(subtrahend)))) if h.minus.is_some() => {
                     let other_name = cell_name(&cell.strategy, cell.cpus);
                     let difference = value - subtrahend;
                     // As for a single value below: compared at time scale 1.
@@ -445,8 +526,7 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                         if ok { "ok" } else { "no" }
                     ));
                 }
-                (Some(_), Some((cell, den_row))) => {
-                    let den = h.stat.of(den_row.get(h.metric));
+                (Some(_), Some((cell, Some(den)))) => {
                     let den_name = cell_name(&cell.strategy, cell.cpus);
                     if den == 0.0 || !den.is_finite() {
                         all_pass = false;
@@ -468,7 +548,8 @@ pub fn evaluate_one(h: &Hypothesis, doc: &ResultsDoc) -> HypothesisResult {
                         if ok { "ok" } else { "no" }
                     ));
                 }
-                (Some(_), None) => {} // the missing denominator is already listed
+                // The missing denominator is already listed; an undefined one above.
+                (Some(_), _) => {}
                 (None, _) => {
                     // A threshold in seconds or records/s is the seed's, at time scale 1: a
                     // scaled run's value is compared scaled back (a ratio needs no such care).
@@ -632,6 +713,124 @@ threshold = 36.19
         let r = evaluate_one(&h, &doc);
         assert_eq!(r.outcome, "pass", "{r:?}");
         assert!(!r.observed.contains("time scale"), "{}", r.observed);
+    }
+
+    #[test]
+    fn a_class_metric_reads_that_class_in_each_cell_and_its_baseline() {
+        use crate::results::ClassSummary;
+        let h = one(r#"[[hypothesis]]
+id = "p99"
+claim = "c"
+metric = "class_completion_p99_s"
+class = "interactive"
+scenario = "priority"
+strategies = ["c5-priority"]
+ratio_to = { strategy = "c5", cpus = 1 }
+compare = "<="
+threshold = 0.5
+"#);
+        assert_eq!(
+            h.metric.to_string(),
+            "class_completion_p99_s of interactive"
+        );
+        let with = |strategy: &str, p99: Option<f64>| {
+            let mut r = row(strategy, "priority", 1.0);
+            r.classes.insert(
+                "interactive".into(),
+                ClassSummary {
+                    completion_p99_s: p99.map(spread),
+                    ..ClassSummary::default()
+                },
+            );
+            r.classes.insert(
+                "batch".into(),
+                ClassSummary {
+                    completion_p99_s: Some(spread(100.0)),
+                    ..ClassSummary::default()
+                },
+            );
+            r
+        };
+        let mut doc = summary_doc(vec![with("c5-priority", Some(0.9)), with("c5", Some(2.0))]);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "pass", "{r:?}");
+        assert!(
+            r.observed.contains("0.9 / C5 @1 CPU 2 = 0.450x"),
+            "{}",
+            r.observed
+        );
+        doc.summary[0] = with("c5-priority", Some(1.2));
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail");
+        // Undefined (no interactive record accepted in a repeat) fails, on either side.
+        doc.summary[0] = with("c5-priority", None);
+        let r = evaluate_one(&h, &doc);
+        assert_eq!(r.outcome, "fail");
+        assert!(r.observed.contains("undefined"), "{}", r.observed);
+        doc.summary[0] = with("c5-priority", Some(0.9));
+        doc.summary[1] = with("c5", None);
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail");
+        doc.summary[1] = row("c5", "priority", 1.0);
+        assert_eq!(evaluate_one(&h, &doc).outcome, "fail", "no such class");
+
+        // A threshold in seconds is at time scale 1; a fraction is not scaled.
+        let seconds = one(r#"[[hypothesis]]
+id = "s"
+claim = "c"
+metric = "class_completion_p99_s"
+class = "interactive"
+scenario = "priority"
+strategies = ["c5-priority"]
+compare = "<="
+threshold = 1.0
+"#);
+        let mut doc = summary_doc(vec![with("c5-priority", Some(0.3))]);
+        doc.meta.time_scale = 0.2;
+        let r = evaluate_one(&seconds, &doc);
+        assert_eq!(r.outcome, "fail", "0.3 s at 0.2 is 1.5 s: {r:?}");
+        doc.meta.time_scale = 1.0;
+        assert_eq!(evaluate_one(&seconds, &doc).outcome, "pass");
+    }
+
+    #[test]
+    fn a_class_metric_and_a_class_go_together() {
+        let text = |metric: &str, class: &str| {
+            format!("[[hypothesis]]\nid = \"x\"\nclaim = \"c\"\nmetric = \"{metric}\"\n{class}\nscenario = \"s\"\nstrategies = [\"a\"]\ncompare = \">=\"\nthreshold = 1\n")
+        };
+        for (metric, class, says) in [
+            (
+                "class_accepted_fraction",
+                "",
+                "name it with class = \"NAME\"",
+            ),
+            (
+                "class_accepted_fraction",
+                "class = \" \"",
+                "name it with class",
+            ),
+            (
+                "accepted_per_s",
+                "class = \"interactive\"",
+                "takes a class metric (class_records",
+            ),
+            (
+                "class_p99",
+                "class = \"interactive\"",
+                "with class = \"NAME\": class_records",
+            ),
+        ] {
+            let e = parse(&text(metric, class), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{metric} {class}: {e}");
+        }
+        let h = one(&text("class_accepted_fraction", "class = \"batch\""));
+        assert_eq!(
+            h.metric,
+            Measure::Class {
+                class: "batch".into(),
+                metric: ClassMetric::AcceptedFraction
+            }
+        );
     }
 
     #[test]

@@ -356,6 +356,64 @@ pub struct RunResult {
     /// The runner processes this run was split between (1 unless `lab run --replicas`).
     #[serde(default = "one")]
     pub replicas: u32,
+    /// The records of each priority class apart, by class name, in a scenario whose records
+    /// have classes (whatever the strategy's budgets make of them); empty otherwise.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, ClassResult>,
+    /// Each class's accepted records' completion times, in seconds: what a runner sends the lab
+    /// so that the percentiles of a run split between replicas are those of all its records.
+    /// The lab drops them once it has merged the replicas' results, so a kept run has none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_completions_s: BTreeMap<String, Vec<f64>>,
+}
+
+/// The records of one priority class in one run.
+///
+/// A record's completion time is from when the runner took it to when it ended, on the clock
+/// of the run's `completion_s` (the runner's monotonic wall clock); the percentiles are of the
+/// accepted records (complete or incomplete: the write was accepted), by nearest rank.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassResult {
+    /// Records of this class started.
+    pub records: u64,
+    /// Of them, records whose write was accepted (complete + incomplete).
+    pub accepted: u64,
+    /// Median completion time of the accepted records; `null` when none was accepted.
+    pub completion_p50_s: Option<f64>,
+    /// 99th percentile completion time of the accepted records; `null` when none was accepted.
+    pub completion_p99_s: Option<f64>,
+}
+
+impl ClassResult {
+    /// The class's result from its records started and the completion times of those accepted.
+    pub fn of(records: u64, mut accepted_s: Vec<f64>) -> ClassResult {
+        accepted_s.sort_by(f64::total_cmp);
+        ClassResult {
+            records,
+            accepted: accepted_s.len() as u64,
+            completion_p50_s: nearest_rank(&accepted_s, 0.50),
+            completion_p99_s: nearest_rank(&accepted_s, 0.99),
+        }
+    }
+
+    /// Accepted records as a fraction of the records started (0 when none started).
+    pub fn accepted_fraction(&self) -> f64 {
+        if self.records == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.records as f64
+        }
+    }
+}
+
+/// The `q` quantile of `sorted` by nearest rank: the smallest value with at least `q` of the
+/// values at or below it; `None` for no values.
+fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
 /// Calls in flight per dependency over time.
@@ -473,6 +531,93 @@ pub struct SummaryRow {
     /// Retries of writes.
     #[serde(default)]
     pub write_retries: Spread,
+    /// The records of each priority class apart, by class name ([`RunResult::classes`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, ClassSummary>,
+}
+
+/// The repeats of one priority class in one cell, summarised.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClassSummary {
+    pub records: Spread,
+    pub accepted: Spread,
+    /// Accepted records as a fraction of the class's records.
+    pub accepted_fraction: Spread,
+    /// `null` when some repeat accepted no record of the class (its percentiles are undefined).
+    pub completion_p50_s: Option<Spread>,
+    pub completion_p99_s: Option<Spread>,
+}
+
+impl ClassSummary {
+    /// The spread of `metric`, `None` when it is undefined in some repeat.
+    pub fn get(&self, metric: ClassMetric) -> Option<Spread> {
+        match metric {
+            ClassMetric::Records => Some(self.records),
+            ClassMetric::Accepted => Some(self.accepted),
+            ClassMetric::AcceptedFraction => Some(self.accepted_fraction),
+            ClassMetric::CompletionP50S => self.completion_p50_s,
+            ClassMetric::CompletionP99S => self.completion_p99_s,
+        }
+    }
+}
+
+/// A metric of one priority class's records (a [`ClassSummary`] field), as a hypothesis with
+/// `class = "NAME"` names it: `class_` and the field's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClassMetric {
+    Records,
+    Accepted,
+    AcceptedFraction,
+    CompletionP50S,
+    CompletionP99S,
+}
+
+impl ClassMetric {
+    /// Every class metric, in the order of the [`ClassSummary`] fields.
+    pub const ALL: [ClassMetric; 5] = [
+        ClassMetric::Records,
+        ClassMetric::Accepted,
+        ClassMetric::AcceptedFraction,
+        ClassMetric::CompletionP50S,
+        ClassMetric::CompletionP99S,
+    ];
+
+    /// The name a hypothesis gives it, e.g. `class_completion_p99_s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClassMetric::Records => "class_records",
+            ClassMetric::Accepted => "class_accepted",
+            ClassMetric::AcceptedFraction => "class_accepted_fraction",
+            ClassMetric::CompletionP50S => "class_completion_p50_s",
+            ClassMetric::CompletionP99S => "class_completion_p99_s",
+        }
+    }
+
+    /// The [`ClassSummary`] field it reads.
+    pub fn field(self) -> &'static str {
+        &self.name()["class_".len()..]
+    }
+
+    /// The class metric called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<ClassMetric> {
+        ClassMetric::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// As [`Metric::to_full_time`]: seconds shrink with the time scale, counts do not change.
+    pub fn to_full_time(self, time_scale: f64) -> f64 {
+        match self {
+            ClassMetric::CompletionP50S | ClassMetric::CompletionP99S => {
+                Metric::CompletionS.to_full_time(time_scale)
+            }
+            _ => 1.0,
+        }
+    }
+}
+
+impl std::fmt::Display for ClassMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl SummaryRow {
@@ -688,6 +833,58 @@ mod tests {
             assert_eq!(Metric::from_name(metric.name()), Some(metric));
         }
         assert_eq!(Metric::from_name("nope"), None);
+    }
+
+    #[test]
+    fn a_class_result_takes_percentiles_of_the_accepted_by_nearest_rank() {
+        let times: Vec<f64> = (1..=40).rev().map(f64::from).collect();
+        let c = ClassResult::of(42, times);
+        assert_eq!((c.records, c.accepted), (42, 40));
+        assert_eq!(c.completion_p50_s, Some(20.0));
+        assert_eq!(c.completion_p99_s, Some(40.0), "p99 of 40 is the slowest");
+        assert!((c.accepted_fraction() - 40.0 / 42.0).abs() < 1e-12);
+        let hundred = ClassResult::of(100, (1..=100).map(f64::from).collect());
+        assert_eq!(
+            (hundred.completion_p50_s, hundred.completion_p99_s),
+            (Some(50.0), Some(99.0))
+        );
+        let none = ClassResult::of(3, Vec::new());
+        assert_eq!((none.completion_p50_s, none.completion_p99_s), (None, None));
+        assert_eq!(none.accepted_fraction(), 0.0);
+        let json = serde_json::to_value(&c).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "records",
+                "accepted",
+                "completion_p50_s",
+                "completion_p99_s"
+            ]
+        );
+        let run = serde_json::to_value(sample_run("c5", "healthy", 1.0, 1, 2.0)).unwrap();
+        assert!(
+            run.get("classes").is_none(),
+            "written only when records have classes"
+        );
+    }
+
+    #[test]
+    fn class_metric_names_are_the_class_summary_fields() {
+        let summary = serde_json::to_value(ClassSummary::default()).unwrap();
+        for metric in ClassMetric::ALL {
+            assert!(summary.get(metric.field()).is_some(), "{metric}");
+            assert_eq!(ClassMetric::from_name(metric.name()), Some(metric));
+            assert!(Metric::from_name(metric.name()).is_none(), "{metric}");
+        }
+        assert_eq!(ClassMetric::from_name("completion_p99_s"), None);
+        assert_eq!(ClassMetric::CompletionP99S.to_full_time(0.2), 5.0);
+        assert_eq!(ClassMetric::AcceptedFraction.to_full_time(0.2), 1.0);
     }
 
     #[test]

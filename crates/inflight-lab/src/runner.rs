@@ -20,8 +20,8 @@ mod args;
 pub use self::args::{RunnerArgs, RUNNER_SUBCOMMAND};
 
 use crate::gate::{Answer, CallFailure, Gate, MakeCall, RetryCounts, Retrying};
-use crate::results::{RunResult, Timeline};
-use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
+use crate::results::{ClassResult, RunResult, Timeline};
+use crate::scenario::{time_scale_ok, RecordClasses, MAX_TIME_SCALE};
 use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
 
 /// The client's timeout for each call at time scale 1, as in the reference experiment's lab.
@@ -65,6 +65,10 @@ pub struct RunnerConfig {
     pub enrichment_url: Option<String>,
     /// Where writes go instead of the sim.
     pub records_url: Option<String>,
+    /// The priority class of each record, if the scenario gives records classes: each
+    /// record's class, drawn from `seed` and its id, is named to the budgets that declare
+    /// classes, and the result reports each class apart.
+    pub classes: Option<RecordClasses>,
 }
 
 /// Why a run could not be carried out (as opposed to records that failed, which are counted).
@@ -277,6 +281,10 @@ struct Shared {
     /// One past the last record id this runner takes.
     end_id: u64,
     tally: Mutex<Tally>,
+    /// The records' classes and the run's seed they are drawn from.
+    classes: Option<(RecordClasses, u64)>,
+    /// Per class: the records started, and the completion times of those accepted.
+    by_class: Mutex<BTreeMap<String, (u64, Vec<f64>)>>,
 }
 
 fn transport_kind(err: &reqwest::Error) -> &'static str {
@@ -299,6 +307,7 @@ fn transport_kind(err: &reqwest::Error) -> &'static str {
 async fn gated<R>(
     shared: &Shared,
     gate: Option<&Retrying>,
+    class: Option<&str>,
     calls: &Calls,
     request: R,
 ) -> Result<u16, CallFailure>
@@ -341,7 +350,7 @@ where
     });
     let timeout = shared.call_timeout;
     match gate {
-        Some(gate) => gate.call(make, timeout).await,
+        Some(gate) => gate.call(make, timeout, class).await,
         // The proxy ends a call at its call timeout with a 504 (it never forwards before it
         // holds a permit, so the wait in its queue is not part of the timeout).
         None if shared.proxied => {
@@ -357,7 +366,8 @@ where
     }
 }
 
-async fn process(shared: &Shared, id: u64) -> Outcome {
+/// Processes record `id`, of priority class `class` if the scenario gives it one.
+async fn process(shared: &Shared, id: u64, class: Option<&str>) -> Outcome {
     let mut timed_out = false;
     for _ in 0..ENRICHMENT_CALLS {
         let url = format!("{}/enrich/{id}", shared.enrichment_base);
@@ -365,6 +375,7 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
         let result = gated(
             shared,
             shared.gates.enrichment.as_ref(),
+            class,
             &shared.enrichment,
             move || client.get(&url),
         )
@@ -386,6 +397,7 @@ async fn process(shared: &Shared, id: u64) -> Outcome {
     let result = gated(
         shared,
         shared.gates.records.as_ref(),
+        class,
         &shared.writes,
         move || client.post(&url).json(&body),
     )
@@ -406,8 +418,23 @@ async fn worker(shared: Arc<Shared>) {
         if id >= shared.end_id {
             return;
         }
+        let class = shared
+            .classes
+            .as_ref()
+            .map(|(classes, seed)| classes.class_of(*seed, id));
+        // The record's own clock: the run's (`completion_s`), from when the record is taken.
+        let taken = Instant::now();
         shared.tally.lock().expect("tally lock").start();
-        let outcome = process(&shared, id).await;
+        let outcome = process(&shared, id, class).await;
+        let took = taken.elapsed().as_secs_f64();
+        if let Some(class) = class {
+            let mut by_class = shared.by_class.lock().expect("class lock");
+            let (started, accepted) = by_class.entry(class.to_string()).or_default();
+            *started += 1;
+            if matches!(outcome, Outcome::Complete | Outcome::Incomplete) {
+                accepted.push(took);
+            }
+        }
         shared.tally.lock().expect("tally lock").end(outcome);
     }
 }
@@ -496,6 +523,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         next_id: AtomicU64::new(config.first_id),
         end_id: config.first_id.saturating_add(config.records),
         tally: Mutex::new(Tally::default()),
+        classes: config.classes.clone().map(|c| (c, config.seed)),
+        by_class: Mutex::new(BTreeMap::new()),
     });
 
     let metrics_server = metrics_listener.map(|listener| {
@@ -547,6 +576,27 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
 
     let completion_s = completion.as_secs_f64();
     let accepted = tally.complete + tally.incomplete;
+    let mut by_class = std::mem::take(&mut *shared.by_class.lock().expect("class lock"));
+    let mut classes = BTreeMap::new();
+    let mut class_completions_s = BTreeMap::new();
+    if let Some((record_classes, _)) = &shared.classes {
+        // Every class of the scenario, those this runner drew no record of too.
+        for name in record_classes.names() {
+            let (records, accepted_s) = by_class.remove(name).unwrap_or_default();
+            classes.insert(
+                name.to_string(),
+                ClassResult::of(records, accepted_s.clone()),
+            );
+            class_completions_s.insert(name.to_string(), accepted_s);
+        }
+        let by_class_records: u64 = classes.values().map(|c| c.records).sum();
+        if by_class_records != tally.started {
+            return Err(RunnerError::Accounting(format!(
+                "{} records started but the classes hold {by_class_records}",
+                tally.started
+            )));
+        }
+    }
     let enrichment_retries = Gates::retries(&shared.gates.enrichment);
     let write_retries = Gates::retries(&shared.gates.records);
     Ok(RunResult {
@@ -584,6 +634,8 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         write_retries_denied: write_retries.denied,
         timeline,
         replicas: 1,
+        classes,
+        class_completions_s,
     })
 }
 
@@ -768,6 +820,7 @@ mod tests {
             measured: BTreeMap::new(),
             enrichment_url: None,
             records_url: None,
+            classes: None,
         };
         let r = run(&config).await.unwrap();
         // Ids ending 0,1,2,8,9 complete; 3 incomplete; 5 rejected; 4, 6, 7 fail in three ways.
@@ -802,6 +855,135 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_of_each_class_are_counted_apart_for_every_strategy() {
+        let (url, _stand) = stand().await;
+        let classes = RecordClasses::new(vec![
+            ("interactive".to_string(), 0.2),
+            ("batch".to_string(), 0.8),
+        ])
+        .unwrap();
+        let with_classes = GateSpec::Budget(
+            "max_concurrent = 2\nclasses = { interactive = 4, batch = 1 }".to_string(),
+        );
+        let (records, seed) = (60, 11);
+        for budgets in [
+            BudgetPlan::None,
+            BudgetPlan::PerDependency {
+                enrichment: Some(GateSpec::Fixed(8)),
+                records: Some(with_classes.clone()),
+            },
+        ] {
+            let config = RunnerConfig {
+                strategy: strategy(16, budgets),
+                sim_url: url.clone(),
+                records,
+                time_scale: 0.25,
+                metrics_addr: None,
+                first_id: 0,
+                redis_url: None,
+                seed,
+                measured: BTreeMap::new(),
+                enrichment_url: None,
+                records_url: None,
+                classes: Some(classes.clone()),
+            };
+            let r = run(&config).await.unwrap();
+            // The stand's outcome follows the id: ids ending 0, 1, 2, 3, 8, 9 are accepted.
+            for name in ["interactive", "batch"] {
+                let ids: Vec<u64> = (0..records)
+                    .filter(|&id| classes.class_of(seed, id) == name)
+                    .collect();
+                let accepted = ids
+                    .iter()
+                    .filter(|id| matches!(*id % 10, 0..=3 | 8 | 9))
+                    .count() as u64;
+                let c = &r.classes[name];
+                assert_eq!(
+                    (c.records, c.accepted),
+                    (ids.len() as u64, accepted),
+                    "{name}"
+                );
+                let (p50, p99) = (c.completion_p50_s.unwrap(), c.completion_p99_s.unwrap());
+                assert!(
+                    0.0 < p50 && p50 <= p99 && p99 <= r.completion_s,
+                    "{name}: {c:?}"
+                );
+            }
+            assert!(r.classes["interactive"].records > 0);
+            assert_eq!(
+                r.classes.values().map(|c| c.accepted).sum::<u64>(),
+                r.complete + r.incomplete
+            );
+        }
+    }
+
+    /// A stand-in whose every call answers 200 after a few milliseconds: only the budget's
+    /// queue orders the records.
+    async fn even_stand() -> String {
+        async fn enrich() -> &'static str {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            r#"{"score":1}"#
+        }
+        async fn write() -> &'static str {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            r#"{"accepted":true}"#
+        }
+        let app = Router::new()
+            .route("/enrich/{id}", get(enrich))
+            .route("/records", post(write));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn interactive_records_go_first_through_a_tight_budget_with_classes() {
+        let url = even_stand().await;
+        let classes = RecordClasses::new(vec![
+            ("interactive".to_string(), 0.2),
+            ("batch".to_string(), 0.8),
+        ])
+        .unwrap();
+        // One write at a time for 24 records in flight: a batch record waits for most of the
+        // others' writes, an interactive one (strict priority) for the one in flight and the
+        // interactive ones ahead of it.
+        let records = GateSpec::Budget(
+            "max_concurrent = 1\nclasses = { interactive = 4, batch = 1 }\nstrict = true"
+                .to_string(),
+        );
+        let config = RunnerConfig {
+            strategy: strategy(
+                24,
+                BudgetPlan::PerDependency {
+                    enrichment: None,
+                    records: Some(records),
+                },
+            ),
+            sim_url: url,
+            records: 150,
+            time_scale: 1.0,
+            metrics_addr: None,
+            first_id: 0,
+            redis_url: None,
+            seed: 5,
+            measured: BTreeMap::new(),
+            enrichment_url: None,
+            records_url: None,
+            classes: Some(classes),
+        };
+        let r = run(&config).await.unwrap();
+        assert_eq!(r.complete, 150, "{r:?}");
+        let p50 = |name: &str| r.classes[name].completion_p50_s.unwrap();
+        let (interactive, batch) = (p50("interactive"), p50("batch"));
+        // About 2 writes' wait against about 20: a generous margin for a noisy machine.
+        assert!(
+            interactive < 0.5 * batch,
+            "interactive p50 {interactive} s against batch p50 {batch} s"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn records_in_flight_bounds_enrichment_calls_and_shared_budget_bounds_all() {
         let (url, _stand) = stand().await;
         let mut config = RunnerConfig {
@@ -816,6 +998,7 @@ mod tests {
             measured: BTreeMap::new(),
             enrichment_url: None,
             records_url: None,
+            classes: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.records, 30);
@@ -889,6 +1072,7 @@ mod tests {
             measured: BTreeMap::new(),
             enrichment_url: None,
             records_url: None,
+            classes: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.complete, 40);
@@ -920,6 +1104,7 @@ mod tests {
             measured: BTreeMap::new(),
             enrichment_url: None,
             records_url: None,
+            classes: None,
         };
         let r = run(&config).await.unwrap();
         assert_eq!(r.failed, 5);
@@ -940,6 +1125,7 @@ mod tests {
             measured: BTreeMap::new(),
             enrichment_url: None,
             records_url: None,
+            classes: None,
         };
         assert!(matches!(
             run(&config).await,
@@ -1011,6 +1197,7 @@ mod tests {
                 measured: BTreeMap::new(),
                 enrichment_url: None,
                 records_url: None,
+                classes: None,
             };
             let r = run(&config).await.unwrap();
             assert_eq!(

@@ -2,6 +2,7 @@
 //!
 //! A scenario gives the enrichment API and the system of record a log-normal latency (median and
 //! spread) with an optional chance of hanging, and gives the system of record a capacity and a queue.
+//! It may also give each record a priority class ([`RecordClasses`]), drawn from the run's seed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +134,105 @@ pub struct Scenario {
     pub description: String,
     pub enrichment: EnrichmentSpec,
     pub records: RecordsSpec,
+    /// The priority class of each record, if the scenario gives records classes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<RecordClasses>,
+}
+
+/// The most classes a scenario may give its records (as many as a budget takes).
+pub const MAX_RECORD_CLASSES: usize = inflight::budget::MAX_CLASSES;
+
+/// The priority classes of a scenario's records and the share of records in each
+/// (`classes = { interactive = 0.2, batch = 0.8 }`).
+///
+/// Each record's class is drawn from the run's seed and the record's id alone, so that in one
+/// (scenario, repeat) the same records are in the same class for every strategy, and every
+/// replica of a run draws its own records' classes as one process would.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordClasses {
+    /// Each class and its share of the records, sorted by name; the shares add up to 1.
+    shares: Vec<(String, f64)>,
+}
+
+impl RecordClasses {
+    /// Classes with these shares of the records.
+    ///
+    /// # Errors
+    ///
+    /// If there are none or more than [`MAX_RECORD_CLASSES`], a name is empty or not made of
+    /// letters, digits, `-` and `_`, a share is not between 0 and 1, or the shares do not add
+    /// up to 1 (within 0.001).
+    pub fn new(shares: Vec<(String, f64)>) -> Result<RecordClasses, String> {
+        if shares.is_empty() || shares.len() > MAX_RECORD_CLASSES {
+            return Err(format!(
+                "classes must name 1 to {MAX_RECORD_CLASSES} classes, got {}",
+                shares.len()
+            ));
+        }
+        for (name, share) in &shares {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(format!(
+                    "classes: a class name may hold only letters, digits, `-` and `_`, got {name:?}"
+                ));
+            }
+            if !share.is_finite() || !(0.0..=1.0).contains(share) {
+                return Err(format!(
+                    "classes.{name} must be a share of the records between 0 and 1, got {share}"
+                ));
+            }
+        }
+        let total: f64 = shares.iter().map(|(_, s)| s).sum();
+        if (total - 1.0).abs() > 1e-3 {
+            return Err(format!(
+                "classes: the shares must add up to 1, got {}",
+                crate::numbers::fmt_num(total)
+            ));
+        }
+        Ok(RecordClasses { shares })
+    }
+
+    /// The classes and their shares.
+    pub fn shares(&self) -> &[(String, f64)] {
+        &self.shares
+    }
+
+    /// The class names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.shares.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// The class of record `id` in a run with this `seed`: a uniform draw from the two alone
+    /// (splitmix64), placed among the shares.
+    pub fn class_of(&self, seed: u64, id: u64) -> &str {
+        let u = unit_draw(seed, id);
+        let mut upto = 0.0;
+        for (name, share) in &self.shares {
+            upto += share;
+            if u < upto {
+                return name;
+            }
+        }
+        // Float sums may fall short of 1 by a hair: the last class with a share takes the rest.
+        self.shares
+            .iter()
+            .rev()
+            .find(|(_, share)| *share > 0.0)
+            .map_or(&self.shares[0].0, |(name, _)| name)
+    }
+}
+
+/// A number in [0, 1) from `seed` and `id` alone: splitmix64 of the two, top 53 bits.
+fn unit_draw(seed: u64, id: u64) -> f64 {
+    let mut z = seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5851_f42d_4c95_7f2d;
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// All scenarios from one file, by name, with where they came from.
@@ -177,6 +277,11 @@ impl ScenarioSet {
                 return Err(invalid("records.capacity must be at least 1".into()));
             }
             let schedule = raw_scenario.records.schedule().map_err(invalid)?;
+            let classes = raw_scenario
+                .classes
+                .map(|shares| RecordClasses::new(shares.into_iter().collect()))
+                .transpose()
+                .map_err(invalid)?;
             scenarios.insert(
                 name.clone(),
                 Scenario {
@@ -192,6 +297,7 @@ impl ScenarioSet {
                         queue: raw_scenario.records.queue,
                         schedule,
                     },
+                    classes,
                 },
             );
         }
@@ -256,6 +362,7 @@ struct RawScenario {
     description: String,
     enrichment: RawEnrichment,
     records: RawRecords,
+    classes: Option<BTreeMap<String, f64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -467,6 +574,7 @@ mod tests {
                 "degrading",
                 "hard-limit",
                 "healthy",
+                "priority",
                 "quota",
                 "slow-enrichment",
                 "slow-write"
@@ -518,7 +626,9 @@ mod tests {
         let err = ScenarioSet::builtin().get("nope").unwrap_err().to_string();
         assert!(err.contains("unknown scenario `nope`"), "{err}");
         assert!(
-            err.contains("degrading, hard-limit, healthy, quota, slow-enrichment, slow-write"),
+            err.contains(
+                "degrading, hard-limit, healthy, priority, quota, slow-enrichment, slow-write"
+            ),
             "{err}"
         );
     }
@@ -562,6 +672,57 @@ mod tests {
             assert!(err.contains(needle), "{needle:?} not in {err:?}");
             assert!(err.contains("t.toml"), "{err}");
         }
+    }
+
+    #[test]
+    fn priority_is_degrading_with_a_fifth_of_the_records_interactive() {
+        let set = ScenarioSet::builtin();
+        let (priority, degrading) = (set.get("priority").unwrap(), set.get("degrading").unwrap());
+        assert_eq!(priority.records, degrading.records, "degrading's schedule");
+        assert_eq!(priority.enrichment, degrading.enrichment);
+        assert_eq!(degrading.classes, None);
+        let classes = priority.classes.as_ref().unwrap();
+        assert_eq!(
+            classes.shares(),
+            [("batch".to_string(), 0.8), ("interactive".to_string(), 0.2)]
+        );
+        let interactive = |seed| {
+            (0..10_000)
+                .filter(|&id| classes.class_of(seed, id) == "interactive")
+                .count()
+        };
+        // 20% of 10 000 with a binomial spread of 40: far inside 1 800-2 200.
+        let n = interactive(7);
+        assert!((1_800..=2_200).contains(&n), "{n} interactive of 10 000");
+        assert_eq!(n, interactive(7), "the seed decides");
+        let same: Vec<&str> = (0..50).map(|id| classes.class_of(7, id)).collect();
+        let other: Vec<&str> = (0..50).map(|id| classes.class_of(8, id)).collect();
+        assert_ne!(same, other, "another seed draws other records");
+    }
+
+    #[test]
+    fn bad_record_classes_are_named() {
+        let scenario = |classes: &str| {
+            format!("[scenarios.a]\nclasses = {classes}\nenrichment = {{ median = \"10ms\" }}\nrecords = {{ median = \"1ms\", capacity = 1, queue = 0 }}\n")
+        };
+        for (classes, says) in [
+            ("{}", "1 to 16 classes, got 0"),
+            ("{ a = 0.5, b = 0.4 }", "add up to 1, got 0.9"),
+            ("{ a = 1.5, b = -0.5 }", "classes.a must be a share"),
+            ("{ \"a b\" = 1.0 }", "a class name may hold only"),
+            ("{ a = \"most\" }", "classes"),
+        ] {
+            let err = ScenarioSet::parse(&scenario(classes), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(says) && err.contains("t.toml"),
+                "{classes}: {err}"
+            );
+        }
+        let one = ScenarioSet::parse(&scenario("{ only = 1 }"), "t.toml").unwrap();
+        let classes = one.get("a").unwrap().classes.clone().unwrap();
+        assert!((0..100).all(|id| classes.class_of(3, id) == "only"));
     }
 
     #[test]

@@ -152,6 +152,12 @@ impl GateSpec {
         }
     }
 
+    /// Whether this gate is an `inflight` budget with priority classes (`classes = { .. }`).
+    pub fn has_classes(&self, dependency: &str) -> bool {
+        self.budget_config(dependency)
+            .is_some_and(|c| c.priority_classes().is_some())
+    }
+
     /// What this gate's budget does while the fleet's Redis cannot be reached, if it keeps its
     /// permits there (`scope = "fleet"`); `None` for a budget of this process alone, or a peer.
     pub fn fleet(&self, dependency: &str) -> Option<inflight::config::FleetFail> {
@@ -196,6 +202,22 @@ fn describe_budget(config: &inflight::BudgetConfig) -> String {
         ),
         None => config.max_concurrent().to_string(),
     };
+    if let Some(classes) = config.priority_classes() {
+        let weights: Vec<String> = classes
+            .iter()
+            .map(|c| format!("{} {}", c.name(), c.weight()))
+            .collect();
+        let how = if classes.is_strict() {
+            "strict priority"
+        } else {
+            "weighted"
+        };
+        text.push_str(&format!(
+            " with classes {} ({how}, default {})",
+            weights.join(", "),
+            classes.default_name()
+        ));
+    }
     if let Some((rate, burst)) = config.rate_limit() {
         text.push_str(&format!(" at {rate}"));
         if burst > 1 {
@@ -209,18 +231,83 @@ fn describe_budget(config: &inflight::BudgetConfig) -> String {
 /// means what the same table means in a budgets file. A fleet budget (`scope = "fleet"`) keeps
 /// its permits in the lab's Redis, which the lab gives the runner (`--redis-url`): the `[fleet]`
 /// table here only lets the parser check the budget's own keys.
+///
+/// The priority classes (`classes`, `strict`, `default_class`) are read here, with the names a
+/// budgets file gives them, into an [`inflight::Classes`]; the rest of the table goes to the
+/// budgets-file parser.
 fn budget_table(
     dependency: &str,
     table: &str,
 ) -> Result<(inflight::BudgetConfig, inflight::config::Scope), String> {
-    let text =
-        format!("[fleet]\nurl = \"redis://127.0.0.1:6379\"\n[budgets.{dependency}]\n{table}");
+    let mut rest: toml::Table = table
+        .parse()
+        .map_err(|e: toml::de::Error| format!("not valid TOML: {}", e.message().trim_end()))?;
+    let classes = take_classes(&mut rest)?;
+    let rest = toml::to_string(&rest).map_err(|e| e.to_string())?;
+    let text = format!("[fleet]\nurl = \"redis://127.0.0.1:6379\"\n[budgets.{dependency}]\n{rest}");
     let budgets = inflight::Budgets::from_toml_str(&text).map_err(|e| e.to_string())?;
     let budget = budgets.get(dependency).expect("the one budget just parsed");
     let scope = budgets
         .scope(dependency)
         .expect("the one budget just parsed");
-    Ok((budget.config().clone(), scope))
+    let mut config = budget.config().clone();
+    if let Some(classes) = classes {
+        config = config.classes(classes);
+        // The library's own checks of the classes (weights, the default one of them).
+        inflight::Budget::new(dependency, config.clone()).map_err(|e| e.to_string())?;
+    }
+    Ok((config, scope))
+}
+
+/// Takes a budget table's priority classes out of it: `classes = { interactive = 4, batch = 1 }`
+/// (a name and a weight each, kept in the order written), with `strict = true` for strict priority
+/// and `default_class = "batch"` for the class of a call that names none.
+fn take_classes(table: &mut toml::Table) -> Result<Option<inflight::Classes>, String> {
+    let weights = table.remove("classes");
+    let strict = table.remove("strict");
+    let default = table.remove("default_class");
+    let Some(weights) = weights else {
+        if let Some(key) = [("strict", &strict), ("default_class", &default)]
+            .into_iter()
+            .find_map(|(key, v)| v.is_some().then_some(key))
+        {
+            return Err(format!(
+                "`{key}` needs `classes`, e.g. classes = {{ interactive = 4, batch = 1 }}"
+            ));
+        }
+        return Ok(None);
+    };
+    let toml::Value::Table(weights) = weights else {
+        return Err(format!(
+            "`classes` must be a table of class names and weights, e.g. {{ interactive = 4, batch = 1 }}, got {weights}"
+        ));
+    };
+    let mut classes = inflight::Classes::new();
+    for (name, weight) in &weights {
+        let weight = weight
+            .as_integer()
+            .filter(|w| (1..=i64::from(inflight::budget::MAX_WEIGHT)).contains(w))
+            .ok_or_else(|| {
+                format!(
+                    "`classes.{name}` must be a weight from 1 to {}, got {weight}",
+                    inflight::budget::MAX_WEIGHT
+                )
+            })?;
+        classes = classes.class(name, weight as u32);
+    }
+    if let Some(strict) = strict {
+        let strict = strict
+            .as_bool()
+            .ok_or_else(|| format!("`strict` must be true or false, got {strict}"))?;
+        classes = classes.strict(strict);
+    }
+    if let Some(default) = default {
+        let name = default
+            .as_str()
+            .ok_or_else(|| format!("`default_class` must be a class name, got {default}"))?;
+        classes = classes.default_class(name);
+    }
+    Ok(Some(classes))
 }
 
 impl fmt::Display for BudgetPlan {
@@ -677,6 +764,20 @@ impl RawStrategy {
         if self.enforce == Enforce::Proxy {
             proxied_budgets(&budgets)?;
         }
+        if let BudgetPlan::PerDependency {
+            enrichment,
+            records,
+        } = &budgets
+        {
+            for (dependency, gate) in [("enrichment", enrichment), ("records", records)] {
+                let with_classes = gate.as_ref().is_some_and(|g| g.has_classes(dependency));
+                if with_classes && (self.enforce == Enforce::Proxy || self.retry.is_some()) {
+                    return Err(format!(
+                        "field `{dependency}.classes`: the runner names each record's class to its own budgets, so a budget with classes cannot be combined with `enforce = \"proxy\"` or `retry`"
+                    ));
+                }
+            }
+        }
         let retry = self.retry.map(RawRetry::validate).transpose()?;
         if let Some(retry) = &retry {
             retried_budgets(retry, &budgets, self.enforce)?;
@@ -978,6 +1079,121 @@ mod tests {
             "[x]\nrecords_in_flight = 4\nrecords = { max_concurrent = 6, fail = \"closed\" }",
         );
         assert!(e.contains("scope"), "{e}");
+    }
+
+    #[test]
+    fn priority_strategies_are_c5_with_classes() {
+        let strategies = builtin();
+        let c5 = strategies.get("c5").unwrap();
+        for (name, strict) in [("c5-priority", false), ("c5-priority-strict", true)] {
+            let s = strategies.get(name).unwrap();
+            assert_eq!(s.records_in_flight, c5.records_in_flight, "{name}");
+            let (
+                BudgetPlan::PerDependency {
+                    enrichment,
+                    records,
+                },
+                BudgetPlan::PerDependency {
+                    enrichment: e5,
+                    records: r5,
+                },
+            ) = (&s.budgets, &c5.budgets)
+            else {
+                panic!("per dependency");
+            };
+            for (dependency, gate, plain) in
+                [("enrichment", enrichment, e5), ("records", records, r5)]
+            {
+                let config = gate.as_ref().unwrap().budget_config(dependency).unwrap();
+                let classes = config.priority_classes().expect("classes");
+                let weights: Vec<(&str, u32)> =
+                    classes.iter().map(|c| (c.name(), c.weight())).collect();
+                assert_eq!(weights, [("interactive", 4), ("batch", 1)], "{name}");
+                assert_eq!(classes.default_name(), "batch");
+                assert_eq!(classes.is_strict(), strict, "{name}");
+                // Otherwise C5's budget.
+                let c5_config = plain.as_ref().unwrap().budget_config(dependency).unwrap();
+                assert_eq!(
+                    config
+                        .clone()
+                        .classes(inflight::Classes::new())
+                        .max_concurrent(),
+                    c5_config.max_concurrent()
+                );
+                assert_eq!(
+                    config.adaptive_limit().map(|a| a.algorithm().to_string()),
+                    c5_config
+                        .adaptive_limit()
+                        .map(|a| a.algorithm().to_string())
+                );
+                assert!(gate.as_ref().unwrap().has_classes(dependency));
+                assert!(!plain.as_ref().unwrap().has_classes(dependency));
+            }
+            assert!(
+                s.budgets
+                    .to_string()
+                    .contains("with classes interactive 4, batch 1"),
+                "{}",
+                s.budgets
+            );
+        }
+    }
+
+    #[test]
+    fn bad_classes_in_a_budget_table_are_named() {
+        for (gate, says) in [
+            (
+                "{ max_concurrent = 6, classes = { a = 0 } }",
+                "`classes.a` must be a weight from 1 to 1000, got 0",
+            ),
+            ("{ max_concurrent = 6, classes = { a = 1001 } }", "got 1001"),
+            (
+                "{ max_concurrent = 6, classes = { a = \"high\" } }",
+                "`classes.a` must be a weight",
+            ),
+            (
+                "{ max_concurrent = 6, classes = 3 }",
+                "`classes` must be a table",
+            ),
+            ("{ max_concurrent = 6, classes = {} }", "at least one class"),
+            (
+                "{ max_concurrent = 6, strict = true }",
+                "`strict` needs `classes`",
+            ),
+            (
+                "{ max_concurrent = 6, default_class = \"a\" }",
+                "`default_class` needs `classes`",
+            ),
+            (
+                "{ max_concurrent = 6, classes = { a = 1 }, strict = \"yes\" }",
+                "`strict` must be true or false",
+            ),
+            (
+                "{ max_concurrent = 6, classes = { a = 1 }, default_class = \"b\" }",
+                "\"b\" is not one of the classes",
+            ),
+        ] {
+            let e = err_of(&format!("[x]\nrecords_in_flight = 4\nrecords = {gate}"));
+            assert!(
+                e.contains("`x`") && e.contains("records") && e.contains(says),
+                "{gate}: {e}"
+            );
+        }
+        let classes =
+            "records = { max_concurrent = 2, classes = { a = 2, b = 1 } }\nenrichment = 2";
+        for other in ["enforce = \"proxy\"", "retry = { by = \"inflight\" }"] {
+            let e = err_of(&format!("[x]\nrecords_in_flight = 4\n{classes}\n{other}"));
+            assert!(
+                e.contains("`records.classes`") && e.contains("cannot be combined"),
+                "{other}: {e}"
+            );
+        }
+        let s = parse(&format!("[x]\nrecords_in_flight = 4\n{classes}")).unwrap();
+        let BudgetPlan::PerDependency { records, .. } = &s.get("x").unwrap().budgets else {
+            panic!("per dependency");
+        };
+        let config = records.as_ref().unwrap().budget_config("records").unwrap();
+        assert_eq!(config.priority_classes().unwrap().default_name(), "b");
     }
 
     #[test]

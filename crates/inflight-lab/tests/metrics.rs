@@ -156,6 +156,7 @@ async fn a_runner_serves_its_budgets_while_it_runs() {
         measured: Default::default(),
         enrichment_url: None,
         records_url: None,
+        classes: None,
     };
     let run = tokio::spawn(async move { runner::run(&run_config).await });
 

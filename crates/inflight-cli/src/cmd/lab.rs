@@ -52,9 +52,11 @@ Strategies in the built-in strategies.toml: c1, c2, c3, c4, c2-64, c4-64, c5, c4
   c5-proxy (budgets in an inflight proxy the lab starts), tower-acc-gradient2, tower-acc-vegas,
   tower-resilience-aimd, tower-resilience-vegas, c4r, c4-fleet, c4r-fleet, c4-measured,
   c6 (C5 with back-pressure: honours Retry-After, retries within a retry budget),
-  c5-tower-retry (C5 in tower's retry layer)
+  c5-tower-retry (C5 in tower's retry layer), c5-priority (C5 with priority classes interactive 4,
+  batch 1), c5-priority-strict (the same with strict priority)
 Scenarios in the built-in scenarios.toml: healthy, slow-write, slow-enrichment, degrading, quota,
-  hard-limit (no queue: 503 beyond 6)
+  hard-limit (no queue: 503 beyond 6), priority (degrading with a fifth of the records
+  interactive, the rest batch; reported by class)
 (A lab/ folder in the current directory, or --lab-dir, may hold others; `lab run` names the
 files it uses.)
 
@@ -64,6 +66,7 @@ Examples:
   sudo inflight lab run --replicas 3 --strategies c4,c4-fleet --scenarios slow-write --quick
   sudo inflight lab run --replicas 3 --strategies c4r,c4r-fleet --scenarios quota
   sudo inflight lab run --strategies c5,c5-proxy --scenarios slow-write --quick
+  sudo inflight lab run --strategies c5,c5-priority,c5-priority-strict --scenarios priority
   inflight lab run --no-limit --records 1000 --time-scale 0.2 --out /tmp/big --json > results.json
   sudo inflight lab run --resume lab-results/2026-11-30T10-00-00Z   # after Ctrl-C: the missing runs")]
 struct RunArgs {

@@ -1042,6 +1042,13 @@ fn run_help_lists_every_strategy_and_scenario_of_the_lab_files() {
         );
     }
     assert!(help.contains("Examples:"), "{help}");
+    // Names that are the start of others (c5 of c5-priority) are each there on their own.
+    for name in ["c5-priority,", "c5-priority-strict ", "priority ("] {
+        assert!(
+            help.contains(name),
+            "`{name}` missing from lab run --help:\n{help}"
+        );
+    }
 }
 
 /// `--replicas 3`: three runner processes share the sim. With local budgets of 6 they offer the

@@ -168,10 +168,18 @@ impl Retrying {
     }
 
     /// Runs the call through the gate, retried as configured, each attempt with `timeout` from
-    /// when it is admitted; the last attempt's status, or why it had none.
-    pub(crate) async fn call(&self, make: MakeCall, timeout: Duration) -> Result<u16, CallFailure> {
+    /// when it is admitted; the last attempt's status, or why it had none. A gate of one attempt
+    /// gives the record's priority class `class` to its budget ([`Gate::call_in`]); a strategy
+    /// with classes has no retries (the strategies file refuses the two together), so the
+    /// retrying gates take no class.
+    pub(crate) async fn call(
+        &self,
+        make: MakeCall,
+        timeout: Duration,
+        class: Option<&str>,
+    ) -> Result<u16, CallFailure> {
         match &self.how {
-            How::Once => self.gate.call(make.attempt(), timeout).await,
+            How::Once => self.gate.call_in(make.attempt(), timeout, class).await,
             How::Inflight { budget, retry } => {
                 let result = budget
                     .call_with_retry(retry, verdict, || {
@@ -349,7 +357,7 @@ mod tests {
         let r = Retrying::new(gate(4), Some(&spec(RetryBy::Inflight, 3)), 1.0).unwrap();
         let (make, attempts) = scripted(vec![answer(429, Some(700)), answer(200, None)]);
         let start = tokio::time::Instant::now();
-        assert_eq!(r.call(make, TIMEOUT).await.unwrap(), 200);
+        assert_eq!(r.call(make, TIMEOUT, None).await.unwrap(), 200);
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
         // 10 ms for each attempt, and the 700 ms the 429 asked for between them.
         assert_eq!(start.elapsed(), Duration::from_millis(720));
@@ -365,16 +373,16 @@ mod tests {
     async fn inflight_gives_the_last_overload_answer_after_its_attempts() {
         let r = Retrying::new(gate(4), Some(&spec(RetryBy::Inflight, 3)), 1.0).unwrap();
         let (make, attempts) = scripted(vec![answer(503, None)]);
-        assert_eq!(r.call(make, TIMEOUT).await.unwrap(), 503);
+        assert_eq!(r.call(make, TIMEOUT, None).await.unwrap(), 503);
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
         assert_eq!(r.retries().made, 2);
         // A timeout and a success are not retried; a transport failure is.
         let (make, attempts) = scripted(vec![Err("connect"), answer(200, None)]);
-        assert_eq!(r.call(make, TIMEOUT).await.unwrap(), 200);
+        assert_eq!(r.call(make, TIMEOUT, None).await.unwrap(), 200);
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
         let hang = MakeCall::new(|| Box::pin(std::future::pending()));
         assert!(matches!(
-            r.call(hang, TIMEOUT).await,
+            r.call(hang, TIMEOUT, None).await,
             Err(CallFailure::Timeout)
         ));
         assert_eq!(r.retries().made, 3);
@@ -385,7 +393,7 @@ mod tests {
         let r = Retrying::new(gate(4), Some(&spec(RetryBy::Tower, 3)), 1.0).unwrap();
         let (make, attempts) = scripted(vec![answer(429, Some(5_000)), answer(200, None)]);
         let start = tokio::time::Instant::now();
-        assert_eq!(r.call(make, TIMEOUT).await.unwrap(), 200);
+        assert_eq!(r.call(make, TIMEOUT, None).await.unwrap(), 200);
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
         // tower's first backoff: 50 ms plus up to 99% jitter, never the 5 s asked for.
         let took = start.elapsed();
@@ -394,7 +402,7 @@ mod tests {
             "{took:?}"
         );
         let (make, attempts) = scripted(vec![answer(503, None)]);
-        assert_eq!(r.call(make, TIMEOUT).await.unwrap(), 503);
+        assert_eq!(r.call(make, TIMEOUT, None).await.unwrap(), 503);
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
         assert_eq!(r.retries(), RetryCounts { made: 3, denied: 0 });
     }
@@ -411,7 +419,7 @@ mod tests {
                 .unwrap();
             let (make, attempts) = scripted(vec![answer(503, None)]);
             for _ in 0..3 {
-                assert_eq!(r.call(make.clone(), TIMEOUT).await.unwrap(), 503);
+                assert_eq!(r.call(make.clone(), TIMEOUT, None).await.unwrap(), 503);
             }
             // 3 first attempts and the 2 retries the floor allows.
             assert_eq!(attempts.load(Ordering::SeqCst), 5, "{by:?}");

@@ -6,8 +6,9 @@ use super::findings::{findings, findings_lead};
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{
-    hypotheses_model, hypotheses_tally, measured_model, meta_lines, not_applicable_line,
-    not_applicable_model, page_scenario_table, MEASURED_NOTE, SPREAD_NOTE,
+    class_table, hypotheses_model, hypotheses_tally, measured_model, meta_lines,
+    not_applicable_line, not_applicable_model, page_scenario_table, CLASS_NOTE, MEASURED_NOTE,
+    SPREAD_NOTE,
 };
 use super::{esc_html, limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
@@ -86,6 +87,15 @@ pub fn index_html(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
             esc_html(&scenario),
             table.html()
         );
+        if let Some(classes) = class_table(doc, &scenario) {
+            let _ = write!(
+                out,
+                "<h4>{} by class</h4>\n<p class=\"note\">{}</p>\n{}",
+                esc_html(&scenario),
+                esc_html(CLASS_NOTE),
+                classes.html()
+            );
+        }
     }
     if let Some(table) = measured_model(doc) {
         let _ = write!(

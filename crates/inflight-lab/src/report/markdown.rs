@@ -7,8 +7,8 @@ use super::findings::{findings, findings_lead};
 use super::reference::Reference;
 use super::svg::Figure;
 use super::table::{
-    hypotheses_model, hypotheses_tally, measured_model, meta_lines, not_applicable_line,
-    scenario_table, MEASURED_NOTE, SPREAD_NOTE,
+    class_table, hypotheses_model, hypotheses_tally, measured_model, meta_lines,
+    not_applicable_line, scenario_table, CLASS_NOTE, MEASURED_NOTE, SPREAD_NOTE,
 };
 use super::{limit_note, partial_note, scale_note, scenarios};
 use crate::results::ResultsDoc;
@@ -46,6 +46,13 @@ pub fn summary_md(doc: &ResultsDoc, reference: &Reference, figures: &[Figure]) -
             continue;
         }
         let _ = write!(out, "### {scenario}\n\n{}\n", table.markdown());
+        if let Some(classes) = class_table(doc, &scenario) {
+            let _ = write!(
+                out,
+                "#### {scenario} by class\n\n{CLASS_NOTE}\n\n{}\n",
+                classes.markdown()
+            );
+        }
         // Next to each table, so a table copied elsewhere keeps it in sight.
         if let Some(note) = scale_note(doc) {
             let _ = write!(out, "_{note}_\n\n");

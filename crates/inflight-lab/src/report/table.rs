@@ -309,6 +309,13 @@ pub fn summary_table(doc: &ResultsDoc) -> String {
         table = terminal_model(doc, &columns);
     }
     let mut out = table.text();
+    let by_class: Vec<(String, Table)> = scenarios(doc)
+        .into_iter()
+        .filter_map(|s| terminal_class_table(doc, &s).map(|t| (s, t)))
+        .collect();
+    for (scenario, table) in &by_class {
+        let _ = write!(out, "\n{scenario}, by class:\n{}", table.text());
+    }
     let over = match (same_repeats, repeats) {
         (true, 1) => "1 repeat".to_string(),
         (true, n) => format!("{n} repeats"),
@@ -322,6 +329,9 @@ pub fn summary_table(doc: &ResultsDoc) -> String {
             "Left out here for width (summary.md, index.html and runs.csv have them): {}.",
             left_out.join(", ")
         ));
+    }
+    if !by_class.is_empty() {
+        notes.push(CLASS_NOTE.to_string());
     }
     notes.extend(limit_note(doc));
     notes.extend(scale_note(doc));
@@ -590,6 +600,66 @@ fn scenario_table_without(doc: &ResultsDoc, scenario: &str, left_out: &[&str]) -
     table
 }
 
+/// One scenario's records by priority class, a row per (strategy, CPUs, class); `None` when
+/// the scenario's records have no classes.
+pub(crate) fn class_table(doc: &ResultsDoc, scenario: &str) -> Option<Table> {
+    class_table_with(doc, scenario, true)
+}
+
+/// [`class_table`], with or without the CPUs column.
+fn class_table_with(doc: &ResultsDoc, scenario: &str, cpus: bool) -> Option<Table> {
+    let mut headers = vec![("strategy", false)];
+    if cpus {
+        headers.push(("CPUs", true));
+    }
+    headers.extend([
+        ("class", false),
+        ("records", true),
+        ("accepted %", true),
+        ("completion p50 s", true),
+        ("completion p99 s", true),
+    ]);
+    let mut table = Table::new(&headers);
+    let undefined = |s: Option<crate::results::Spread>| s.map_or("-".to_string(), fmt_spread);
+    for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
+        for (class, c) in &row.classes {
+            let mut cells = vec![strategy_label(&row.strategy)];
+            if cpus {
+                cells.push(cpus_cell(row.cpus, !row.unlimited));
+            }
+            cells.extend([
+                class.clone(),
+                fmt_spread(c.records),
+                fmt_pct(c.accepted_fraction),
+                undefined(c.completion_p50_s),
+                undefined(c.completion_p99_s),
+            ]);
+            table.rows.push(cells);
+        }
+    }
+    (!table.rows.is_empty()).then_some(table)
+}
+
+/// [`class_table`] for the terminal: the completion columns named short, and the CPUs column
+/// left out if the table is wider than [`TERMINAL_WIDTH`] with it.
+fn terminal_class_table(doc: &ResultsDoc, scenario: &str) -> Option<Table> {
+    let short = |mut t: Table| {
+        for h in &mut t.headers {
+            if let Some(p) = h.strip_prefix("completion ") {
+                *h = p.to_string();
+            }
+        }
+        t
+    };
+    let table = short(class_table_with(doc, scenario, true)?);
+    if table.text_width() <= TERMINAL_WIDTH {
+        return Some(table);
+    }
+    class_table_with(doc, scenario, false).map(short)
+}
+
+pub(crate) const CLASS_NOTE: &str = "By priority class (drawn per record from the run's seed, the same records for every strategy): records, accepted % = (complete + incomplete) / records, and completion time (p50, p99) from when the runner took a record to when it ended, of the accepted records, by nearest rank; - when a repeat accepted none. Medians over the repeats with (min-max).";
+
 pub(crate) const SPREAD_NOTE: &str = "Values are medians over the repeats with (min-max) when they differ. accepted/s = (complete + incomplete) / completion s. Peak writes offered comes from the sim (requests inside the system of record at once, counting those about to be refused); peak enrichment in flight from the runner.";
 
 #[cfg(test)]
@@ -682,6 +752,52 @@ mod tests {
             skip_reason: None,
         });
         doc
+    }
+
+    #[test]
+    fn records_by_class_are_shown_for_a_scenario_with_classes_only() {
+        let mut doc = wide_doc();
+        assert!(class_table(&doc, "degrading").is_none());
+        let class = |p99: Option<Spread>| crate::results::ClassSummary {
+            records: spread(160.0, 155.0, 171.0),
+            accepted: spread(158.0, 150.0, 171.0),
+            accepted_fraction: spread(0.9875, 0.9677, 1.0),
+            completion_p50_s: Some(spread(1.6234, 1.50012, 1.78998)),
+            completion_p99_s: p99,
+        };
+        for unlimited in [false, true] {
+            let mut row = SummaryRow {
+                strategy: "c5-priority-strict".into(),
+                scenario: "priority".into(),
+                cpus: 1.0,
+                unlimited,
+                repeats: 5,
+                ..SummaryRow::default()
+            };
+            row.classes
+                .insert("batch".into(), class(Some(spread(3.2841, 3.0123, 3.9876))));
+            row.classes.insert("interactive".into(), class(None));
+            doc.summary.retain(|r| r.scenario != "priority");
+            doc.summary.push(row);
+            let table = class_table(&doc, "priority").unwrap();
+            assert_eq!(table.rows.len(), 2);
+            assert_eq!(table.rows[0][2], "batch");
+            assert_eq!(table.rows[0][4], "98.8 (96.8-100.0)");
+            assert_eq!(table.rows[1][6], "-", "undefined in a repeat");
+            let text = summary_table(&doc);
+            assert!(text.contains("priority, by class:"), "{text}");
+            assert!(text.contains("p99 s"), "{text}");
+            assert!(!text.contains("unlimited (1 planned)  batch"), "{text}");
+            for line in text.lines() {
+                assert!(line.chars().count() <= TERMINAL_WIDTH, "{line}\n{text}");
+            }
+        }
+        let md = crate::report::markdown::summary_md(
+            &doc,
+            &crate::report::reference::Reference::builtin(),
+            &[],
+        );
+        assert!(md.contains("#### priority by class"), "{md}");
     }
 
     fn widest(text: &str) -> usize {

@@ -2,7 +2,9 @@
 //! quota, against one sim, as N replicas of a service share its dependencies. Here: which records
 //! each replica takes, and how their results make the run's one result.
 
-use crate::results::{RunResult, Timeline};
+use std::collections::BTreeMap;
+
+use crate::results::{ClassResult, RunResult, Timeline};
 
 /// The records one replica processes: ids `first_id .. first_id + records`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,14 +40,17 @@ pub struct SimPeaks {
 
 /// One result from the replicas' results: counts added up, the run as long as its slowest
 /// replica, peaks of calls in flight as the sim measured them (a sum of each replica's peak would
-/// count peaks that never met), timelines added sample by sample. One replica's result is
-/// returned as it is.
+/// count peaks that never met), timelines added sample by sample, each class's percentiles
+/// taken again over all its accepted records. One replica's result is returned as it is. The
+/// result keeps no completion times ([`RunResult::class_completions_s`]).
 pub fn merge(mut parts: Vec<RunResult>, sim: SimPeaks) -> RunResult {
     if parts.len() == 1 {
         let mut only = parts.pop().expect("one part");
         only.replicas = 1;
+        only.class_completions_s.clear();
         return only;
     }
+    let classes = merge_classes(&mut parts);
     let replicas = parts.len() as u32;
     let mut iter = parts.into_iter();
     let mut run = iter.next().unwrap_or_default();
@@ -82,7 +87,26 @@ pub fn merge(mut parts: Vec<RunResult>, sim: SimPeaks) -> RunResult {
     run.peak_enrichment_in_flight = sim.enrichment;
     run.peak_writes_in_flight = sim.writes;
     run.replicas = replicas;
+    run.classes = classes;
+    run.class_completions_s.clear();
     run
+}
+
+/// Each class's records across the replicas, its percentiles over all their accepted records'
+/// completion times (taken out of the parts).
+fn merge_classes(parts: &mut [RunResult]) -> BTreeMap<String, ClassResult> {
+    let mut all: BTreeMap<String, (u64, Vec<f64>)> = BTreeMap::new();
+    for part in parts.iter_mut() {
+        for (name, class) in &part.classes {
+            all.entry(name.clone()).or_default().0 += class.records;
+        }
+        for (name, times) in std::mem::take(&mut part.class_completions_s) {
+            all.entry(name).or_default().1.extend(times);
+        }
+    }
+    all.into_iter()
+        .map(|(name, (records, times))| (name, ClassResult::of(records, times)))
+        .collect()
 }
 
 fn add_timeline(sum: &mut Timeline, part: &Timeline) {
@@ -168,6 +192,39 @@ mod tests {
         assert_eq!(run.peak_enrichment_in_flight, 30);
         assert_eq!(run.peak_writes_in_flight, 11);
         assert_eq!(run.timeline.records, vec![6, 2, 3]);
+    }
+
+    #[test]
+    fn each_class_is_merged_over_every_replicas_records() {
+        let part = |times: Vec<f64>, records: u64| {
+            let mut r = sample_run("c5-priority", "priority", 1.0, 1, 2.0);
+            r.classes.insert(
+                "interactive".into(),
+                ClassResult::of(records, times.clone()),
+            );
+            r.class_completions_s.insert("interactive".into(), times);
+            r
+        };
+        let (a, b) = (part(vec![0.1, 0.2, 0.3], 4), part(vec![0.9, 1.0], 2));
+        // Each replica's own p50: 0.2 and 0.9; all five records' is 0.3.
+        assert_eq!(a.classes["interactive"].completion_p50_s, Some(0.2));
+        let peaks = SimPeaks {
+            enrichment: 1,
+            writes: 1,
+        };
+        let run = merge(vec![a.clone(), b], peaks);
+        let c = &run.classes["interactive"];
+        assert_eq!((c.records, c.accepted), (6, 5));
+        assert_eq!(
+            (c.completion_p50_s, c.completion_p99_s),
+            (Some(0.3), Some(1.0))
+        );
+        assert!(run.class_completions_s.is_empty(), "none kept");
+        let json = serde_json::to_value(&run).unwrap();
+        assert!(json.get("class_completions_s").is_none(), "{json}");
+        let one = merge(vec![a.clone()], peaks);
+        assert_eq!(one.classes, a.classes);
+        assert!(one.class_completions_s.is_empty());
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub(crate) fn runner_args(
     RunnerArgs {
         strategy: cell.strategy.clone(),
         strategies: opts.strategies_file.clone(),
+        scenario: Some(cell.scenario.clone()),
+        scenarios: opts.scenarios_file.clone(),
         sim_url: sim_url.to_string(),
         records: share.records,
         time_scale: opts.time_scale,

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use super::RunnerConfig;
+use crate::scenario::ScenarioSet;
 use crate::strategy;
 
 /// The subcommand of the `inflight` binary that runs one runner.
@@ -25,6 +26,13 @@ pub struct RunnerArgs {
     /// The strategies file (default: the copy built into the binary).
     #[arg(long, value_name = "FILE")]
     pub strategies: Option<PathBuf>,
+    /// The scenario the sim runs, whose record classes (if it gives records classes) the
+    /// runner names to its budgets and reports apart.
+    #[arg(long, value_name = "NAME")]
+    pub scenario: Option<String>,
+    /// The scenarios file (default: the copy built into the binary).
+    #[arg(long, value_name = "FILE")]
+    pub scenarios: Option<PathBuf>,
     /// The sim's loopback URL.
     #[arg(long, value_name = "URL")]
     pub sim_url: String,
@@ -76,6 +84,12 @@ impl RunnerArgs {
         if let Some(file) = &self.strategies {
             flag("--strategies", file.clone().into());
         }
+        if let Some(scenario) = &self.scenario {
+            flag("--scenario", scenario.clone().into());
+        }
+        if let Some(file) = &self.scenarios {
+            flag("--scenarios", file.clone().into());
+        }
         flag("--sim-url", self.sim_url.clone().into());
         flag("--records", self.records.to_string().into());
         flag("--time-scale", self.time_scale.to_string().into());
@@ -106,7 +120,8 @@ impl RunnerArgs {
     ///
     /// # Errors
     ///
-    /// If the strategies file cannot be read, lacks the strategy, or no record is asked for.
+    /// If the strategies file cannot be read, lacks the strategy, or no record is asked for;
+    /// if a scenario is named and the scenarios file cannot be read or lacks it.
     pub fn config(&self) -> anyhow::Result<RunnerConfig> {
         let strategies = match &self.strategies {
             Some(path) => strategy::load(path)?,
@@ -116,6 +131,17 @@ impl RunnerArgs {
         if self.records == 0 {
             bail!("--records must be at least 1");
         }
+        let classes = match &self.scenario {
+            Some(name) => {
+                let scenarios = match &self.scenarios {
+                    Some(path) => ScenarioSet::load(path)?,
+                    None => ScenarioSet::builtin(),
+                };
+                scenarios.get(name)?.classes.clone()
+            }
+            None if self.scenarios.is_some() => bail!("--scenarios needs --scenario"),
+            None => None,
+        };
         Ok(RunnerConfig {
             strategy,
             sim_url: self.sim_url.clone(),
@@ -128,6 +154,7 @@ impl RunnerArgs {
             measured: self.measured.iter().cloned().collect::<BTreeMap<_, _>>(),
             enrichment_url: self.enrichment_url.clone(),
             records_url: self.records_url.clone(),
+            classes,
         })
     }
 }
@@ -183,6 +210,8 @@ mod tests {
         RunnerArgs {
             strategy: "c4".into(),
             strategies: Some(PathBuf::from("lab dir/strategies.toml")),
+            scenario: Some("priority".into()),
+            scenarios: Some(PathBuf::from("lab dir/scenarios.toml")),
             sim_url: "http://127.0.0.1:4000".into(),
             records: 67,
             time_scale: 0.2,
@@ -203,6 +232,8 @@ mod tests {
         assert_eq!(read_back(&all), all);
         let fewest = RunnerArgs {
             strategies: None,
+            scenario: None,
+            scenarios: None,
             exit_on_stdin_close: false,
             metrics_addr: None,
             redis_url: None,
@@ -227,6 +258,7 @@ mod tests {
     fn the_config_keeps_the_seed_and_the_measured_sizes() {
         let args = RunnerArgs {
             strategies: None,
+            scenarios: None,
             ..args()
         };
         let config = args.config().unwrap();
@@ -238,6 +270,22 @@ mod tests {
         );
         assert_eq!(config.measured.get("records"), Some(&6));
         assert_eq!(config.measured.get("enrichment"), Some(&12));
+        let classes = config.classes.expect("priority gives records classes");
+        assert_eq!(
+            classes.names().collect::<Vec<_>>(),
+            ["batch", "interactive"]
+        );
+        let plain = RunnerArgs {
+            scenario: Some("degrading".into()),
+            ..args.clone()
+        };
+        assert_eq!(plain.config().unwrap().classes, None);
+        let unknown = RunnerArgs {
+            scenario: Some("nope".into()),
+            ..args.clone()
+        };
+        let err = unknown.config().unwrap_err().to_string();
+        assert!(err.contains("unknown scenario `nope`"), "{err}");
         let none = RunnerArgs { records: 0, ..args };
         let err = none.config().unwrap_err().to_string();
         assert!(err.contains("--records must be at least 1"), "{err}");
