@@ -231,83 +231,29 @@ fn describe_budget(config: &inflight::BudgetConfig) -> String {
 /// means what the same table means in a budgets file. A fleet budget (`scope = "fleet"`) keeps
 /// its permits in the lab's Redis, which the lab gives the runner (`--redis-url`): the `[fleet]`
 /// table here only lets the parser check the budget's own keys.
-///
-/// The priority classes (`classes`, `strict`, `default_class`) are read here, with the names a
-/// budgets file gives them, into an [`inflight::Classes`]; the rest of the table goes to the
-/// budgets-file parser.
+/// Priority classes (`classes`, `strict`, `default_class`) included.
 fn budget_table(
     dependency: &str,
     table: &str,
 ) -> Result<(inflight::BudgetConfig, inflight::config::Scope), String> {
-    let mut rest: toml::Table = table
+    let rest: toml::Table = table
         .parse()
         .map_err(|e: toml::de::Error| format!("not valid TOML: {}", e.message().trim_end()))?;
-    let classes = take_classes(&mut rest)?;
-    let rest = toml::to_string(&rest).map_err(|e| e.to_string())?;
-    let text = format!("[fleet]\nurl = \"redis://127.0.0.1:6379\"\n[budgets.{dependency}]\n{rest}");
+    // One document, so that a nested table (`classes`) stays inside the budget's table.
+    let mut budgets = toml::Table::new();
+    budgets.insert(dependency.to_string(), toml::Value::Table(rest));
+    let mut fleet = toml::Table::new();
+    fleet.insert("url".into(), "redis://127.0.0.1:6379".into());
+    let mut doc = toml::Table::new();
+    doc.insert("fleet".into(), toml::Value::Table(fleet));
+    doc.insert("budgets".into(), toml::Value::Table(budgets));
+    let text = toml::to_string(&doc).map_err(|e| e.to_string())?;
     let budgets = inflight::Budgets::from_toml_str(&text).map_err(|e| e.to_string())?;
     let budget = budgets.get(dependency).expect("the one budget just parsed");
     let scope = budgets
         .scope(dependency)
         .expect("the one budget just parsed");
-    let mut config = budget.config().clone();
-    if let Some(classes) = classes {
-        config = config.classes(classes);
-        // The library's own checks of the classes (weights, the default one of them).
-        inflight::Budget::new(dependency, config.clone()).map_err(|e| e.to_string())?;
-    }
-    Ok((config, scope))
-}
-
-/// Takes a budget table's priority classes out of it: `classes = { interactive = 4, batch = 1 }`
-/// (a name and a weight each, kept in the order written), with `strict = true` for strict priority
-/// and `default_class = "batch"` for the class of a call that names none.
-fn take_classes(table: &mut toml::Table) -> Result<Option<inflight::Classes>, String> {
-    let weights = table.remove("classes");
-    let strict = table.remove("strict");
-    let default = table.remove("default_class");
-    let Some(weights) = weights else {
-        if let Some(key) = [("strict", &strict), ("default_class", &default)]
-            .into_iter()
-            .find_map(|(key, v)| v.is_some().then_some(key))
-        {
-            return Err(format!(
-                "`{key}` needs `classes`, e.g. classes = {{ interactive = 4, batch = 1 }}"
-            ));
-        }
-        return Ok(None);
-    };
-    let toml::Value::Table(weights) = weights else {
-        return Err(format!(
-            "`classes` must be a table of class names and weights, e.g. {{ interactive = 4, batch = 1 }}, got {weights}"
-        ));
-    };
-    let mut classes = inflight::Classes::new();
-    for (name, weight) in &weights {
-        let weight = weight
-            .as_integer()
-            .filter(|w| (1..=i64::from(inflight::budget::MAX_WEIGHT)).contains(w))
-            .ok_or_else(|| {
-                format!(
-                    "`classes.{name}` must be a weight from 1 to {}, got {weight}",
-                    inflight::budget::MAX_WEIGHT
-                )
-            })?;
-        classes = classes.class(name, weight as u32);
-    }
-    if let Some(strict) = strict {
-        let strict = strict
-            .as_bool()
-            .ok_or_else(|| format!("`strict` must be true or false, got {strict}"))?;
-        classes = classes.strict(strict);
-    }
-    if let Some(default) = default {
-        let name = default
-            .as_str()
-            .ok_or_else(|| format!("`default_class` must be a class name, got {default}"))?;
-        classes = classes.default_class(name);
-    }
-    Ok(Some(classes))
+    Ok((budget.config().clone(), scope))
 }
 
 impl fmt::Display for BudgetPlan {
@@ -1144,29 +1090,32 @@ mod tests {
         for (gate, says) in [
             (
                 "{ max_concurrent = 6, classes = { a = 0 } }",
-                "`classes.a` must be a weight from 1 to 1000, got 0",
+                "classes.a: weight must be at least 1, got 0",
             ),
-            ("{ max_concurrent = 6, classes = { a = 1001 } }", "got 1001"),
+            (
+                "{ max_concurrent = 6, classes = { a = 1001 } }",
+                "at most 1000, got 1001",
+            ),
             (
                 "{ max_concurrent = 6, classes = { a = \"high\" } }",
-                "`classes.a` must be a weight",
+                "classes.a: must be a weight like 4",
             ),
             (
                 "{ max_concurrent = 6, classes = 3 }",
-                "`classes` must be a table",
+                "classes: must be a table of class weights",
             ),
             ("{ max_concurrent = 6, classes = {} }", "at least one class"),
             (
                 "{ max_concurrent = 6, strict = true }",
-                "`strict` needs `classes`",
+                "strict: only a budget with classes takes this",
             ),
             (
                 "{ max_concurrent = 6, default_class = \"a\" }",
-                "`default_class` needs `classes`",
+                "default_class: only a budget with classes takes this",
             ),
             (
                 "{ max_concurrent = 6, classes = { a = 1 }, strict = \"yes\" }",
-                "`strict` must be true or false",
+                "strict: must be true or false",
             ),
             (
                 "{ max_concurrent = 6, classes = { a = 1 }, default_class = \"b\" }",
