@@ -37,10 +37,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::{AcquireError, TryAcquireError};
+use super::pace::{Slot as PaceSlot, Turn};
 use super::pause::Pause;
 use super::stats::Stats;
 use super::BudgetConfig;
-use crate::limit::{Limit, LimitChange, Sample, Verdict};
+use crate::limit::{Limit, LimitChange, Outcome, Sample, Verdict};
 use crate::padded::CachePadded;
 #[cfg(feature = "rate")]
 use crate::rate::gcra::{Gcra, Slot};
@@ -163,9 +164,8 @@ impl Engine {
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
-        if self.pause.is_set() && self.pause.until(Instant::now()).is_some() {
-            self.stats.paused();
-            return Err(TryAcquireError::Paused);
+        if self.pause.is_set() {
+            self.try_pass_pause()?;
         }
         if self.plain_gates {
             return match self.grant_at_once() {
@@ -418,8 +418,65 @@ impl Engine {
     }
 
     /// Sleeps, holding the local permit, until the pause in force ends (however often it
-    /// moves), or refuses at once when it would end after `deadline`.
+    /// moves), then until the pace's slot if a pace is in force; refuses at once when either
+    /// would end after `deadline`.
     async fn wait_out_pause(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        self.sleep_out_pause(deadline, attempt).await?;
+        if !self.pause.is_paced() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let slot = match self.pause.reserve(now, deadline) {
+            Ok(Turn::Free) => return Ok(()),
+            Ok(Turn::At(slot)) => slot,
+            Err(wait) => {
+                attempt.ended = true;
+                self.stats.paused();
+                return Err(AcquireError::Paused { retry_after: wait });
+            }
+        };
+        // A caller dropped while it sleeps gives its slot back if nobody lined up behind it.
+        let held = HeldTurn {
+            pause: &self.pause,
+            slot: Some(slot),
+        };
+        let at = held.slot.as_ref().map_or(now, |s| s.at);
+        let mut sleep = std::pin::pin!(tokio::time::sleep_until(at));
+        loop {
+            let changed = self.pause.changed();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            // A pause begun meanwhile that ends past the deadline refuses at once.
+            self.check_pause(Instant::now(), deadline, attempt)?;
+            let slept = std::future::poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(true)
+                } else if changed.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(false)
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            if slept {
+                break;
+            }
+        }
+        held.used();
+        // A pause begun during the wait for the slot is waited out too (with no second slot).
+        if self.pause.until(Instant::now()).is_some() {
+            self.sleep_out_pause(deadline, attempt).await?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the pause in force ends (however often it moves), or refuses at once when
+    /// it would end after `deadline`.
+    async fn sleep_out_pause(
         &self,
         deadline: Option<Instant>,
         attempt: &mut Attempt<'_>,
@@ -445,6 +502,22 @@ impl Engine {
         }
     }
 
+    /// The pause gate for a caller that will not wait: refused while a pause is in force, or
+    /// while a pace is and its next slot is not now.
+    #[cold]
+    fn try_pass_pause(&self) -> Result<(), TryAcquireError> {
+        let now = Instant::now();
+        if self.pause.until(now).is_some() {
+            self.stats.paused();
+            return Err(TryAcquireError::Paused);
+        }
+        if self.pause.is_paced() && self.pause.reserve(now, Some(now)).is_err() {
+            self.stats.paused();
+            return Err(TryAcquireError::Paused);
+        }
+        Ok(())
+    }
+
     /// When a place in the queue may free, for a caller refused with `ahead` queued before it
     /// and `limit` permits: (ahead + 1) x the mean call time / limit; at least the pause in
     /// force. `None` before any call was measured (and no pause is in force).
@@ -462,10 +535,12 @@ impl Engine {
         }
     }
 
-    /// Pauses the budget for `delay` from now: no new permit before then.
-    pub(crate) fn pause_for(&self, delay: Duration) {
-        if let Some(until) = Instant::now().checked_add(delay) {
-            self.pause.extend(until);
+    /// Pauses the budget for `delay` from now (no new permit before then), for an overload
+    /// reported by a call granted at `granted`, and starts or cuts the pace.
+    pub(crate) fn pause_for(&self, delay: Duration, granted: Option<Instant>) {
+        let now = Instant::now();
+        if now.checked_add(delay).is_some() {
+            self.pause.refused(now, granted, delay);
             self.stats.paused_by_dependency();
         }
     }
@@ -507,7 +582,9 @@ impl Engine {
     pub(crate) fn release(&self, grant: &mut Grant, verdict: Verdict) {
         if let Some(delay) = verdict.pause() {
             // Before the permit goes back: the pause holds for whoever it would have gone to.
-            self.pause_for(delay);
+            self.pause_for(delay, grant.granted);
+        } else if self.pause.is_set() && verdict.outcome() == Outcome::Success {
+            self.pause.succeeded(grant.granted);
         }
         if self.plain_release {
             self.permits.give_back();
@@ -600,6 +677,26 @@ impl Drop for HeldSlot<'_> {
     fn drop(&mut self) {
         if let Some(slot) = &self.slot {
             self.rate.cancel(slot);
+        }
+    }
+}
+
+/// A pace slot not yet reached; given back if its caller leaves first.
+struct HeldTurn<'a> {
+    pause: &'a Pause,
+    slot: Option<PaceSlot>,
+}
+
+impl HeldTurn<'_> {
+    fn used(mut self) {
+        self.slot = None;
+    }
+}
+
+impl Drop for HeldTurn<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            self.pause.pace().cancel(slot);
         }
     }
 }

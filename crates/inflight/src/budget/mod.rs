@@ -12,6 +12,7 @@ mod call;
 mod engine;
 mod error;
 mod histogram;
+mod pace;
 mod pause;
 mod permit;
 #[cfg(feature = "rate")]

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::ceiling::{Ceiling, Refusal};
 use super::round_trip::{granted_by, Cuts};
-use super::{Limit, Outcome, Sample};
+use super::{Limit, Outcome, Sample, INITIAL_WINDOW};
 
 /// A latency-based limit: keeps the queue it builds at the dependency between `alpha` and `beta`
 /// calls, and also cuts on overload.
@@ -108,6 +108,8 @@ pub struct Vegas {
     window_refused: bool,
     /// Permits slow start still adds, one per success.
     ramp: usize,
+    /// Whether any call has ended yet: until one has, at most [`INITIAL_WINDOW`] are let out.
+    answered: bool,
     ceiling: Ceiling,
     cuts: Cuts,
 }
@@ -144,6 +146,7 @@ impl Vegas {
             window_start: None,
             window_refused: false,
             ramp: 0,
+            answered: false,
             ceiling: Ceiling::default(),
             cuts: Cuts::default(),
         }
@@ -238,7 +241,11 @@ impl Vegas {
 
 impl Limit for Vegas {
     fn current(&self) -> usize {
-        self.limit
+        if self.answered {
+            self.limit
+        } else {
+            self.limit.min(INITIAL_WINDOW.max(self.min))
+        }
     }
 
     fn max(&self) -> usize {
@@ -246,6 +253,7 @@ impl Limit for Vegas {
     }
 
     fn on_sample(&mut self, sample: &Sample) {
+        self.answered = true;
         match sample.outcome {
             Outcome::Overload => {
                 self.window_refused = true;
