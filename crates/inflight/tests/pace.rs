@@ -7,7 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inflight::limit::{Adaptive, Aimd, Limit, Outcome, Sample, Vegas, Verdict, INITIAL_WINDOW};
+use inflight::limit::{Adaptive, Outcome, Verdict};
 use inflight::{Budget, BudgetConfig, Retry, RetryBudget, TryAcquireError};
 use support::{budget, ms, settle};
 use tokio::time::{sleep, Instant};
@@ -166,8 +166,12 @@ async fn a_learnt_pace_holds_calls_to_what_a_rate_quota_admits() {
         "{} refused, {} admitted",
         seen.refused, admitted
     );
+    // The 64 calls sent at once, before any answer, meet a burst of 5: 59 refused before
+    // anything can act. After them, the pace keeps the refusals under 2% of the calls.
+    let blind = 64 - 5;
+    assert!(seen.refused >= blind, "{} refused", seen.refused);
     assert!(
-        seen.refused as f64 <= 0.05 * attempts as f64,
+        (seen.refused - blind) as f64 <= 0.02 * attempts as f64,
         "{} of {attempts} answered 429",
         seen.refused
     );
@@ -283,33 +287,4 @@ async fn a_budget_that_sees_no_retry_after_is_never_paced() {
     assert_eq!(b.snapshot().pauses, 0);
     let all: Vec<_> = (0..4).map(|_| b.try_acquire().unwrap()).collect();
     assert_eq!(all.len(), 4);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_adaptive_limit_lets_out_at_most_the_initial_window_before_the_first_answer() {
-    let b = c6_enrichment();
-    assert_eq!(b.limit(), INITIAL_WINDOW);
-    let first: Vec<_> = (0..INITIAL_WINDOW)
-        .map(|_| b.try_acquire().unwrap())
-        .collect();
-    assert!(b.try_acquire().unwrap_err().is_no_permits());
-    // One answer, of any kind: the whole initial limit (cut once by the overload's AIMD).
-    let mut first = first.into_iter();
-    first.next().unwrap().report(Outcome::Success);
-    assert_eq!(b.limit(), 64);
-    drop(first);
-    // Both algorithms, directly; a floor above the window stays the floor.
-    let mut aimd = Aimd::new(1, 64, 64);
-    let mut vegas = Vegas::new(1, 32, 64);
-    assert_eq!((aimd.current(), vegas.current()), (10, 10));
-    let ms30 = Sample::new(ms(30), 1, Outcome::Ignore);
-    aimd.on_sample(&ms30);
-    vegas.on_sample(&ms30);
-    assert_eq!((aimd.current(), vegas.current()), (64, 32));
-    assert_eq!(Aimd::new(16, 32, 64).current(), 16);
-    assert_eq!(
-        Vegas::new(1, 4, 64).current(),
-        4,
-        "a start under the window"
-    );
 }

@@ -1,7 +1,7 @@
 //! [`Aimd`]: a loss-based limit. It grows while the limit is in use and cuts itself on overload.
 
 use super::round_trip::Cuts;
-use super::{Limit, Outcome, Sample, INITIAL_WINDOW};
+use super::{Limit, Outcome, Sample};
 
 /// A loss-based limit: additive increase, multiplicative decrease, with a slow start.
 ///
@@ -42,8 +42,6 @@ pub struct Aimd {
     max: usize,
     backoff: f64,
     slow_start: bool,
-    /// Whether any call has ended yet: until one has, at most [`INITIAL_WINDOW`] are let out.
-    answered: bool,
     cuts: Cuts,
 }
 
@@ -61,7 +59,6 @@ impl Aimd {
             max,
             backoff: Aimd::DEFAULT_BACKOFF,
             slow_start: true,
-            answered: false,
             cuts: Cuts::default(),
         }
     }
@@ -79,12 +76,7 @@ impl Aimd {
 
 impl Limit for Aimd {
     fn current(&self) -> usize {
-        let limit = (self.limit.floor() as usize).clamp(self.min, self.max);
-        if self.answered {
-            limit
-        } else {
-            limit.min(INITIAL_WINDOW.max(self.min))
-        }
+        (self.limit.floor() as usize).clamp(self.min, self.max)
     }
 
     fn max(&self) -> usize {
@@ -92,7 +84,6 @@ impl Limit for Aimd {
     }
 
     fn on_sample(&mut self, sample: &Sample) {
-        self.answered = true;
         match sample.outcome {
             // The guard records the cut it allows.
             Outcome::Overload if self.cuts.allow(sample.latency).is_some() => {

@@ -84,14 +84,6 @@ pub use fixed::Fixed;
 #[cfg(feature = "adaptive")]
 pub use vegas::Vegas;
 
-/// The most calls an adaptive limit ([`Aimd`], [`Vegas`]) lets out before the first one ends,
-/// whatever its initial limit (but never below its `min`): as TCP sends at most ten segments
-/// before the first acknowledgement (RFC 6928), so that a dependency that refuses beyond a
-/// small burst (a rate quota) refuses a few calls, not the whole initial limit sent blind. The
-/// first call to end, however it ends, lifts it.
-#[cfg(feature = "adaptive")]
-pub const INITIAL_WINDOW: usize = 10;
-
 /// How a call that held a permit ended, as far as the limit should care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::ceiling::{Ceiling, Refusal};
 use super::round_trip::{granted_by, Cuts};
-use super::{Limit, Outcome, Sample, INITIAL_WINDOW};
+use super::{Limit, Outcome, Sample};
 
 /// A latency-based limit: keeps the queue it builds at the dependency between `alpha` and `beta`
 /// calls, and also cuts on overload.
@@ -108,8 +108,6 @@ pub struct Vegas {
     window_refused: bool,
     /// Permits slow start still adds, one per success.
     ramp: usize,
-    /// Whether any call has ended yet: until one has, at most [`INITIAL_WINDOW`] are let out.
-    answered: bool,
     ceiling: Ceiling,
     cuts: Cuts,
 }
@@ -146,7 +144,6 @@ impl Vegas {
             window_start: None,
             window_refused: false,
             ramp: 0,
-            answered: false,
             ceiling: Ceiling::default(),
             cuts: Cuts::default(),
         }
@@ -241,11 +238,7 @@ impl Vegas {
 
 impl Limit for Vegas {
     fn current(&self) -> usize {
-        if self.answered {
-            self.limit
-        } else {
-            self.limit.min(INITIAL_WINDOW.max(self.min))
-        }
+        self.limit
     }
 
     fn max(&self) -> usize {
@@ -253,7 +246,6 @@ impl Limit for Vegas {
     }
 
     fn on_sample(&mut self, sample: &Sample) {
-        self.answered = true;
         match sample.outcome {
             Outcome::Overload => {
                 self.window_refused = true;
