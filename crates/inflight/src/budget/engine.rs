@@ -10,7 +10,10 @@
 //!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
 //!    after the deadline. A caller whose deadline falls inside the pause is refused before it
 //!    even queues, and one already queued is refused as soon as the pause starts. Held after the
-//!    permit, like the rate slot below, so that the queue's order holds through the pause.
+//!    permit, like the rate slot below, so that the queue's order holds through the pause. Then,
+//!    while the pace (`pace.rs`) that the first retry-after started is in force, the caller
+//!    waits for its start slot (refused at once if the slot comes after the deadline), so that
+//!    the end of a pause lets one call through, not every waiter.
 //! 3. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
 //!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
 //!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
