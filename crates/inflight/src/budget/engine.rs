@@ -13,7 +13,9 @@
 //!    permit, like the rate slot below, so that the queue's order holds through the pause. Then,
 //!    while the pace (`pace.rs`) that the first retry-after started is in force, the caller
 //!    waits for its start slot (refused at once if the slot comes after the deadline), so that
-//!    the end of a pause lets one call through, not every waiter.
+//!    the end of a pause lets one call through, not every waiter. An adaptive budget starts
+//!    with a cold start in the same place: until its first answer, the calls after a short
+//!    burst are spaced a little apart.
 //! 3. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
 //!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
 //!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
@@ -132,6 +134,15 @@ impl Engine {
         #[cfg(not(feature = "rate"))]
         let plain_gates = store.is_none();
         let plain_release = store.is_none() && learner.is_none();
+        let pause = CachePadded(Pause::new());
+        #[cfg(feature = "adaptive")]
+        if let Some(spacing) = learner
+            .as_ref()
+            .and(config.adaptive.as_ref())
+            .and_then(|a| a.cold_start_spacing(initial))
+        {
+            pause.cold_start(spacing, crate::limit::Adaptive::COLD_START_BURST);
+        }
         Engine {
             plain_gates,
             plain_release,
@@ -143,7 +154,7 @@ impl Engine {
             rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
-            pause: CachePadded(Pause::new()),
+            pause,
             stats: Stats::new(name.clone()),
         }
     }
@@ -428,13 +439,35 @@ impl Engine {
         deadline: Option<Instant>,
         attempt: &mut Attempt<'_>,
     ) -> Result<(), AcquireError> {
-        self.sleep_out_pause(deadline, attempt).await?;
-        if !self.pause.is_paced() {
-            return Ok(());
+        loop {
+            self.sleep_out_pause(deadline, attempt).await?;
+            if !self.pause.is_paced() {
+                return Ok(());
+            }
+            let slot = self.wait_for_turn(deadline, attempt).await?;
+            // A cold start's slot, reached after a refusal started the pace: a slot in the pace.
+            if !slot.is_some_and(|s| self.pause.pace().superseded(&s)) {
+                break;
+            }
         }
+        // A pause begun during the wait for the slot is waited out too (with no second slot).
+        if self.pause.until(Instant::now()).is_some() {
+            self.sleep_out_pause(deadline, attempt).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the pace's slot, holding the local permit; the slot once reached (`None` when
+    /// the pace had lapsed).
+    async fn wait_for_turn(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<Option<PaceSlot>, AcquireError> {
+        let pace = self.pause.pace();
         let now = Instant::now();
         let slot = match self.pause.reserve(now, deadline) {
-            Ok(Turn::Free) => return Ok(()),
+            Ok(Turn::Free) => return Ok(None),
             Ok(Turn::At(slot)) => slot,
             Err(wait) => {
                 attempt.ended = true;
@@ -465,16 +498,11 @@ impl Engine {
                 }
             })
             .await;
-            if slept {
+            if slept || held.slot.as_ref().is_some_and(|s| pace.cold_ended(s)) {
                 break;
             }
         }
-        held.used();
-        // A pause begun during the wait for the slot is waited out too (with no second slot).
-        if self.pause.until(Instant::now()).is_some() {
-            self.sleep_out_pause(deadline, attempt).await?;
-        }
-        Ok(())
+        Ok(held.used())
     }
 
     /// Sleeps until the pause in force ends (however often it moves), or refuses at once when
@@ -586,8 +614,10 @@ impl Engine {
         if let Some(delay) = verdict.pause() {
             // Before the permit goes back: the pause holds for whoever it would have gone to.
             self.pause_for(delay, grant.granted);
-        } else if self.pause.is_set() && verdict.outcome() == Outcome::Success {
-            self.pause.succeeded(grant.granted);
+        } else if self.pause.is_set() {
+            // The first answer ends a cold start; a success may grow the pace.
+            self.pause
+                .answered(grant.granted, verdict.outcome() == Outcome::Success);
         }
         if self.plain_release {
             self.permits.give_back();
@@ -691,8 +721,8 @@ struct HeldTurn<'a> {
 }
 
 impl HeldTurn<'_> {
-    fn used(mut self) {
-        self.slot = None;
+    fn used(mut self) -> Option<PaceSlot> {
+        self.slot.take()
     }
 }
 

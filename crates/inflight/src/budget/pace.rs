@@ -19,6 +19,13 @@
 //!
 //! A budget that never sees a retry-after never starts a pace: the flag that says one is in force
 //! shares the pause's word, so the fast path still reads one atomic.
+//!
+//! **A cold start** is a pace too, of another kind: an adaptive budget that has had no answer yet
+//! lets a few calls out at once (`Adaptive::COLD_START_BURST`) and spaces the rest of its initial limit over a few
+//! milliseconds, so that a dependency that refuses at once (a rate quota's 429) is heard after a
+//! handful of calls, not after the whole initial limit was sent blind. The first answer of any
+//! kind ends it: a refusal with a retry-after replaces it with the pace above, anything else
+//! drops it. It never lapses by time (a budget may wait long for its first call).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -50,6 +57,8 @@ struct Line {
     /// The last cut: overloads from calls granted before it do not cut again.
     last_cut: Instant,
     last_refusal: Instant,
+    /// A cold start's calls still to go at once; `None` for a pace learnt from retry-afters.
+    cold: Option<u32>,
 }
 
 /// A start slot handed out by the pace: the moment the call may start.
@@ -58,6 +67,8 @@ pub(crate) struct Slot {
     pub(crate) at: Instant,
     /// The line's `next` after this slot, to take the slot back if it is still the last.
     next_after: Instant,
+    /// Handed out by a cold start.
+    cold: bool,
 }
 
 /// What the pace says to a caller.
@@ -76,6 +87,45 @@ impl Pace {
         }
     }
 
+    /// Starts a cold start at `now`: `burst` calls at once, then one per `spacing`; `flag` runs
+    /// under the lock.
+    #[cfg(feature = "adaptive")]
+    pub(crate) fn cold(&self, now: Instant, spacing: Duration, burst: u32, flag: impl FnOnce()) {
+        let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
+        flag();
+        *line = Some(Line {
+            interval: spacing.max(MIN_INTERVAL),
+            next: now,
+            since: now,
+            last_cut: now,
+            last_refusal: now,
+            cold: Some(burst),
+        });
+    }
+
+    /// A call ended, at `now`, without a retry-after: a cold start ends (after running `lapsed`
+    /// under the lock); a pace grows if the call succeeded (see [`Pace::succeeded`]).
+    pub(crate) fn answered(
+        &self,
+        now: Instant,
+        granted: Option<Instant>,
+        success: bool,
+        lapsed: impl FnOnce(),
+    ) {
+        let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
+        match line.as_ref() {
+            Some(l) if l.cold.is_some() => {
+                *line = None;
+                lapsed();
+            }
+            Some(_) if success => {
+                drop(line);
+                self.succeeded(now, granted);
+            }
+            _ => {}
+        }
+    }
+
     /// An overload with `retry_after` was reported at `now` by a call granted at `granted`; the
     /// pause now ends at `pause_until`. Starts the pace (one call per `retry_after`) or cuts it;
     /// `flag` runs under the lock, every time.
@@ -90,13 +140,15 @@ impl Pace {
         let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
         flag();
         match line.as_mut() {
-            None => {
+            // A cold start ends at its first answer; this one starts the pace.
+            None | Some(Line { cold: Some(_), .. }) => {
                 *line = Some(Line {
                     interval: retry_after.max(MIN_INTERVAL),
                     next: pause_until,
                     since: now,
                     last_cut: now,
                     last_refusal: now,
+                    cold: None,
                 });
             }
             Some(l) => {
@@ -115,7 +167,7 @@ impl Pace {
     pub(crate) fn succeeded(&self, now: Instant, granted: Option<Instant>) {
         let mut line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(l) = line.as_mut() else { return };
-        if granted.is_none_or(|g| g < l.since) || l.next + l.interval < now {
+        if l.cold.is_some() || granted.is_none_or(|g| g < l.since) || l.next + l.interval < now {
             return;
         }
         let step = (GROWTH * l.interval.as_secs_f64()).min(1.0);
@@ -136,8 +188,18 @@ impl Pace {
             lapsed();
             return Ok(Turn::Free);
         };
+        if let Some(burst) = l.cold.as_mut().filter(|b| **b > 0) {
+            // Part of the burst: now, and the spacing starts after it.
+            *burst -= 1;
+            l.next = l.next.max(now + l.interval);
+            return Ok(Turn::At(Slot {
+                at: now,
+                next_after: l.next,
+                cold: true,
+            }));
+        }
         let quiet = LAPSE.max(l.interval.saturating_mul(20));
-        if now.saturating_duration_since(l.last_refusal) >= quiet {
+        if l.cold.is_none() && now.saturating_duration_since(l.last_refusal) >= quiet {
             *line = None;
             lapsed();
             return Ok(Turn::Free);
@@ -150,7 +212,22 @@ impl Pace {
         Ok(Turn::At(Slot {
             at,
             next_after: l.next,
+            cold: l.cold.is_some(),
         }))
+    }
+
+    /// Whether `slot` came from a cold start that has ended since: its caller need not wait
+    /// for it.
+    pub(crate) fn cold_ended(&self, slot: &Slot) -> bool {
+        let line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.cold && line.as_ref().is_none_or(|l| l.cold.is_none())
+    }
+
+    /// Whether `slot` came from a cold start that a refusal has since replaced with a pace: its
+    /// caller lines up in the pace, rather than join every other such caller at the pause's end.
+    pub(crate) fn superseded(&self, slot: &Slot) -> bool {
+        let line = self.line.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.cold && line.as_ref().is_some_and(|l| l.cold.is_none())
     }
 
     /// Takes back a slot whose caller left before using it, if no later one was handed out.

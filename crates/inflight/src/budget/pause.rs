@@ -1,6 +1,6 @@
 //! [`Pause`]: the moment before which a budget grants no new permit, set by a dependency's
 //! retry-after, the signal that wakes waiters when it moves, and the [`Pace`] that spaces the
-//! permits granted after it.
+//! permits granted after it (or, before an adaptive budget's first answer, its cold start).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -90,10 +90,28 @@ impl Pause {
         self.extend(until);
     }
 
-    /// A call granted at `granted` succeeded: the pace, if one is in force, may grow.
-    pub(crate) fn succeeded(&self, granted: Option<Instant>) {
+    /// Starts a cold start (see [`Pace::cold`]): until the first answer, the calls after the
+    /// first `burst` are `spacing` apart.
+    #[cfg(feature = "adaptive")]
+    pub(crate) fn cold_start(&self, spacing: Duration, burst: u32) {
+        self.pace.cold(Instant::now(), spacing, burst, || {
+            self.until.fetch_or(PACED, Relaxed);
+        });
+    }
+
+    /// A call granted at `granted` ended without a retry-after (`success` if it succeeded): a
+    /// cold start ends; the pace, if one is in force, may grow.
+    pub(crate) fn answered(&self, granted: Option<Instant>, success: bool) {
         if self.is_paced() {
-            self.pace.succeeded(Instant::now(), granted);
+            let mut lapsed = false;
+            self.pace.answered(Instant::now(), granted, success, || {
+                self.until.fetch_and(!PACED, Relaxed);
+                lapsed = true;
+            });
+            // Callers waiting for a cold start's slots go now.
+            if lapsed {
+                self.changed.notify_waiters();
+            }
         }
     }
 
