@@ -312,6 +312,15 @@ async fn a_cold_start_sends_a_burst_then_spreads_the_initial_limit_over_8_ms() {
     assert_eq!(by(ms(1)), 11, "{granted:?}");
     assert_eq!(by(ms(4)), 4 + 30, "{granted:?}");
     assert_eq!(by(ms(8)), 64, "{granted:?}");
+    // One caller after another keeps to the same schedule: the 64th starts by 8 ms, not one
+    // timer tick per call.
+    let one_by_one = c6_enrichment();
+    let t0 = Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(one_by_one.acquire().await.unwrap());
+    }
+    assert_eq!(t0.elapsed(), ms(8));
     // A fixed budget, and an adaptive one told not to, send all 64 at once.
     let fixed = budget(BudgetConfig::new(64));
     assert_eq!(granted_at_once(&fixed, 64).await, [Duration::ZERO; 64]);

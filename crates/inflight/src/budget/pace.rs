@@ -204,7 +204,12 @@ impl Pace {
             lapsed();
             return Ok(Turn::Free);
         }
-        let at = l.next.max(now);
+        // A cold start keeps to its schedule from its first call (at most one call per spacing
+        // since then), so that a caller who comes late goes at once; a pace, from now.
+        let at = match l.cold {
+            Some(_) => l.next,
+            None => l.next.max(now),
+        };
         if deadline.is_some_and(|d| at > d) {
             return Err(at - now);
         }
