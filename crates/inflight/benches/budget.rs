@@ -128,6 +128,29 @@ fn uncontended(c: &mut Criterion) {
             }
         })
     });
+    group.bench_function("budget_adaptive", |b| {
+        // Started at 64 and past its cold start (one call answered): the permit path of an
+        // adaptive budget that has heard from its dependency.
+        let budget = Budget::new(
+            "bench",
+            BudgetConfig::new(64).adaptive(inflight::limit::Adaptive::aimd().initial(64)),
+        )
+        .unwrap();
+        rt.block_on(async {
+            let permit = budget.acquire().await.unwrap();
+            permit.report(inflight::limit::Outcome::Success);
+        });
+        b.to_async(&rt).iter_custom(|iters| {
+            let budget = &budget;
+            async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(budget.acquire().await.unwrap());
+                }
+                start.elapsed()
+            }
+        })
+    });
     group.bench_function("budget_try_acquire", |b| {
         let budget = budget();
         b.to_async(&rt).iter_custom(|iters| {

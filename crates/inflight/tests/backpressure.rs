@@ -83,8 +83,8 @@ async fn a_pause_refuses_only_the_waiters_whose_deadline_falls_inside_it_and_gra
     let (at, r) = newcomer.await.unwrap();
     assert_eq!(
         (at, r),
-        (ms(1300), Ok(())),
-        "granted when a permit came back"
+        (ms(1700), Ok(())),
+        "a permit came back at 1300 ms; granted at the pace's next slot, one retry-after on"
     );
     let (at, r) = late.await.unwrap();
     assert_eq!((at, r), (ms(1200), Ok(())), "granted when the pause ended");
@@ -113,8 +113,20 @@ async fn a_caller_arriving_with_a_deadline_inside_the_pause_is_refused_before_it
     let p = b.acquire().await.unwrap();
     assert_eq!(t1.elapsed(), ms(200));
     drop(p);
-    // Over: the fast path again.
-    assert!(b.try_acquire().is_ok());
+    // Over, and paced: one call per retry-after (the dependency's word) from the pause's end.
+    assert_eq!(b.try_acquire().unwrap_err(), TryAcquireError::Paused);
+    sleep(ms(1000)).await;
+    drop(b.try_acquire().unwrap());
+    // Still paced at 12 s: one call, not two, back to back.
+    sleep(ms(10_000)).await;
+    let one = b.try_acquire().unwrap();
+    assert_eq!(b.try_acquire().unwrap_err(), TryAcquireError::Paused);
+    drop(one);
+    // Nothing refused for twenty intervals of the pace (20 s here; never under 10 s): the pace
+    // lapses, and the fast path is back.
+    sleep(ms(8_000)).await;
+    let all: Vec<_> = (0..4).map(|_| b.try_acquire().unwrap()).collect();
+    assert_eq!(all.len(), 4);
 }
 
 #[tokio::test(start_paused = true)]
@@ -331,7 +343,9 @@ async fn no_retry_goes_past_the_permit_deadline() {
     let s = b.snapshot();
     assert_eq!((s.retries, s.retries_past_deadline), (2, 1));
 
-    // With backoff instead of a hint, no attempt starts past the deadline either.
+    // With backoff instead of a hint, no attempt starts past the deadline either (a budget not
+    // paced by the hints above).
+    let b = budget(BudgetConfig::new(2).permit_timeout(ms(1000)));
     let dep = Flaky::default();
     let retry = Retry::new(RetryBudget::default())
         .max_attempts(100)

@@ -12,7 +12,12 @@
 //!    holding its local permit sleeps until the pause ends, or is refused at once if it ends
 //!    after the deadline. A caller whose deadline falls inside the pause is refused before it
 //!    even queues, and one already queued is refused as soon as the pause starts. Held after the
-//!    permit, like the rate slot below, so that the queue's order holds through the pause.
+//!    permit, like the rate slot below, so that the queue's order holds through the pause. Then,
+//!    while the pace (`pace.rs`) that the first retry-after started is in force, the caller
+//!    waits for its start slot (refused at once if the slot comes after the deadline), so that
+//!    the end of a pause lets one call through, not every waiter. An adaptive budget starts
+//!    with a cold start in the same place: until its first answer, the calls after a short
+//!    burst are spaced a little apart.
 //! 3. **Rate slot**, when the budget has a rate limit: the next slot the GCRA allows, reserved
 //!    in arrival order; the caller sleeps until it, or is refused at once if it comes after the
 //!    deadline. Taken *after* the permit, so that a call starts exactly at its slot: a slot taken
@@ -40,10 +45,11 @@ use tokio::time::Instant;
 
 use super::class_queue::{ClassQueue, Turn};
 use super::error::{AcquireError, TryAcquireError};
+use super::pace::{Slot as PaceSlot, Turn as PaceTurn};
 use super::pause::Pause;
 use super::stats::Stats;
 use super::BudgetConfig;
-use crate::limit::{Limit, LimitChange, Sample, Verdict};
+use crate::limit::{Limit, LimitChange, Outcome, Sample, Verdict};
 use crate::padded::CachePadded;
 #[cfg(feature = "rate")]
 use crate::rate::gcra::{Gcra, Slot};
@@ -150,6 +156,15 @@ impl Engine {
             .and_then(|c| c.default_index())
             .unwrap_or(0);
         let stats = Stats::new(name.clone(), config.classes.as_ref());
+        let pause = CachePadded(Pause::new());
+        #[cfg(feature = "adaptive")]
+        if let Some(spacing) = learner
+            .as_ref()
+            .and(config.adaptive.as_ref())
+            .and_then(|a| a.cold_start_spacing(initial))
+        {
+            pause.cold_start(spacing, crate::limit::Adaptive::COLD_START_BURST);
+        }
         Engine {
             plain_gates,
             plain_release,
@@ -163,7 +178,7 @@ impl Engine {
             waiting: CachePadded(AtomicUsize::new(0)),
             class_queue,
             default_class,
-            pause: CachePadded(Pause::new()),
+            pause,
             stats,
         }
     }
@@ -187,9 +202,8 @@ impl Engine {
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
-        if self.pause.is_set() && self.pause.until(Instant::now()).is_some() {
-            self.stats.paused();
-            return Err(TryAcquireError::Paused);
+        if self.pause.is_set() {
+            self.try_pass_pause()?;
         }
         if self.plain_gates {
             return match self.grant_at_once() {
@@ -695,8 +709,82 @@ impl Engine {
     }
 
     /// Sleeps, holding the local permit, until the pause in force ends (however often it
-    /// moves), or refuses at once when it would end after `deadline`.
+    /// moves), then until the pace's slot if a pace is in force; refuses at once when either
+    /// would end after `deadline`.
     async fn wait_out_pause(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<(), AcquireError> {
+        loop {
+            self.sleep_out_pause(deadline, attempt).await?;
+            if !self.pause.is_paced() {
+                return Ok(());
+            }
+            let slot = self.wait_for_turn(deadline, attempt).await?;
+            // A cold start's slot, reached after a refusal started the pace: a slot in the pace.
+            if !slot.is_some_and(|s| self.pause.pace().superseded(&s)) {
+                break;
+            }
+        }
+        // A pause begun during the wait for the slot is waited out too (with no second slot).
+        if self.pause.until(Instant::now()).is_some() {
+            self.sleep_out_pause(deadline, attempt).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the pace's slot, holding the local permit; the slot once reached (`None` when
+    /// the pace had lapsed).
+    async fn wait_for_turn(
+        &self,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<Option<PaceSlot>, AcquireError> {
+        let pace = self.pause.pace();
+        let now = Instant::now();
+        let slot = match self.pause.reserve(now, deadline) {
+            Ok(PaceTurn::Free) => return Ok(None),
+            Ok(PaceTurn::At(slot)) => slot,
+            Err(wait) => {
+                attempt.ended = true;
+                self.stats.paused();
+                return Err(AcquireError::Paused { retry_after: wait });
+            }
+        };
+        // A caller dropped while it sleeps gives its slot back if nobody lined up behind it.
+        let held = HeldTurn {
+            pause: &self.pause,
+            slot: Some(slot),
+        };
+        let at = held.slot.as_ref().map_or(now, |s| s.at);
+        let mut sleep = std::pin::pin!(tokio::time::sleep_until(at));
+        loop {
+            let changed = self.pause.changed();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            // A pause begun meanwhile that ends past the deadline refuses at once.
+            self.check_pause(Instant::now(), deadline, attempt)?;
+            let slept = std::future::poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(true)
+                } else if changed.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(false)
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            if slept || held.slot.as_ref().is_some_and(|s| pace.cold_ended(s)) {
+                break;
+            }
+        }
+        Ok(held.used())
+    }
+
+    /// Sleeps until the pause in force ends (however often it moves), or refuses at once when
+    /// it would end after `deadline`.
+    async fn sleep_out_pause(
         &self,
         deadline: Option<Instant>,
         attempt: &mut Attempt<'_>,
@@ -722,6 +810,22 @@ impl Engine {
         }
     }
 
+    /// The pause gate for a caller that will not wait: refused while a pause is in force, or
+    /// while a pace is and its next slot is not now.
+    #[cold]
+    fn try_pass_pause(&self) -> Result<(), TryAcquireError> {
+        let now = Instant::now();
+        if self.pause.until(now).is_some() {
+            self.stats.paused();
+            return Err(TryAcquireError::Paused);
+        }
+        if self.pause.is_paced() && self.pause.reserve(now, Some(now)).is_err() {
+            self.stats.paused();
+            return Err(TryAcquireError::Paused);
+        }
+        Ok(())
+    }
+
     /// When a place in the queue may free, for a caller refused with `ahead` queued before it
     /// and `limit` permits: (ahead + 1) x the mean call time / limit; at least the pause in
     /// force. `None` before any call was measured (and no pause is in force).
@@ -739,10 +843,12 @@ impl Engine {
         }
     }
 
-    /// Pauses the budget for `delay` from now: no new permit before then.
-    pub(crate) fn pause_for(&self, delay: Duration) {
-        if let Some(until) = Instant::now().checked_add(delay) {
-            self.pause.extend(until);
+    /// Pauses the budget for `delay` from now (no new permit before then), for an overload
+    /// reported by a call granted at `granted`, and starts or cuts the pace.
+    pub(crate) fn pause_for(&self, delay: Duration, granted: Option<Instant>) {
+        let now = Instant::now();
+        if now.checked_add(delay).is_some() {
+            self.pause.refused(now, granted, delay);
             self.stats.paused_by_dependency();
         }
     }
@@ -784,7 +890,11 @@ impl Engine {
     pub(crate) fn release(&self, grant: &mut Grant, verdict: Verdict) {
         if let Some(delay) = verdict.pause() {
             // Before the permit goes back: the pause holds for whoever it would have gone to.
-            self.pause_for(delay);
+            self.pause_for(delay, grant.granted);
+        } else if self.pause.is_set() {
+            // The first answer ends a cold start; a success may grow the pace.
+            self.pause
+                .answered(grant.granted, verdict.outcome() == Outcome::Success);
         }
         if self.plain_release {
             self.permits.give_back();
@@ -898,6 +1008,26 @@ impl Drop for HeldSlot<'_> {
     fn drop(&mut self) {
         if let Some(slot) = &self.slot {
             self.rate.cancel(slot);
+        }
+    }
+}
+
+/// A pace slot not yet reached; given back if its caller leaves first.
+struct HeldTurn<'a> {
+    pause: &'a Pause,
+    slot: Option<PaceSlot>,
+}
+
+impl HeldTurn<'_> {
+    fn used(mut self) -> Option<PaceSlot> {
+        self.slot.take()
+    }
+}
+
+impl Drop for HeldTurn<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            self.pause.pace().cancel(slot);
         }
     }
 }

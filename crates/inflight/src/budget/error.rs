@@ -81,11 +81,12 @@ pub enum AcquireError {
     #[error("the permit store is unavailable: {0}")]
     Unavailable(StoreError),
     /// The dependency asked for a pause (an overload with a retry-after, see
-    /// [`Verdict`](crate::limit::Verdict)) that ends after the caller's permit deadline: refused
-    /// at once, without sleeping through it.
+    /// [`Verdict`](crate::limit::Verdict)) that ends after the caller's permit deadline, or the
+    /// pace that follows it has no start slot for the caller before then: refused at once,
+    /// without sleeping through it.
     #[error("the dependency asked to retry after {retry_after:?}, past permit_timeout")]
     Paused {
-        /// How long until the pause ends.
+        /// How long until the pause ends (or until the caller's slot in the pace).
         retry_after: Duration,
     },
     /// The caller was waiting in a budget with [`Classes`](crate::Classes) when the queue was
@@ -113,7 +114,7 @@ pub enum TryAcquireError {
     #[error("the rate limit lets the next call start only later")]
     RateLimited,
     /// The dependency asked for a pause (see [`Verdict`](crate::limit::Verdict)) that is still
-    /// in force.
+    /// in force, or the pace that follows it has no start slot free now.
     #[error("the dependency asked for a pause that is still in force")]
     Paused,
 }

@@ -15,6 +15,7 @@ mod classes;
 mod engine;
 mod error;
 mod histogram;
+mod pace;
 mod pause;
 mod permit;
 #[cfg(feature = "rate")]

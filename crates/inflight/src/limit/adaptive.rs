@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use super::{Aimd, Limit, Vegas};
 
@@ -52,6 +53,29 @@ impl FromStr for Algorithm {
 /// The defaults suit a dependency that holds a handful of calls: `min = 1` (a floor of 20, as
 /// some libraries default to, is above what a 6-slot system of record takes) and `initial = 4`.
 ///
+/// **Cold start.** Before its first answer a budget has learnt nothing, and an initial limit
+/// sent all at once reaches a dependency that refuses beyond a small burst (a rate quota) before
+/// any refusal can be heard. So until the first call ends, however it ends, a budget lets
+/// [`COLD_START_BURST`](Adaptive::COLD_START_BURST) calls out at once and spreads the rest of its
+/// initial limit evenly over [`cold_start`](Adaptive::cold_start) (default
+/// [`DEFAULT_COLD_START`](Adaptive::DEFAULT_COLD_START), 8 ms: the 60 calls after the burst of an
+/// initial 64 go about 133 µs apart). A dependency that refuses at once is heard after a handful
+/// of calls; a healthy one sees the whole initial limit within the spread. The first answer ends
+/// it for good (a retry-after then starts the budget's pace); callers who will not wait
+/// ([`Budget::try_acquire`](crate::Budget::try_acquire)) are refused with
+/// [`TryAcquireError::Paused`](crate::TryAcquireError::Paused) between two of its slots.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::limit::Adaptive;
+///
+/// let quick = Adaptive::aimd().initial(64).cold_start(Duration::from_millis(2));
+/// assert_eq!(quick.cold_start_spread(), Duration::from_millis(2));
+/// // All 64 at once, as before there was a cold start.
+/// let blind = Adaptive::aimd().initial(64).cold_start(Duration::ZERO);
+/// assert!(blind.cold_start_spread().is_zero());
+/// ```
+///
 /// ```
 /// use inflight::limit::{Adaptive, Algorithm};
 /// use inflight::{Budget, BudgetConfig};
@@ -69,9 +93,17 @@ pub struct Adaptive {
     min: usize,
     initial: usize,
     backoff: Option<f64>,
+    cold_start: Duration,
 }
 
 impl Adaptive {
+    /// The default spread of a cold start: the initial limit goes out over 8 ms.
+    pub const DEFAULT_COLD_START: Duration = Duration::from_millis(8);
+    /// The longest cold start a budget accepts.
+    pub const MAX_COLD_START: Duration = Duration::from_secs(1);
+    /// The calls a cold start lets out at once, before it spaces the others.
+    pub const COLD_START_BURST: u32 = 4;
+
     /// The default floor.
     pub const DEFAULT_MIN: usize = 1;
     /// The default starting limit.
@@ -84,6 +116,7 @@ impl Adaptive {
             min: Adaptive::DEFAULT_MIN,
             initial: Adaptive::DEFAULT_INITIAL,
             backoff: None,
+            cold_start: Adaptive::DEFAULT_COLD_START,
         }
     }
 
@@ -115,6 +148,14 @@ impl Adaptive {
         self
     }
 
+    /// The time over which a cold start spreads the initial limit (see the cold start above);
+    /// `Duration::ZERO` sends the whole initial limit at once. At most
+    /// [`MAX_COLD_START`](Adaptive::MAX_COLD_START).
+    pub fn cold_start(mut self, spread: Duration) -> Adaptive {
+        self.cold_start = spread;
+        self
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
@@ -133,6 +174,21 @@ impl Adaptive {
     /// The factor applied on overload, if set (otherwise the algorithm's default).
     pub fn backoff_factor(&self) -> Option<f64> {
         self.backoff
+    }
+
+    /// The cold start's spread.
+    pub fn cold_start_spread(&self) -> Duration {
+        self.cold_start
+    }
+
+    /// The time between two cold-start calls after the burst, for a budget starting at
+    /// `initial` permits; `None` when there is nothing to spread.
+    pub(crate) fn cold_start_spacing(&self, initial: usize) -> Option<Duration> {
+        let spaced = initial.checked_sub(Adaptive::COLD_START_BURST as usize)?;
+        if spaced == 0 || self.cold_start.is_zero() {
+            return None;
+        }
+        Some(self.cold_start / u32::try_from(spaced).unwrap_or(u32::MAX))
     }
 
     /// Checks the settings against the budget's `max`; the field and what is wrong.
@@ -159,6 +215,16 @@ impl Adaptive {
             if !(0.5..=0.95).contains(&b) {
                 return Err(("backoff", format!("must be between 0.5 and 0.95, got {b}")));
             }
+        }
+        if self.cold_start > Adaptive::MAX_COLD_START {
+            return Err((
+                "cold_start",
+                format!(
+                    "must be at most {:?}, got {:?}",
+                    Adaptive::MAX_COLD_START,
+                    self.cold_start
+                ),
+            ));
         }
         Ok(())
     }

@@ -126,7 +126,10 @@ impl Outcome {
 /// granted until the delay has passed. Permits held are untouched; a caller whose permit
 /// deadline falls inside the pause is refused at once with
 /// [`AcquireError::Paused`](crate::AcquireError::Paused), and the others are granted when it
-/// ends. A retry-after on any other outcome is ignored.
+/// ends, one at a time: the first retry-after also starts a pace of one call per retry-after
+/// (the dependency said when it takes *one* call), which grows while the calls it lets through
+/// succeed, is cut by further refusals, and lapses after 10 s without one. A retry-after on any
+/// other outcome is ignored.
 ///
 /// [`Budget::call_with_retry`](crate::Budget::call_with_retry) retries overloads and failures,
 /// and nothing else.
