@@ -35,7 +35,8 @@
 //! - `runner`
 //! - `gate`, `metrics`
 //! - `results`
-//! - `matrix`, `strategy`, `scenario`, `stats`, `numbers`
+//! - `matrix`, `strategy`, `scenario`, `stats`
+//! - `numbers`
 
 pub mod files;
 mod gate;
