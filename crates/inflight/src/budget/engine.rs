@@ -575,8 +575,23 @@ impl Engine {
         let _place = QueuePlace(&self.waiting);
         // One place in the semaphore's queue for the whole wait: a pause that moves wakes the
         // caller to check its deadline against it, and must not cost it its place.
-        let take = self.permits.take();
-        let mut take = std::pin::pin!(take);
+        let take = std::pin::pin!(async {
+            self.permits.take().await;
+            Woke::Granted
+        });
+        // The semaphore's queue never evicts: its only turn is a grant.
+        self.wait_in_line(take, deadline, attempt).await.map(drop)
+    }
+
+    /// Waits for `turn` (a place in a queue, kept for the whole wait) until `deadline`, waking
+    /// to weigh the deadline against the pause whenever it moves; returns how the turn came
+    /// ([`Woke::Granted`] or [`Woke::Evicted`]).
+    async fn wait_in_line<F: Future<Output = Woke>>(
+        &self,
+        mut turn: std::pin::Pin<&mut F>,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<Woke, AcquireError> {
         let mut timer = std::pin::pin!(deadline.map(tokio::time::sleep_until));
         loop {
             let changed = self.pause.changed();
@@ -585,8 +600,8 @@ impl Engine {
             self.check_pause(Instant::now(), deadline, attempt)?;
             let woke = std::future::poll_fn(|cx| {
                 use std::task::Poll;
-                if take.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Woke::Granted);
+                if let Poll::Ready(woke) = turn.as_mut().poll(cx) {
+                    return Poll::Ready(woke);
                 }
                 if let Some(timer) = timer.as_mut().as_pin_mut() {
                     if timer.poll(cx).is_ready() {
@@ -600,14 +615,13 @@ impl Engine {
             })
             .await;
             match woke {
-                Woke::Granted => return Ok(()),
                 Woke::Deadline => {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
                     return Err(AcquireError::PermitTimeout);
                 }
-                // The semaphore's queue never evicts.
-                Woke::PauseMoved | Woke::Evicted => {}
+                Woke::PauseMoved => {}
+                turned => return Ok(turned),
             }
         }
     }
@@ -642,47 +656,21 @@ impl Engine {
         };
         self.stats.queued(ahead + 1);
         // As in the semaphore's queue: one place for the whole wait, whatever the pause does.
-        let mut ticket = std::pin::pin!(ticket);
-        let mut timer = std::pin::pin!(deadline.map(tokio::time::sleep_until));
-        loop {
-            let changed = self.pause.changed();
-            let mut changed = std::pin::pin!(changed);
-            changed.as_mut().enable();
-            self.check_pause(Instant::now(), deadline, attempt)?;
-            let woke = std::future::poll_fn(|cx| {
-                use std::task::Poll;
-                match ticket.as_mut().poll(cx) {
-                    Poll::Ready(Turn::Granted) => return Poll::Ready(Woke::Granted),
-                    Poll::Ready(Turn::Evicted) => return Poll::Ready(Woke::Evicted),
-                    Poll::Pending => {}
-                }
-                if let Some(timer) = timer.as_mut().as_pin_mut() {
-                    if timer.poll(cx).is_ready() {
-                        return Poll::Ready(Woke::Deadline);
-                    }
-                }
-                match changed.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Woke::PauseMoved),
-                    Poll::Pending => Poll::Pending,
-                }
-            })
-            .await;
-            match woke {
-                Woke::Granted => return Ok(()),
-                Woke::Evicted => {
-                    attempt.ended = true;
-                    self.stats.evicted();
-                    return Err(AcquireError::Evicted {
-                        retry_after: self.queue_estimate(self.waiting(), limit),
-                    });
-                }
-                Woke::Deadline => {
-                    attempt.ended = true;
-                    self.stats.permit_timed_out();
-                    return Err(AcquireError::PermitTimeout);
-                }
-                Woke::PauseMoved => {}
+        let turn = std::pin::pin!(async move {
+            match ticket.await {
+                Turn::Granted => Woke::Granted,
+                Turn::Evicted => Woke::Evicted,
             }
+        });
+        match self.wait_in_line(turn, deadline, attempt).await? {
+            Woke::Evicted => {
+                attempt.ended = true;
+                self.stats.evicted();
+                Err(AcquireError::Evicted {
+                    retry_after: self.queue_estimate(self.waiting(), limit),
+                })
+            }
+            _ => Ok(()),
         }
     }
 
