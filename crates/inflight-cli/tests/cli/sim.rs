@@ -125,7 +125,7 @@ fn an_unknown_scenario_is_exit_2_naming_the_known_ones() {
     exits_2(["sim", "--scenario", "nope"], "unknown scenario `nope`")
         .stdout("")
         .stderr(predicates::str::contains(
-            "degrading, hard-limit, healthy, quota, slow-enrichment, slow-write",
+            "degrading, hard-limit, healthy, priority, quota, slow-enrichment, slow-write",
         ));
 }
 
