@@ -11,6 +11,11 @@
 //! heard, it asks after jittered pauses instead. A reply that never came leaves the outcome
 //! unknown: the lease id is the caller's own, so a retry with it is granted at most once, and an
 //! abandoned id (held or queued) is released in the background (its expiry is the backstop).
+//!
+//! Every reply carries the budget's epoch (see [`scripts`](crate::scripts)). When it moves on
+//! from one this process had seen, Redis lost the state this process's leases were granted in:
+//! a renewal round goes at once, adding back the leases still running and registering the calls
+//! the local fallback admitted, while the budget learns and grants nothing new.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,14 +25,18 @@ use std::time::Duration;
 
 use inflight::store::{Lease, LeaseWatch, StoreError};
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::error::FleetUnavailable;
 use crate::fallback::Fallback;
-use crate::server::{Server, ServerError, Terms};
+use crate::server::{Fence, Seen, Server, ServerError, Terms};
 use crate::snapshot::FleetSnapshot;
 use crate::Fail;
+
+/// How often a fleet budget that keeps running on its fallback says so again.
+pub(crate) const DOWN_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How a store is set up.
 #[derive(Debug, Clone)]
@@ -51,15 +60,21 @@ pub(crate) struct Engine {
     settings: Settings,
     fallback: Fallback,
     held: Mutex<HashMap<Arc<str>, Held>>,
+    /// Calls the fallback admitted, running now, by their local lease id.
+    locals: Mutex<HashMap<Arc<str>, Local>>,
+    /// What this process has seen of each budget's state.
+    seen: Mutex<HashMap<Arc<str>, Seen>>,
     down: Mutex<Option<Down>>,
     renewing: AtomicBool,
+    /// Wakes the renewal task for a round now (an epoch moved, Redis is back).
+    renew_now: Arc<Notify>,
     runtime: OnceLock<Handle>,
     counters: Counters,
     outstanding: Arc<Outstanding>,
     /// Set by [`Engine::shutdown`]: acquires are refused from then on.
     closed: AtomicBool,
     /// Wakes waiters when the store shuts down.
-    closing: tokio::sync::Notify,
+    closing: Notify,
 }
 
 /// Releases sent in the background whose answer has not come yet, by lease id: what a shutdown
@@ -79,15 +94,24 @@ impl Outstanding {
 struct Held {
     budget: Arc<str>,
     watch: LeaseWatch,
-    /// When the server last confirmed the lease (its reply came): it ends no later than one
-    /// lease after this.
+    /// When the last ask that the server confirmed was sent: the server holds the lease until
+    /// at least one lease after this.
     confirmed: Instant,
+}
+
+/// A call admitted by the fallback, and its id as a holder in Redis once registered.
+struct Local {
+    budget: Arc<str>,
+    id: Arc<str>,
+    registered: bool,
 }
 
 /// The server failed: skip it until `until`.
 struct Down {
     until: Instant,
     reason: ServerError,
+    /// When the fallback state was last logged.
+    logged: Instant,
 }
 
 #[derive(Default)]
@@ -102,6 +126,10 @@ struct Counters {
     fleet_holders: AtomicU64,
     round_trips: AtomicU64,
     round_trip_micros: AtomicU64,
+    readded: AtomicU64,
+    registered: AtomicU64,
+    epochs: AtomicU64,
+    learning_until_ms: AtomicU64,
 }
 
 impl fmt::Debug for Engine {
@@ -123,13 +151,16 @@ impl Engine {
             fallback,
             settings,
             held: Mutex::new(HashMap::new()),
+            locals: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
             down: Mutex::new(None),
             renewing: AtomicBool::new(false),
+            renew_now: Arc::default(),
             runtime: OnceLock::new(),
             counters: Counters::default(),
             outstanding: Arc::default(),
             closed: AtomicBool::new(false),
-            closing: tokio::sync::Notify::new(),
+            closing: Notify::new(),
         }
     }
 
@@ -148,6 +179,47 @@ impl Engine {
     /// Whether `lease` was given by the fallback, not by the server.
     pub(crate) fn is_fallback(lease: &Lease) -> bool {
         Fallback::gave(lease)
+    }
+
+    fn seen(&self, budget: &str) -> Seen {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(budget)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Takes in the state a reply of `budget` carried; when its epoch moved on from one seen
+    /// here, a renewal round goes at once (leases still running are added back, local calls
+    /// registered).
+    fn saw(&self, budget: &Arc<str>, fence: Fence) {
+        let moved = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(budget.clone())
+            .or_default()
+            .update(fence);
+        if !fence.learning.is_zero() {
+            let until = u64::try_from(fence.learning.as_millis()).unwrap_or(u64::MAX);
+            self.counters
+                .learning_until_ms
+                .store(now_ms().saturating_add(until), Relaxed);
+        }
+        if moved {
+            self.counters.epochs.fetch_add(1, Relaxed);
+            tracing::warn!(
+                budget = %budget,
+                address = self.server.address(),
+                epoch = fence.epoch,
+                learning_ms = u64::try_from(fence.learning.as_millis()).unwrap_or(u64::MAX),
+                "fleet budget: redis lost the budget's state (a restart, a flush or a failover); \
+                 registering the calls this process runs again, nothing new is granted while \
+                 the fleet does"
+            );
+            self.renew_now.notify_one();
+        }
     }
 
     pub(crate) async fn acquire(
@@ -184,9 +256,11 @@ impl Engine {
             // From the first ask on, the id may be queued or granted: given back if the caller
             // leaves before it is granted here.
             pending.armed = true;
-            let answer =
-                tokio::time::timeout_at(op_deadline, self.server.acquire(&budget, &id, terms))
-                    .await;
+            let answer = tokio::time::timeout_at(
+                op_deadline,
+                self.server.acquire(&budget, &id, terms, self.seen(&budget)),
+            )
+            .await;
             let answered = Instant::now();
             let acquired = match answer {
                 Ok(Ok(acquired)) => acquired,
@@ -205,12 +279,17 @@ impl Engine {
             };
             self.round_trip(answered - asked);
             self.recovered();
+            self.saw(&budget, acquired.fence);
             self.counters
                 .reclaimed
                 .fetch_add(acquired.reclaimed, Relaxed);
             self.counters.fleet_holders.store(acquired.holders, Relaxed);
-            if acquired.granted || ticket.is_granted() {
-                return Ok(self.granted(&mut pending, answered));
+            if acquired.granted {
+                return Ok(self.granted(&mut pending, asked));
+            }
+            if ticket.is_granted() {
+                // Told on the channel before this answer: the grant left no later than it.
+                return Ok(self.granted(&mut pending, asked));
             }
             // Queued. The grant is told on this process's channel the moment a release (or an
             // expiry) hands the permit over; asking again is the backstop: it keeps the queue
@@ -221,7 +300,8 @@ impl Engine {
                 backoff.pause()
             };
             if !acquired.retry_in.is_zero() {
-                // An expiry frees a permit when nobody releases; asking then hands it over.
+                // An expiry frees a permit when nobody releases, and learning ends: asking then
+                // hands it over.
                 pause = pause.min(acquired.retry_in + Duration::from_millis(1));
             }
             let wake = min_deadline(deadline, answered + pause);
@@ -235,7 +315,8 @@ impl Engine {
                 () = tokio::time::sleep_until(wake) => {}
                 () = ticket.changed() => {
                     if ticket.is_granted() {
-                        return Ok(self.granted(&mut pending, Instant::now()));
+                        // The grant was made after this waiter's last ask reached the server.
+                        return Ok(self.granted(&mut pending, asked));
                     }
                     // Grants were not heard for a while, or stopped being heard: ask again.
                 }
@@ -259,7 +340,7 @@ impl Engine {
         }
     }
 
-    /// Lease `pending` was granted, as the server confirmed at `confirmed`: it is held here.
+    /// Lease `pending` was granted, no earlier than `confirmed`: it is held here.
     fn granted(&self, pending: &mut Pending<'_>, confirmed: Instant) -> Lease {
         pending.armed = false;
         self.counters.acquired.fetch_add(1, Relaxed);
@@ -282,22 +363,33 @@ impl Engine {
         deadline: Option<Instant>,
         error: ServerError,
     ) -> Result<Lease, StoreError> {
-        let was_down = {
+        let now = Instant::now();
+        let say = {
             let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
-            let was_down = down.is_some();
+            let say = match &*down {
+                None => true,
+                Some(d) => now >= d.logged + DOWN_LOG_EVERY,
+            };
+            let logged = match &*down {
+                Some(d) if !say => d.logged,
+                _ => now,
+            };
             *down = Some(Down {
-                until: Instant::now() + self.settings.retry_after,
+                until: now + self.settings.retry_after,
                 reason: error.clone(),
+                logged,
             });
-            was_down
+            say
         };
-        if !was_down {
+        if say {
             tracing::warn!(
                 budget,
                 address = self.server.address(),
                 error = %error,
                 fail = ?self.settings.fail,
-                "fleet budget: redis cannot be reached"
+                fallbacks = self.counters.fallbacks.load(Relaxed),
+                refused = self.counters.unavailable.load(Relaxed),
+                "fleet budget: redis cannot be reached; calls go to the fail policy"
             );
         }
         self.when_down(budget, deadline, error).await
@@ -311,13 +403,17 @@ impl Engine {
             .map(|d| d.reason.clone())
     }
 
+    /// The server answered: if it had failed, say so, and register the local calls now.
     fn recovered(&self) {
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         if down.take().is_some() {
             tracing::info!(
                 address = self.server.address(),
+                fallbacks = self.counters.fallbacks.load(Relaxed),
+                refused = self.counters.unavailable.load(Relaxed),
                 "fleet budget: redis is back"
             );
+            self.renew_now.notify_one();
         }
     }
 
@@ -339,19 +435,58 @@ impl Engine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
-                self.fallback.lease(deadline).await
+                // The local limit counts this process's fleet calls still running: it is what
+                // the process may run while Redis is away, not a grant on top of its leases.
+                let lease = self
+                    .fallback
+                    .lease(deadline, || self.lock_held().len())
+                    .await?;
+                let id: Arc<str> = Arc::from(format!(
+                    "{}L{:015x}",
+                    &self.server.lease_id()[..crate::scripts::PROCESS_TOKEN_LEN],
+                    rand::random::<u64>() >> 4
+                ));
+                self.locals
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(
+                        Arc::from(lease.id()),
+                        Local {
+                            budget: Arc::from(budget),
+                            id,
+                            registered: false,
+                        },
+                    );
+                Ok(lease)
             }
         }
     }
 
+    /// Fleet leases this process holds and still counts as valid.
+    fn running_fleet(&self) -> usize {
+        self.lock_held()
+            .values()
+            .filter(|h| !h.watch.is_lost())
+            .count()
+    }
+
     pub(crate) fn release(&self, budget: &str, lease: Lease) {
         if self.fallback.take_back(&lease) {
+            let local = self
+                .locals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(lease.id());
+            if let Some(local) = local.filter(|l| l.registered) {
+                self.send_release(&local.budget, &local.id);
+            }
             return;
         }
         // A lease already lost is someone else's now, or nobody's: nothing to give back.
         let Some(held) = self.lock_held().remove(lease.id()) else {
             return;
         };
+        self.fallback.call_ended();
         if held.watch.is_lost() {
             return;
         }
@@ -366,7 +501,9 @@ impl Engine {
         self.outstanding
             .lock()
             .insert(id.clone(), Arc::from(budget));
-        let release = self.server.release(budget, vec![id.clone()], self.terms());
+        let release =
+            self.server
+                .release(budget, vec![id.clone()], self.terms(), self.seen(budget));
         let timeout = self.settings.op_timeout;
         let outstanding = self.outstanding.clone();
         let task = async move {
@@ -401,6 +538,19 @@ impl Engine {
             self.counters.released.fetch_add(1, Relaxed);
             by_budget.entry(held.budget).or_default().push(id);
         }
+        for local in self
+            .locals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values_mut()
+        {
+            if std::mem::take(&mut local.registered) {
+                by_budget
+                    .entry(local.budget.clone())
+                    .or_default()
+                    .push(local.id.clone());
+            }
+        }
         for (id, budget) in self.outstanding.lock().iter() {
             by_budget
                 .entry(budget.clone())
@@ -409,7 +559,9 @@ impl Engine {
         }
         let timeout = self.settings.op_timeout;
         let sends = by_budget.into_iter().map(|(budget, ids)| {
-            let release = self.server.release(&budget, ids.clone(), self.terms());
+            let release =
+                self.server
+                    .release(&budget, ids.clone(), self.terms(), self.seen(&budget));
             async move {
                 let answer = tokio::time::timeout(timeout, release).await;
                 (budget, ids, matches!(answer, Ok(Ok(_))))
@@ -453,60 +605,109 @@ impl Engine {
             return;
         };
         let _ = self.runtime.set(runtime.clone());
-        runtime.spawn(renew(Arc::downgrade(self)));
+        runtime.spawn(renew(Arc::downgrade(self), self.renew_now.clone()));
     }
 
     /// One renewal round: leases whose confirmation is older than a lease are lost without
-    /// asking; the others are renewed, one script call per budget, and those the server no
-    /// longer holds are lost.
+    /// asking; the others are renewed, and the local calls registered, one script call per
+    /// budget. Leases the server no longer holds (with its epoch unchanged) are lost.
     async fn renew_once(&self) {
         let now = Instant::now();
-        let mut by_budget: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+        // Per budget: the leases to renew, and the local calls to register.
+        let mut by_budget: HashMap<Arc<str>, Round> = HashMap::new();
         {
-            let mut held = self.lock_held();
+            let held = self.lock_held();
             let mut expired = Vec::new();
             for (id, h) in held.iter() {
+                if h.watch.is_lost() {
+                    continue;
+                }
                 if now.duration_since(h.confirmed) >= self.settings.lease {
                     expired.push(id.clone());
                 } else {
                     by_budget
                         .entry(h.budget.clone())
                         .or_default()
+                        .0
                         .push(id.clone());
                 }
             }
             for id in expired {
-                if let Some(h) = held.remove(&id) {
-                    self.lose(&h, &id, "its lease expired before it could be renewed");
+                if let Some(h) = held.get(&id) {
+                    self.lose(h, &id, "its lease expired before it could be renewed");
                 }
             }
         }
-        for (budget, ids) in by_budget {
+        if self.skipping().is_none() {
+            for local in self
+                .locals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+            {
+                by_budget
+                    .entry(local.budget.clone())
+                    .or_default()
+                    .1
+                    .push(local.id.clone());
+            }
+        }
+        for (budget, (ids, locals)) in by_budget {
             let asked = Instant::now();
             let answer = tokio::time::timeout(
                 self.settings.op_timeout.min(self.settings.lease / 3),
-                self.server.renew(&budget, ids.clone(), self.settings.lease),
+                self.server.renew(
+                    &budget,
+                    ids.clone(),
+                    locals.clone(),
+                    self.terms(),
+                    self.seen(&budget),
+                ),
             )
             .await;
             let answered = Instant::now();
-            let Ok(Ok(lost)) = answer else {
+            let Ok(Ok(renewed)) = answer else {
                 continue;
             };
             self.round_trip(answered - asked);
-            let mut held = self.lock_held();
-            for id in &ids {
-                if lost.iter().any(|l| **l == **id) {
-                    if let Some(h) = held.remove(id) {
-                        self.lose(&h, id, "the server no longer holds its lease");
+            self.recovered();
+            self.saw(&budget, renewed.fence);
+            if renewed.readded > 0 {
+                self.counters.readded.fetch_add(renewed.readded, Relaxed);
+                tracing::warn!(
+                    budget = %budget,
+                    leases = renewed.readded,
+                    "fleet budget: leases this process still runs were gone from redis; added back"
+                );
+            }
+            {
+                let mut held = self.lock_held();
+                for id in &ids {
+                    if renewed.lost.iter().any(|l| **l == **id) {
+                        if let Some(h) = held.get(id) {
+                            self.lose(h, id, "the server no longer holds its lease");
+                        }
+                    } else if let Some(h) = held.get_mut(id) {
+                        h.confirmed = h.confirmed.max(asked);
                     }
-                } else if let Some(h) = held.get_mut(id) {
-                    h.confirmed = answered;
+                }
+            }
+            let mut all = self.locals.lock().unwrap_or_else(PoisonError::into_inner);
+            for local in all.values_mut() {
+                if locals.contains(&local.id) && !local.registered {
+                    local.registered = true;
+                    self.counters.registered.fetch_add(1, Relaxed);
                 }
             }
         }
     }
 
+    /// Tells the holder of `held` that its lease is lost. The entry stays until the call ends,
+    /// so that its release is not sent and the fallback still counts it as running.
     fn lose(&self, held: &Held, id: &str, why: &str) {
+        if held.watch.is_lost() {
+            return;
+        }
         held.watch.mark_lost();
         self.counters.lost.fetch_add(1, Relaxed);
         tracing::warn!(budget = %held.budget, lease = id, "fleet budget: lease lost: {why}");
@@ -515,8 +716,9 @@ impl Engine {
     pub(crate) fn snapshot(&self) -> FleetSnapshot {
         let c = &self.counters;
         let round_trips = c.round_trips.load(Relaxed);
+        let learning_until = c.learning_until_ms.load(Relaxed);
         FleetSnapshot {
-            held: self.lock_held().len(),
+            held: self.running_fleet(),
             local_held: self.fallback.held(),
             fleet_holders: c.fleet_holders.load(Relaxed),
             acquired: c.acquired.load(Relaxed),
@@ -538,8 +740,30 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some(),
+            epoch: self
+                .seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .map(|s| s.epoch)
+                .max()
+                .unwrap_or(0),
+            epochs_moved: c.epochs.load(Relaxed),
+            readded: c.readded.load(Relaxed),
+            locals_registered: c.registered.load(Relaxed),
+            learning: learning_until > now_ms(),
         }
     }
+}
+
+/// One budget's part of a renewal round: the leases to renew, and the local calls to register.
+type Round = (Vec<Arc<str>>, Vec<Arc<str>>);
+
+/// The wall clock in milliseconds, for the learning deadline a snapshot shows.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Drop for Engine {
@@ -556,11 +780,25 @@ impl Drop for Engine {
                 by_budget.entry(held.budget).or_default().push(id);
             }
         }
+        for (_, local) in self
+            .locals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+        {
+            if local.registered {
+                by_budget.entry(local.budget).or_default().push(local.id);
+            }
+        }
         for (budget, ids) in by_budget {
-            if let Err(error) =
-                self.server
-                    .release_blocking(&budget, &ids, self.terms(), self.settings.op_timeout)
-            {
+            let seen = self.seen(&budget);
+            if let Err(error) = self.server.release_blocking(
+                &budget,
+                &ids,
+                self.terms(),
+                seen,
+                self.settings.op_timeout,
+            ) {
                 tracing::warn!(
                     budget = %budget,
                     address = self.server.address(),
@@ -573,8 +811,9 @@ impl Drop for Engine {
     }
 }
 
-/// Renews this process's leases every third of a lease, until the store is dropped.
-async fn renew(engine: Weak<Engine>) {
+/// Renews this process's leases every third of a lease, and at once when asked (an epoch
+/// moved, Redis is back), until the store is dropped.
+async fn renew(engine: Weak<Engine>, now: Arc<Notify>) {
     let every = match engine.upgrade() {
         Some(e) => (e.settings.lease / 3).max(Duration::from_millis(1)),
         None => return,
@@ -582,7 +821,10 @@ async fn renew(engine: Weak<Engine>) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = now.notified() => {}
+        }
         let Some(engine) = engine.upgrade() else {
             return;
         };
@@ -725,27 +967,50 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_restart_that_drops_the_lease_is_told_to_its_holder() {
+    async fn a_restart_that_drops_the_leases_adds_them_back_before_granting_anything_new() {
         let server = Shared::default();
-        let a = store(&server, 2, Fail::Closed);
-        let records = budget(&a, 2, 1000);
-        let permit = records.acquire().await.unwrap();
+        let (a, b) = (
+            store(&server, 2, Fail::Closed),
+            store(&server, 2, Fail::Closed),
+        );
+        let (ra, rb) = (budget(&a, 2, 1000), budget(&b, 2, 1000));
+        let first = ra.acquire().await.unwrap();
+        let second = ra.acquire().await.unwrap();
+        assert_eq!(server.0.holders("records"), 2);
+        // Redis restarts empty while both calls run.
         server.0.wipe();
-        tokio::time::sleep(ms(101)).await;
+        // A newcomer that had seen the budget before finds it learning: nothing is granted
+        // to it until the holders have had a lease to say what they run.
+        let newcomer = tokio::spawn(async move {
+            let start = Instant::now();
+            let got = rb.acquire().await.map(drop);
+            (start.elapsed(), got)
+        });
+        // (b saw the budget too: its first ask makes the new epoch learn.)
+        tokio::time::sleep(ms(1)).await;
+        // a's renewal (a third of a lease) adds both leases back.
+        tokio::time::sleep(ms(110)).await;
         settle().await;
-        assert!(permit.lease().unwrap().is_lost());
-        let other = records.acquire().await.unwrap();
-        assert_eq!(server.0.holders("records"), 1, "nothing double-counted");
-        drop(permit);
-        settle().await;
+        assert!(!first.lease().unwrap().is_lost() && !second.lease().unwrap().is_lost());
         assert_eq!(
             server.0.holders("records"),
-            1,
-            "the lost lease removed nothing"
+            2,
+            "both running calls count again"
         );
-        drop(other);
-        settle().await;
-        assert_eq!(server.0.holders("records"), 0);
+        assert_eq!(a.snapshot().readded, 2);
+        assert!(a.snapshot().epochs_moved >= 1);
+        assert!(
+            server.0.learning("records"),
+            "nothing new granted for a lease"
+        );
+        // The limit is held after learning too: the newcomer starts once a call ends.
+        tokio::time::sleep(ms(400)).await;
+        assert!(!newcomer.is_finished());
+        drop(first);
+        let (waited, got) = newcomer.await.unwrap();
+        assert!(got.is_ok());
+        assert!(waited >= ms(500), "{waited:?}");
+        drop(second);
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,9 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::grants::Grants;
-use crate::server::{Acquired, Server, ServerError, ShareReply, ShareReport, Terms};
+use crate::server::{
+    Acquired, Fence, Renewed, Seen, Server, ServerError, ShareReply, ShareReport, Terms,
+};
 use crate::shares::alloc;
 
 #[derive(Debug, Default)]
@@ -32,6 +34,54 @@ pub(crate) struct FakeServer {
     pub(crate) blocking_releases: AtomicU64,
     /// Each rate limit's theoretical arrival time, as the GCRA script keeps it.
     rates: Mutex<HashMap<String, Instant>>,
+    /// Each share budget's epoch.
+    share_meta: Mutex<HashMap<String, Meta>>,
+    /// Numbers epochs, across wipes.
+    epochs: AtomicU64,
+}
+
+/// A budget's epoch, version and learning deadline, as the scripts' `fence` keeps them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Meta {
+    epoch: u64,
+    version: u64,
+    learn: Option<Instant>,
+}
+
+impl Meta {
+    /// The scripts' `fence`: whether the caller is behind.
+    fn fence(&mut self, seen: Seen, lease: Duration, now: Instant, epochs: &AtomicU64) -> bool {
+        if self.epoch == 0 {
+            self.epoch = epochs.fetch_add(1, Relaxed) + 1_000;
+            self.version = 0;
+            self.learn = None;
+            if seen.epoch != 0 {
+                self.learn = Some(now + lease);
+                return true;
+            }
+            return false;
+        }
+        if seen.epoch > self.epoch || (seen.epoch == self.epoch && seen.version > self.version) {
+            self.epoch = (epochs.fetch_add(1, Relaxed) + 1_000).max(seen.epoch + 1);
+            self.learn = Some(now + lease);
+            return true;
+        }
+        seen.epoch != 0 && seen.epoch < self.epoch
+    }
+
+    fn learning(&self, now: Instant) -> bool {
+        self.learn.is_some_and(|l| now < l)
+    }
+
+    fn out(&self, now: Instant) -> Fence {
+        Fence {
+            epoch: self.epoch,
+            version: self.version,
+            learning: self
+                .learn
+                .map_or(Duration::ZERO, |l| l.saturating_duration_since(now)),
+        }
+    }
 }
 
 /// A process's entry in a share budget, as the `SHARES` script keeps it.
@@ -49,6 +99,7 @@ struct Budget {
     holders: HashMap<String, Instant>,
     /// Waiting lease ids by arrival, with the moment each counts as gone.
     queue: Vec<(String, Instant)>,
+    meta: Meta,
 }
 
 impl Budget {
@@ -64,10 +115,16 @@ impl Budget {
             reclaimed = (before - self.holders.len()) as u64;
         }
         let mut granted = Vec::new();
+        if self.meta.learning(now) {
+            return (granted, reclaimed);
+        }
         while self.holders.len() < terms.limit && !self.queue.is_empty() {
             let (id, _) = self.queue.remove(0);
             self.holders.insert(id.clone(), now + terms.lease);
             granted.push(id);
+        }
+        if !granted.is_empty() {
+            self.meta.version += 1;
         }
         (granted, reclaimed)
     }
@@ -95,6 +152,23 @@ impl FakeServer {
     pub(crate) fn wipe(&self) {
         self.budgets.lock().unwrap().clear();
         self.shares.lock().unwrap().clear();
+        self.share_meta.lock().unwrap().clear();
+    }
+
+    /// Whether budget `budget` is learning now.
+    pub(crate) fn learning(&self, budget: &str) -> bool {
+        let now = Instant::now();
+        self.budgets
+            .lock()
+            .unwrap()
+            .get(budget)
+            .is_some_and(|b| b.meta.learning(now))
+            || self
+                .share_meta
+                .lock()
+                .unwrap()
+                .get(budget)
+                .is_some_and(|m| m.learning(now))
     }
 
     /// The permits reserved for live processes of share budget `budget`, by process.
@@ -115,6 +189,12 @@ impl FakeServer {
     /// The `SHARES` script on tokio's clock; returns the reply and the processes to tell.
     fn report(&self, budget: &str, r: &ShareReport) -> (ShareReply, Vec<String>) {
         let now = Instant::now();
+        let (behind, learning, meta) = {
+            let mut metas = self.share_meta.lock().unwrap();
+            let meta = metas.entry(budget.to_string()).or_default();
+            let behind = meta.fence(r.seen, r.lease, now, &self.epochs);
+            (behind, meta.learning(now), *meta)
+        };
         let mut all = self.shares.lock().unwrap();
         let b = all.entry(budget.to_string()).or_default();
         b.retain(|id, e| e.expiry > now || **id == *r.process);
@@ -132,13 +212,14 @@ impl FakeServer {
                 )
             })
             .collect();
-        if mine.is_some_and(|m| r.seq <= m.seq) {
+        if mine.is_some_and(|m| r.seq <= m.seq) && !behind {
             let reply = ShareReply {
                 applied: false,
                 cap: 0,
                 has: 0,
                 target: 0,
                 processes: others.len() + 1,
+                fence: meta.out(now),
             };
             return (reply, Vec::new());
         }
@@ -148,7 +229,12 @@ impl FakeServer {
             (r.holding, r.wants)
         };
         let entries: Vec<alloc::Entry> = others.iter().map(|(_, e)| *e).collect();
-        let out = alloc::report(r.limit, &entries, holding, wants);
+        let mut out = alloc::report(r.limit, &entries, holding, wants);
+        if learning || behind {
+            // Its calls run: they count whole, and no share grows while the budget learns.
+            out.has = holding;
+            out.cap = out.has.min(out.target);
+        }
         if r.leaving && holding == 0 {
             b.remove(&*r.process);
         } else {
@@ -174,33 +260,42 @@ impl FakeServer {
             })
             .map(|((id, _), _)| id.clone())
             .collect();
+        let meta = {
+            let mut metas = self.share_meta.lock().unwrap();
+            let meta = metas.entry(budget.to_string()).or_default();
+            meta.version += 1;
+            *meta
+        };
         let reply = ShareReply {
             applied: true,
             cap: out.cap,
             has: out.has,
             target: out.target,
             processes: others.len() + 1,
+            fence: meta.out(now),
         };
         (reply, tell)
     }
 
-    fn remove(&self, budget: &str, ids: &[Arc<str>], terms: Terms) -> u64 {
-        let granted = {
+    fn remove(&self, budget: &str, ids: &[Arc<str>], terms: Terms, seen: Seen) -> (u64, Fence) {
+        let now = Instant::now();
+        let (granted, fence) = {
             let mut all = self.budgets.lock().unwrap();
             let b = all.entry(budget.to_string()).or_default();
+            b.meta.fence(seen, terms.lease, now, &self.epochs);
             let mut removed = 0;
             for id in ids {
                 removed += u64::from(b.holders.remove(&**id).is_some());
                 b.queue.retain(|(q, _)| **q != **id);
             }
             self.released.fetch_add(removed, Relaxed);
-            let (granted, _) = b.promote(Instant::now(), terms);
-            (granted, removed)
+            let (granted, _) = b.promote(now, terms);
+            ((granted, removed), b.meta.out(now))
         };
         for id in &granted.0 {
             self.grants.grant(id);
         }
-        granted.1
+        (granted.1, fence)
     }
 
     fn call(&self) -> Result<Duration, ServerError> {
@@ -225,6 +320,7 @@ impl Server for Shared {
         budget: &str,
         id: &str,
         terms: Terms,
+        seen: Seen,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let (server, budget, id) = (self.0.clone(), budget.to_string(), id.to_string());
         Box::pin(async move {
@@ -235,21 +331,28 @@ impl Server for Shared {
                 let now = Instant::now();
                 let mut all = server.budgets.lock().unwrap();
                 let b = all.entry(budget).or_default();
+                b.meta.fence(seen, terms.lease, now, &server.epochs);
                 let (promoted, reclaimed) = b.promote(now, terms);
-                let granted = b.holders.contains_key(&id) || b.holders.len() < terms.limit;
+                let learning = b.meta.learning(now);
+                let granted =
+                    b.holders.contains_key(&id) || (b.holders.len() < terms.limit && !learning);
                 if granted {
                     b.holders.insert(id.clone(), now + terms.lease);
+                    b.meta.version += 1;
                 } else {
                     match b.queue.iter_mut().find(|(q, _)| *q == id) {
                         Some(entry) => entry.1 = now + terms.queue_lease,
                         None => b.queue.push((id.clone(), now + terms.queue_lease)),
                     }
                 }
-                let retry_in = b
-                    .holders
-                    .values()
-                    .min()
-                    .map_or(Duration::ZERO, |e| e.duration_since(now));
+                let retry_in = if learning {
+                    b.meta.out(now).learning
+                } else {
+                    b.holders
+                        .values()
+                        .min()
+                        .map_or(Duration::ZERO, |e| e.saturating_duration_since(now))
+                };
                 let ahead = b.queue.iter().position(|(q, _)| *q == id).unwrap_or(0);
                 let acquired = Acquired {
                     granted,
@@ -257,6 +360,7 @@ impl Server for Shared {
                     reclaimed,
                     retry_in: if granted { Duration::ZERO } else { retry_in },
                     ahead: ahead as u64,
+                    fence: b.meta.out(now),
                 };
                 (acquired, promoted)
             };
@@ -272,8 +376,10 @@ impl Server for Shared {
         &self,
         budget: &str,
         ids: Vec<Arc<str>>,
-        lease: Duration,
-    ) -> BoxFuture<'static, Result<Vec<String>, ServerError>> {
+        locals: Vec<Arc<str>>,
+        terms: Terms,
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<Renewed, ServerError>> {
         let (server, budget) = (self.0.clone(), budget.to_string());
         Box::pin(async move {
             server.call()?;
@@ -281,19 +387,38 @@ impl Server for Shared {
                 return std::future::pending().await;
             }
             let now = Instant::now();
+            let lease = terms.lease;
             let mut all = server.budgets.lock().unwrap();
-            let holders = &mut all.entry(budget).or_default().holders;
+            let b = all.entry(budget).or_default();
+            let behind = b.meta.fence(seen, lease, now, &server.epochs);
             let mut lost = Vec::new();
+            let mut readded = 0;
             for id in ids {
-                match holders.get_mut(&*id) {
-                    Some(expiry) if *expiry > now => *expiry = now + lease,
+                match b.holders.get_mut(&*id) {
+                    Some(expiry) if *expiry > now || behind => *expiry = now + lease,
+                    None if behind => {
+                        b.holders.insert(id.to_string(), now + lease);
+                        readded += 1;
+                    }
                     _ => {
-                        holders.remove(&*id);
+                        b.holders.remove(&*id);
                         lost.push(id.to_string());
                     }
                 }
             }
-            Ok(lost)
+            for id in locals {
+                b.holders.insert(id.to_string(), now + lease);
+            }
+            if readded > 0 {
+                let until = now + lease;
+                b.meta.learn = Some(b.meta.learn.map_or(until, |l| l.max(until)));
+            }
+            b.meta.version += 1;
+            Ok(Renewed {
+                lost,
+                readded,
+                fence: b.meta.out(now),
+            })
         })
     }
 
@@ -302,11 +427,12 @@ impl Server for Shared {
         budget: &str,
         ids: Vec<Arc<str>>,
         terms: Terms,
-    ) -> BoxFuture<'static, Result<u64, ServerError>> {
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<(u64, Fence), ServerError>> {
         let (server, budget) = (self.0.clone(), budget.to_string());
         Box::pin(async move {
             server.call()?;
-            Ok(server.remove(&budget, &ids, terms))
+            Ok(server.remove(&budget, &ids, terms, seen))
         })
     }
 
@@ -315,11 +441,12 @@ impl Server for Shared {
         budget: &str,
         ids: &[Arc<str>],
         terms: Terms,
+        seen: Seen,
         _timeout: Duration,
     ) -> Result<u64, ServerError> {
         self.0.call()?;
         self.0.blocking_releases.fetch_add(1, Relaxed);
-        Ok(self.0.remove(budget, ids, terms))
+        Ok(self.0.remove(budget, ids, terms, seen).0)
     }
 
     fn gcra(

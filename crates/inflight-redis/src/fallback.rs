@@ -1,10 +1,11 @@
-//! [`Fallback`]: the permits a fleet store admits on its own while Redis cannot be asked
+//! [`Fallback`]: the calls a fleet store admits on its own while Redis cannot be asked
 //! ([`Fail::Local`]), with lease ids of their own; shared by per-call leases and shares.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
 
 use inflight::store::{Lease, StoreError};
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::Fail;
@@ -12,41 +13,66 @@ use crate::Fail;
 /// Lease ids given by the fallback start with this; the server's never do.
 const LOCAL_PREFIX: &str = "local:";
 
-/// The local permits of a fail policy: `n` for [`Fail::Local(n)`](Fail::Local), none for
+/// The local limit of a fail policy: `n` for [`Fail::Local(n)`](Fail::Local), none for
 /// [`Fail::Closed`].
+///
+/// The limit is what the process may run while Redis is away, its calls under fleet permits
+/// still running included: a process running 5 fleet calls with `Fail::Local(2)` admits nothing
+/// locally until fewer than 2 of them run.
 #[derive(Debug)]
 pub(crate) struct Fallback {
-    permits: Semaphore,
     size: usize,
+    held: Mutex<usize>,
     next: AtomicU64,
+    /// Woken when a call of the store ends (local or not): a waiter may fit now.
+    ended: Notify,
 }
 
 impl Fallback {
     pub(crate) fn new(fail: Fail) -> Fallback {
         let size = match fail {
-            Fail::Local(n) => n.min(Semaphore::MAX_PERMITS),
+            Fail::Local(n) => n,
             Fail::Closed => 0,
         };
         Fallback {
-            permits: Semaphore::new(size),
             size,
+            held: Mutex::new(0),
             next: AtomicU64::new(0),
+            ended: Notify::new(),
         }
     }
 
-    /// A local lease, waiting for a free permit until `deadline` at most.
-    pub(crate) async fn lease(&self, deadline: Option<Instant>) -> Result<Lease, StoreError> {
-        let permit = match deadline {
-            Some(at) => tokio::time::timeout_at(at, self.permits.acquire())
-                .await
-                .map_err(|_| StoreError::Timeout)?,
-            None => self.permits.acquire().await,
-        };
-        permit
-            .map_err(|e| StoreError::unavailable(e.to_string()))?
-            .forget();
-        let n = self.next.fetch_add(1, Relaxed);
-        Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")))
+    /// A local lease once fewer than the limit run, counting `running()` (the store's other
+    /// calls still running), waiting until `deadline` at most.
+    pub(crate) async fn lease(
+        &self,
+        deadline: Option<Instant>,
+        running: impl Fn() -> usize,
+    ) -> Result<Lease, StoreError> {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            {
+                let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                if running().saturating_add(*held) < self.size {
+                    *held += 1;
+                    let n = self.next.fetch_add(1, Relaxed);
+                    return Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")));
+                }
+            }
+            match deadline {
+                Some(at) => tokio::time::timeout_at(at, ended)
+                    .await
+                    .map_err(|_| StoreError::Timeout)?,
+                None => ended.await,
+            }
+        }
+    }
+
+    /// A call of the store that the fallback did not admit ended.
+    pub(crate) fn call_ended(&self) {
+        self.ended.notify_waiters();
     }
 
     /// Whether `lease` was given by a fallback, not by the server.
@@ -57,7 +83,11 @@ impl Fallback {
     /// Takes back a lease it gave; false (and nothing done) for any other.
     pub(crate) fn take_back(&self, lease: &Lease) -> bool {
         if Fallback::gave(lease) {
-            self.permits.add_permits(1);
+            {
+                let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                *held = held.saturating_sub(1);
+            }
+            self.ended.notify_waiters();
             true
         } else {
             false
@@ -66,6 +96,6 @@ impl Fallback {
 
     /// Local leases held now.
     pub(crate) fn held(&self) -> usize {
-        self.size.saturating_sub(self.permits.available_permits())
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

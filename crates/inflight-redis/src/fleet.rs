@@ -1,21 +1,38 @@
-//! [`RedisFleet`]: one Redis server shared by every replica, and the settings its stores share.
+//! [`RedisFleet`]: the Redis shared by every replica (one server, a Cluster, or a primary
+//! found through Sentinel), and the settings its stores share.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManagerConfig;
-
 use crate::engine::{Engine, Settings};
 use crate::error::FleetError;
+use crate::link::{Link, Topology};
 use crate::server::{RedisServer, Server};
 use crate::shares::{ShareEngine, ShareStore};
 use crate::{Fail, RedisStore};
 
-/// A Redis server where budgets keep the permits that every replica of a service shares.
+/// The Redis where budgets keep the permits that every replica of a service shares.
 ///
 /// Building one does not connect: the connection is opened on first use and reopened after a
 /// failure, so a process can start while Redis is down (and serve under [`Fail::Local`]).
 /// Clones share the connection.
+///
+/// # Topologies
+///
+/// The URL says which Redis:
+///
+/// | URL | reaches |
+/// | --- | --- |
+/// | `redis://host:6379/0` | one server; or, if that node is part of a Redis Cluster, the whole cluster (any node's address will do) |
+/// | `redis+cluster://h1:7000,h2:7001` | a Redis Cluster, from the first seed that answers |
+/// | `redis+sentinel://s1:26379,s2:26379/mymaster/0` | the primary the sentinels name `mymaster`, followed through failovers |
+/// | `rediss://...`, `rediss+cluster://...`, `rediss+sentinel://...` | the same over TLS; see [`FleetBuilder::ca_file`] |
+///
+/// A user and password (`redis://user:secret@host:6379`, ACL or `requirepass`) go to the data
+/// nodes, not to the sentinels. A budget's keys share one hash tag (`inflight:{records}:...`),
+/// so each budget lives on one slot of a cluster, and the word that a permit was handed over
+/// goes on a sharded channel of that slot (`SPUBLISH`, Redis 7).
 ///
 /// # Examples
 ///
@@ -55,6 +72,7 @@ pub struct RedisFleet {
 #[must_use = "a builder does nothing until build() is called"]
 pub struct FleetBuilder {
     url: String,
+    ca_file: Option<PathBuf>,
     lease: Duration,
     op_timeout: Duration,
     retry_after: Duration,
@@ -65,10 +83,12 @@ impl RedisFleet {
     /// frees it within this time.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 
-    /// Starts setting up a fleet on the Redis at `url` (`redis://host:port/db`).
+    /// Starts setting up a fleet on the Redis at `url`: `redis://host:port/db`, a cluster's
+    /// node or seeds, or sentinels (see [Topologies](RedisFleet#topologies)).
     pub fn builder(url: &str) -> FleetBuilder {
         FleetBuilder {
             url: url.to_string(),
+            ca_file: None,
             lease: RedisFleet::DEFAULT_LEASE,
             op_timeout: Duration::from_secs(1),
             retry_after: Duration::from_secs(1),
@@ -79,7 +99,7 @@ impl RedisFleet {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Url`] when `url` is not a Redis URL.
+    /// [`FleetError::Url`] when `url` is not a fleet URL.
     pub fn new(url: &str) -> Result<RedisFleet, FleetError> {
         RedisFleet::builder(url).build()
     }
@@ -199,9 +219,15 @@ impl RedisFleet {
         self.lease
     }
 
-    /// The Redis address, as errors and logs show it.
+    /// The Redis address, as errors and logs show it: the URL without its password.
     pub fn address(&self) -> &str {
         self.server.address()
+    }
+
+    /// What the fleet's connection found at its address: `"standalone"`, `"cluster"` or
+    /// `"sentinel"`; `None` until it first connected.
+    pub fn topology(&self) -> Option<&'static str> {
+        self.server.topology()
     }
 
     pub(crate) fn server(&self) -> &Arc<dyn Server> {
@@ -238,12 +264,20 @@ impl FleetBuilder {
         self
     }
 
-    /// Checks the settings; does not connect.
+    /// The certificate authorities (a PEM file) that a `rediss` server's certificate must chain
+    /// to, in place of the system's roots; read when [`build`](FleetBuilder::build) runs.
+    pub fn ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.ca_file = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Checks the settings and reads the CA file; does not connect.
     ///
     /// # Errors
     ///
-    /// [`FleetError::Url`] when the URL is not a Redis URL; [`FleetError::Invalid`] when the
-    /// lease is under 3 ms or the round-trip timeout is zero.
+    /// [`FleetError::Url`] when the URL is not a fleet URL; [`FleetError::Invalid`] when the
+    /// lease is under 3 ms, the round-trip timeout is zero, or the CA file cannot be read or
+    /// holds no certificate.
     pub fn build(self) -> Result<RedisFleet, FleetError> {
         if self.lease < Duration::from_millis(3) {
             return Err(FleetError::Invalid(format!(
@@ -256,18 +290,34 @@ impl FleetBuilder {
                 "op_timeout must be greater than zero".to_string(),
             ));
         }
-        let client = redis::Client::open(self.url.as_str()).map_err(|source| FleetError::Url {
-            url: self.url.clone(),
-            source,
+        let topology = Topology::parse(&self.url).map_err(|bad| FleetError::Url {
+            url: crate::link::redacted(&self.url),
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "invalid fleet url",
+                bad.0,
+            )),
         })?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.op_timeout))
-            .set_connection_timeout(Some(self.op_timeout))
-            // One attempt per reconnect: the store paces its own retries (`retry_after`), so
-            // a refused connection fails the call at once instead of after a backoff.
-            .set_number_of_retries(0);
+        let certs = match &self.ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| FleetError::Invalid(format!("ca_file {}: {e}", path.display())))?;
+                if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                    return Err(FleetError::Invalid(format!(
+                        "ca_file {}: no PEM certificate in it",
+                        path.display()
+                    )));
+                }
+                Some(pem)
+            }
+            None => None,
+        };
         Ok(RedisFleet {
-            server: Arc::new(RedisServer::new(client, config)),
+            server: Arc::new(RedisServer::new(Link::new(
+                topology,
+                certs,
+                self.op_timeout,
+            ))),
             lease: self.lease,
             op_timeout: self.op_timeout,
             retry_after: self.retry_after,

@@ -90,6 +90,7 @@ mod fake;
 mod fallback;
 mod fleet;
 mod grants;
+mod link;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod rate;

@@ -1,32 +1,115 @@
 //! The Lua scripts a fleet budget runs on the Redis server: acquire, renew, release (with the
-//! fleet's wait queue), and the GCRA of a fleet rate limit. Each reads the server's clock (`TIME`), never a client's.
+//! fleet's wait queue), the shares report, and the GCRA of a fleet rate limit. Each reads the
+//! server's clock (`TIME`), never a client's.
 //!
 //! Every key a script touches is passed in `KEYS` and carries the budget's hash tag
-//! (`inflight:{name}:...`), so the scripts run on Redis Cluster too. Since Redis 5 scripts are
-//! replicated by their effects, so reading `TIME` inside one is safe.
+//! (`inflight:{name}:...`), so a budget lives on one slot of a Redis Cluster. Since Redis 5
+//! scripts are replicated by their effects, so reading `TIME` inside one is safe.
+//!
+//! # Grants told
+//!
+//! A script that hands a permit to a waiter tells the waiter's process on a channel of its own.
+//! On one server (or a primary found through Sentinel) that is `PUBLISH` on
+//! `inflight:grants:<process>`; on a Cluster it is `SPUBLISH` on
+//! `inflight:{name}:grants:<process>`, a sharded channel in the budget's own slot, so the word
+//! stays on the budget's shard instead of crossing the whole cluster bus ([`Scripts::for_cluster`]).
+//!
+//! # Epochs: state that Redis lost
+//!
+//! Each budget keeps `inflight:{name}:epoch`, a hash of `epoch` (the server's clock in
+//! microseconds when the budget's state began), `version` (bumped by every write that grants,
+//! renews or registers) and `learn` (server milliseconds until which nothing new is granted).
+//! Every script is told the epoch and the highest version its process has seen, and answers
+//! with its own:
+//!
+//! - **State gone** (a restart without persistence, a flush): the hash is missing. Made again
+//!   by a process that had seen an epoch, the budget starts *learning* for one lease.
+//! - **Writes lost** (a failover with asynchronous replication): a process has seen a higher
+//!   version (or a later epoch) than the server holds. The budget takes a new epoch and learns
+//!   for one lease.
+//! - **Learning**: nothing new is granted, and every process that runs calls re-registers them
+//!   at its next round trip (its renewal, at most a third of a lease away, or at once when it
+//!   sees the new epoch): leases missing from a server whose epoch the process had not seen are
+//!   added back, and calls admitted on the local fallback are added as holders. A lease added
+//!   back extends learning to one lease from then. After learning, grants resume below the
+//!   limit, counting every call registered.
+//!
+//! A process's own lease, still valid on its own clock, is re-registered only when the server's
+//! epoch moved: with the epoch unchanged, a missing lease was taken back on expiry, and is lost.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// The part every lease script starts with: the server's clock, and `promote`, which hands
-/// free permits to the earliest waiters of the fleet.
+/// The server's clock, and `fence`, which compares the budget's epoch with what the caller has
+/// seen (see the module's docs). Starts every script that touches a budget's state.
+///
+/// `fence(key, seen_epoch, seen_version, lease)` returns `epoch, version, learn, behind`:
+/// `behind` when the caller last saw an earlier state (its running calls must be told again).
+const FENCE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function fence(key, seen_epoch, seen_version, lease)
+  local m = redis.call('HMGET', key, 'epoch', 'version', 'learn')
+  local epoch, version, learn = tonumber(m[1]), tonumber(m[2]) or 0, tonumber(m[3]) or 0
+  local behind = false
+  if not epoch then
+    epoch, version, learn = now_us, 0, 0
+    if seen_epoch ~= 0 then
+      learn = now + lease
+      behind = true
+    end
+    redis.call('HSET', key, 'epoch', epoch, 'version', 0, 'learn', learn)
+  elseif seen_epoch > epoch or (seen_epoch == epoch and seen_version > version) then
+    epoch = math.max(now_us, seen_epoch + 1, epoch + 1)
+    learn = now + lease
+    behind = true
+    redis.call('HSET', key, 'epoch', epoch, 'learn', learn)
+  elseif seen_epoch ~= 0 and seen_epoch < epoch then
+    behind = true
+  end
+  return epoch, version, learn, behind
+end
+"#;
+
+/// What every lease script starts with: [`FENCE`] applied to the budget, and `promote`, which
+/// hands free permits to the earliest waiters of the fleet.
 ///
 /// `KEYS[1]`: the holders, a sorted set of lease id to expiry (server milliseconds).
 /// `KEYS[2]`: the queue, a sorted set of waiting lease id to arrival number.
 /// `KEYS[3]`: the queue's expiries, a sorted set of waiting lease id to the moment its waiter
 /// counts as gone unless it asks again (a waiter killed while queued blocks nobody).
 /// `KEYS[4]`: the arrival counter.
+/// `KEYS[5]`: the epoch (see the module's docs).
+///
+/// `ARGV[1..4]`: the epoch and version the caller has seen (0 and 0 for none), the limit, the
+/// lease in milliseconds.
 ///
 /// `promote` first drops queue entries whose waiters stopped asking; then, if the holders are
 /// at the limit, reclaims expired leases (a holder killed with SIGKILL frees its permits within
-/// one lease); then, while there is room and someone waits, grants the head of the queue its
-/// lease and tells it on its process's channel (`inflight:grants:` and the first
-/// [`PROCESS_TOKEN_LEN`] characters of its id). So no permit is free while anyone waits: a newcomer never overtakes the queue.
+/// one lease); then, unless the budget is learning, while there is room and someone waits,
+/// grants the head of the queue its lease and tells it on its process's channel. So no permit
+/// is free while anyone waits: a newcomer never overtakes the queue.
 const PRELUDE: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function promote(limit, lease)
+local seen_epoch = tonumber(ARGV[1])
+local seen_version = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+local epoch, version, learn, behind = fence(KEYS[5], seen_epoch, seen_version, lease)
+local function bump()
+  version = redis.call('HINCRBY', KEYS[5], 'version', 1)
+end
+local function learn_more()
+  if learn < now + lease then
+    learn = now + lease
+    redis.call('HSET', KEYS[5], 'learn', learn)
+  end
+end
+local function learn_left()
+  return math.max(learn - now, 0)
+end
+local function promote()
   local queued = redis.call('ZCARD', KEYS[2])
   if queued > 0 then
     local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -41,6 +124,10 @@ local function promote(limit, lease)
     reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
     n = n - reclaimed
   end
+  if now < learn then
+    return n, reclaimed
+  end
+  local granted = 0
   while n < limit and queued > 0 do
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not head then break end
@@ -48,106 +135,275 @@ local function promote(limit, lease)
     redis.call('ZREM', KEYS[3], head)
     n = n + redis.call('ZADD', KEYS[1], now + lease, head)
     queued = queued - 1
-    redis.call('PUBLISH', 'inflight:grants:' .. string.sub(head, 1, TOKEN_LEN), head)
+    granted = granted + 1
+    tell(head)
   end
+  if granted > 0 then bump() end
   return n, reclaimed
 end
 "#;
 
-/// Takes a lease for `ARGV[1]` if a permit is free and nobody waits; otherwise puts it in the
-/// queue (or keeps it there), where `promote` grants it in its turn.
+/// `tell(id)` on one server: `PUBLISH` on the process's channel.
+const TELL_PLAIN: &str = r#"
+local function tell(id)
+  redis.call('PUBLISH', 'inflight:grants:' .. string.sub(id, 1, TOKEN_LEN), id)
+end
+"#;
+
+/// `tell(id)` on a Cluster: `SPUBLISH` on the process's channel in the budget's slot (the
+/// first key's name without its last part, then `:grants:` and the process).
+const TELL_SHARDED: &str = r#"
+local budget_prefix = (string.gsub(KEYS[1], ':[^:]*$', ''))
+local function tell(id)
+  redis.call('SPUBLISH', budget_prefix .. ':grants:' .. string.sub(id, 1, TOKEN_LEN), id)
+end
+"#;
+
+/// Takes a lease for `ARGV[5]` if a permit is free, nobody waits and the budget is not
+/// learning; otherwise puts it in the queue (or keeps it there), where `promote` grants it in
+/// its turn.
 ///
-/// `KEYS`: see [`PRELUDE`]. `ARGV`: lease id, limit, lease in milliseconds, queue entry lifetime
-/// in milliseconds.
+/// `KEYS` and `ARGV[1..4]`: see [`PRELUDE`]. `ARGV[5]`: the lease id; `ARGV[6]`: the queue
+/// entry's lifetime in milliseconds.
 ///
-/// The holders never exceed `limit` entries, so the set needs no expiry of its own (one that
-/// lapsed while a lease was held would drop it). Idempotent: an id already holding a lease
-/// (granted from the queue, or a retry after a lost reply) is granted again with its expiry
-/// pushed back, so a retry never takes a second permit; an id already queued keeps its place.
+/// Idempotent: an id already holding a lease (granted from the queue, or a retry after a lost
+/// reply) is granted again with its expiry pushed back, so a retry never takes a second permit;
+/// an id already queued keeps its place.
 ///
-/// Returns `{granted (0|1), holders after, reclaimed, ms until the earliest lease expires,
-/// waiters ahead of this one}`.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{}{}",
-        PRELUDE.replace("TOKEN_LEN", &PROCESS_TOKEN_LEN.to_string()),
-        r#"
-local id = ARGV[1]
-local limit = tonumber(ARGV[2])
-local lease = tonumber(ARGV[3])
-local n, reclaimed = promote(limit, lease)
+/// Returns `{epoch, version, ms of learning left, granted (0|1), holders after, reclaimed, ms
+/// until the earliest lease expires (or learning ends), waiters ahead of this one}`.
+const ACQUIRE: &str = r#"
+local id = ARGV[5]
+local n, reclaimed = promote()
 if redis.call('ZSCORE', KEYS[1], id) then
   redis.call('ZADD', KEYS[1], 'XX', now + lease, id)
-  return {1, n, reclaimed, 0, 0}
+  bump()
+  return {epoch, version, learn_left(), 1, n, reclaimed, 0, 0}
 end
-if n < limit then
+if n < limit and now >= learn then
   redis.call('ZADD', KEYS[1], now + lease, id)
-  return {1, n + 1, reclaimed, 0, 0}
+  bump()
+  return {epoch, version, learn_left(), 1, n + 1, reclaimed, 0, 0}
 end
 if redis.call('ZSCORE', KEYS[2], id) == false then
   redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), id)
 end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), id)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), id)
 local wait = 0
-if first[2] then wait = tonumber(first[2]) - now end
-return {0, n, reclaimed, wait, redis.call('ZRANK', KEYS[2], id)}
-"#
-    ))
-});
+if now < learn then
+  wait = learn - now
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[2] then wait = tonumber(first[2]) - now end
+end
+return {epoch, version, learn_left(), 0, n, reclaimed, wait, redis.call('ZRANK', KEYS[2], id)}
+"#;
 
-/// Pushes back the expiry of each unexpired lease in `ARGV[2..]`; an expired one is removed.
+/// Renews the caller's leases, and registers the calls it admitted on its local fallback.
 ///
-/// `KEYS[1]`: the holders. `ARGV`: lease in milliseconds, then the lease ids.
+/// `KEYS` and `ARGV[1..4]`: see [`PRELUDE`]. `ARGV[5]`: how many lease ids follow; then the
+/// lease ids; then the ids of local calls to count as holders.
 ///
-/// Returns the ids that were no longer held (expired, reclaimed, or gone with a restart): their
-/// holders have lost them.
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[1])
+/// A lease still held has its expiry pushed back. One the server does not hold is lost, unless
+/// the caller is behind (the state it was granted in is gone): then it is added back, and the
+/// budget learns for one lease from now. Local calls are added (or renewed) as holders, whatever
+/// the limit: they run.
+///
+/// Returns `{epoch, version, ms of learning left, leases added back, {lost lease ids}}`.
+const RENEW: &str = r#"
+local count = tonumber(ARGV[5])
+local readded = 0
 local lost = {}
-for i = 2, #ARGV do
-  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if expiry and tonumber(expiry) > now then
-    redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i])
+for i = 6, 5 + count do
+  local id = ARGV[i]
+  local expiry = redis.call('ZSCORE', KEYS[1], id)
+  if expiry and (tonumber(expiry) > now or behind) then
+    redis.call('ZADD', KEYS[1], 'XX', now + lease, id)
+  elseif behind then
+    redis.call('ZADD', KEYS[1], now + lease, id)
+    readded = readded + 1
   else
-    if expiry then redis.call('ZREM', KEYS[1], ARGV[i]) end
-    lost[#lost + 1] = ARGV[i]
+    if expiry then redis.call('ZREM', KEYS[1], id) end
+    lost[#lost + 1] = id
   end
 end
-return lost
-"#,
-    )
-});
+for i = 6 + count, #ARGV do
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+end
+if readded > 0 then learn_more() end
+bump()
+return {epoch, version, learn_left(), readded, lost}
+"#;
 
-/// Gives back leases `ARGV[3..]`, whether they hold a permit or wait in the queue (a waiter that
-/// gave up), then hands the freed permits to the earliest waiters (see [`PRELUDE`]).
+/// Gives back leases `ARGV[5..]`, whether they hold a permit or wait in the queue (a waiter
+/// that gave up), then hands the freed permits to the earliest waiters (see [`PRELUDE`]).
 ///
-/// `KEYS`: see [`PRELUDE`]. `ARGV`: limit, lease in milliseconds, lease ids. Only the ids' own
-/// entries are removed: a holder whose lease expired and was taken by someone else removes
-/// nothing.
+/// Only the ids' own entries are removed: a holder whose lease expired and was taken by someone
+/// else removes nothing.
 ///
-/// Returns how many of the leases were held.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{}{}",
-        PRELUDE.replace("TOKEN_LEN", &PROCESS_TOKEN_LEN.to_string()),
-        r#"
+/// Returns `{epoch, version, ms of learning left, how many of the leases were held}`.
+const RELEASE: &str = r#"
 local removed = 0
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
     redis.call('ZREM', KEYS[3], ARGV[i])
   end
 end
-promote(tonumber(ARGV[1]), tonumber(ARGV[2]))
-return removed
-"#
-    ))
-});
+promote()
+return {epoch, version, learn_left(), removed}
+"#;
+
+/// A report of one process of a share budget: what it may still be running, what it wants, and
+/// what it gets. The budget's processes are one hash, `KEYS[1]`, of process id to
+/// `has:wants:expiry:seq` (expiry in server milliseconds); `KEYS[2]` is the budget's epoch.
+///
+/// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
+/// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
+/// when it holds nothing, and otherwise keeps `holding` until it expires), then the epoch and
+/// version the process has seen.
+///
+/// Entries past their expiry are dropped (a process killed frees its share one lease after its
+/// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
+/// fair target of the wants only from permits no entry holds, so the reservations never sum
+/// past the limit. While the budget learns (its state was lost: see the module's docs), or when
+/// the reporter is behind, the reporter's `holding` is kept whole, whatever the others hold (its
+/// calls run), and no share grows. A report numbered no higher than the last one applied (a
+/// late duplicate) is ignored. When the reporter is short of its target, each process holding
+/// more than its own is told on its channel to report (it gives back as its calls end); when the
+/// reporter gave permits back, each process short of its target is told, so freed permits are
+/// taken up at once rather than at the next renewal.
+///
+/// Returns `{applied (0|1), cap, has, target, processes, epoch, version, ms of learning left}`.
+const SHARES: &str = r#"
+local me = ARGV[1]
+local wants = tonumber(ARGV[2])
+local holding = tonumber(ARGV[3])
+local seq = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local lease = tonumber(ARGV[6])
+local epoch, version, learn, behind = fence(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), lease)
+local learning = now < learn
+local raw = redis.call('HGETALL', KEYS[1])
+local ids, has, want, gone = {}, {}, {}, {}
+local mine = nil
+local reserved = 0
+for i = 1, #raw, 2 do
+  local h, w, e, s = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+  h, w, e, s = tonumber(h), tonumber(w), tonumber(e), tonumber(s)
+  if raw[i] == me then
+    mine = {h, w, e, s}
+  elseif e <= now then
+    gone[#gone + 1] = raw[i]
+  else
+    ids[#ids + 1] = raw[i]
+    has[raw[i]] = h
+    want[raw[i]] = w
+    reserved = reserved + h
+  end
+end
+for i = 1, #gone, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+end
+if mine and mine[3] > now and seq <= mine[4] and not behind then
+  return {0, 0, 0, 0, #ids + 1, epoch, version, math.max(learn - now, 0)}
+end
+local gone_now = false
+if ARGV[7] == '1' then
+  -- Leaving: it wants nothing more; calls it still runs keep their permits until they
+  -- expire with the entry.
+  wants = 0
+  if holding == 0 then
+    redis.call('HDEL', KEYS[1], me)
+    gone_now = true
+  end
+end
+local before = 0
+if mine and mine[3] > now then before = mine[1] end
+local mhas = math.min(holding, math.max(limit - reserved, 0))
+if learning or behind then mhas = holding end
+ids[#ids + 1] = me
+want[me] = wants
+local order = {}
+for i, id in ipairs(ids) do order[i] = id end
+table.sort(order, function(a, b)
+  if want[a] ~= want[b] then return want[a] < want[b] end
+  return a < b
+end)
+local target, left = {}, limit
+for k, id in ipairs(order) do
+  local fair = math.floor(left / (#order - k + 1))
+  target[id] = math.min(want[id], fair)
+  left = left - target[id]
+end
+if target[me] > mhas and not learning then
+  local free = math.max(limit - reserved - mhas, 0)
+  mhas = mhas + math.min(target[me] - mhas, free)
+end
+local cap = math.min(mhas, target[me])
+if not gone_now then
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+end
+version = redis.call('HINCRBY', KEYS[2], 'version', 1)
+for i = 1, #ids - 1 do
+  local id = ids[i]
+  if (cap < target[me] and has[id] > target[id]) or (mhas < before and has[id] < target[id]) then
+    tell(id)
+  end
+end
+return {1, cap, mhas, target[me], #ids, epoch, version, math.max(learn - now, 0)}
+"#;
+
+/// The lease and shares scripts, as one kind of deployment runs them.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) renew: Script,
+    pub(crate) release: Script,
+    pub(crate) shares: Script,
+    /// Their sources, to load them when a connection is made.
+    sources: Vec<String>,
+}
+
+impl Scripts {
+    fn new(tell: &str) -> Scripts {
+        let tell = tell.replace("TOKEN_LEN", &PROCESS_TOKEN_LEN.to_string());
+        let lease = |body: &str| format!("{FENCE}{tell}{PRELUDE}{body}");
+        let sources = vec![
+            lease(ACQUIRE),
+            lease(RENEW),
+            lease(RELEASE),
+            format!("{FENCE}{tell}{SHARES}"),
+        ];
+        Scripts {
+            acquire: Script::new(&sources[0]),
+            renew: Script::new(&sources[1]),
+            release: Script::new(&sources[2]),
+            shares: Script::new(&sources[3]),
+            sources,
+        }
+    }
+
+    /// The scripts' sources, the GCRA's included: loaded with `SCRIPT LOAD` in one pipeline
+    /// when a connection is made, so that the first calls need no `NOSCRIPT` round trip.
+    pub(crate) fn sources(&self) -> impl Iterator<Item = &str> {
+        self.sources
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(GCRA_SOURCE))
+    }
+
+    /// The scripts for one server, or a primary found through Sentinel (`PUBLISH`).
+    pub(crate) fn for_node() -> &'static Scripts {
+        static PLAIN: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(TELL_PLAIN));
+        &PLAIN
+    }
+
+    /// The scripts for a Redis Cluster (`SPUBLISH` in the budget's slot).
+    pub(crate) fn for_cluster() -> &'static Scripts {
+        static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(TELL_SHARDED));
+        &SHARDED
+    }
+}
 
 /// GCRA: lets one event through if the theoretical arrival time allows it, or, given a longest
 /// wait, reserves the next slot if it comes within it (turns in the order callers reach Redis).
@@ -159,9 +415,9 @@ return removed
 ///
 /// Returns `{allowed (0|1), µs to wait}`: when allowed, until the reserved slot (0 without a
 /// longest wait); when not, until the next event would be allowed (nothing is reserved).
-pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_SOURCE));
+
+const GCRA_SOURCE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
@@ -178,109 +434,7 @@ if wait > max_wait then
 end
 redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
 return {1, wait}
-"#,
-    )
-});
-
-/// A report of one process of a share budget (see `shares`): what it may still be running, what
-/// it wants, and what it gets. The budget's processes are one hash, `KEYS[1]`, of process id to
-/// `has:wants:expiry:seq` (expiry in server milliseconds).
-///
-/// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
-/// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
-/// when it holds nothing, and otherwise keeps `holding` until it expires).
-///
-/// Entries past their expiry are dropped (a process killed frees its share one lease after its
-/// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
-/// fair target of the wants only from permits no entry holds, so the reservations never sum
-/// past the limit. A report numbered no higher than the last one applied (a late duplicate) is
-/// ignored. When the reporter is short of its target, each process holding more than its own is
-/// told on its channel to report (it gives back as its calls end); when the reporter gave
-/// permits back, each process short of its target is told, so freed permits are taken up at
-/// once rather than at the next renewal.
-///
-/// Returns `{applied (0|1), cap, has, target, processes}`.
-pub(crate) static SHARES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local me = ARGV[1]
-local wants = tonumber(ARGV[2])
-local holding = tonumber(ARGV[3])
-local seq = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
-local lease = tonumber(ARGV[6])
-local raw = redis.call('HGETALL', KEYS[1])
-local ids, has, want, gone = {{}}, {{}}, {{}}, {{}}
-local mine = nil
-local reserved = 0
-for i = 1, #raw, 2 do
-  local h, w, e, s = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
-  h, w, e, s = tonumber(h), tonumber(w), tonumber(e), tonumber(s)
-  if raw[i] == me then
-    mine = {{h, w, e, s}}
-  elseif e <= now then
-    gone[#gone + 1] = raw[i]
-  else
-    ids[#ids + 1] = raw[i]
-    has[raw[i]] = h
-    want[raw[i]] = w
-    reserved = reserved + h
-  end
-end
-for i = 1, #gone, 1000 do
-  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
-end
-if mine and mine[3] > now and seq <= mine[4] then
-  return {{0, 0, 0, 0, #ids + 1}}
-end
-local gone_now = false
-if ARGV[7] == '1' then
-  -- Leaving: it wants nothing more; calls it still runs keep their permits until they
-  -- expire with the entry.
-  wants = 0
-  if holding == 0 then
-    redis.call('HDEL', KEYS[1], me)
-    gone_now = true
-  end
-end
-local before = 0
-if mine and mine[3] > now then before = mine[1] end
-local mhas = math.min(holding, math.max(limit - reserved, 0))
-ids[#ids + 1] = me
-want[me] = wants
-local order = {{}}
-for i, id in ipairs(ids) do order[i] = id end
-table.sort(order, function(a, b)
-  if want[a] ~= want[b] then return want[a] < want[b] end
-  return a < b
-end)
-local target, left = {{}}, limit
-for k, id in ipairs(order) do
-  local fair = math.floor(left / (#order - k + 1))
-  target[id] = math.min(want[id], fair)
-  left = left - target[id]
-end
-if target[me] > mhas then
-  local free = math.max(limit - reserved - mhas, 0)
-  mhas = mhas + math.min(target[me] - mhas, free)
-end
-local cap = math.min(mhas, target[me])
-if not gone_now then
-  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
-end
-for i = 1, #ids - 1 do
-  local id = ids[i]
-  if (cap < target[me] and has[id] > target[id]) or (mhas < before and has[id] < target[id]) then
-    redis.call('PUBLISH', 'inflight:grants:' .. string.sub(id, 1, {token}), id)
-  end
-end
-return {{1, cap, mhas, target[me], #ids}}
-"#,
-        token = PROCESS_TOKEN_LEN
-    ))
-});
+"#;
 
 /// The hash of a share budget's processes.
 pub(crate) fn shares_key(budget: &str) -> String {
@@ -307,23 +461,36 @@ pub(crate) fn arrivals_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:arrivals")
 }
 
+/// The hash of a budget's epoch, version and learning deadline.
+pub(crate) fn epoch_key(budget: &str) -> String {
+    format!("inflight:{{{budget}}}:epoch")
+}
+
 /// The keys of a budget the lease scripts take, in their order.
-pub(crate) fn lease_keys(budget: &str) -> [String; 4] {
+pub(crate) fn lease_keys(budget: &str) -> [String; 5] {
     [
         holders_key(budget),
         queue_key(budget),
         queue_expiry_key(budget),
         arrivals_key(budget),
+        epoch_key(budget),
     ]
 }
 
 /// How many characters of a lease id name the process that asked for it.
 pub(crate) const PROCESS_TOKEN_LEN: usize = 16;
 
-/// The channel on which a process is told that a lease it queued for was granted; the message
-/// is the lease id, whose first [`PROCESS_TOKEN_LEN`] characters are `token`.
+/// The channel on which a process is told that a lease it queued for was granted, on one
+/// server; the message is the lease id, whose first [`PROCESS_TOKEN_LEN`] characters are
+/// `token`.
 pub(crate) fn grants_channel(token: &str) -> String {
     format!("inflight:grants:{token}")
+}
+
+/// The sharded channel of budget `budget` on which a process is told of its grants, on a
+/// Cluster: in the budget's slot.
+pub(crate) fn sharded_grants_channel(budget: &str, token: &str) -> String {
+    format!("inflight:{{{budget}}}:grants:{token}")
 }
 
 /// Every key a fleet budget (or a fleet rate limit) of this name keeps in Redis.
@@ -384,45 +551,82 @@ mod tests {
         None
     }
 
-    fn call(script: &'static Script, budget: &str) -> redis::ScriptInvocation<'static> {
+    /// A lease script's call on budget "b", by a caller that has seen `seen`.
+    fn call(
+        script: &'static Script,
+        seen: (u64, u64),
+        limit: u64,
+        lease_ms: u64,
+    ) -> redis::ScriptInvocation<'static> {
         let mut call = script.prepare_invoke();
-        for key in lease_keys(budget) {
+        for key in lease_keys("b") {
             call.key(key);
         }
+        call.arg(seen.0).arg(seen.1).arg(limit).arg(lease_ms);
         call
     }
 
+    fn scripts() -> &'static Scripts {
+        Scripts::for_node()
+    }
+
+    /// `(epoch, version, learning ms, granted, holders, reclaimed, wait, ahead)`.
+    type Acquire = (u64, u64, u64, u8, u64, u64, i64, u64);
+
+    fn acquire_seen(
+        conn: &mut redis::Connection,
+        id: &str,
+        seen: (u64, u64),
+        limit: u64,
+        lease_ms: u64,
+    ) -> Acquire {
+        call(&scripts().acquire, seen, limit, lease_ms)
+            .arg(id)
+            .arg(2000)
+            .invoke(conn)
+            .unwrap()
+    }
+
+    /// `(granted, holders, reclaimed, wait, ahead)` for a caller that has seen nothing.
     fn acquire(
         conn: &mut redis::Connection,
         id: &str,
         limit: u64,
         lease_ms: u64,
     ) -> (u8, u64, u64, i64, u64) {
-        call(&ACQUIRE, "b")
-            .arg(id)
-            .arg(limit)
-            .arg(lease_ms)
-            .arg(2000)
-            .invoke(conn)
-            .unwrap()
+        let r = acquire_seen(conn, id, (0, 0), limit, lease_ms);
+        (r.3, r.4, r.5, r.6, r.7)
     }
 
     fn release(conn: &mut redis::Connection, ids: &[&str], limit: u64, lease_ms: u64) -> u64 {
-        let mut call = call(&RELEASE, "b");
-        call.arg(limit).arg(lease_ms);
+        let mut call = call(&scripts().release, (0, 0), limit, lease_ms);
         for id in ids {
+            call.arg(*id);
+        }
+        let (_, _, _, removed): (u64, u64, u64, u64) = call.invoke(conn).unwrap();
+        removed
+    }
+
+    /// `(epoch, version, learning ms, added back, lost)`.
+    type Renew = (u64, u64, u64, u64, Vec<String>);
+
+    fn renew_seen(
+        conn: &mut redis::Connection,
+        ids: &[&str],
+        locals: &[&str],
+        seen: (u64, u64),
+        lease_ms: u64,
+    ) -> Renew {
+        let mut call = call(&scripts().renew, seen, 2, lease_ms);
+        call.arg(ids.len());
+        for id in ids.iter().chain(locals) {
             call.arg(*id);
         }
         call.invoke(conn).unwrap()
     }
 
     fn renew(conn: &mut redis::Connection, ids: &[&str], lease_ms: u64) -> Vec<String> {
-        let mut call = RENEW.key(holders_key("b"));
-        call.arg(lease_ms);
-        for id in ids {
-            call.arg(*id);
-        }
-        call.invoke(conn).unwrap()
+        renew_seen(conn, ids, &[], (0, 0), lease_ms).4
     }
 
     #[test]
@@ -441,14 +645,20 @@ mod tests {
         // Full, but a holder retrying is still granted.
         assert_eq!(acquire(conn, "b", 2, 200).0, 1);
         // A limit of 0 grants nothing, and says so.
-        let zero: (u8, u64, u64, i64, u64) = call(&ACQUIRE, "none")
-            .arg("a")
+        let mut zero = scripts().acquire.prepare_invoke();
+        for key in lease_keys("none") {
+            zero.key(key);
+        }
+        let zero: Acquire = zero
+            .arg(0)
+            .arg(0)
             .arg(0)
             .arg(200)
+            .arg("a")
             .arg(2000)
             .invoke(conn)
             .unwrap();
-        assert_eq!(zero, (0, 0, 0, 0, 0));
+        assert_eq!((zero.3, zero.4, zero.5, zero.6, zero.7), (0, 0, 0, 0, 0));
         // Releasing someone else's id, or one not held, removes nothing.
         assert_eq!(release(conn, &["zzz"], 2, 200), 0);
         // Renew keeps "a"; "gone" was never held and is reported lost.
@@ -520,10 +730,8 @@ mod tests {
         let conn = &mut server.1;
         assert_eq!(acquire(conn, "h", 1, 5000).0, 1);
         // "dead" queues with an entry of 100 ms and never asks again.
-        let _: (u8, u64, u64, i64, u64) = call(&ACQUIRE, "b")
+        let _: Acquire = call(&scripts().acquire, (0, 0), 1, 5000)
             .arg("dead")
-            .arg(1)
-            .arg(5000)
             .arg(100)
             .invoke(conn)
             .unwrap();
@@ -545,8 +753,32 @@ mod tests {
         lease_ms: u64,
         leaving: bool,
     ) -> (u8, u64, u64, u64, u64) {
-        SHARES
+        let r = shares_seen(
+            conn,
+            process,
+            (wants, holding, seq),
+            lease_ms,
+            leaving,
+            (0, 0),
+        );
+        (r.0, r.1, r.2, r.3, r.4)
+    }
+
+    /// `(applied, cap, has, target, processes, epoch, version, learning ms)`.
+    type Shares = (u8, u64, u64, u64, u64, u64, u64, u64);
+
+    fn shares_seen(
+        conn: &mut redis::Connection,
+        process: &str,
+        (wants, holding, seq): (u64, u64, u64),
+        lease_ms: u64,
+        leaving: bool,
+        seen: (u64, u64),
+    ) -> Shares {
+        scripts()
+            .shares
             .key(shares_key("s"))
+            .key(epoch_key("s"))
             .arg(process)
             .arg(wants)
             .arg(holding)
@@ -554,6 +786,8 @@ mod tests {
             .arg(512)
             .arg(lease_ms)
             .arg(u8::from(leaving))
+            .arg(seen.0)
+            .arg(seen.1)
             .invoke(conn)
             .unwrap()
     }
@@ -661,6 +895,7 @@ mod tests {
                 "inflight:{records}:queue",
                 "inflight:{records}:queue_expiry",
                 "inflight:{records}:arrivals",
+                "inflight:{records}:epoch",
                 "inflight:{records}:rate",
                 "inflight:{records}:shares"
             ]
@@ -670,5 +905,105 @@ mod tests {
             grants_channel("0123456789abcdef"),
             "inflight:grants:0123456789abcdef"
         );
+        assert_eq!(
+            sharded_grants_channel("records", "0123456789abcdef"),
+            "inflight:{records}:grants:0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn a_lost_state_learns_for_one_lease_and_takes_back_the_calls_still_running() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        // A fresh budget, first met by a process that has seen nothing: no learning.
+        let first = acquire_seen(conn, "a", (0, 0), 2, 400);
+        assert_eq!((first.2, first.3), (0, 1), "granted at once");
+        let seen = (first.0, first.1);
+        assert!(seen.0 > 0 && seen.1 > 0);
+        // The state is lost (a restart without persistence, a flush).
+        redis::cmd("FLUSHALL").exec(conn).unwrap();
+        // A newcomer is not granted while the old holder's lease is unknown...
+        let b = acquire_seen(conn, "b", seen, 2, 400);
+        assert_ne!(b.0, seen.0, "a new epoch");
+        assert_eq!(b.3, 0, "nothing new is granted while learning");
+        assert!(b.2 > 300 && b.2 <= 400, "learning for one lease: {}", b.2);
+        assert!(b.6 > 0 && b.6 <= 400, "told when to ask again: {}", b.6);
+        // ...the holder re-registers its lease and a local call at its next renewal...
+        let renewed = renew_seen(conn, &["a"], &["a-local"], seen, 400);
+        assert_eq!((renewed.3, renewed.4.len()), (1, 0), "added back, not lost");
+        let mut holders: Vec<String> = redis::cmd("ZRANGE")
+            .arg(holders_key("b"))
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap();
+        holders.sort();
+        assert_eq!(holders, ["a", "a-local"]);
+        // ...and once learning ends, the two running calls (renewed meanwhile) fill the limit.
+        std::thread::sleep(Duration::from_millis(250));
+        let seen = (renewed.0, renewed.1);
+        assert_eq!(renew_seen(conn, &["a"], &["a-local"], seen, 400).3, 0);
+        std::thread::sleep(Duration::from_millis(200));
+        let c = acquire_seen(conn, "c", seen, 2, 400);
+        assert_eq!((c.2, c.3), (0, 0), "learning over, but the limit is held");
+        // A running call ends: its permit goes to the earliest waiter, "b", queued while the
+        // budget learned.
+        assert_eq!(release(conn, &["a-local"], 2, 400), 1);
+        assert_eq!(acquire_seen(conn, "b", seen, 2, 400).3, 1);
+        assert_eq!(acquire_seen(conn, "c", seen, 2, 400).3, 0);
+    }
+
+    #[test]
+    fn writes_lost_by_a_failover_are_seen_by_the_process_that_saw_them() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        let a = acquire_seen(conn, "a", (0, 0), 3, 5000);
+        // A process saw a later version than the server holds: the writes it saw are gone.
+        let later = (a.0, a.1 + 5);
+        let b = acquire_seen(conn, "b", later, 3, 5000);
+        assert!(b.0 > a.0, "a new epoch");
+        assert_eq!(b.3, 0, "learning: nothing new granted");
+        // A process that saw only the old epoch is behind: its lease is renewed, and one the
+        // server lost is added back.
+        let r = renew_seen(conn, &["a", "gone"], &[], (a.0, a.1), 5000);
+        assert_eq!((r.3, r.4.len()), (1, 0));
+        // With the epoch unchanged, a lease the server does not hold was taken back: lost.
+        let r = renew_seen(conn, &["never"], &[], (r.0, r.1), 5000);
+        assert_eq!(r.4, ["never"]);
+    }
+
+    #[test]
+    fn shares_keep_what_each_process_runs_while_the_budget_learns() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+        let r1 = shares_seen(conn, p1, (300, 0, 1), 400, false, (0, 0));
+        let r2 = shares_seen(conn, p2, (300, 0, 1), 400, false, (0, 0));
+        assert_eq!(
+            (r1.2, r2.2),
+            (300, 212),
+            "p2 grows only from what p1 left free"
+        );
+        redis::cmd("FLUSHALL").exec(conn).unwrap();
+        // After the loss, p2 reports first with its 212 running: kept whole, and it does not
+        // grow into the permits p1 still runs.
+        let a2 = shares_seen(conn, p2, (300, 212, 3), 400, false, (r2.5, r2.6));
+        assert_eq!((a2.0, a2.2), (1, 212));
+        assert!(a2.7 > 300, "learning: {}", a2.7);
+        let a1 = shares_seen(conn, p1, (300, 300, 3), 400, false, (r1.5, r1.6));
+        assert_eq!(a1.2, 300, "p1's running calls count whole too");
+        assert!(a1.2 + a2.2 <= 512);
+        std::thread::sleep(Duration::from_millis(250));
+        let b1 = shares_seen(conn, p1, (300, 300, 4), 400, false, (a1.5, a1.6));
+        assert_eq!(b1.2, 300);
+        std::thread::sleep(Duration::from_millis(200));
+        let b2 = shares_seen(conn, p2, (300, 212, 4), 400, false, (a2.5, a2.6));
+        assert_eq!((b2.2, b2.7), (212, 0), "nothing free to grow into");
     }
 }

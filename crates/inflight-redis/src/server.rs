@@ -3,20 +3,55 @@
 //! tests).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Client;
 
 use crate::grants::Grants;
-use crate::scripts;
+use crate::link::{Conn, Link};
+use crate::scripts::{self, Scripts};
 
 /// Why the server could not be asked (unreachable, or it answered with an error).
 pub(crate) type ServerError = Arc<dyn std::error::Error + Send + Sync>;
+
+/// The state of a budget a process has seen: the epoch and the highest version (see
+/// [`scripts`]'s docs). Zero for none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) epoch: u64,
+    pub(crate) version: u64,
+}
+
+/// The budget's state as one script answered it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Fence {
+    pub(crate) epoch: u64,
+    pub(crate) version: u64,
+    /// How long the budget goes on learning (granting nothing new).
+    pub(crate) learning: Duration,
+}
+
+impl Seen {
+    /// Takes in what a reply said; true when the epoch moved on from one this process had seen
+    /// (its running calls must be registered again).
+    pub(crate) fn update(&mut self, fence: Fence) -> bool {
+        if fence.epoch == self.epoch {
+            self.version = self.version.max(fence.version);
+            false
+        } else if fence.epoch > self.epoch {
+            let moved = self.epoch != 0;
+            *self = Seen {
+                epoch: fence.epoch,
+                version: fence.version,
+            };
+            moved
+        } else {
+            // A late reply from before the last move: nothing new.
+            false
+        }
+    }
+}
 
 /// What an acquire script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +61,24 @@ pub(crate) struct Acquired {
     pub(crate) holders: u64,
     /// Expired leases the script took back.
     pub(crate) reclaimed: u64,
-    /// When refused: time until the earliest lease expires.
+    /// When refused: time until the earliest lease expires, or learning ends.
     pub(crate) retry_in: Duration,
     /// When refused: waiters ahead of this one in the fleet's queue.
     pub(crate) ahead: u64,
+    pub(crate) fence: Fence,
 }
 
-/// A report of one process of a share budget: see [`scripts::SHARES`].
+/// What a renewal answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    /// Leases no longer held: their holders lost them.
+    pub(crate) lost: Vec<String>,
+    /// Leases added back, the state they were granted in being gone.
+    pub(crate) readded: u64,
+    pub(crate) fence: Fence,
+}
+
+/// A report of one process of a share budget: see the shares script in [`scripts`].
 #[derive(Debug, Clone)]
 pub(crate) struct ShareReport {
     /// The process's id; its first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
@@ -47,6 +93,7 @@ pub(crate) struct ShareReport {
     pub(crate) lease: Duration,
     /// It gives its share back and goes.
     pub(crate) leaving: bool,
+    pub(crate) seen: Seen,
 }
 
 /// What a share report answered.
@@ -62,6 +109,7 @@ pub(crate) struct ShareReply {
     pub(crate) target: usize,
     /// Processes in the budget, itself included.
     pub(crate) processes: usize,
+    pub(crate) fence: Fence,
 }
 
 /// What a lease operation needs to know of the budget besides its name.
@@ -74,7 +122,8 @@ pub(crate) struct Terms {
 }
 
 /// The lease operations, each one round trip, each returning a `'static` future so it can run
-/// in the background.
+/// in the background. Each is told what the process has seen of the budget's state, and
+/// answers the state it found.
 pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
     /// Takes lease `id` of `budget` if a permit is free and nobody waits; otherwise queues it
     /// (or keeps its place), to be granted in its turn and told through [`Server::grants`].
@@ -83,15 +132,19 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         budget: &str,
         id: &str,
         terms: Terms,
+        seen: Seen,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>>;
 
-    /// Renews leases `ids` of `budget`; returns those no longer held.
+    /// Renews leases `ids` of `budget` (added back if the state they were granted in is gone),
+    /// and registers the calls `locals` admitted on the local fallback as holders.
     fn renew(
         &self,
         budget: &str,
         ids: Vec<Arc<str>>,
-        lease: Duration,
-    ) -> BoxFuture<'static, Result<Vec<String>, ServerError>>;
+        locals: Vec<Arc<str>>,
+        terms: Terms,
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<Renewed, ServerError>>;
 
     /// Gives back leases `ids` of `budget`, held or queued, and hands the freed permits to the
     /// earliest waiters; returns how many were held.
@@ -100,7 +153,8 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         budget: &str,
         ids: Vec<Arc<str>>,
         terms: Terms,
-    ) -> BoxFuture<'static, Result<u64, ServerError>>;
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<(u64, Fence), ServerError>>;
 
     /// Gives back leases `ids` of `budget` without a runtime, blocking the calling thread for
     /// at most about `timeout` per step (connect, then the script): what a store dropped with
@@ -110,6 +164,7 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         budget: &str,
         ids: &[Arc<str>],
         terms: Terms,
+        seen: Seen,
         timeout: Duration,
     ) -> Result<u64, ServerError>;
 
@@ -122,7 +177,7 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         burst: u32,
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>>;
 
-    /// Applies a share budget's report: see [`scripts::SHARES`].
+    /// Applies a share budget's report: see the shares script in [`scripts`].
     fn shares(
         &self,
         budget: &str,
@@ -141,36 +196,30 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>>;
 
     /// A new lease id: the first [`PROCESS_TOKEN_LEN`](scripts::PROCESS_TOKEN_LEN)
-    /// characters name the grants channel of this server's listener.
+    /// characters name this process's grants channel.
     fn lease_id(&self) -> Arc<str>;
 
-    /// The leases waiting in the queue from here, and the word that one was granted; the
-    /// listener starts on first call.
+    /// The leases waiting in the queue from here, and the word that one was granted.
     fn grants(&self) -> Arc<Grants>;
 
-    /// The server's address, for errors and logs.
+    /// The server's address, for errors and logs: never a password.
     fn address(&self) -> &str;
+
+    /// What the connection found (`standalone`, `cluster`, `sentinel`), once it was made.
+    fn topology(&self) -> Option<&'static str> {
+        None
+    }
 }
 
-/// A Redis server (or Cluster node) reached through one multiplexed, reconnecting connection,
-/// plus one pub/sub connection subscribed to this server's own grants channel, opened on first
-/// need.
+/// A fleet's Redis, whatever its topology (see [`Link`]).
 pub(crate) struct RedisServer {
-    address: String,
-    client: Client,
-    config: ConnectionManagerConfig,
-    /// Made on first use, inside the runtime (it spawns its reconnect task there).
-    conn: OnceLock<Result<ConnectionManager, ServerError>>,
-    /// Starts every lease id asked for here: grants to them are told on its channel.
-    token: String,
-    grants: Arc<Grants>,
-    listening: AtomicBool,
+    link: Arc<Link>,
 }
 
 impl fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisServer")
-            .field("address", &self.address)
+            .field("address", &self.link.shown())
             .finish_non_exhaustive()
     }
 }
@@ -183,50 +232,75 @@ fn server_error(e: redis::RedisError) -> ServerError {
     Arc::new(e)
 }
 
-impl RedisServer {
-    pub(crate) fn new(client: Client, config: ConnectionManagerConfig) -> RedisServer {
-        RedisServer {
-            address: client.get_connection_info().addr().to_string(),
-            client,
-            config,
-            conn: OnceLock::new(),
-            token: format!(
-                "{:0width$x}",
-                rand::random::<u64>(),
-                width = scripts::PROCESS_TOKEN_LEN
-            ),
-            grants: Arc::default(),
-            listening: AtomicBool::new(false),
-        }
-    }
-
-    fn conn(&self) -> Result<ConnectionManager, ServerError> {
-        self.conn
-            .get_or_init(|| {
-                ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
-                    .map_err(server_error)
-            })
-            .clone()
+fn fence(epoch: i64, version: i64, learning: i64) -> Fence {
+    Fence {
+        epoch: epoch.max(0).unsigned_abs(),
+        version: version.max(0).unsigned_abs(),
+        learning: Duration::from_millis(learning.max(0).unsigned_abs()),
     }
 }
 
-/// A call of a lease script with `budget`'s keys.
-fn lease_call(script: &'static redis::Script, budget: &str) -> redis::ScriptInvocation<'static> {
+/// A call of a lease script with `budget`'s keys and the arguments every one starts with.
+fn lease_call(
+    script: &'static redis::Script,
+    budget: &str,
+    terms: Terms,
+    seen: Seen,
+) -> redis::ScriptInvocation<'static> {
     let mut call = script.prepare_invoke();
     for key in scripts::lease_keys(budget) {
         call.key(key);
     }
+    call.arg(seen.epoch)
+        .arg(seen.version)
+        .arg(terms.limit)
+        .arg(millis(terms.lease));
     call
 }
 
 /// The release script for leases `ids` of `budget`.
-fn release_call(budget: &str, ids: &[Arc<str>], terms: Terms) -> redis::ScriptInvocation<'static> {
-    let mut call = lease_call(&scripts::RELEASE, budget);
-    call.arg(terms.limit).arg(millis(terms.lease));
+fn release_call(
+    scripts: &'static Scripts,
+    budget: &str,
+    ids: &[Arc<str>],
+    terms: Terms,
+    seen: Seen,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = lease_call(&scripts.release, budget, terms, seen);
     for id in ids {
         call.arg(&**id);
     }
     call
+}
+
+impl RedisServer {
+    pub(crate) fn new(link: Link) -> RedisServer {
+        RedisServer {
+            link: Arc::new(link),
+        }
+    }
+
+    /// Runs the script `make` builds on the connection for `budget`; a failure that a new
+    /// connection may cure (a moved primary) drops the connection.
+    fn run<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        budget: &str,
+        make: impl FnOnce(&'static Scripts) -> redis::ScriptInvocation<'static> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, ServerError>> {
+        let link = self.link.clone();
+        let budget = budget.to_string();
+        Box::pin(async move {
+            let mut conn: Conn = link.conn(&budget).await.map_err(server_error)?;
+            let call = make(conn.scripts());
+            match call.invoke_async(&mut conn).await {
+                Ok(reply) => Ok(reply),
+                Err(e) => {
+                    link.failed(&e);
+                    Err(server_error(e))
+                }
+            }
+        })
+    }
 }
 
 impl Server for RedisServer {
@@ -235,23 +309,24 @@ impl Server for RedisServer {
         budget: &str,
         id: &str,
         terms: Terms,
+        seen: Seen,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
-        let conn = self.conn();
-        let mut call = lease_call(&scripts::ACQUIRE, budget);
-        call.arg(id)
-            .arg(terms.limit)
-            .arg(millis(terms.lease))
-            .arg(millis(terms.queue_lease));
+        let (name, id) = (budget.to_string(), id.to_string());
+        let reply = self.run::<(i64, i64, i64, u8, u64, u64, i64, u64)>(budget, move |s| {
+            let mut call = lease_call(&s.acquire, &name, terms, seen);
+            call.arg(id).arg(millis(terms.queue_lease));
+            call
+        });
         Box::pin(async move {
-            let mut conn = conn?;
-            let (granted, holders, reclaimed, wait, ahead): (u8, u64, u64, i64, u64) =
-                call.invoke_async(&mut conn).await.map_err(server_error)?;
+            let (epoch, version, learning, granted, holders, reclaimed, wait, ahead) =
+                reply.await?;
             Ok(Acquired {
                 granted: granted == 1,
                 holders,
                 reclaimed,
                 retry_in: Duration::from_millis(wait.max(0).unsigned_abs()),
                 ahead,
+                fence: fence(epoch, version, learning),
             })
         })
     }
@@ -260,15 +335,27 @@ impl Server for RedisServer {
         &self,
         budget: &str,
         ids: Vec<Arc<str>>,
-        lease: Duration,
-    ) -> BoxFuture<'static, Result<Vec<String>, ServerError>> {
-        let conn = self.conn();
-        let mut call = scripts::RENEW.key(scripts::holders_key(budget));
-        call.arg(millis(lease));
-        for id in &ids {
-            call.arg(&**id);
-        }
-        Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
+        locals: Vec<Arc<str>>,
+        terms: Terms,
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<Renewed, ServerError>> {
+        let name = budget.to_string();
+        let reply = self.run::<(i64, i64, i64, u64, Vec<String>)>(budget, move |s| {
+            let mut call = lease_call(&s.renew, &name, terms, seen);
+            call.arg(ids.len());
+            for id in ids.iter().chain(&locals) {
+                call.arg(&**id);
+            }
+            call
+        });
+        Box::pin(async move {
+            let (epoch, version, learning, readded, lost) = reply.await?;
+            Ok(Renewed {
+                lost,
+                readded,
+                fence: fence(epoch, version, learning),
+            })
+        })
     }
 
     fn release(
@@ -276,10 +363,16 @@ impl Server for RedisServer {
         budget: &str,
         ids: Vec<Arc<str>>,
         terms: Terms,
-    ) -> BoxFuture<'static, Result<u64, ServerError>> {
-        let conn = self.conn();
-        let call = release_call(budget, &ids, terms);
-        Box::pin(async move { call.invoke_async(&mut conn?).await.map_err(server_error) })
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<(u64, Fence), ServerError>> {
+        let name = budget.to_string();
+        let reply = self.run::<(i64, i64, i64, u64)>(budget, move |s| {
+            release_call(s, &name, &ids, terms, seen)
+        });
+        Box::pin(async move {
+            let (epoch, version, learning, removed) = reply.await?;
+            Ok((removed, fence(epoch, version, learning)))
+        })
     }
 
     fn release_blocking(
@@ -287,18 +380,14 @@ impl Server for RedisServer {
         budget: &str,
         ids: &[Arc<str>],
         terms: Terms,
+        seen: Seen,
         timeout: Duration,
     ) -> Result<u64, ServerError> {
-        let mut conn = self
-            .client
-            .get_connection_with_timeout(timeout)
+        let (_, _, _, removed): (i64, i64, i64, u64) = self
+            .link
+            .run_blocking(&|s| release_call(s, budget, ids, terms, seen), timeout)
             .map_err(server_error)?;
-        conn.set_read_timeout(Some(timeout)).map_err(server_error)?;
-        conn.set_write_timeout(Some(timeout))
-            .map_err(server_error)?;
-        release_call(budget, ids, terms)
-            .invoke(&mut conn)
-            .map_err(server_error)
+        Ok(removed)
     }
 
     fn gcra(
@@ -307,15 +396,17 @@ impl Server for RedisServer {
         interval: Duration,
         burst: u32,
     ) -> BoxFuture<'static, Result<Result<(), Duration>, ServerError>> {
-        let conn = self.conn();
-        let mut call = scripts::GCRA.key(scripts::rate_key(name));
+        let key = scripts::rate_key(name);
         let micros = u64::try_from(interval.as_micros())
             .unwrap_or(u64::MAX)
             .max(1);
-        call.arg(micros).arg(burst.max(1));
+        let reply = self.run::<(u8, i64)>(name, move |_| {
+            let mut call = scripts::GCRA.key(key);
+            call.arg(micros).arg(burst.max(1));
+            call
+        });
         Box::pin(async move {
-            let (allowed, wait): (u8, i64) =
-                call.invoke_async(&mut conn?).await.map_err(server_error)?;
+            let (allowed, wait) = reply.await?;
             Ok(if allowed == 1 {
                 Ok(())
             } else {
@@ -329,24 +420,30 @@ impl Server for RedisServer {
         budget: &str,
         report: ShareReport,
     ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
-        let conn = self.conn();
-        let mut call = scripts::SHARES.key(scripts::shares_key(budget));
-        call.arg(&*report.process)
-            .arg(report.wants)
-            .arg(report.holding)
-            .arg(report.seq)
-            .arg(report.limit)
-            .arg(millis(report.lease))
-            .arg(u8::from(report.leaving));
+        let name = budget.to_string();
+        let reply = self.run::<(u8, usize, usize, usize, usize, i64, i64, i64)>(budget, move |s| {
+            let mut call = s.shares.key(scripts::shares_key(&name));
+            call.key(scripts::epoch_key(&name));
+            call.arg(&*report.process)
+                .arg(report.wants)
+                .arg(report.holding)
+                .arg(report.seq)
+                .arg(report.limit)
+                .arg(millis(report.lease))
+                .arg(u8::from(report.leaving))
+                .arg(report.seen.epoch)
+                .arg(report.seen.version);
+            call
+        });
         Box::pin(async move {
-            let (applied, cap, has, target, processes): (u8, usize, usize, usize, usize) =
-                call.invoke_async(&mut conn?).await.map_err(server_error)?;
+            let (applied, cap, has, target, processes, epoch, version, learning) = reply.await?;
             Ok(ShareReply {
                 applied: applied == 1,
                 cap,
                 has,
                 target,
                 processes,
+                fence: fence(epoch, version, learning),
             })
         })
     }
@@ -358,85 +455,39 @@ impl Server for RedisServer {
         burst: u32,
         max_wait: Duration,
     ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>> {
-        let conn = self.conn();
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let mut call = scripts::GCRA.key(scripts::rate_key(name));
-        call.arg(micros(interval).max(1))
-            .arg(burst.max(1))
-            // Far beyond any deadline, and exact in Lua's doubles.
-            .arg(micros(max_wait).min(1 << 52));
+        let key = scripts::rate_key(name);
+        let (interval, max_wait) = (micros(interval).max(1), micros(max_wait).min(1 << 52));
+        let reply = self.run::<(u8, i64)>(name, move |_| {
+            let mut call = scripts::GCRA.key(key);
+            // The longest wait: far beyond any deadline, and exact in Lua's doubles.
+            call.arg(interval).arg(burst.max(1)).arg(max_wait);
+            call
+        });
         Box::pin(async move {
-            let (allowed, wait): (u8, i64) =
-                call.invoke_async(&mut conn?).await.map_err(server_error)?;
+            let (allowed, wait) = reply.await?;
             let wait = Duration::from_micros(wait.unsigned_abs());
             Ok(if allowed == 1 { Ok(wait) } else { Err(wait) })
         })
     }
 
     fn lease_id(&self) -> Arc<str> {
-        Arc::from(format!("{}{:016x}", self.token, rand::random::<u64>()))
+        Arc::from(format!(
+            "{}{:016x}",
+            self.link.token(),
+            rand::random::<u64>()
+        ))
     }
 
     fn grants(&self) -> Arc<Grants> {
-        if !self.listening.load(Relaxed) && !self.listening.swap(true, Relaxed) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(listen(
-                        Arc::downgrade(&self.grants),
-                        self.client.clone(),
-                        scripts::grants_channel(&self.token),
-                    ));
-                }
-                Err(_) => self.listening.store(false, Relaxed),
-            }
-        }
-        self.grants.clone()
+        self.link.grants().clone()
     }
 
     fn address(&self) -> &str {
-        &self.address
+        self.link.shown()
     }
-}
 
-/// Subscribes to this process's grants channel and tells each grant to its waiter; says when
-/// grants are heard and when not; reconnects with a pause after a failure, and ends once
-/// nobody holds the grants.
-async fn listen(grants: Weak<Grants>, client: Client, channel: String) {
-    let mut pause = Duration::from_millis(100);
-    loop {
-        if grants.strong_count() == 0 {
-            return;
-        }
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&channel).await.is_ok() {
-                pause = Duration::from_millis(100);
-                let mut messages = pubsub.on_message();
-                match grants.upgrade() {
-                    Some(grants) => grants.set_live(true),
-                    None => return,
-                }
-                loop {
-                    // A quiet channel still lets the task notice that its store is gone.
-                    let next = tokio::time::timeout(Duration::from_secs(1), messages.next()).await;
-                    let Some(grants) = grants.upgrade() else {
-                        return;
-                    };
-                    match next {
-                        Ok(Some(message)) => {
-                            if let Ok(id) = message.get_payload::<String>() {
-                                grants.grant(&id);
-                            }
-                        }
-                        Ok(None) => {
-                            grants.set_live(false);
-                            break;
-                        }
-                        Err(_quiet) => {}
-                    }
-                }
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
+    fn topology(&self) -> Option<&'static str> {
+        self.link.kind().map(|k| k.as_str())
     }
 }

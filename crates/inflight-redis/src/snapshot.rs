@@ -33,4 +33,18 @@ pub struct FleetSnapshot {
     pub mean_round_trip: Duration,
     /// Whether the last call to Redis failed (calls skip it for a while, then ask again).
     pub redis_down: bool,
+    /// The budget's epoch as this process last saw it (0 before its first reply): it moves
+    /// when Redis loses the budget's state (a restart without persistence, a flush, a failover
+    /// that lost writes).
+    pub epoch: u64,
+    /// How often the epoch moved on from one this process had seen.
+    pub epochs_moved: u64,
+    /// Leases this process still ran that Redis had lost, added back.
+    pub readded: u64,
+    /// Calls of the local fallback registered in Redis once it answered again (they count
+    /// against the fleet's limit until they end).
+    pub locals_registered: u64,
+    /// Whether the budget is learning (after a loss of state, nothing new is granted until
+    /// every process has registered what it runs), as the last reply said.
+    pub learning: bool,
 }

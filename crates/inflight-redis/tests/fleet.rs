@@ -101,6 +101,9 @@ async fn replicas_share_one_limit_and_a_release_wakes_a_waiter() {
 /// test's own.
 const SCRIPT_COMMANDS: &[&str] = &[
     "cmdstat_time:",
+    "cmdstat_hmget:",
+    "cmdstat_hset:",
+    "cmdstat_hincrby:",
     "cmdstat_zremrangebyscore:",
     "cmdstat_zscore:",
     "cmdstat_zcard:",
@@ -202,28 +205,35 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
     assert_eq!(store.snapshot().unavailable, 3);
     assert_eq!(store.snapshot().fallbacks, 0);
     // Back, empty: no data, no scripts (EVALSHA answers NOSCRIPT and the script is loaded again).
+    // The budget learns for one lease: the lease held across the restart is registered again
+    // by its holder, and nothing new is granted meanwhile.
     server.restart();
     let start = Instant::now();
     let again = loop {
         assert!(start.elapsed() < Duration::from_secs(10), "recovered");
         match records.acquire().await {
             Ok(permit) => break permit,
-            Err(AcquireError::Unavailable(_)) => tokio::time::sleep(ms(50)).await,
+            Err(AcquireError::Unavailable(_) | AcquireError::PermitTimeout) => {
+                tokio::time::sleep(ms(50)).await;
+            }
             Err(e) => panic!("unexpected {e:?}"),
         }
     };
     let again_call = Call::begin(&observer.addr()).await;
     assert!(!again.lease().unwrap().is_lost());
-    // The lease held across the restart is gone from the server: its holder learns it.
-    let start = Instant::now();
-    while !held.lease().unwrap().is_lost() {
-        assert!(start.elapsed() < Duration::from_secs(5), "the loss is seen");
-        tokio::time::sleep(ms(20)).await;
-    }
-    assert!(store.snapshot().lost >= 1);
+    assert!(
+        !held.lease().unwrap().is_lost(),
+        "the lease held across the restart was registered again, not lost"
+    );
+    assert_eq!(store.snapshot().readded, 1);
+    assert!(store.snapshot().epochs_moved >= 1);
+    assert_eq!(
+        server.holders("records").len(),
+        2,
+        "both running calls count"
+    );
     held_call.end().await;
     drop(held);
-    assert_eq!(server.holders("records").len(), 1, "nothing double-counted");
     let served = observer.served();
     assert_eq!(
         served.begun, 2,
@@ -286,7 +296,10 @@ async fn fail_local_falls_back_to_the_local_limit_and_returns_to_the_fleet() {
     let start = Instant::now();
     let back = loop {
         assert!(start.elapsed() < Duration::from_secs(10), "recovered");
-        let permit = records.acquire().await.unwrap();
+        // The budget learns for one lease after the restart: waits may time out meanwhile.
+        let Ok(permit) = records.acquire().await else {
+            continue;
+        };
         if !permit.lease().unwrap().id().starts_with("local:") {
             break permit;
         }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::error::FleetUnavailable;
 use crate::fallback::Fallback;
-use crate::server::{Server, ServerError, ShareReport};
+use crate::server::{Seen, Server, ServerError, ShareReport};
 use crate::Fail;
 
 use super::ShareSnapshot;
@@ -98,7 +98,13 @@ struct State {
     /// it at least.
     confirmed: Option<Instant>,
     down: Option<(Instant, ServerError)>,
+    /// When the fallback state was last logged.
+    down_logged: Option<Instant>,
     watches: HashMap<u64, LeaseWatch>,
+    /// What this process has seen of the budget's state.
+    seen: Seen,
+    /// Whether the budget learns (its state was lost), as the last reply said.
+    learning: bool,
 }
 
 #[derive(Default)]
@@ -111,6 +117,7 @@ struct Counters {
     timeouts: AtomicU64,
     reports: AtomicU64,
     round_trip_micros: AtomicU64,
+    epochs: AtomicU64,
 }
 
 impl fmt::Debug for ShareEngine {
@@ -272,6 +279,7 @@ impl ShareEngine {
         }
         self.counters.released.fetch_add(1, Relaxed);
         state.in_use -= 1;
+        self.fallback.call_ended();
         if state.in_use == 0 {
             self.drained.notify_waiters();
         }
@@ -355,7 +363,9 @@ impl ShareEngine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
-                self.fallback.lease(deadline).await
+                // The local limit counts the calls still running under the share: it is what
+                // the process may run while Redis is away, not a grant on top of its share.
+                self.fallback.lease(deadline, || self.lock().in_use).await
             }
         }
     }
@@ -411,6 +421,9 @@ impl ShareEngine {
         let Some(budget) = self.budget.get().cloned() else {
             return;
         };
+        // Calls the fallback admitted while Redis was away count too, until they end (read
+        // before the state's lock: the fallback takes its own lock first).
+        let local = self.fallback.held();
         let sent = Instant::now();
         let report = {
             let mut state = self.lock();
@@ -422,9 +435,9 @@ impl ShareEngine {
             let holding = if leaving {
                 // Calls still running keep their permits: the server holds them until they
                 // expire with this process's entry.
-                self.held_out(&state)
+                self.held_out(&state) + local
             } else {
-                self.held_out(&state).max(state.cap.min(peak))
+                (self.held_out(&state) + local).max(state.cap.min(peak))
             };
             // Until the reply, no more than `holding` run: the server reserves that much.
             let cap = state.cap.min(holding);
@@ -441,6 +454,7 @@ impl ShareEngine {
                 limit: self.settings.limit,
                 lease: self.settings.lease,
                 leaving,
+                seen: state.seen,
             }
         };
         let seq = report.seq;
@@ -459,10 +473,28 @@ impl ShareEngine {
                 );
                 let mut state = self.lock();
                 if let Some((_, _)) = state.down.take() {
+                    state.down_logged = None;
                     tracing::info!(
                         address = self.server.address(),
+                        fallbacks = self.counters.fallbacks.load(Relaxed),
+                        refused = self.counters.unavailable.load(Relaxed),
                         "fleet budget: redis is back"
                     );
+                }
+                state.learning = !reply.fence.learning.is_zero();
+                if state.seen.update(reply.fence) {
+                    self.counters.epochs.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        budget = %budget,
+                        address = self.server.address(),
+                        epoch = reply.fence.epoch,
+                        "fleet budget: redis lost the budget's state (a restart, a flush or a \
+                         failover); this process's running calls are registered again, and no \
+                         share grows while the fleet does"
+                    );
+                    // This report counted what the process runs; the next one (asked for now)
+                    // takes its share in the new epoch.
+                    self.signals.kick.notify_one();
                 }
                 if reply.applied && state.seq == seq && !self.closed.load(Relaxed) {
                     state.has = reply.has;
@@ -479,19 +511,26 @@ impl ShareEngine {
                 format!("no answer within {:?}", self.settings.op_timeout),
             )),
         };
-        let was_down = {
+        let say = {
             let mut state = self.lock();
-            let was_down = state.down.is_some();
             state.down = Some((answered + self.settings.retry_after, error.clone()));
-            was_down
+            let say = state
+                .down_logged
+                .is_none_or(|at| answered >= at + crate::engine::DOWN_LOG_EVERY);
+            if say {
+                state.down_logged = Some(answered);
+            }
+            say
         };
-        if !was_down {
+        if say {
             tracing::warn!(
                 budget = %budget,
                 address = self.server.address(),
                 error = %error,
                 fail = ?self.settings.fail,
-                "fleet budget: redis cannot be reached"
+                fallbacks = self.counters.fallbacks.load(Relaxed),
+                refused = self.counters.unavailable.load(Relaxed),
+                "fleet budget: redis cannot be reached; calls beyond the share go to the fail policy"
             );
         }
         self.went_down.notify_waiters();
@@ -565,6 +604,10 @@ impl ShareEngine {
                     .unwrap_or(0),
             ),
             redis_down: state.down.is_some(),
+            epoch: state.seen.epoch,
+            epochs_moved: c.epochs.load(Relaxed),
+            learning: state.learning,
+            local_held: self.fallback.held(),
         }
     }
 }
@@ -592,6 +635,7 @@ impl Drop for ShareEngine {
                 limit: self.settings.limit,
                 lease: self.settings.lease,
                 leaving: true,
+                seen: state.seen,
             },
         );
         let timeout = self.settings.op_timeout;

@@ -124,6 +124,16 @@ pub struct ShareSnapshot {
     pub mean_round_trip: Duration,
     /// Whether the last report failed.
     pub redis_down: bool,
+    /// The budget's epoch as this process last saw it (0 before its first reply): it moves
+    /// when Redis loses the budget's state.
+    pub epoch: u64,
+    /// How often the epoch moved on from one this process had seen.
+    pub epochs_moved: u64,
+    /// Whether the budget is learning (after a loss of state, no share grows), as the last
+    /// reply said.
+    pub learning: bool,
+    /// Calls the local fallback admitted, running now.
+    pub local_held: usize,
 }
 
 impl ShareStore {

@@ -9,7 +9,7 @@ use inflight::{AcquireError, Budget};
 use super::*;
 use crate::fake::Shared;
 use crate::grants::Grants;
-use crate::server::{Acquired, ShareReply, Terms};
+use crate::server::{Acquired, Fence, Renewed, Seen, ShareReply, Terms};
 use crate::shares::ShareStore;
 
 fn ms(n: u64) -> Duration {
@@ -100,33 +100,38 @@ impl Server for Cut {
         b: &str,
         id: &str,
         t: Terms,
+        seen: Seen,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
-        self.server.acquire(b, id, t)
+        self.server.acquire(b, id, t, seen)
     }
     fn renew(
         &self,
         b: &str,
         ids: Vec<Arc<str>>,
-        lease: Duration,
-    ) -> BoxFuture<'static, Result<Vec<String>, ServerError>> {
-        self.server.renew(b, ids, lease)
+        locals: Vec<Arc<str>>,
+        t: Terms,
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<Renewed, ServerError>> {
+        self.server.renew(b, ids, locals, t, seen)
     }
     fn release(
         &self,
         b: &str,
         ids: Vec<Arc<str>>,
         t: Terms,
-    ) -> BoxFuture<'static, Result<u64, ServerError>> {
-        self.server.release(b, ids, t)
+        seen: Seen,
+    ) -> BoxFuture<'static, Result<(u64, Fence), ServerError>> {
+        self.server.release(b, ids, t, seen)
     }
     fn release_blocking(
         &self,
         b: &str,
         ids: &[Arc<str>],
         t: Terms,
+        seen: Seen,
         timeout: Duration,
     ) -> Result<u64, ServerError> {
-        self.server.release_blocking(b, ids, t, timeout)
+        self.server.release_blocking(b, ids, t, seen, timeout)
     }
     fn gcra(
         &self,
@@ -355,7 +360,8 @@ async fn a_shrunk_share_drains_then_gives_the_rest_back_for_the_others() {
 async fn redis_down_applies_the_fail_policy_and_the_share_ends_after_its_lease() {
     let server = Shared::default();
     let closed = store(Arc::new(server.clone()), 8, Fail::Closed);
-    let local = store(Arc::new(server.clone()), 8, Fail::Local(1));
+    // The local limit counts the share's running call: 2 lets one more in.
+    let local = store(Arc::new(server.clone()), 8, Fail::Local(2));
     let (rc, rl) = (budget(&closed, 8), budget(&local, 8));
     let c1 = rc.acquire().await.unwrap();
     let l1 = rl.acquire().await.unwrap();
@@ -420,6 +426,7 @@ async fn a_late_report_is_not_applied_over_a_newer_one() {
         limit: 10,
         lease: LEASE,
         leaving: false,
+        seen: Seen::default(),
     };
     let newer = server.shares("search", report(2, 3)).await.unwrap();
     assert!(newer.applied);
