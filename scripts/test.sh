@@ -35,11 +35,12 @@ else
     echo "  not root: tests that create cgroups will be skipped"
 fi
 
-step "redis-server (the fleet budget's tests run against a real one on loopback)"
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+step "redis-server and redis-sentinel (the fleet budget's tests run real ones on loopback: a server, a cluster, sentinels)"
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null \
+    || ! command -v redis-sentinel >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq redis-server redis-tools >/dev/null; }; then
+            apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; }; then
             echo "  could not install redis-server: its tests will say they skipped"
         fi
     else
@@ -48,6 +49,9 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 fi
 if command -v redis-server >/dev/null; then
     redis-server --version
+fi
+if command -v redis-sentinel >/dev/null; then
+    echo "  redis-sentinel: $(command -v redis-sentinel)"
 fi
 
 step "runtimes (the probe's rules are checked against the JDKs, Go, Python and Node found here)"

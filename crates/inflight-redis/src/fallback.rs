@@ -1,7 +1,7 @@
 //! [`Fallback`]: the calls a fleet store admits on its own while Redis cannot be asked
 //! ([`Fail::Local`]), with lease ids of their own; shared by per-call leases and shares.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
 use inflight::store::{Lease, StoreError};
@@ -22,7 +22,10 @@ const LOCAL_PREFIX: &str = "local:";
 #[derive(Debug)]
 pub(crate) struct Fallback {
     size: usize,
-    held: Mutex<usize>,
+    /// Taken while a caller checks the limit and takes a local permit.
+    admitting: Mutex<()>,
+    /// Local leases held now; read without the lock.
+    held: AtomicUsize,
     next: AtomicU64,
     /// Woken when a call of the store ends (local or not): a waiter may fit now.
     ended: Notify,
@@ -36,7 +39,8 @@ impl Fallback {
         };
         Fallback {
             size,
-            held: Mutex::new(0),
+            admitting: Mutex::new(()),
+            held: AtomicUsize::new(0),
             next: AtomicU64::new(0),
             ended: Notify::new(),
         }
@@ -54,9 +58,12 @@ impl Fallback {
             tokio::pin!(ended);
             ended.as_mut().enable();
             {
-                let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-                if running().saturating_add(*held) < self.size {
-                    *held += 1;
+                let _one = self
+                    .admitting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if running().saturating_add(self.held()) < self.size {
+                    self.held.fetch_add(1, Relaxed);
                     let n = self.next.fetch_add(1, Relaxed);
                     return Ok(Lease::new(format!("{LOCAL_PREFIX}{n}")));
                 }
@@ -83,10 +90,9 @@ impl Fallback {
     /// Takes back a lease it gave; false (and nothing done) for any other.
     pub(crate) fn take_back(&self, lease: &Lease) -> bool {
         if Fallback::gave(lease) {
-            {
-                let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-                *held = held.saturating_sub(1);
-            }
+            let _ = self
+                .held
+                .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
             self.ended.notify_waiters();
             true
         } else {
@@ -96,6 +102,6 @@ impl Fallback {
 
     /// Local leases held now.
     pub(crate) fn held(&self) -> usize {
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.load(Relaxed)
     }
 }

@@ -264,6 +264,8 @@ impl ShareEngine {
 
     pub(crate) fn release(&self, lease: Lease) {
         if self.fallback.take_back(&lease) {
+            // The share's cap counts the local calls still running: one fewer now.
+            self.signals.kick.notify_one();
             return;
         }
         let Some(n) = lease
@@ -501,7 +503,9 @@ impl ShareEngine {
                     state.target = reply.target;
                     state.processes = reply.processes;
                     state.confirmed = Some(sent);
-                    self.set_cap(&mut state, reply.cap);
+                    // The server reserves for the calls admitted locally too (they were in the
+                    // report's holding): the share admits that many fewer while they run.
+                    self.set_cap(&mut state, reply.cap.saturating_sub(self.fallback.held()));
                 }
                 return;
             }

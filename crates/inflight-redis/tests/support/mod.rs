@@ -5,6 +5,10 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod load;
+pub mod sentinel;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};

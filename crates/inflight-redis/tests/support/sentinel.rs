@@ -1,0 +1,174 @@
+//! A real primary, its replicas and three sentinels (Debian's `redis-sentinel`) on loopback,
+//! killed (and their files removed) on drop.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::cluster::{free_port_pair, installed, start_node, wait_for, Node};
+use super::ms;
+
+/// The name the sentinels know the primary by.
+pub const MASTER: &str = "fleet";
+
+pub struct Sentinels {
+    pub data: Vec<Node>,
+    pub sentinels: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinels {
+    /// One primary, `replicas` replicas and three sentinels (quorum 2) that count the primary
+    /// down after `down_after`; `None` (after saying why) when `redis-sentinel` is not
+    /// installed.
+    pub fn start(replicas: usize, down_after: Duration) -> Option<Sentinels> {
+        if !installed("redis-server") || !installed("redis-sentinel") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let primary = start_node(free_port_pair(), &[], dir.path());
+        let primary_port = primary.port.to_string();
+        let mut data = vec![primary];
+        for _ in 0..replicas {
+            data.push(start_node(
+                free_port_pair(),
+                &["--replicaof", "127.0.0.1", &primary_port],
+                dir.path(),
+            ));
+        }
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port_pair();
+            let conf = dir.path().join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER} {}\n\
+                     sentinel failover-timeout {MASTER} 5000\n\
+                     sentinel parallel-syncs {MASTER} 2\n",
+                    dir.path().display(),
+                    down_after.as_millis()
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-sentinel starts");
+            sentinels.push(Node::from_child(port, child));
+        }
+        let set = Sentinels {
+            data,
+            sentinels,
+            _dir: dir,
+        };
+        set.wait_ready(replicas, Duration::from_secs(30));
+        Some(set)
+    }
+
+    /// Waits until every replica's link is up and every sentinel knows the replicas and the
+    /// other sentinels.
+    fn wait_ready(&self, replicas: usize, within: Duration) {
+        wait_for(
+            within,
+            "replicas in sync, sentinels that know each other",
+            || {
+                let synced = self.data[1..].iter().all(|n| {
+                    redis::cmd("INFO")
+                        .arg("replication")
+                        .query::<String>(&mut n.conn())
+                        .unwrap_or_default()
+                        .contains("master_link_status:up")
+                });
+                synced
+                    && self.sentinels.iter().all(|s| {
+                        let Some(mut conn) = s.try_conn() else {
+                            return false;
+                        };
+                        let replicas_known: Vec<redis::Value> = redis::cmd("SENTINEL")
+                            .arg("REPLICAS")
+                            .arg(MASTER)
+                            .query(&mut conn)
+                            .unwrap_or_default();
+                        let others: Vec<redis::Value> = redis::cmd("SENTINEL")
+                            .arg("SENTINELS")
+                            .arg(MASTER)
+                            .query(&mut conn)
+                            .unwrap_or_default();
+                        replicas_known.len() >= replicas && others.len() >= 2
+                    })
+            },
+        );
+    }
+
+    /// `redis+sentinel://` with every sentinel, naming the primary.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// The port of the primary the first sentinel names now.
+    pub fn primary(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER)
+            .query(&mut self.sentinels[0].conn())
+            .unwrap();
+        port
+    }
+
+    /// Asks a sentinel to fail the primary over to a replica (`SENTINEL FAILOVER`).
+    pub fn failover(&self) {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER)
+            .query(&mut self.sentinels[0].conn())
+            .unwrap();
+    }
+
+    /// Waits until the sentinels name a primary other than `old`, and returns it.
+    pub fn wait_switched(&self, old: u16, within: Duration) -> u16 {
+        let mut now = old;
+        wait_for(within, "the sentinels to name a new primary", || {
+            now = self.primary();
+            now != old
+        });
+        now
+    }
+
+    pub fn node(&mut self, port: u16) -> &mut Node {
+        self.data
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a data node")
+    }
+}
+
+impl Node {
+    pub fn from_child(port: u16, child: std::process::Child) -> Node {
+        let node = Node::spawned(port, child);
+        wait_for(
+            Duration::from_secs(10),
+            &format!("a server on {port}"),
+            || node.try_conn().is_some(),
+        );
+        node
+    }
+
+    pub fn try_conn(&self) -> Option<redis::Connection> {
+        let mut conn = redis::Client::open(self.url())
+            .ok()?
+            .get_connection_with_timeout(ms(300))
+            .ok()?;
+        conn.set_read_timeout(Some(ms(1000))).ok()?;
+        redis::cmd("PING").query::<String>(&mut conn).ok()?;
+        Some(conn)
+    }
+}

@@ -1,0 +1,253 @@
+//! Fleet budgets on the Redis that production runs, counted where the calls arrive: a Redis
+//! Cluster reached from any node's address, its failovers (manual, and a primary killed), a
+//! primary found through Sentinel and its failover. Each "process" is a `RedisFleet` of its own
+//! (its own connection and grants channel); every call goes to an [`Observer`].
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight::Budget;
+use inflight_redis::{Fail, RedisFleet, RedisStore};
+use support::cluster::RedisCluster;
+use support::load::Load;
+use support::sentinel::Sentinels;
+use support::{ms, Observer};
+use tokio::time::Instant;
+
+fn fleet(url: &str, lease: Duration) -> RedisFleet {
+    RedisFleet::builder(url)
+        .lease(lease)
+        .op_timeout(ms(500))
+        .retry_after(ms(200))
+        .build()
+        .unwrap()
+}
+
+fn budget(name: &str, limit: usize, store: &RedisStore) -> Budget {
+    Budget::builder(name)
+        .max_concurrent(limit)
+        .permit_timeout(ms(2000))
+        .store(Arc::new(store.clone()))
+        .build()
+        .unwrap()
+}
+
+/// Calls of `command` on the node at `port` since its stats were reset.
+fn calls(port: u16, command: &str) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut client.get_connection().unwrap())
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_naming_any_node_reaches_budgets_on_every_primary_of_a_cluster() {
+    let Some(cluster) = RedisCluster::start(3, 0, ms(2000)) else {
+        return;
+    };
+    let names = cluster.budget_on_each_master();
+    let masters = cluster.masters();
+    for port in &masters {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(
+                &mut redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap(),
+            )
+            .unwrap();
+    }
+    let limit = 3;
+    // Three processes, each given the first node's address, each with every budget; a local
+    // fallback that would show at the observer if the fleet ran on it.
+    let observers: Vec<Observer> = names.iter().map(|_| Observer::start()).collect();
+    let fleets: Vec<RedisFleet> = (0..3).map(|_| fleet(&cluster.url(), ms(5000))).collect();
+    let mut stores = Vec::new();
+    let mut loads = Vec::new();
+    for (name, observer) in names.iter().zip(&observers) {
+        let budgets: Vec<Budget> = fleets
+            .iter()
+            .map(|f| {
+                let store = f.store(limit, Fail::Local(2));
+                stores.push(store.clone());
+                budget(name, limit, &store)
+            })
+            .collect();
+        loads.push(Load::start(&budgets, 3, &observer.addr(), ms(20)));
+    }
+    tokio::time::sleep(ms(1500)).await;
+    let mut reports = Vec::new();
+    for load in loads {
+        reports.push(load.stop().await);
+    }
+    for ((name, observer), report) in names.iter().zip(&observers).zip(&reports) {
+        let served = observer.served();
+        assert!(report.ok > 20, "{name}: {}", report.summary());
+        assert_eq!(
+            served.peak, limit,
+            "{name}: the limit, used and never passed: {served:?}"
+        );
+    }
+    let fallbacks: u64 = stores.iter().map(|s| s.snapshot().fallbacks).sum();
+    let acquired: u64 = stores.iter().map(|s| s.snapshot().acquired).sum();
+    assert_eq!(fallbacks, 0, "every call took a fleet lease");
+    assert!(acquired > 60);
+    assert_eq!(fleets[0].topology(), Some("cluster"));
+    // Each budget's scripts ran on its own primary, and grants were told in its slot only.
+    for port in &masters {
+        assert!(calls(*port, "evalsha") > 0, "scripts ran on {port}");
+        assert_eq!(
+            calls(*port, "publish"),
+            0,
+            "no broadcast over the cluster bus"
+        );
+    }
+    assert!(masters.iter().map(|p| calls(*p, "spublish")).sum::<u64>() > 0);
+}
+
+/// Runs a load of 3 processes × 4 callers on one budget of 4 through `url` while `fault` runs;
+/// returns the longest time without a grant after the fault began, and the peak at the
+/// observer.
+async fn through_a_fault(
+    url: &str,
+    lease: Duration,
+    fault: impl FnOnce() -> Instant + Send + 'static,
+) -> (Duration, usize, support::load::Report, Vec<RedisStore>) {
+    let limit = 4;
+    let observer = Observer::start();
+    let stores: Vec<RedisStore> = (0..3)
+        .map(|_| fleet(url, lease).store(limit, Fail::Closed))
+        .collect();
+    let budgets: Vec<Budget> = stores.iter().map(|s| budget("records", limit, s)).collect();
+    let load = Load::start(&budgets, 4, &observer.addr(), ms(20));
+    tokio::time::sleep(ms(1000)).await;
+    assert!(load.granted() > 20, "the load runs before the fault");
+    let began = tokio::task::spawn_blocking(fault).await.unwrap();
+    // Long enough for grants to resume and go on.
+    let resumed = Instant::now();
+    while load.granted() == 0 || Instant::now() < resumed + ms(1500) {
+        tokio::time::sleep(ms(100)).await;
+        assert!(resumed.elapsed() < Duration::from_secs(30), "grants resume");
+    }
+    let report = load.stop().await;
+    let gap = report.longest_gap_after(began.into_std());
+    assert!(
+        report.granted_after(began.into_std() + gap) > 10,
+        "grants went on after the fault: {}",
+        report.summary()
+    );
+    (gap, observer.served().peak, report, stores)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failovers_hold_the_limit_and_grants_resume_within_the_node_timeout() {
+    let node_timeout = ms(1000);
+    let Some(cluster) = RedisCluster::start(3, 1, node_timeout) else {
+        return;
+    };
+    let cluster = Arc::new(std::sync::Mutex::new(cluster));
+    let url = cluster.lock().unwrap().url();
+    // A manual failover: the replica takes over once it has every write.
+    let c = cluster.clone();
+    let (gap, peak, report, _) = through_a_fault(&url, ms(1500), move || {
+        let c = c.lock().unwrap();
+        let owner = c.owner("records");
+        let replica = c.replica_of(owner);
+        let began = Instant::now();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut c.nodes.iter().find(|n| n.port == replica).unwrap().conn())
+            .unwrap();
+        support::cluster::wait_for(Duration::from_secs(10), "the replica to take over", || {
+            c.owner("records") == replica
+        });
+        began
+    })
+    .await;
+    println!(
+        "CLUSTER FAILOVER: longest gap {gap:?}, peak {peak}, {}",
+        report.summary()
+    );
+    assert!(peak <= 4, "the limit held at the dependency: {peak}");
+    assert!(
+        gap <= node_timeout + ms(2000),
+        "grants resumed after {gap:?}"
+    );
+    // A primary killed: its replica is promoted after the node timeout.
+    let c = cluster.clone();
+    let (gap, peak, report, stores) = through_a_fault(&url, ms(1500), move || {
+        let mut c = c.lock().unwrap();
+        let owner = c.owner("records");
+        let began = Instant::now();
+        c.node(owner).kill();
+        support::cluster::wait_for(Duration::from_secs(15), "a replica to be promoted", || {
+            c.masters().len() == 3 && c.owner("records") != owner
+        });
+        began
+    })
+    .await;
+    let lost: u64 = stores.iter().map(|s| s.snapshot().epochs_moved).sum();
+    println!(
+        "primary killed: longest gap {gap:?}, peak {peak}, epochs moved {lost}, {}",
+        report.summary()
+    );
+    assert!(peak <= 4, "the limit held at the dependency: {peak}");
+    // Promotion takes the node timeout and an election; a promoted replica that lost writes
+    // makes the budget learn for one lease (1.5 s) on top.
+    assert!(
+        gap <= node_timeout + ms(2000) + if lost > 0 { ms(1500) } else { ms(0) },
+        "grants resumed after {gap:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_holds_the_limit_and_grants_resume_on_the_new_primary() {
+    let Some(sentinels) = Sentinels::start(2, ms(1000)) else {
+        return;
+    };
+    let sentinels = Arc::new(sentinels);
+    let s = sentinels.clone();
+    let switched = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let took = switched.clone();
+    let (gap, peak, report, stores) = through_a_fault(&sentinels.url(), ms(1500), move || {
+        let old = s.primary();
+        let began = Instant::now();
+        s.failover();
+        s.wait_switched(old, Duration::from_secs(15));
+        *took.lock().unwrap() = began.elapsed();
+        began
+    })
+    .await;
+    let switched = *switched.lock().unwrap();
+    println!(
+        "SENTINEL FAILOVER: switched after {switched:?}, longest gap {gap:?}, peak {peak}, {}",
+        report.summary()
+    );
+    assert!(peak <= 4, "the limit held at the dependency: {peak}");
+    let lost: u64 = stores.iter().map(|s| s.snapshot().epochs_moved).sum();
+    assert!(
+        gap <= switched + ms(2000) + if lost > 0 { ms(1500) } else { ms(0) },
+        "grants resumed {gap:?} after the failover began (switched after {switched:?})"
+    );
+    // Every process now takes its leases at the new primary.
+    let primary = sentinels.primary();
+    let holders: Vec<String> = redis::cmd("KEYS")
+        .arg("inflight:{records}:*")
+        .query(
+            &mut redis::Client::open(format!("redis://127.0.0.1:{primary}"))
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(!holders.is_empty(), "the budget lives on the new primary");
+}
