@@ -35,6 +35,8 @@ enum Command {
     Lab(cmd::lab::Args),
     /// Forward requests to each dependency only once they hold a permit of its budget (a sidecar).
     Proxy(cmd::proxy::Args),
+    /// Look at the fleet budgets of a budgets file in the Redis they share (`fleet status`).
+    Fleet(cmd::fleet::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => cmd::sim::run(args),
         Command::Lab(args) => cmd::lab::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
+        Command::Fleet(args) => cmd::fleet::run(args),
     };
     match result {
         Ok(code) => code,

@@ -129,6 +129,12 @@ pub use error::{ReloadError, StartError};
 use metrics::Registry;
 use route::{RouteSlot, RouteState};
 
+/// How often the proxy looks at its fleet budgets' state, to say when one loses Redis.
+const FLEET_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often a fleet budget that stays without Redis is said again.
+const FLEET_REPEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where the proxy's log lines go: one line per call, no trailing newline.
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -190,6 +196,16 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn render_metrics(&self) -> String {
         let states: Vec<_> = self.routes.iter().map(|r| r.current()).collect();
+        let fleets = self
+            .fleets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        self.registry.within(|| {
+            for fleet in &fleets {
+                inflight_redis::metrics::publish_fleet(fleet);
+            }
+        });
         self.registry.render(states.iter().map(|s| &s.budget))
     }
 
@@ -312,14 +328,36 @@ impl ProxyBuilder {
         });
         let upkeep = {
             let shared = Arc::downgrade(&shared);
+            let log = log.clone();
             tokio::spawn(async move {
-                let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
+                // Every second: a fleet budget that lost Redis (or got it back, or learns after
+                // Redis lost its state) is said; every few seconds, the histograms are folded.
+                let mut every = tokio::time::interval(FLEET_WATCH_INTERVAL);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut health: Vec<inflight_redis::HealthLog> = Vec::new();
+                let mut ticks = 0u32;
                 loop {
                     every.tick().await;
-                    match shared.upgrade() {
-                        Some(shared) => shared.registry.upkeep(),
-                        None => return,
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    let fleets = shared
+                        .fleets
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    health.resize_with(fleets.len(), || {
+                        inflight_redis::HealthLog::new(FLEET_REPEAT)
+                    });
+                    for (fleet, health) in fleets.iter().zip(&mut health) {
+                        for line in health.lines(fleet) {
+                            log(&line);
+                        }
+                    }
+                    ticks += 1;
+                    if FLEET_WATCH_INTERVAL * ticks >= crate::metrics::UPKEEP_INTERVAL {
+                        ticks = 0;
+                        shared.registry.upkeep();
                     }
                 }
             })
@@ -357,6 +395,24 @@ impl Proxy {
     pub fn upstream(&self, name: &str) -> Option<String> {
         let slot = self.shared.routes.iter().find(|s| s.name == name)?;
         Some(slot.current().route.upstream().url().to_string())
+    }
+
+    /// Where the fleet budgets keep their permits: the `[fleet]` URL without its password,
+    /// the names of the proxied budgets with `scope = "fleet"`, and the lease; `None` without
+    /// a `[fleet]` table. What the proxy says when it starts.
+    pub fn fleet(&self) -> Option<(String, Vec<String>, std::time::Duration)> {
+        let config = self.shared.fleet.as_ref()?;
+        let names = self
+            .shared
+            .routes
+            .iter()
+            .filter(|slot| slot.current().is_fleet())
+            .map(|slot| slot.name.clone())
+            .collect();
+        let lease = config
+            .lease()
+            .unwrap_or(inflight_redis::RedisFleet::DEFAULT_LEASE);
+        Some((config.shown_url(), names, lease))
     }
 
     /// The address the admin server is bound to, if there is one.

@@ -64,6 +64,7 @@ impl Registry {
         let registry = Registry { recorder, handle };
         registry.within(|| {
             inflight::metrics::describe();
+            inflight_redis::metrics::describe();
             describe_counter!(
                 REQUESTS,
                 Unit::Count,

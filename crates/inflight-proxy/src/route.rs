@@ -62,6 +62,11 @@ pub(crate) struct RouteState {
 }
 
 impl RouteState {
+    /// Whether the budget keeps its permits in the fleet's Redis.
+    pub(crate) fn is_fleet(&self) -> bool {
+        matches!(self.scope, Scope::Fleet { .. })
+    }
+
     pub(crate) fn new(
         registry: &Registry,
         budget: Budget,

@@ -29,7 +29,8 @@ pub enum LoadError {
 /// # Errors
 ///
 /// [`LoadError::Config`] for a file that cannot be read or is refused;
-/// [`LoadError::Fleet`] when `[fleet] url` is not a Redis URL or the lease is too short.
+/// [`LoadError::Fleet`] when `[fleet] url` is not a fleet URL, the lease is too short, or
+/// `ca_file` cannot be read.
 pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
     attach(Budgets::from_path(path)?)
 }
@@ -85,7 +86,8 @@ pub fn load(path: impl AsRef<Path>) -> Result<Budgets, LoadError> {
 ///
 /// # Errors
 ///
-/// [`LoadError::Fleet`] when `[fleet] url` is not a Redis URL or the lease is too short.
+/// [`LoadError::Fleet`] when `[fleet] url` is not a fleet URL, the lease is too short, or
+/// `ca_file` cannot be read.
 pub fn attach(budgets: Budgets) -> Result<Budgets, LoadError> {
     attach_fleet(budgets).map(|(budgets, _)| budgets)
 }
@@ -123,6 +125,9 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
     let mut builder = RedisFleet::builder(config.url());
     if let Some(lease) = config.lease() {
         builder = builder.lease(lease);
+    }
+    if let Some(ca_file) = config.ca_file() {
+        builder = builder.ca_file(ca_file);
     }
     let fleet = builder.build()?;
     // Each fleet budget's store, made while the budgets are borrowed; attached after.

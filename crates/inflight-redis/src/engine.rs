@@ -168,6 +168,16 @@ impl Engine {
         &self.settings
     }
 
+    /// The budgets this store has served (one, from a budgets file).
+    pub(crate) fn budgets(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .map(|b| b.to_string())
+            .collect()
+    }
+
     pub(crate) fn address(&self) -> &str {
         self.server.address()
     }
@@ -363,6 +373,14 @@ impl Engine {
         deadline: Option<Instant>,
         error: ServerError,
     ) -> Result<Lease, StoreError> {
+        self.mark_down(budget, &error);
+        self.when_down(budget, deadline, error).await
+    }
+
+    /// The server failed a call (an acquire, or a renewal): new calls skip it for
+    /// `retry_after` and go to the fail policy. Logged when it starts, and every
+    /// [`DOWN_LOG_EVERY`] while it lasts.
+    fn mark_down(&self, budget: &str, error: &ServerError) {
         let now = Instant::now();
         let say = {
             let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
@@ -392,7 +410,6 @@ impl Engine {
                 "fleet budget: redis cannot be reached; calls go to the fail policy"
             );
         }
-        self.when_down(budget, deadline, error).await
     }
 
     /// The last failure, if calls should skip the server for now.
@@ -427,6 +444,11 @@ impl Engine {
         match self.settings.fail {
             Fail::Closed => {
                 self.counters.unavailable.fetch_add(1, Relaxed);
+                self.seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(Arc::from(budget))
+                    .or_default();
                 Err(StoreError::unavailable(FleetUnavailable::new(
                     budget,
                     self.server.address(),
@@ -435,6 +457,12 @@ impl Engine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
+                // Known as this store's budget even if Redis never answered (for metrics).
+                self.seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(Arc::from(budget))
+                    .or_default();
                 // The local limit counts this process's fleet calls still running: it is what
                 // the process may run while Redis is away, not a grant on top of its leases.
                 let lease = self
@@ -666,8 +694,20 @@ impl Engine {
             )
             .await;
             let answered = Instant::now();
-            let Ok(Ok(renewed)) = answer else {
-                continue;
+            let renewed = match answer {
+                Ok(Ok(renewed)) => renewed,
+                Ok(Err(error)) => {
+                    self.mark_down(&budget, &error);
+                    continue;
+                }
+                Err(_) => {
+                    let error: ServerError = Arc::new(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "a renewal had no answer within its round-trip timeout",
+                    ));
+                    self.mark_down(&budget, &error);
+                    continue;
+                }
             };
             self.round_trip(answered - asked);
             self.recovered();

@@ -60,7 +60,8 @@ impl std::error::Error for FleetUnavailable {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FleetError {
-    /// The URL is not a Redis URL.
+    /// The URL is not a fleet URL (`redis://`, `rediss://`, `redis+cluster://`,
+    /// `redis+sentinel://`, ...); the URL is shown without its password.
     #[error("invalid redis url {url:?}: {source}")]
     Url {
         url: String,
@@ -70,4 +71,8 @@ pub enum FleetError {
     /// A setting is out of range.
     #[error("{0}")]
     Invalid(String),
+    /// Redis could not be asked (unreachable, or it answered with an error); the message
+    /// names the address, without its password.
+    #[error("{0}")]
+    Unreachable(String),
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::engine::{Engine, Settings};
 use crate::error::FleetError;
+use crate::health::FleetHealth;
 use crate::link::{Link, Topology};
 use crate::server::{RedisServer, Server};
 use crate::shares::{ShareEngine, ShareStore};
@@ -209,9 +210,113 @@ impl RedisFleet {
         .await;
     }
 
+    /// What this fleet's Redis holds of budget `budget` now: the node that owns it, the leases
+    /// held and waiting, shares, the epoch and whether it is learning (see
+    /// [`FleetStatus`](crate::FleetStatus)). One round trip, within the round-trip timeout; it
+    /// changes nothing. What `inflight fleet status` shows.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError::Unreachable`] when Redis cannot be asked.
+    pub async fn status(&self, budget: &str) -> Result<crate::FleetStatus, FleetError> {
+        let unreachable = |reason: String| {
+            FleetError::Unreachable(format!(
+                "fleet budget {budget:?}: redis at {} cannot be reached: {reason}",
+                self.address()
+            ))
+        };
+        match tokio::time::timeout(self.op_timeout, self.server.status(budget)).await {
+            Ok(Ok(status)) => Ok(status),
+            Ok(Err(e)) => Err(unreachable(e.to_string())),
+            Err(_) => Err(unreachable(format!(
+                "no answer within {:?}",
+                self.op_timeout
+            ))),
+        }
+    }
+
     /// A fleet rate limit named `name`: see [`FleetRate`](crate::FleetRate).
     pub fn rate(&self, name: &str, interval: Duration, burst: u32) -> crate::FleetRate {
         crate::FleetRate::new(self.clone(), name, interval, burst)
+    }
+
+    /// The per-call stores of this fleet (and its clones) still in use, each with the budget it
+    /// serves (stores that have served no call yet are left out).
+    pub(crate) fn stores(&self) -> Vec<(String, RedisStore)> {
+        self.stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .flat_map(|engine| {
+                engine
+                    .budgets()
+                    .into_iter()
+                    .map(move |name| (name, RedisStore::from_arc(engine.clone())))
+            })
+            .collect()
+    }
+
+    /// The share stores of this fleet (and its clones) still in use, each with its budget.
+    pub(crate) fn share_stores(&self) -> Vec<(String, ShareStore)> {
+        self.shares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter_map(|engine| {
+                let name = engine.budget_name()?;
+                Some((name, ShareStore::from_arc(engine)))
+            })
+            .collect()
+    }
+
+    /// Each budget this fleet's stores have served, and whether it runs on Redis now: for a
+    /// process to tell its operator when a fleet budget falls back (see [`FleetHealth`]).
+    ///
+    /// ```
+    /// use inflight_redis::RedisFleet;
+    ///
+    /// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
+    /// for budget in fleet.health() {
+    ///     if budget.redis_down {
+    ///         eprintln!("{}: redis cannot be reached, {} calls on the local fallback", budget.budget, budget.local_held);
+    ///     }
+    /// }
+    /// ```
+    pub fn health(&self) -> Vec<FleetHealth> {
+        let mut all: Vec<FleetHealth> = self
+            .stores()
+            .into_iter()
+            .map(|(budget, store)| {
+                let s = store.snapshot();
+                FleetHealth {
+                    budget,
+                    fail: store.fail(),
+                    redis_down: s.redis_down,
+                    fallbacks: s.fallbacks,
+                    refused: s.unavailable,
+                    local_held: s.local_held,
+                    learning: s.learning,
+                    epochs_moved: s.epochs_moved,
+                }
+            })
+            .collect();
+        all.extend(self.share_stores().into_iter().map(|(budget, store)| {
+            let s = store.snapshot();
+            FleetHealth {
+                budget,
+                fail: store.fail(),
+                redis_down: s.redis_down,
+                fallbacks: s.fallbacks,
+                refused: s.unavailable,
+                local_held: s.local_held,
+                learning: s.learning,
+                epochs_moved: s.epochs_moved,
+            }
+        }));
+        all.sort_by(|a, b| a.budget.cmp(&b.budget));
+        all
     }
 
     /// The lease of each permit.
@@ -291,7 +396,7 @@ impl FleetBuilder {
             ));
         }
         let topology = Topology::parse(&self.url).map_err(|bad| FleetError::Url {
-            url: crate::link::redacted(&self.url),
+            url: inflight::config::shown_url(&self.url),
             source: redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "invalid fleet url",

@@ -28,7 +28,18 @@
 //! - **A rate for the whole fleet.** [`RedisStore::rate`] (or `rate` on a fleet budget in a
 //!   budgets file) keeps the budget's rate limit in Redis, a GCRA on the server's clock shared
 //!   by every replica; the budget applies no rate of its own per process.
-//! - **Redis Cluster.** All keys of a budget share one hash tag (`inflight:{records}:holders`).
+//! - **The Redis that production runs.** One server, a Redis Cluster (from any node's address,
+//!   or `redis+cluster://` seeds), a primary found through Sentinel (`redis+sentinel://`), over
+//!   TLS (`rediss`), with ACL users: see [`RedisFleet`]'s topologies. All keys of a budget share
+//!   one hash tag (`inflight:{records}:holders`), so a budget lives on one slot, and grants are
+//!   told on a sharded channel of that slot.
+//! - **State that Redis loses** (a restart without persistence, a flush, a failover that lost
+//!   writes) is detected by each budget's epoch: the budget learns for one lease, granting
+//!   nothing new while every process registers the calls it runs, those its local fallback
+//!   admitted included (see the `scripts` module's docs in the source, and the README).
+//! - **Loud.** A budget on its fallback is logged when it starts and every 10 s, counted, and
+//!   shown by [`RedisFleet::health`], [`HealthLog`] and [`RedisFleet::status`] (what
+//!   `inflight fleet status` prints).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -73,7 +84,9 @@
 //!
 //! # Modules
 //!
-//! - [`RedisFleet`]: the Redis a fleet shares and its settings; makes stores and rate limits.
+//! - [`RedisFleet`]: the Redis a fleet shares and its settings; makes stores and rate limits;
+//!   [`FleetStatus`], a budget as Redis holds it; [`FleetHealth`] and [`HealthLog`], whether a
+//!   budget runs on Redis now.
 //! - [`RedisStore`]: a budget's permits in Redis; [`Fail`]; [`FleetSnapshot`], its counters.
 //! - [`ShareStore`]: a budget's limit as shares held by each process for a lease, for limits
 //!   large against the number of processes; [`ShareSnapshot`], its state and counters.
@@ -90,6 +103,7 @@ mod fake;
 mod fallback;
 mod fleet;
 mod grants;
+mod health;
 mod link;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -98,17 +112,20 @@ mod scripts;
 mod server;
 mod shares;
 mod snapshot;
+mod status;
 mod store;
 
 pub use config::{attach, attach_fleet, load, LoadError};
 pub use error::{FleetError, FleetUnavailable};
 pub use fleet::{FleetBuilder, RedisFleet};
+pub use health::{FleetHealth, HealthLog};
 pub use rate::{FleetRate, RateError};
 /// The keys a fleet budget or rate limit of a name keeps in Redis (`inflight:{records}:holders`,
 /// ...): what to delete to start a budget afresh, when no process holds its permits.
 pub use scripts::budget_keys;
 pub use shares::{ShareSnapshot, ShareStore};
 pub use snapshot::FleetSnapshot;
+pub use status::FleetStatus;
 pub use store::{Fail, RedisStore};
 
 // Every Rust snippet in the workspace README compiles (and, but for the one that needs a Redis,

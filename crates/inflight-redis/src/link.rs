@@ -792,25 +792,6 @@ async fn watch(link: Weak<Link>) {
     }
 }
 
-/// `url` with its password (if any) shown as `***`, for errors.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => userinfo.to_string(),
-            };
-            format!("{scheme}://{user}@{hosts}{path}")
-        }
-        None => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -867,10 +848,5 @@ mod tests {
             let err = Topology::parse(bad).unwrap_err().0;
             assert!(err.contains(says), "{bad}: {err}");
         }
-        assert_eq!(
-            redacted("redis+sentinel://u:pw@h:1,h:2/m"),
-            "redis+sentinel://u:***@h:1,h:2/m"
-        );
-        assert_eq!(redacted("redis://h:1"), "redis://h:1");
     }
 }

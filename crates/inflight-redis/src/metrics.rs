@@ -10,9 +10,20 @@
 //! | `inflight_fleet_fallbacks_total` | counter | budget | acquires served by the local fallback |
 //! | `inflight_fleet_unavailable_total` | counter | budget | acquires refused, Redis unreachable |
 //! | `inflight_fleet_redis_round_trip_seconds` | gauge | budget | mean Redis round trip so far |
+//! | `inflight_fleet_redis_down` | gauge | budget | 1 while Redis cannot be reached (calls go to the fail policy) |
+//! | `inflight_fleet_local_held` | gauge | budget | calls the local fallback admitted, running now |
+//! | `inflight_fleet_learning` | gauge | budget | 1 while the budget learns after Redis lost its state (nothing new granted) |
+//! | `inflight_fleet_epochs_moved_total` | counter | budget | times Redis lost the budget's state, as this process saw |
+//! | `inflight_fleet_readded_total` | counter | budget | leases still running that Redis had lost, added back |
+//! | `inflight_fleet_share` | gauge | budget | a share store's calls admitted at once now |
+//! | `inflight_fleet_share_reserved` | gauge | budget | permits Redis reserves for this process's share |
+//! | `inflight_fleet_share_target` | gauge | budget | this process's max-min fair share |
+//! | `inflight_fleet_share_processes` | gauge | budget | processes in the share budget |
+//! | `inflight_fleet_share_reports_total` | counter | budget | share reports Redis answered |
 //!
-//! Nothing is recorded on the call path: [`publish`] reads the store's counters (call it before
-//! each scrape, or on a timer).
+//! Nothing is recorded on the call path: [`publish`] and [`publish_shares`] read a store's
+//! counters, and [`publish_fleet`] those of every store of a fleet (call one before each scrape,
+//! or on a timer).
 //!
 //! ```
 //! use inflight_redis::{Fail, RedisFleet};
@@ -24,7 +35,7 @@
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
-use crate::RedisStore;
+use crate::{RedisFleet, RedisStore, ShareStore};
 
 /// Fleet leases this process holds now (gauge).
 pub const LEASES_HELD: &str = "inflight_fleet_leases_held";
@@ -40,6 +51,26 @@ pub const FALLBACKS: &str = "inflight_fleet_fallbacks_total";
 pub const UNAVAILABLE: &str = "inflight_fleet_unavailable_total";
 /// The mean Redis round trip so far (gauge, seconds).
 pub const ROUND_TRIP: &str = "inflight_fleet_redis_round_trip_seconds";
+/// 1 while Redis cannot be reached (gauge).
+pub const REDIS_DOWN: &str = "inflight_fleet_redis_down";
+/// Calls the local fallback admitted, running now (gauge).
+pub const LOCAL_HELD: &str = "inflight_fleet_local_held";
+/// 1 while the budget learns after Redis lost its state (gauge).
+pub const LEARNING: &str = "inflight_fleet_learning";
+/// Times Redis lost the budget's state, as this process saw (counter).
+pub const EPOCHS_MOVED: &str = "inflight_fleet_epochs_moved_total";
+/// Leases still running that Redis had lost, added back (counter).
+pub const READDED: &str = "inflight_fleet_readded_total";
+/// A share store's calls admitted at once now (gauge).
+pub const SHARE: &str = "inflight_fleet_share";
+/// Permits Redis reserves for this process's share (gauge).
+pub const SHARE_RESERVED: &str = "inflight_fleet_share_reserved";
+/// This process's max-min fair share (gauge).
+pub const SHARE_TARGET: &str = "inflight_fleet_share_target";
+/// Processes in the share budget (gauge).
+pub const SHARE_PROCESSES: &str = "inflight_fleet_share_processes";
+/// Share reports Redis answered (counter).
+pub const SHARE_REPORTS: &str = "inflight_fleet_share_reports_total";
 
 /// Describes every metric to the installed recorder (names, units, help).
 pub fn describe() {
@@ -74,6 +105,48 @@ pub fn describe() {
         "Acquires refused: Redis unreachable."
     );
     describe_gauge!(ROUND_TRIP, Unit::Seconds, "Mean Redis round trip so far.");
+    describe_gauge!(
+        REDIS_DOWN,
+        Unit::Count,
+        "1 while Redis cannot be reached: calls go to the fail policy."
+    );
+    describe_gauge!(
+        LOCAL_HELD,
+        Unit::Count,
+        "Calls the local fallback admitted, running now."
+    );
+    describe_gauge!(
+        LEARNING,
+        Unit::Count,
+        "1 while the budget learns after Redis lost its state: nothing new is granted."
+    );
+    describe_counter!(
+        EPOCHS_MOVED,
+        Unit::Count,
+        "Times Redis lost the budget's state, as this process saw."
+    );
+    describe_counter!(
+        READDED,
+        Unit::Count,
+        "Leases still running that Redis had lost, added back."
+    );
+    describe_gauge!(SHARE, Unit::Count, "Calls the share admits at once now.");
+    describe_gauge!(
+        SHARE_RESERVED,
+        Unit::Count,
+        "Permits Redis reserves for this process's share."
+    );
+    describe_gauge!(
+        SHARE_TARGET,
+        Unit::Count,
+        "This process's max-min fair share."
+    );
+    describe_gauge!(
+        SHARE_PROCESSES,
+        Unit::Count,
+        "Processes in the share budget."
+    );
+    describe_counter!(SHARE_REPORTS, Unit::Count, "Share reports Redis answered.");
 }
 
 /// Publishes `store`'s counters, labelled `budget = name`.
@@ -86,5 +159,40 @@ pub fn publish(name: &str, store: &RedisStore) {
     counter!(LOST, "budget" => name.clone()).absolute(s.lost);
     counter!(FALLBACKS, "budget" => name.clone()).absolute(s.fallbacks);
     counter!(UNAVAILABLE, "budget" => name.clone()).absolute(s.unavailable);
-    gauge!(ROUND_TRIP, "budget" => name).set(s.mean_round_trip.as_secs_f64());
+    gauge!(ROUND_TRIP, "budget" => name.clone()).set(s.mean_round_trip.as_secs_f64());
+    gauge!(REDIS_DOWN, "budget" => name.clone()).set(f64::from(u8::from(s.redis_down)));
+    gauge!(LOCAL_HELD, "budget" => name.clone()).set(s.local_held as f64);
+    gauge!(LEARNING, "budget" => name.clone()).set(f64::from(u8::from(s.learning)));
+    counter!(EPOCHS_MOVED, "budget" => name.clone()).absolute(s.epochs_moved);
+    counter!(READDED, "budget" => name).absolute(s.readded);
+}
+
+/// Publishes a share store's state and counters, labelled `budget = name`.
+pub fn publish_shares(name: &str, store: &ShareStore) {
+    let s = store.snapshot();
+    let name = name.to_string();
+    gauge!(SHARE, "budget" => name.clone()).set(s.share as f64);
+    gauge!(SHARE_RESERVED, "budget" => name.clone()).set(s.reserved as f64);
+    gauge!(SHARE_TARGET, "budget" => name.clone()).set(s.target as f64);
+    gauge!(SHARE_PROCESSES, "budget" => name.clone()).set(s.processes as f64);
+    counter!(SHARE_REPORTS, "budget" => name.clone()).absolute(s.reports);
+    counter!(LOST, "budget" => name.clone()).absolute(s.lost);
+    counter!(FALLBACKS, "budget" => name.clone()).absolute(s.fallbacks);
+    counter!(UNAVAILABLE, "budget" => name.clone()).absolute(s.unavailable);
+    gauge!(ROUND_TRIP, "budget" => name.clone()).set(s.mean_round_trip.as_secs_f64());
+    gauge!(REDIS_DOWN, "budget" => name.clone()).set(f64::from(u8::from(s.redis_down)));
+    gauge!(LOCAL_HELD, "budget" => name.clone()).set(s.local_held as f64);
+    gauge!(LEARNING, "budget" => name.clone()).set(f64::from(u8::from(s.learning)));
+    counter!(EPOCHS_MOVED, "budget" => name).absolute(s.epochs_moved);
+}
+
+/// Publishes every store of `fleet` (and its clones) that has served a budget, under that
+/// budget's name: what `inflight proxy` shows on `/metrics` for its fleet budgets.
+pub fn publish_fleet(fleet: &RedisFleet) {
+    for (name, store) in fleet.stores() {
+        publish(&name, &store);
+    }
+    for (name, store) in fleet.share_stores() {
+        publish_shares(&name, &store);
+    }
 }

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use crate::grants::Grants;
 use crate::link::{Conn, Link};
 use crate::scripts::{self, Scripts};
+use crate::status::{self, FleetStatus, StatusReply};
 
 /// Why the server could not be asked (unreachable, or it answered with an error).
 pub(crate) type ServerError = Arc<dyn std::error::Error + Send + Sync>;
@@ -208,6 +209,14 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
     /// What the connection found (`standalone`, `cluster`, `sentinel`), once it was made.
     fn topology(&self) -> Option<&'static str> {
         None
+    }
+
+    /// What the server holds of `budget` now, read without changing it.
+    fn status(&self, budget: &str) -> BoxFuture<'static, Result<FleetStatus, ServerError>> {
+        let _ = budget;
+        Box::pin(async {
+            Err(Arc::new(std::io::Error::other("this server has no status")) as ServerError)
+        })
     }
 }
 
@@ -489,5 +498,18 @@ impl Server for RedisServer {
 
     fn topology(&self) -> Option<&'static str> {
         self.link.kind().map(|k| k.as_str())
+    }
+
+    fn status(&self, budget: &str) -> BoxFuture<'static, Result<FleetStatus, ServerError>> {
+        let name = budget.to_string();
+        let reply = self.run::<StatusReply>(budget, move |_| {
+            let mut call = status::STATUS.prepare_invoke();
+            for key in scripts::lease_keys(&name) {
+                call.key(key);
+            }
+            call.key(scripts::shares_key(&name));
+            call
+        });
+        Box::pin(async move { Ok(status::from_reply(reply.await?)) })
     }
 }

@@ -184,6 +184,11 @@ impl RedisStore {
         self.engine.shutdown().await;
     }
 
+    /// A handle on a store's engine, without the fleet rate its budget may keep.
+    pub(crate) fn from_arc(engine: Arc<Engine>) -> RedisStore {
+        RedisStore { engine, rate: None }
+    }
+
     pub(crate) fn downgrade(&self) -> std::sync::Weak<Engine> {
         Arc::downgrade(&self.engine)
     }

@@ -534,3 +534,39 @@ async fn a_release_reaches_a_waiter_of_another_replica_within_about_a_round_trip
         "hand-off p50 {gap50:?} against a round trip of {rtt50:?}"
     );
 }
+
+#[test]
+fn fleet_urls_name_their_topology_and_a_ca_file_is_read_when_built() {
+    for url in [
+        "redis://127.0.0.1:6379/2",
+        "rediss://app:pw@127.0.0.1:6380",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+    ] {
+        let fleet = RedisFleet::new(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert!(!fleet.address().contains("pw"), "{}", fleet.address());
+        assert_eq!(
+            fleet.topology(),
+            None,
+            "nothing connects before the first call"
+        );
+    }
+    let err = RedisFleet::new("redis+sentinel://:pw@127.0.0.1:26379").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("names the primary"), "{text}");
+    assert!(!text.contains("pw"), "the password is never shown: {text}");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let err = RedisFleet::builder("rediss://127.0.0.1:6380")
+        .ca_file(&missing)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let err = RedisFleet::builder("rediss://127.0.0.1:6380")
+        .ca_file(&not_pem)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("no PEM certificate"), "{err}");
+}

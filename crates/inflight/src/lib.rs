@@ -84,7 +84,7 @@ pub mod tower;
 
 pub use budget::{
     AcquireError, Budget, BudgetBuilder, BudgetConfig, BudgetSnapshot, BuildError, CallError,
-    Class, ClassSnapshot, Classes, LatencySummary, OwnedPermit, Permit, TryAcquireError,
+    Class, ClassSnapshot, Classes, LatencySummary, OnLost, OwnedPermit, Permit, TryAcquireError,
 };
 #[cfg(feature = "toml")]
 pub use config::{Budgets, ConfigError};

@@ -6,7 +6,8 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `inflight_budget_in_flight` | gauge | budget | permits held now |
+//! | `inflight_budget_in_flight` | gauge | budget | calls running under a permit now; for a fleet budget (a budget with a store), those holding their fleet lease: the calls at the dependency |
+//! | `inflight_budget_awaiting_store` | gauge | budget | callers holding a local permit while they wait for their fleet lease (0 without a store) |
 //! | `inflight_budget_waiting` | gauge | budget | callers waiting for a permit now |
 //! | `inflight_budget_limit` | gauge | budget | the limit now (moves if it learns) |
 //! | `inflight_budget_admitted_total` | counter | budget | callers granted a permit |
@@ -64,8 +65,10 @@ use ::metrics::{
 
 use crate::Budget;
 
-/// Permits held now (gauge).
+/// Calls running under a permit now; for a fleet budget, those holding their fleet lease (gauge).
 pub const IN_FLIGHT: &str = "inflight_budget_in_flight";
+/// Callers holding a local permit while they wait for their store's lease (gauge).
+pub const AWAITING_STORE: &str = "inflight_budget_awaiting_store";
 /// Callers waiting for a permit now (gauge).
 pub const WAITING: &str = "inflight_budget_waiting";
 /// The limit now (gauge).
@@ -111,7 +114,16 @@ pub const BUCKETS: &[f64] = &[
 
 /// Describes every metric (help text and unit) to the installed recorder.
 pub fn describe() {
-    describe_gauge!(IN_FLIGHT, Unit::Count, "Permits held now, per budget.");
+    describe_gauge!(
+        IN_FLIGHT,
+        Unit::Count,
+        "Calls running under a permit now, per budget; for a fleet budget, those holding their fleet lease (the calls at the dependency)."
+    );
+    describe_gauge!(
+        AWAITING_STORE,
+        Unit::Count,
+        "Callers holding a local permit while they wait for their fleet lease, per budget."
+    );
     describe_gauge!(
         WAITING,
         Unit::Count,
@@ -196,6 +208,7 @@ pub fn publish(budget: &Budget) {
     let s = budget.snapshot();
     let name = s.name.clone();
     gauge!(IN_FLIGHT, "budget" => name.clone()).set(s.in_flight as f64);
+    gauge!(AWAITING_STORE, "budget" => name.clone()).set(s.awaiting_store as f64);
     gauge!(WAITING, "budget" => name.clone()).set(s.waiting as f64);
     gauge!(LIMIT, "budget" => name.clone()).set(s.limit as f64);
     counter!(ADMITTED, "budget" => name.clone()).absolute(s.admitted);

@@ -628,3 +628,44 @@ fn the_readmes_budgets_files_with_classes_load() {
         Some("x-priority")
     );
 }
+
+#[test]
+fn on_lost_is_keep_or_cancel() {
+    let budgets = Budgets::from_toml_str(
+        "[budgets.records]\nmax_concurrent = 6\non_lost = \"cancel\"\n\n[budgets.search]\nmax_concurrent = 6\n",
+    )
+    .unwrap();
+    assert_eq!(
+        budgets.get("records").unwrap().config().on_lost_policy(),
+        inflight::OnLost::Cancel
+    );
+    assert_eq!(
+        budgets.get("search").unwrap().config().on_lost_policy(),
+        inflight::OnLost::Keep
+    );
+    let err = refused("[budgets.records]\nmax_concurrent = 6\non_lost = \"drop\"\n");
+    assert_eq!(err.field(), Some("budgets.records.on_lost"));
+    assert!(err.to_string().contains("\"keep\""), "{err}");
+}
+
+#[test]
+fn the_fleet_table_takes_a_ca_file_from_the_files_folder_and_hides_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        "[fleet]\nurl = \"rediss://app:pw@127.0.0.1:6380\"\nca_file = \"redis-ca.pem\"\n\n\
+         [budgets.records]\nmax_concurrent = 6\nscope = \"fleet\"\n",
+    )
+    .unwrap();
+    let budgets = Budgets::from_path(&path).unwrap();
+    let fleet = budgets.fleet().unwrap();
+    assert_eq!(
+        fleet.ca_file(),
+        Some(dir.path().join("redis-ca.pem").as_path())
+    );
+    assert_eq!(fleet.shown_url(), "rediss://app:***@127.0.0.1:6380");
+    let err =
+        refused("[fleet]\nurl = \"redis://h:1\"\nca_file = 3\n\n[budgets.r]\nmax_concurrent = 1\n");
+    assert_eq!(err.field(), Some("fleet.ca_file"));
+}

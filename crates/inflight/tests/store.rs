@@ -165,3 +165,69 @@ async fn a_holder_sees_that_its_lease_was_lost() {
     let plain = Budget::builder("plain").max_concurrent(1).build().unwrap();
     assert!(plain.acquire().await.unwrap().lease().is_none());
 }
+
+/// A budget on `store` with `on_lost`.
+fn lossy_budget(store: Arc<Forgetful>, on_lost: inflight::OnLost) -> Budget {
+    Budget::builder("records")
+        .max_concurrent(2)
+        .on_lost(on_lost)
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_lease_is_lost_is_dropped_when_the_budget_says_cancel() {
+    let store = Arc::new(Forgetful::default());
+    let b = lossy_budget(store.clone(), inflight::OnLost::Cancel);
+    let ran_to_the_end = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let call = tokio::spawn({
+        let (b, ran) = (b.clone(), ran_to_the_end.clone());
+        async move {
+            let start = Instant::now();
+            let result = b
+                .call(|| async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    ran.store(true, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, std::io::Error>(())
+                })
+                .await;
+            (start.elapsed(), result)
+        }
+    });
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(b.in_flight(), 1, "the call runs, holding its lease");
+    store.watches.lock().unwrap()[0].mark_lost();
+    let (took, result) = call.await.unwrap();
+    assert_eq!(took, ms(100), "dropped the moment its lease was lost");
+    let err = result.unwrap_err();
+    assert!(matches!(err, inflight::CallError::LeaseLost), "{err:?}");
+    assert!(err.to_string().contains("lease was lost"), "{err}");
+    assert!(!ran_to_the_end.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(b.in_flight(), 0, "its permit went back");
+    let s = b.snapshot();
+    assert_eq!(
+        (s.call_timeouts, s.calls_cancelled),
+        (0, 1),
+        "counted as cancelled, not as a timeout of the call"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_lease_is_lost_runs_on_by_default() {
+    let store = Arc::new(Forgetful::default());
+    let b = lossy_budget(store.clone(), inflight::OnLost::default());
+    let call = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.call(|| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok::<_, std::io::Error>(7)
+            })
+            .await
+        }
+    });
+    tokio::time::sleep(ms(100)).await;
+    store.watches.lock().unwrap()[0].mark_lost();
+    assert_eq!(call.await.unwrap().unwrap(), 7, "it ran to its end");
+}

@@ -4,9 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use inflight::config::{ProxyConfig, Release, Route, Scope, DEFAULT_OVERLOAD_STATUS};
+use inflight::config::{
+    FleetConfig, FleetFail, LeaseMode, ProxyConfig, Release, Route, Scope, DEFAULT_OVERLOAD_STATUS,
+};
 use inflight::sizing::{assess, Assessment};
-use inflight::{BudgetConfig, Budgets, Classes, Rate};
+use inflight::{BudgetConfig, Budgets, Classes, OnLost, Rate};
 use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
@@ -30,9 +32,13 @@ how grants are shared, its default class, and each class's weight and permit dea
 own, or the budget's); --json adds classes (name, weight, permit_timeout_ms,
 own_permit_timeout), default_class and strict to such a budget.
 
-A fleet budget (scope = \"fleet\") with a rate shows rate_scope fleet (rate_scope in --json:
-\"fleet\", \"local\", or null without a rate): its rate holds for every replica together, kept
-in the fleet's store, and no process applies it on its own.
+A fleet budget (scope = \"fleet\") shows how it holds its permits (lease_mode), what it does
+while Redis cannot be reached (fail, local_limit) and with a call whose lease is lost (on_lost);
+the [fleet] table (its URL without the password, the topology the URL names, the lease) follows
+the budgets. --json adds scope, fail, local_limit, lease_mode and on_lost to each budget and a
+fleet object. With a rate it shows rate_scope fleet (rate_scope in --json: \"fleet\", \"local\",
+or null without a rate): its rate holds for every replica together, kept in the fleet's store,
+and no process applies it on its own. `inflight fleet status` asks the fleet's Redis itself.
 
 Example:
   inflight check-config examples/budgets.toml
@@ -114,8 +120,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reports: Vec<BudgetReport<'_>> = budgets
         .iter()
         .map(|b| {
-            let fleet = matches!(budgets.scope(b.name()), Some(Scope::Fleet { .. }));
-            BudgetReport::new(b.name(), b.config(), budgets.route(b.name()), fleet)
+            let mut report =
+                BudgetReport::new(b.name(), b.config(), budgets.route(b.name()), false);
+            if let Some(Scope::Fleet { fail }) = budgets.scope(b.name()) {
+                report.fleet = true;
+                report.fail = Some(fail);
+                report.lease_mode = budgets.lease_mode(b.name());
+            }
+            report
         })
         .collect();
     // The proxy's own settings, for a file that `inflight proxy` would run.
@@ -134,9 +146,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(proxy) = &proxy {
             doc["proxy"] = proxy_json(proxy);
         }
+        if let Some(fleet) = budgets.fleet() {
+            doc["fleet"] = fleet_json(fleet);
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", render(&shown_file, &reports));
+        if let Some(fleet) = budgets.fleet() {
+            print!("{}", render_fleet(fleet));
+        }
         if let Some(proxy) = &proxy {
             print!("{}", render_proxy(proxy));
         }
@@ -155,6 +173,10 @@ struct BudgetReport<'a> {
     route: Option<&'a Route>,
     /// The budget keeps its permits, and its rate, in the fleet's store (`scope = "fleet"`).
     fleet: bool,
+    /// A fleet budget's policy while its store cannot be reached.
+    fail: Option<FleetFail>,
+    /// How a fleet budget holds its permits.
+    lease_mode: Option<LeaseMode>,
     assessment: Assessment,
 }
 
@@ -165,6 +187,8 @@ impl<'a> BudgetReport<'a> {
             config,
             route,
             fleet,
+            fail: None,
+            lease_mode: None,
             assessment: assess(config),
         }
     }
@@ -191,6 +215,20 @@ impl<'a> BudgetReport<'a> {
             "burst": c.rate_limit().map(|(_, b)| b),
             "rate_scope": c.rate_limit().map(|_| if self.fleet { "fleet" } else { "local" }),
             "rate_needs_in_flight": a.rate_in_flight,
+            "scope": if self.fleet { "fleet" } else { "local" },
+            "fail": self.fail.map(|f| match f {
+                FleetFail::Local(_) => "local",
+                _ => "closed",
+            }),
+            "local_limit": match self.fail {
+                Some(FleetFail::Local(n)) => Some(n),
+                _ => None,
+            },
+            "lease_mode": self.lease_mode.map(|m| match m {
+                LeaseMode::Shares => "shares",
+                _ => "per_call",
+            }),
+            "on_lost": on_lost_name(c.on_lost_policy()),
             "warnings": a.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
         });
         if let Some(classes) = c.priority_classes() {
@@ -371,6 +409,92 @@ fn render_proxy(proxy: &ProxyConfig) -> String {
     out
 }
 
+fn on_lost_name(on_lost: OnLost) -> &'static str {
+    match on_lost {
+        OnLost::Cancel => "cancel",
+        _ => "keep",
+    }
+}
+
+/// A fleet budget's lines: where its permits live, what it does while Redis is away, and with
+/// a call whose lease is lost. Nothing for a budget of this process alone (but `on_lost`, if
+/// set).
+fn render_scope(out: &mut String, r: &BudgetReport<'_>) {
+    use std::fmt::Write;
+    let on_lost = r.config.on_lost_policy();
+    if !r.fleet {
+        if on_lost != OnLost::Keep {
+            let _ = writeln!(out, "  on_lost         {}", on_lost_name(on_lost));
+        }
+        return;
+    }
+    let mode = match r.lease_mode {
+        Some(LeaseMode::Shares) => {
+            "shares (a share of the limit per process, moved as demand moves)"
+        }
+        _ => "per_call (a fleet lease for each call)",
+    };
+    let _ = writeln!(
+        out,
+        "  scope           fleet: max_concurrent is the limit of every replica together"
+    );
+    let _ = writeln!(out, "  lease_mode      {mode}");
+    let fail = match r.fail {
+        Some(FleetFail::Local(n)) => format!(
+            "local, local_limit {n} (while Redis cannot be reached, each process runs at most {n}, its fleet calls included)"
+        ),
+        _ => "closed (calls are refused while Redis cannot be reached)".to_string(),
+    };
+    let _ = writeln!(out, "  fail            {fail}");
+    let _ = writeln!(
+        out,
+        "  on_lost         {}",
+        match on_lost {
+            OnLost::Cancel => "cancel (a call whose lease is lost is dropped)",
+            _ => "keep (a call whose lease is lost runs on to its end)",
+        }
+    );
+}
+
+/// The topology a fleet URL names, before anything connects.
+fn fleet_topology(url: &str) -> &'static str {
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("redis+cluster" | "rediss+cluster") => "cluster",
+        Some("redis+sentinel" | "rediss+sentinel") => "sentinel",
+        _ => "standalone or cluster (found on connect)",
+    }
+}
+
+fn fleet_json(fleet: &FleetConfig) -> Value {
+    json!({
+        "url": fleet.shown_url(),
+        "topology": fleet_topology(fleet.url()),
+        "tls": fleet.url().starts_with("rediss"),
+        "lease_ms": fleet.lease().map(|d| d.as_nanos() as f64 / 1e6),
+        "ca_file": fleet.ca_file().map(|p| p.display().to_string()),
+    })
+}
+
+fn render_fleet(fleet: &FleetConfig) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "\n[fleet]");
+    let _ = writeln!(out, "  url             {}", fleet.shown_url());
+    let _ = writeln!(out, "  topology        {}", fleet_topology(fleet.url()));
+    let _ = writeln!(
+        out,
+        "  lease           {}",
+        match fleet.lease() {
+            Some(lease) => humantime::format_duration(lease).to_string(),
+            None => "5s (the default)".to_string(),
+        }
+    );
+    if let Some(ca) = fleet.ca_file() {
+        let _ = writeln!(out, "  ca_file         {}", shown_path(ca));
+    }
+    out
+}
+
 /// A path as a terminal should show it: as it is, or quoted with control characters escaped.
 fn shown_path(path: &std::path::Path) -> String {
     let text = path.display().to_string();
@@ -427,6 +551,7 @@ fn render(file: &str, reports: &[BudgetReport<'_>]) -> String {
         if let Some(classes) = c.priority_classes() {
             render_classes(&mut out, classes, c);
         }
+        render_scope(&mut out, r);
         match (c.service_time_hint(), a.max_rate) {
             (Some(t), Some(rate)) => {
                 let _ = writeln!(

@@ -6,6 +6,7 @@ mod args;
 pub mod capacity;
 pub mod check_config;
 pub mod fanout;
+pub mod fleet;
 pub mod lab;
 pub mod pool_bench;
 pub mod probe;

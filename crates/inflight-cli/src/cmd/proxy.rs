@@ -117,6 +117,16 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 "inflight proxy: {name} listening on {addr}, forwarding to {upstream}"
             )?;
         }
+        if let Some((url, names, lease)) = proxy.fleet() {
+            if !names.is_empty() {
+                writeln!(
+                    out,
+                    "inflight proxy: fleet budgets {} keep their permits in {url} (lease {}); inflight fleet status --config {shown} shows them",
+                    names.join(", "),
+                    humantime::format_duration(lease)
+                )?;
+            }
+        }
         if let Some(admin) = proxy.admin_addr() {
             writeln!(out, "inflight proxy: admin listening on {admin}")?;
         }

@@ -367,6 +367,11 @@ const EXAMPLE_JSON: &str = r#"{
       "burst": null,
       "rate_scope": null,
       "rate_needs_in_flight": null,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": []
     },
     {
@@ -386,6 +391,11 @@ const EXAMPLE_JSON: &str = r#"{
       "burst": null,
       "rate_scope": null,
       "rate_needs_in_flight": null,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": []
     }
   ]
@@ -501,6 +511,11 @@ const VERDICTS_JSON: &str = r#"{
       "burst": 1,
       "rate_scope": "local",
       "rate_needs_in_flight": 7.000000000000001,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": []
     },
     {
@@ -520,6 +535,11 @@ const VERDICTS_JSON: &str = r#"{
       "burst": 5,
       "rate_scope": "local",
       "rate_needs_in_flight": 15.0,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": [
         "target_rate 120/s needs 18.0 calls in flight but max_concurrent is 6 (at most 40/s): lower the target, or raise the budget after measuring that the service can take it",
         "a full queue of 10 takes about 250ms to drain, longer than permit_timeout 100ms: the last waiters would always time out (lower max_queued or raise permit_timeout)",
@@ -551,6 +571,11 @@ const VERDICTS_JSON: &str = r#"{
       "burst": 1,
       "rate_scope": "local",
       "rate_needs_in_flight": 15.0,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": []
     },
     {
@@ -570,6 +595,11 @@ const VERDICTS_JSON: &str = r#"{
       "burst": 1,
       "rate_scope": "local",
       "rate_needs_in_flight": null,
+      "scope": "local",
+      "fail": null,
+      "local_limit": null,
+      "lease_mode": null,
+      "on_lost": "keep",
       "warnings": [
         "permit_timeout 1s never applies with max_queued = 0 (callers are turned away instead of waiting)",
         "target_rate 10/s is above the rate limit 5/s: the target cannot be met"

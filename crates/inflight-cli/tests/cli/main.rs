@@ -3,6 +3,7 @@
 mod capacity;
 mod check_config;
 mod fanout;
+mod fleet;
 mod lab;
 mod pool_bench;
 mod probe;

@@ -9,29 +9,41 @@ use std::time::{Duration, Instant};
 use crate::support::{inflight_path, send_signal, wait_exit};
 
 /// A `redis-server` on a free loopback port, without persistence, killed on drop.
-struct Redis {
+pub(crate) struct Redis {
     port: u16,
     child: Child,
+    password: Option<String>,
 }
 
 impl Redis {
     /// `None` (after saying why) when `redis-server` is not installed.
-    fn start() -> Option<Redis> {
+    pub(crate) fn start() -> Option<Redis> {
+        Redis::start_with(None)
+    }
+
+    /// One that asks clients for `password` (`requirepass`), when given.
+    pub(crate) fn start_with(password: Option<&str>) -> Option<Redis> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+            .args(["--save", "", "--appendonly", "no"]);
+        if let Some(password) = password {
+            command.args(["--requirepass", password]);
+        }
+        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
         let Ok(child) = child else {
             eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
             return None;
         };
-        let redis = Redis { port, child };
+        let redis = Redis {
+            port,
+            child,
+            password: password.map(str::to_string),
+        };
         let start = Instant::now();
         while redis.command("PING").as_deref() != Some("+PONG") {
             assert!(
@@ -43,22 +55,39 @@ impl Redis {
         Some(redis)
     }
 
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+    pub(crate) fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
-    /// One inline command; the first line of the reply.
-    fn command(&self, command: &str) -> Option<String> {
+    /// One inline command (after `AUTH` if the server asks for a password); the first line of
+    /// the reply.
+    pub(crate) fn command(&self, command: &str) -> Option<String> {
         let mut conn = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        conn.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        let mut reader = BufReader::new(conn.try_clone().ok()?);
         let mut line = String::new();
-        BufReader::new(conn).read_line(&mut line).ok()?;
+        if let Some(password) = &self.password {
+            conn.write_all(format!("AUTH {password}\r\n").as_bytes())
+                .ok()?;
+            reader.read_line(&mut line).ok()?;
+            line.clear();
+        }
+        conn.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        reader.read_line(&mut line).ok()?;
         Some(line.trim_end().to_string())
     }
 
+    /// Kills the server.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Leases of budget `name` held in Redis now.
-    fn holders(&self, name: &str) -> usize {
+    pub(crate) fn holders(&self, name: &str) -> usize {
         let reply = self
             .command(&format!("ZCARD inflight:{{{name}}}:holders"))
             .expect("redis answers");
@@ -77,7 +106,7 @@ impl Drop for Redis {
 }
 
 /// An upstream that reads each request and never answers while the test runs.
-fn slow_upstream() -> SocketAddr {
+pub(crate) fn slow_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {

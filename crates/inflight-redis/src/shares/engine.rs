@@ -157,6 +157,11 @@ impl ShareEngine {
         &self.settings
     }
 
+    /// The budget this store serves, once a call has named it.
+    pub(crate) fn budget_name(&self) -> Option<String> {
+        self.budget.get().map(|b| b.to_string())
+    }
+
     pub(crate) fn address(&self) -> &str {
         self.server.address()
     }

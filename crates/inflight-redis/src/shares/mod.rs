@@ -137,6 +137,10 @@ pub struct ShareSnapshot {
 }
 
 impl ShareStore {
+    pub(crate) fn from_arc(engine: Arc<ShareEngine>) -> ShareStore {
+        ShareStore { engine }
+    }
+
     pub(crate) fn from_engine(engine: ShareEngine) -> ShareStore {
         ShareStore {
             engine: Arc::new(engine),

@@ -40,6 +40,32 @@ pub struct BudgetConfig {
     pub(crate) rate: Option<Rate>,
     pub(crate) burst: Option<u32>,
     pub(crate) classes: Option<super::Classes>,
+    pub(crate) on_lost: OnLost,
+}
+
+/// What a call does when its permit's lease is lost while it runs (a fleet store could not
+/// renew it in time, or gave it back at shutdown): its permit may then be someone else's.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight::{BudgetConfig, OnLost};
+///
+/// // A fleet budget whose calls stop once their lease is gone, so that a process cut off
+/// // from Redis never runs past its share for longer than a lease.
+/// let records = BudgetConfig::new(6).on_lost(OnLost::Cancel);
+/// assert_eq!(records.on_lost_policy(), OnLost::Cancel);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnLost {
+    /// The call runs on to its end (`on_lost = "keep"`, the default); the holder can see the
+    /// loss through [`Lease::is_lost`](crate::store::Lease::is_lost).
+    #[default]
+    Keep,
+    /// The call is dropped the moment its lease is lost (`on_lost = "cancel"`), and
+    /// [`Budget::call`](super::Budget::call) returns
+    /// [`CallError::LeaseLost`](super::CallError::LeaseLost).
+    Cancel,
 }
 
 impl BudgetConfig {
@@ -58,6 +84,7 @@ impl BudgetConfig {
             rate: None,
             burst: None,
             classes: None,
+            on_lost: OnLost::Keep,
         }
     }
 
@@ -180,6 +207,18 @@ impl BudgetConfig {
         self
     }
 
+    /// What [`Budget::call`](super::Budget::call) and
+    /// [`Budget::call_with`](super::Budget::call_with) do with a call whose lease is lost
+    /// while it runs: see [`OnLost`]. Default: [`OnLost::Keep`].
+    ///
+    /// With a fleet store, [`OnLost::Cancel`] bounds how long a process cut off from Redis
+    /// (or stalled) runs calls the fleet may have handed to others: a lease is lost at most one
+    /// lease after its last renewal was sent, and renewals go every third of a lease.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
     /// The throughput wanted through this budget: a sizing hint, see [`BudgetConfig::needed_concurrency`].
     pub fn target_rate(mut self, rate: Rate) -> Self {
         self.target_rate = Some(rate);
@@ -204,6 +243,11 @@ impl BudgetConfig {
     /// The deadline for a call once its permit is held, if any.
     pub fn call_timeout_limit(&self) -> Option<Duration> {
         self.call_timeout
+    }
+
+    /// What a call does when its lease is lost while it runs.
+    pub fn on_lost_policy(&self) -> OnLost {
+        self.on_lost
     }
 
     /// The typical service time, if given.
@@ -427,6 +471,12 @@ impl BudgetBuilder {
     /// See [`BudgetConfig::service_time`].
     pub fn service_time(mut self, service_time: Duration) -> Self {
         self.config.service_time = Some(service_time);
+        self
+    }
+
+    /// See [`BudgetConfig::on_lost`].
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.config.on_lost = on_lost;
         self
     }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::engine::Engine;
 #[cfg(feature = "tower")]
 use super::OwnedPermit;
-use super::{CallError, Permit};
+use super::{CallError, OnLost, Permit};
 use crate::limit::{Outcome, Verdict};
 
 /// Runs `call` under `permit`: within the budget's `call_timeout` if it has one, with `classify`
@@ -34,6 +34,17 @@ where
         call,
         tracing::debug_span!("inflight.call", budget = %guard.permit.engine().name),
     );
+    // A call whose lease is lost is dropped, when the budget says so: `None`.
+    let lease = match guard.permit.engine().config.on_lost {
+        OnLost::Cancel => guard.permit.lease().cloned(),
+        OnLost::Keep => None,
+    };
+    let call = async move {
+        match lease {
+            Some(lease) => first_of(call, lease.lost()).await,
+            None => Some(call.await),
+        }
+    };
     let result = match guard.permit.engine().config.call_timeout {
         Some(limit) => match tokio::time::timeout(limit, call).await {
             Ok(result) => result,
@@ -44,8 +55,26 @@ where
         },
         None => call.await,
     };
+    let Some(result) = result else {
+        // Dropped unended: counted as cancelled, and the permit goes back as `Ignore` (the
+        // store lost the lease; nothing is learned of the dependency).
+        drop(guard);
+        return Err(CallError::LeaseLost);
+    };
     guard.finish(result.is_ok(), classify(&result).into());
     result.map_err(CallError::Inner)
+}
+
+/// `call`'s output, or `None` if `stop` completes first (`call` is polled first).
+async fn first_of<T>(call: impl Future<Output = T>, stop: impl Future<Output = ()>) -> Option<T> {
+    let (mut call, mut stop) = (std::pin::pin!(call), std::pin::pin!(stop));
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = call.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        stop.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// A permit a call runs under: borrowed by [`run`], owned by a call that outlives its future

@@ -70,6 +70,9 @@ pub(crate) struct Engine {
     #[cfg(feature = "rate")]
     pub(crate) rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,
+    /// Calls holding their store's lease too (a budget with a store): the calls at the
+    /// dependency, as opposed to local permits held while a lease is awaited.
+    leased: AtomicUsize,
     /// The queue that ranks priority classes, for a budget with them; one without queues in the
     /// semaphore.
     class_queue: Option<ClassQueue>,
@@ -176,6 +179,7 @@ impl Engine {
             rate,
             config,
             waiting: CachePadded(AtomicUsize::new(0)),
+            leased: AtomicUsize::new(0),
             class_queue,
             default_class,
             pause,
@@ -191,6 +195,28 @@ impl Engine {
     /// Callers waiting for a local permit now.
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Relaxed)
+    }
+
+    /// Calls that passed every gate and run now: permits held, less (for a budget with a
+    /// store) those still waiting for their store's lease.
+    pub(crate) fn in_flight(&self) -> usize {
+        if self.store.is_some() {
+            self.leased.load(Relaxed)
+        } else {
+            self.permits.in_flight()
+        }
+    }
+
+    /// Local permits held by callers still waiting for their store's lease (0 for a budget
+    /// without a store).
+    pub(crate) fn awaiting_store(&self) -> usize {
+        if self.store.is_some() {
+            self.permits
+                .in_flight()
+                .saturating_sub(self.leased.load(Relaxed))
+        } else {
+            0
+        }
     }
 
     /// Whether every caller must pass a gate beyond the local permit.
@@ -403,7 +429,10 @@ impl Engine {
         let mut lease = None;
         if let Some(store) = &self.store {
             match store.acquire(&self.name, deadline).await {
-                Ok(l) => lease = Some(Box::new(l)),
+                Ok(l) => {
+                    self.leased.fetch_add(1, Relaxed);
+                    lease = Some(Box::new(l));
+                }
                 Err(StoreError::Timeout) => {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
@@ -894,6 +923,7 @@ impl Engine {
     fn release_learning(&self, grant: &mut Grant, verdict: Verdict) {
         let outcome = verdict.outcome();
         if let (Some(lease), Some(store)) = (grant.lease.take(), &self.store) {
+            self.leased.fetch_sub(1, Relaxed);
             store.release(&self.name, *lease);
         }
         if let (Some(learner), Some(granted)) = (&self.learner, grant.granted) {

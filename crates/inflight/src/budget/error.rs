@@ -200,6 +200,9 @@ pub enum CallError<E> {
     Timeout,
     /// The call ran and returned this error.
     Inner(E),
+    /// The call's lease was lost while it ran (its permit may be someone else's now), and the
+    /// budget drops such calls ([`OnLost::Cancel`](crate::OnLost::Cancel)).
+    LeaseLost,
 }
 
 impl<E> CallError<E> {
@@ -242,6 +245,9 @@ impl<E: fmt::Display> fmt::Display for CallError<E> {
             CallError::Rejected(e) => e.fmt(f),
             CallError::Timeout => f.write_str("call did not finish within call_timeout"),
             CallError::Inner(e) => e.fmt(f),
+            CallError::LeaseLost => f.write_str(
+                "the call's lease was lost while it ran (its permit may be someone else's), so it was dropped",
+            ),
         }
     }
 }
@@ -250,7 +256,7 @@ impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CallError::Rejected(e) => Some(e),
-            CallError::Timeout => None,
+            CallError::Timeout | CallError::LeaseLost => None,
             CallError::Inner(e) => Some(e),
         }
     }

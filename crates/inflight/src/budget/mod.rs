@@ -29,7 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use builder::{BudgetBuilder, BudgetConfig};
+pub use builder::{BudgetBuilder, BudgetConfig, OnLost};
 #[cfg(feature = "tower")]
 pub(crate) use call::CallGuard;
 pub use classes::{Class, Classes, MAX_CLASSES, MAX_WEIGHT};
@@ -293,9 +293,12 @@ impl Budget {
         self.engine.limit_changes()
     }
 
-    /// Permits held now.
+    /// Calls running under a permit now. For a budget with a store (a fleet budget), only those
+    /// that hold their store's lease too: the calls at the dependency; a caller holding its
+    /// local permit while it waits for a fleet lease is counted in
+    /// [`BudgetSnapshot::awaiting_store`] instead.
     pub fn in_flight(&self) -> usize {
-        self.engine.permits.in_flight()
+        self.engine.in_flight()
     }
 
     /// Permits not held right now.
@@ -692,7 +695,8 @@ impl Budget {
             name: engine.name.to_string(),
             max_concurrent: engine.config.max_concurrent,
             limit: engine.limit(),
-            in_flight: engine.permits.in_flight(),
+            in_flight: engine.in_flight(),
+            awaiting_store: engine.awaiting_store(),
             peak_in_flight: counts.peak_in_flight,
             waiting: engine.waiting(),
             peak_waiting: counts.peak_waiting,
@@ -740,7 +744,7 @@ impl fmt::Debug for Budget {
             .field("name", &self.engine.name)
             .field("max_concurrent", &self.engine.config.max_concurrent)
             .field("limit", &self.engine.limit())
-            .field("in_flight", &self.engine.permits.in_flight())
+            .field("in_flight", &self.engine.in_flight())
             .field("waiting", &self.engine.waiting())
             .finish()
     }

@@ -20,8 +20,12 @@ pub struct BudgetSnapshot {
     pub max_concurrent: usize,
     /// The limit now: `max_concurrent` for a fixed limit.
     pub limit: usize,
-    /// Permits held now.
+    /// Calls running under a permit now: for a budget with a store (a fleet budget), those that
+    /// hold their store's lease too, the calls at the dependency.
     pub in_flight: usize,
+    /// Callers holding a local permit while they wait for their store's lease (a fleet lease);
+    /// 0 for a budget without a store.
+    pub awaiting_store: usize,
     /// The most permits held at once since the budget was created.
     pub peak_in_flight: usize,
     /// Callers waiting for a permit now, counting one whose permit was handed over but whose

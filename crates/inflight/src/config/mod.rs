@@ -284,6 +284,7 @@ pub struct Budgets {
 pub struct FleetConfig {
     pub(crate) url: String,
     pub(crate) lease: Option<Duration>,
+    pub(crate) ca_file: Option<std::path::PathBuf>,
 }
 
 impl FleetConfig {
@@ -295,6 +296,57 @@ impl FleetConfig {
     /// How long a lease lasts without renewal, if the file says.
     pub fn lease(&self) -> Option<Duration> {
         self.lease
+    }
+
+    /// The PEM file of certificate authorities a `rediss` server's certificate must chain to,
+    /// if the file says (`ca_file`; a relative path is taken from the budgets file's folder).
+    pub fn ca_file(&self) -> Option<&std::path::Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// The URL with its password (if any) shown as `***`, for logs and reports.
+    ///
+    /// ```
+    /// let budgets = inflight::Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis://app:s3cret@127.0.0.1:6379/0"
+    ///
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     scope = "fleet"
+    /// "#).unwrap();
+    /// assert_eq!(budgets.fleet().unwrap().shown_url(), "redis://app:***@127.0.0.1:6379/0");
+    /// ```
+    pub fn shown_url(&self) -> String {
+        shown_url(&self.url)
+    }
+}
+
+/// `url` with the password of its user part (if any) shown as `***`: how a store's URL is
+/// shown in logs, reports and errors.
+///
+/// ```
+/// use inflight::config::shown_url;
+///
+/// assert_eq!(shown_url("rediss://app:pw@h:6380/1"), "rediss://app:***@h:6380/1");
+/// assert_eq!(shown_url("redis+sentinel://:pw@s1:26379,s2:26379/m"), "redis+sentinel://:***@s1:26379,s2:26379/m");
+/// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+/// ```
+pub fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            format!("{scheme}://{user}@{hosts}{path}")
+        }
+        None => url.to_string(),
     }
 }
 

@@ -8,7 +8,7 @@ use toml::{Table, Value};
 
 use super::proxy::{self, ProxyConfig, Route};
 use super::{budget_path, ConfigError, FleetConfig, FleetFail, LeaseMode, Scope};
-use crate::budget::BudgetConfig;
+use crate::budget::{BudgetConfig, OnLost};
 use crate::rate::{ParseRateError, Rate};
 
 /// Keys of a budget's table, but for a proxied budget's ([`super::proxy::ROUTE_FIELDS`]) and
@@ -32,10 +32,11 @@ const FIELDS: &[&str] = &[
     "fail",
     "local_limit",
     "lease_mode",
+    "on_lost",
 ];
 
 /// Keys of the `[fleet]` table.
-const FLEET_FIELDS: &[&str] = &["url", "lease"];
+const FLEET_FIELDS: &[&str] = &["url", "lease", "ca_file"];
 
 /// Keys that only an adaptive limit takes.
 const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backoff"];
@@ -67,7 +68,10 @@ pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, 
             ));
         }
     }
-    let fleet = root.get("fleet").map(fleet_config).transpose()?;
+    let fleet = root
+        .get("fleet")
+        .map(|v| fleet_config(v, folder))
+        .transpose()?;
     let proxy = root.get("proxy").map(proxy::proxy_config).transpose()?;
     let budgets = match root.get("budgets") {
         None => {
@@ -188,7 +192,7 @@ fn capped(message: &str) -> String {
 }
 
 /// The `[fleet]` table: where fleet-scoped budgets keep their permits.
-fn fleet_config(value: &Value) -> Result<FleetConfig, ConfigError> {
+fn fleet_config(value: &Value, folder: Option<&Path>) -> Result<FleetConfig, ConfigError> {
     let table = value.as_table().ok_or_else(|| {
         ConfigError::invalid(
             "fleet",
@@ -225,7 +229,30 @@ fn fleet_config(value: &Value) -> Result<FleetConfig, ConfigError> {
         .get("lease")
         .map(|v| duration("fleet.lease", v))
         .transpose()?;
-    Ok(FleetConfig { url, lease })
+    let ca_file = match table.get("ca_file") {
+        None => None,
+        Some(Value::String(p)) if !p.trim().is_empty() => {
+            let path = Path::new(p);
+            Some(match folder {
+                Some(folder) if path.is_relative() => folder.join(path),
+                _ => path.to_path_buf(),
+            })
+        }
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "fleet.ca_file",
+                format!(
+                    "must be the path of a PEM file like \"redis-ca.pem\", got {}",
+                    shown(other)
+                ),
+            ))
+        }
+    };
+    Ok(FleetConfig {
+        url,
+        lease,
+        ca_file,
+    })
 }
 
 /// Where a budget's permits live: `scope`, and for a fleet budget `fail` and `local_limit`.
@@ -384,6 +411,20 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
     }
     if let Some(v) = table.get("service_time") {
         let r = duration(&field("service_time"), v).map(|d| config.clone().service_time(d));
+        take(r, &mut config);
+    }
+    if let Some(v) = table.get("on_lost") {
+        let r = match v {
+            Value::String(s) if s == "keep" => Ok(config.clone().on_lost(OnLost::Keep)),
+            Value::String(s) if s == "cancel" => Ok(config.clone().on_lost(OnLost::Cancel)),
+            other => Err(ConfigError::invalid(
+                field("on_lost"),
+                format!(
+                    "must be \"keep\" (the default: a call whose lease is lost runs on) or \"cancel\" (it is dropped), got {}",
+                    shown(other)
+                ),
+            )),
+        };
         take(r, &mut config);
     }
     if let Some(v) = table.get("target_rate") {

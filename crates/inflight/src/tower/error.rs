@@ -21,6 +21,9 @@ pub enum BudgetError<E> {
     Timeout,
     /// The inner service failed (in readiness or in the call).
     Inner(E),
+    /// The request's lease was lost while it ran, and the budget drops such calls
+    /// ([`OnLost::Cancel`](crate::OnLost::Cancel)); its future was dropped.
+    LeaseLost,
 }
 
 impl<E> BudgetError<E> {
@@ -66,6 +69,9 @@ impl<E: fmt::Display> fmt::Display for BudgetError<E> {
             BudgetError::Rejected(e) => write!(f, "rejected by the budget: {e}"),
             BudgetError::Timeout => f.write_str("call did not finish within call_timeout"),
             BudgetError::Inner(e) => e.fmt(f),
+            BudgetError::LeaseLost => f.write_str(
+                "the call's lease was lost while it ran (its permit may be someone else's), so it was dropped",
+            ),
         }
     }
 }
@@ -85,6 +91,7 @@ impl<E> From<CallError<E>> for BudgetError<E> {
             CallError::Rejected(e) => BudgetError::Rejected(e),
             CallError::Timeout => BudgetError::Timeout,
             CallError::Inner(e) => BudgetError::Inner(e),
+            CallError::LeaseLost => BudgetError::LeaseLost,
         }
     }
 }

@@ -1,0 +1,317 @@
+//! A fleet budget shown everywhere a user looks, tried as a new user would: two proxies sharing
+//! a budget of 4 through a real `redis-server` (with a password) on loopback. `check-config`
+//! shows the fleet settings, each proxy says where its permits live at start, `/metrics` has a
+//! gauge of the calls at the dependency, `inflight fleet status` reads the budget in Redis, and
+//! a Redis that goes away is said on stderr. The password is never shown.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::proxy_fleet::{slow_upstream, Redis};
+use crate::support::{inflight, inflight_path, success_json};
+
+const PASSWORD: &str = "s3cret-fleet";
+
+/// A running `inflight proxy`, with its listen and admin addresses and its stderr lines.
+struct Proxy {
+    child: Child,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    stdout: Vec<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_proxy(path: &std::path::Path) -> Proxy {
+    let mut child = Command::new(inflight_path())
+        .args(["proxy", "--config"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, stderr) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut listen, mut admin, mut stdout) = (None, None, Vec::new());
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("the proxy exited before it was ready: {stdout:?}");
+        }
+        let line = line.trim_end().to_string();
+        if line == "inflight proxy: ready" {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix("inflight proxy: records listening on ") {
+            listen = rest.split(',').next().and_then(|a| a.parse().ok());
+        }
+        if let Some(rest) = line.strip_prefix("inflight proxy: admin listening on ") {
+            admin = rest.parse().ok();
+        }
+        stdout.push(line);
+    }
+    Proxy {
+        child,
+        listen: listen.expect("records has a listener"),
+        admin: admin.expect("an admin listener"),
+        stdout,
+        stderr,
+    }
+}
+
+/// `GET /metrics` of a proxy, parsed: `name{label=value,...}` to its value.
+fn metrics(admin: SocketAddr) -> HashMap<String, f64> {
+    let mut conn = TcpStream::connect(admin).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let mut out = HashMap::new();
+    for sample in scrape.samples {
+        let mut labels: Vec<_> = sample
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        labels.sort();
+        let value = match sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => continue,
+        };
+        out.insert(format!("{}{{{}}}", sample.metric, labels.join(",")), value);
+    }
+    out
+}
+
+fn gauge(admin: SocketAddr, name: &str) -> f64 {
+    metrics(admin)
+        .get(&format!("{name}{{budget=records}}"))
+        .copied()
+        .unwrap_or_else(|| panic!("{name} is on /metrics"))
+}
+
+/// Sends one request that the slow upstream never answers; the connection stays open.
+fn hanging_request(addr: SocketAddr) -> TcpStream {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /write HTTP/1.1\r\nHost: records\r\n\r\n")
+        .unwrap();
+    conn
+}
+
+fn until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_proxies_show_their_shared_fleet_budget_in_every_place_a_user_looks() {
+    let Some(mut redis) = Redis::start_with(Some(PASSWORD)) else {
+        return;
+    };
+    let upstream = slow_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[fleet]\nurl = \"{}\"\nlease = \"3s\"\n\n[proxy]\nadmin = \"127.0.0.1:0\"\ndrain = \"1s\"\n\n\
+             [budgets.records]\nmax_concurrent = 4\npermit_timeout = \"20s\"\n\
+             call_timeout = \"60s\"\nscope = \"fleet\"\nfail = \"local\"\nlocal_limit = 2\n\
+             upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+
+    // check-config: the fleet settings, in text and JSON, the password hidden.
+    let out = inflight().arg("check-config").arg(&path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    for shown in [
+        "scope           fleet",
+        "lease_mode      per_call",
+        "fail            local, local_limit 2",
+        "on_lost         keep",
+        "[fleet]",
+        "url             redis://:***@127.0.0.1:",
+        "lease           3s",
+    ] {
+        assert!(
+            text.contains(shown),
+            "check-config shows {shown:?}:\n{text}"
+        );
+    }
+    assert!(!text.contains(PASSWORD), "{text}");
+    let doc = success_json(
+        &inflight()
+            .arg("check-config")
+            .arg(&path)
+            .arg("--json")
+            .output()
+            .unwrap(),
+    );
+    let b = &doc["budgets"][0];
+    assert_eq!(
+        (
+            &b["scope"],
+            &b["fail"],
+            &b["local_limit"],
+            &b["lease_mode"],
+            &b["on_lost"]
+        ),
+        (
+            &"fleet".into(),
+            &"local".into(),
+            &2.into(),
+            &"per_call".into(),
+            &"keep".into()
+        )
+    );
+    assert!(doc["fleet"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("redis://:***@"));
+    assert!(!doc.to_string().contains(PASSWORD));
+
+    // Two proxies: each says where its budget's permits live.
+    let proxies = [start_proxy(&path), start_proxy(&path)];
+    for p in &proxies {
+        let said = p.stdout.join("\n");
+        assert!(
+            said.contains("fleet budgets records keep their permits in redis://:***@127.0.0.1:"),
+            "{said}"
+        );
+        assert!(!said.contains(PASSWORD), "{said}");
+    }
+
+    // 4 requests to each: 4 run at the upstream, 4 wait for a fleet lease.
+    let _requests: Vec<TcpStream> = proxies
+        .iter()
+        .flat_map(|p| (0..4).map(|_| hanging_request(p.listen)))
+        .collect();
+    until(Duration::from_secs(10), "4 leases held in redis", || {
+        redis.holders("records") == 4
+    });
+    until(Duration::from_secs(10), "the gauges settle", || {
+        proxies
+            .iter()
+            .map(|p| gauge(p.admin, "inflight_budget_awaiting_store"))
+            .sum::<f64>()
+            == 4.0
+    });
+    let at_dependency: f64 = proxies
+        .iter()
+        .map(|p| gauge(p.admin, "inflight_budget_in_flight"))
+        .sum();
+    assert_eq!(
+        at_dependency, 4.0,
+        "in_flight counts the calls at the dependency"
+    );
+    let leases: f64 = proxies
+        .iter()
+        .map(|p| gauge(p.admin, "inflight_fleet_leases_held"))
+        .sum();
+    assert_eq!(leases, 4.0);
+    assert_eq!(gauge(proxies[0].admin, "inflight_fleet_redis_down"), 0.0);
+
+    // fleet status: the budget as Redis holds it.
+    let status = inflight()
+        .args(["fleet", "status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(status.stdout).unwrap();
+    assert!(status.status.success(), "{text}");
+    assert!(text.contains("holders         4 of 4"), "{text}");
+    assert!(text.contains("waiters         4"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+    let doc = success_json(
+        &inflight()
+            .args(["fleet", "status", "--json", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap(),
+    );
+    let b = &doc["budgets"][0];
+    assert_eq!((&b["holders"], &b["waiters"]), (&4.into(), &4.into()));
+    assert_eq!(doc["topology"], "standalone");
+    assert!(b["epoch"].as_u64().unwrap() > 0);
+    assert_eq!(b["reachable"], true);
+
+    // Redis goes away: each proxy says so, with what its calls do now, and fleet status fails.
+    redis.kill();
+    for p in &proxies {
+        let start = Instant::now();
+        loop {
+            let line = p
+                .stderr
+                .recv_timeout(Duration::from_secs(15).saturating_sub(start.elapsed()))
+                .expect("the proxy says redis cannot be reached");
+            if line.contains("fleet budget records: redis at") && line.contains("cannot be reached")
+            {
+                assert!(
+                    line.contains("at most 2 calls on its local fallback"),
+                    "{line}"
+                );
+                assert!(!line.contains(PASSWORD), "{line}");
+                break;
+            }
+        }
+    }
+    let status = inflight()
+        .args(["fleet", "status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(1));
+    let text = String::from_utf8(status.stdout).unwrap();
+    assert!(text.contains("NOT REACHED"), "{text}");
+    assert!(
+        text.contains("local (each process runs at most 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fleet_status_refuses_a_file_without_a_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(&path, "[budgets.records]\nmax_concurrent = 4\n").unwrap();
+    let out = inflight()
+        .args(["fleet", "status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("no [fleet] table"), "{err}");
+}

@@ -1,0 +1,116 @@
+//! [`FleetHealth`]: whether a fleet budget runs on Redis now, and [`HealthLog`], the lines that
+//! tell an operator when that changes: what `inflight proxy` and `inflight lab run` print.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::{Fail, RedisFleet};
+
+/// Whether a fleet budget runs on Redis now, as one process sees it: see
+/// [`RedisFleet::health`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FleetHealth {
+    /// The budget.
+    pub budget: String,
+    /// What it does while Redis cannot be reached.
+    pub fail: Fail,
+    /// Whether the last call to Redis failed: calls go to the fail policy now.
+    pub redis_down: bool,
+    /// Acquires served by the local fallback so far.
+    pub fallbacks: u64,
+    /// Acquires refused because Redis could not be reached so far (`fail = "closed"`).
+    pub refused: u64,
+    /// Calls the local fallback admitted, running now.
+    pub local_held: usize,
+    /// Whether the budget learns after Redis lost its state (nothing new is granted).
+    pub learning: bool,
+    /// Times this process saw Redis lose the budget's state.
+    pub epochs_moved: u64,
+}
+
+/// Turns successive [`RedisFleet::health`] readings into lines for an operator: when a budget
+/// loses Redis (and what its calls do then), every `repeat` while it stays lost, when Redis is
+/// back, and when Redis lost the budget's state. Call [`HealthLog::lines`] every second or so.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight_redis::{HealthLog, RedisFleet};
+///
+/// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
+/// let mut log = HealthLog::new(Duration::from_secs(10));
+/// for line in log.lines(&fleet) {
+///     eprintln!("{line}");
+/// }
+/// ```
+#[derive(Debug)]
+pub struct HealthLog {
+    repeat: Duration,
+    last: HashMap<String, (FleetHealth, Instant)>,
+}
+
+impl HealthLog {
+    /// A log that repeats a budget's lost-Redis line every `repeat` while it lasts.
+    pub fn new(repeat: Duration) -> HealthLog {
+        HealthLog {
+            repeat,
+            last: HashMap::new(),
+        }
+    }
+
+    /// The lines worth printing since the last call.
+    pub fn lines(&mut self, fleet: &RedisFleet) -> Vec<String> {
+        let now = Instant::now();
+        let mut lines = Vec::new();
+        for h in fleet.health() {
+            let address = fleet.address();
+            let policy = match h.fail {
+                Fail::Local(n) => {
+                    format!("each process runs at most {n} calls on its local fallback")
+                }
+                _ => "calls are refused (fail = closed)".to_string(),
+            };
+            let (was, said) = match self.last.get(&h.budget) {
+                Some((was, said)) => (Some(was.clone()), *said),
+                None => (None, now),
+            };
+            let was_down = was.as_ref().is_some_and(|w| w.redis_down);
+            let was_learning = was.as_ref().is_some_and(|w| w.learning);
+            let mut say = said;
+            if h.redis_down && !was_down {
+                lines.push(format!(
+                    "fleet budget {}: redis at {address} cannot be reached; {policy}",
+                    h.budget
+                ));
+                say = now;
+            } else if h.redis_down && now >= said + self.repeat {
+                lines.push(format!(
+                    "fleet budget {}: redis at {address} still cannot be reached: {} calls admitted on the local fallback, {} refused so far",
+                    h.budget, h.fallbacks, h.refused
+                ));
+                say = now;
+            } else if !h.redis_down && was_down {
+                lines.push(format!(
+                    "fleet budget {}: redis at {address} is back{}",
+                    h.budget,
+                    if h.local_held > 0 {
+                        format!(
+                            "; the {} calls the local fallback still runs count against the fleet's limit until they end",
+                            h.local_held
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            if h.learning && !was_learning {
+                lines.push(format!(
+                    "fleet budget {}: redis lost the budget's state (a restart, a flush or a failover); nothing new is granted for one lease while every process registers the calls it runs",
+                    h.budget
+                ));
+            }
+            self.last.insert(h.budget.clone(), (h, say));
+        }
+        lines
+    }
+}
