@@ -224,11 +224,11 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Full(bytes) => bytes.is_none(),
-            // While the permit is held, the end is seen by polling, so that it is the poll
-            // that gives the permit back.
-            Kind::Streamed(s) => {
-                s.ended || (!s.call.as_ref().is_some_and(|c| c.holds()) && s.inner.is_end_stream())
-            }
+            // The upstream's end is the client's: an answer that ended with its headers (a
+            // gRPC trailers-only answer, a 204) goes out as headers that end the stream, not
+            // as headers and then an empty DATA frame. Such a body is dropped unpolled; its
+            // drop ends the call as it went and gives the permit back.
+            Kind::Streamed(s) => s.ended || s.inner.is_end_stream(),
         }
     }
 

@@ -133,8 +133,8 @@ fn main() {
         }
     }
     if wants("cluster") {
-        let cluster = cluster::RedisCluster::start(3, 0, Duration::from_secs(5))
-            .expect("a cluster starts");
+        let cluster =
+            cluster::RedisCluster::start(3, 0, Duration::from_secs(5)).expect("a cluster starts");
         let masters = cluster.masters();
         for mode in ["per_call", "shares"] {
             rows.push(run(&s, "3-primary cluster", &cluster.url(), &masters, mode));
@@ -251,11 +251,15 @@ impl Observer {
 
 /// One design, `s.processes` child processes on `url`.
 fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Row {
-    eprintln!("{topology}, {mode}: {} processes x {} callers, {} s", s.processes, s.callers, s.seconds);
+    eprintln!(
+        "{topology}, {mode}: {} processes x {} callers, {} s",
+        s.processes, s.callers, s.seconds
+    );
     let observer = Observer::start();
     let budget = format!("scale-{mode}-{}", rand::random::<u32>());
     let exe = std::env::current_exe().unwrap();
-    let start_at = std::time::SystemTime::now() + Duration::from_millis(1500 + 10 * s.processes as u64);
+    let start_at =
+        std::time::SystemTime::now() + Duration::from_millis(1500 + 10 * s.processes as u64);
     let start_ms = start_at
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -321,7 +325,10 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
     let cpu_after = cpu(ports);
     let stats: Vec<_> = ports.iter().map(|p| info(*p, "commandstats")).collect();
     let sum = |command: &str, field: &str| -> f64 {
-        stats.iter().map(|st| command_stat(st, command, field)).sum()
+        stats
+            .iter()
+            .map(|st| command_stat(st, command, field))
+            .sum()
     };
     let calls: u64 = per_process.iter().sum();
     let n = per_process.len() as f64;
@@ -341,7 +348,11 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
         mode: mode.to_string(),
         processes: s.processes,
         calls,
-        jain: if squares == 0.0 { 0.0 } else { total * total / (n * squares) },
+        jain: if squares == 0.0 {
+            0.0
+        } else {
+            total * total / (n * squares)
+        },
         zero_call_processes: per_process.iter().filter(|&&c| c == 0).count(),
         scripts_per_call: per_call(sum("evalsha", "calls") + sum("eval", "calls")),
         script_us_per_call: per_call(sum("evalsha", "usec") + sum("eval", "usec")),
@@ -395,8 +406,12 @@ fn child() {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks: Vec<_> = (0..callers)
             .map(|_| {
-                let (budget, waits, observer, stop) =
-                    (budget.clone(), waits.clone(), observer.clone(), stop.clone());
+                let (budget, waits, observer, stop) = (
+                    budget.clone(),
+                    waits.clone(),
+                    observer.clone(),
+                    stop.clone(),
+                );
                 tokio::spawn(async move {
                     while Instant::now() < until && !stop.load(Relaxed) {
                         let asked = Instant::now();
@@ -405,7 +420,10 @@ fn child() {
                         else {
                             continue;
                         };
-                        waits.lock().unwrap().push(asked.elapsed().as_secs_f64() * 1e3);
+                        waits
+                            .lock()
+                            .unwrap()
+                            .push(asked.elapsed().as_secs_f64() * 1e3);
                         if let Ok(mut conn) = tokio::net::TcpStream::connect(&observer).await {
                             use tokio::io::{AsyncReadExt, AsyncWriteExt};
                             let _ = conn.write_all(b"c").await;
@@ -443,7 +461,10 @@ struct ScriptRow {
 fn shares_script(s: &Settings) -> ScriptRow {
     let server = support::start_server().expect("redis-server starts");
     let url = format!("redis://127.0.0.1:{}", server.1);
-    eprintln!("shares script: {} clients, {} s", s.shares_clients, s.seconds);
+    eprintln!(
+        "shares script: {} clients, {} s",
+        s.shares_clients, s.seconds
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -517,13 +538,19 @@ fn print_tables(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) {
             r.limit
         );
         if r.failed > 0 {
-            println!("\n{} processes of {} {} said nothing (failed)", r.failed, r.topology, r.mode);
+            println!(
+                "\n{} processes of {} {} said nothing (failed)",
+                r.failed, r.topology, r.mode
+            );
         }
     }
     if let Some(sc) = script {
         println!("\n| shares clients | reports | µs per report |");
         println!("| ---: | ---: | ---: |");
-        println!("| {} | {} | {:.1} |", sc.clients, sc.reports, sc.us_per_report);
+        println!(
+            "| {} | {} | {:.1} |",
+            sc.clients, sc.reports, sc.us_per_report
+        );
     }
 }
 

@@ -6,6 +6,7 @@ mod classes;
 mod clients;
 mod fleet;
 mod forward;
+mod framing;
 mod http2;
 mod operations;
 mod refusals;
