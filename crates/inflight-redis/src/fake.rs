@@ -220,6 +220,7 @@ impl FakeServer {
                 target: 0,
                 processes: others.len() + 1,
                 fence: meta.out(now),
+                recheck: None,
             };
             return (reply, Vec::new());
         }
@@ -273,6 +274,7 @@ impl FakeServer {
             target: out.target,
             processes: others.len() + 1,
             fence: meta.out(now),
+            recheck: None,
         };
         (reply, tell)
     }

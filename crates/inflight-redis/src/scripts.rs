@@ -255,26 +255,45 @@ return {epoch, version, learn_left(), removed}
 "#;
 
 /// A report of one process of a share budget: what it may still be running, what it wants, and
-/// what it gets. The budget's processes are one hash, `KEYS[1]`, of process id to
-/// `has:wants:expiry:seq` (expiry in server milliseconds); `KEYS[2]` is the budget's epoch.
+/// what it gets.
+///
+/// `KEYS`: see [`share_keys`]: the processes (a hash of process id to
+/// `has:wants:expiry:seq`, expiry in server milliseconds), the budget's epoch, the entries'
+/// expiries, the processes waiting for a turn at a permit beyond their base share, the processes
+/// holding such extra permits (by when they took them), the processes below their base, the
+/// sums (`reserved`, `wants`, `n`), the wants and the permits reserved (sorted sets).
 ///
 /// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
 /// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
 /// when it holds nothing, and otherwise keeps `holding` until it expires), then the epoch and
 /// version the process has seen.
 ///
-/// Entries past their expiry are dropped (a process killed frees its share one lease after its
-/// last report). The reporter's reservation becomes `holding`, then grows towards its max-min
-/// fair target of the wants only from permits no entry holds, so the reservations never sum
-/// past the limit. While the budget learns (its state was lost: see the module's docs), or when
-/// the reporter is behind, the reporter's `holding` is kept whole, whatever the others hold (its
-/// calls run), and no share grows. A report numbered no higher than the last one applied (a
-/// late duplicate) is ignored. When the reporter is short of its target, each process holding
-/// more than its own is told on its channel to report (it gives back as its calls end); when the
-/// reporter gave permits back, each process short of its target is told, so freed permits are
-/// taken up at once rather than at the next renewal.
+/// - **Base shares, max-min fair.** The water level `L` of the wants (`sum of min(wants, L)` is
+///   the limit) is found by walking the wants in ascending order only up to the first at or above
+///   its fair part: never more entries than the limit, and one when every process wants more
+///   than its part; the sums are kept as reports come, so a report costs a few commands whatever
+///   the number of processes. A process's base is `min(wants, floor(L))`: the bases never sum
+///   past the limit.
+/// - **Turns at the rest.** What the bases leave over (`limit - sum of bases`, all of it when
+///   every process's fair share is below one permit) goes in turns: a process that wants more
+///   than its base queues for a turn, a free permit goes to the head of the queue, one per
+///   report, and a process that holds permits beyond its base while others wait, a sixth of a
+///   lease after it began to hold, is capped to its base (its extras go back as its calls end)
+///   and queues again.
+/// - **Never past the limit.** A share grows only from permits no entry holds; the reporter's
+///   `holding` is kept (up to what the others leave free), and, while the budget learns after a
+///   loss of state or when the reporter is behind, kept whole (its calls run) with no growth.
+/// - **Told.** A process below its base tells those holding more than any base to report (they
+///   are capped at once); one that gave permits back tells those below their base, then the heads of the turns
+///   queue; one that queued for a turn tells the holder of extras whose term ran out.
 ///
-/// Returns `{applied (0|1), cap, has, target, processes, epoch, version, ms of learning left}`.
+/// Expired entries are dropped twenty at a time by each report. A report numbered no higher than
+/// the last one applied (a late duplicate) is ignored.
+///
+/// Returns `{applied (0|1), cap, has, target (the base), processes, epoch, version, ms of
+/// learning left, ms until the reporter should report again to give back what it holds beyond
+/// its base (0: no need)}`: a holder of a turn reports when its term runs out, so that the
+/// turns move at the pace of the term, not of the renewals.
 const SHARES: &str = r#"
 local me = ARGV[1]
 local wants = tonumber(ARGV[2])
@@ -284,74 +303,155 @@ local limit = tonumber(ARGV[5])
 local lease = tonumber(ARGV[6])
 local epoch, version, learn, behind = fence(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), lease)
 local learning = now < learn
-local raw = redis.call('HGETALL', KEYS[1])
-local ids, has, want, gone = {}, {}, {}, {}
-local mine = nil
-local reserved = 0
-for i = 1, #raw, 2 do
-  local h, w, e, s = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
-  h, w, e, s = tonumber(h), tonumber(w), tonumber(e), tonumber(s)
-  if raw[i] == me then
-    mine = {h, w, e, s}
-  elseif e <= now then
-    gone[#gone + 1] = raw[i]
-  else
-    ids[#ids + 1] = raw[i]
-    has[raw[i]] = h
-    want[raw[i]] = w
-    reserved = reserved + h
+local term = math.max(math.floor(lease / 6), 1)
+local sums = redis.call('HMGET', KEYS[7], 'reserved', 'wants', 'n')
+local reserved, total, n = tonumber(sums[1]) or 0, tonumber(sums[2]) or 0, tonumber(sums[3]) or 0
+local function parse(raw)
+  local h, w, e, q = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  return tonumber(h), tonumber(w), tonumber(e), tonumber(q)
+end
+local function forget(id)
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('ZREM', KEYS[8], id)
+  redis.call('ZREM', KEYS[9], id)
+end
+-- Expired entries go, a few per report.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 20)) do
+  if id ~= me then
+    local raw = redis.call('HGET', KEYS[1], id)
+    if raw then
+      local h, w = parse(raw)
+      reserved, total, n = reserved - h, total - w, n - 1
+    end
+    forget(id)
   end
 end
-for i = 1, #gone, 1000 do
-  redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
-end
-if mine and mine[3] > now and seq <= mine[4] and not behind then
-  return {0, 0, 0, 0, #ids + 1, epoch, version, math.max(learn - now, 0)}
-end
-local gone_now = false
-if ARGV[7] == '1' then
-  -- Leaving: it wants nothing more; calls it still runs keep their permits until they
-  -- expire with the entry.
-  wants = 0
-  if holding == 0 then
-    redis.call('HDEL', KEYS[1], me)
-    gone_now = true
-  end
-end
+local raw = redis.call('HGET', KEYS[1], me)
 local before = 0
-if mine and mine[3] > now then before = mine[1] end
+if raw then
+  local h, w, e, q = parse(raw)
+  if e > now and seq <= q and not behind then
+    return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0}
+  end
+  if e > now then before = h end
+  reserved, total, n = reserved - h, total - w, n - 1
+end
+if ARGV[7] == '1' then wants = 0 end
+-- The water level: the wants in ascending order (a sorted set), walked only as far as the
+-- first want at or above its fair part of what is left; every want below the level is one
+-- permit or more, so the walk is never longer than the limit.
+if wants > 0 then
+  redis.call('ZADD', KEYS[8], wants, me)
+else
+  redis.call('ZREM', KEYS[8], me)
+end
+local nw = redis.call('ZCARD', KEYS[8])
+local level = limit
+local left, k = limit, 0
+while k < nw do
+  local chunk = redis.call('ZRANGE', KEYS[8], k, k + 63, 'WITHSCORES')
+  if #chunk == 0 then break end
+  local found = false
+  for i = 2, #chunk, 2 do
+    local w = tonumber(chunk[i])
+    local share = left / (nw - k)
+    if w >= share then
+      level, found = share, true
+      break
+    end
+    left, k = left - w, k + 1
+  end
+  if found then break end
+end
+local base = math.min(wants, math.floor(level))
 local mhas = math.min(holding, math.max(limit - reserved, 0))
 if learning or behind then mhas = holding end
-ids[#ids + 1] = me
-want[me] = wants
-local order = {}
-for i, id in ipairs(ids) do order[i] = id end
-table.sort(order, function(a, b)
-  if want[a] ~= want[b] then return want[a] < want[b] end
-  return a < b
-end)
-local target, left = {}, limit
-for k, id in ipairs(order) do
-  local fair = math.floor(left / (#order - k + 1))
-  target[id] = math.min(want[id], fair)
-  left = left - target[id]
+local free = math.max(limit - reserved - mhas, 0)
+if not learning and mhas < base then
+  local grow = math.min(base - mhas, free)
+  mhas, free = mhas + grow, free - grow
 end
-if target[me] > mhas and not learning then
-  local free = math.max(limit - reserved - mhas, 0)
-  mhas = mhas + math.min(target[me] - mhas, free)
+-- When it began to hold what it holds: its term at any permit beyond its base runs from then.
+if mhas > 0 then
+  redis.call('ZADD', KEYS[5], 'NX', now, me)
+else
+  redis.call('ZREM', KEYS[5], me)
 end
-local cap = math.min(mhas, target[me])
-if not gone_now then
-  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+local others_below = redis.call('ZCARD', KEYS[6]) - (redis.call('ZSCORE', KEYS[6], me) and 1 or 0)
+local others_waiting = redis.call('ZCARD', KEYS[4]) - (redis.call('ZSCORE', KEYS[4], me) and 1 or 0)
+local cap = mhas
+local told = {}
+-- When to report again to give back what is beyond the base, others waiting (0: no need).
+local recheck = 0
+if mhas > base then
+  local since = tonumber(redis.call('ZSCORE', KEYS[5], me) or now)
+  if others_waiting > 0 and now < since + term then recheck = since + term - now end
+  if others_below > 0 or (others_waiting > 0 and now >= since + term) then
+    -- Others are short: the extras go back as their calls end; drained, this process queues
+    -- again at the back (its next term runs from when it takes a permit again).
+    cap = base
+  end
+elseif wants > mhas and not learning and mhas == base then
+  -- A turn at a permit beyond the base: the head of the queue takes one when one is free.
+  if not redis.call('ZSCORE', KEYS[4], me) then redis.call('ZADD', KEYS[4], now, me) end
+  local rank = redis.call('ZRANK', KEYS[4], me)
+  if free > rank and others_below == 0 then
+    -- One permit beyond the base at most: what the bases leave over is fewer permits than
+    -- the processes at the level.
+    if mhas == 0 then redis.call('ZADD', KEYS[5], now, me) end
+    mhas, free, cap = mhas + 1, free - 1, mhas + 1
+    redis.call('ZREM', KEYS[4], me)
+    if redis.call('ZCARD', KEYS[4]) > 0 then
+      recheck = tonumber(redis.call('ZSCORE', KEYS[5], me)) + term - now
+    end
+  else
+    -- Its turn is not yet: the holder of extras whose term ran out first gives them back.
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - term, 'LIMIT', 0, 5)) do
+      if id ~= me and tonumber(redis.call('ZSCORE', KEYS[9], id) or 0) > math.floor(level) then
+        told[#told + 1] = id
+        break
+      end
+    end
+  end
+else
+  redis.call('ZREM', KEYS[4], me)
 end
-version = redis.call('HINCRBY', KEYS[2], 'version', 1)
-for i = 1, #ids - 1 do
-  local id = ids[i]
-  if (cap < target[me] and has[id] > target[id]) or (mhas < before and has[id] < target[id]) then
-    tell(id)
+if mhas < base and not learning then
+  -- Below its base: those holding more than any base are told to report (and capped).
+  redis.call('ZADD', KEYS[6], now, me)
+  local over = redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. math.floor(level), '+inf', 'LIMIT', 0, base - mhas)
+  for _, id in ipairs(over) do
+    if id ~= me then told[#told + 1] = id end
+  end
+else
+  redis.call('ZREM', KEYS[6], me)
+end
+if wants <= mhas or mhas > base then redis.call('ZREM', KEYS[4], me) end
+if mhas < before and free > 0 then
+  -- Permits went back: to those below their base first, then the turns queue.
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[6], 0, free - 1)) do
+    if id ~= me then told[#told + 1] = id end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+    if id ~= me then told[#told + 1] = id end
   end
 end
-return {1, cap, mhas, target[me], #ids, epoch, version, math.max(learn - now, 0)}
+if ARGV[7] == '1' and holding == 0 then
+  forget(me)
+else
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+  redis.call('ZADD', KEYS[3], now + lease, me)
+  redis.call('ZADD', KEYS[9], mhas, me)
+  reserved, total, n = reserved + mhas, total + wants, n + 1
+end
+redis.call('HSET', KEYS[7], 'reserved', reserved, 'wants', total, 'n', n)
+version = redis.call('HINCRBY', KEYS[2], 'version', 1)
+for _, id in ipairs(told) do tell(id) end
+return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0)}
 "#;
 
 /// The lease and shares scripts, as one kind of deployment runs them.
@@ -441,6 +541,23 @@ pub(crate) fn shares_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:shares")
 }
 
+/// The keys the shares script takes, in its order: the processes, the epoch, the entries'
+/// expiries, the turns queue, the holders of extras, the processes below their base, the sums,
+/// the wants, the permits reserved.
+pub(crate) fn share_keys(budget: &str) -> [String; 9] {
+    [
+        shares_key(budget),
+        epoch_key(budget),
+        format!("inflight:{{{budget}}}:shares_expiry"),
+        format!("inflight:{{{budget}}}:shares_turns"),
+        format!("inflight:{{{budget}}}:shares_extra"),
+        format!("inflight:{{{budget}}}:shares_below"),
+        format!("inflight:{{{budget}}}:shares_sums"),
+        format!("inflight:{{{budget}}}:shares_wants"),
+        format!("inflight:{{{budget}}}:shares_has"),
+    ]
+}
+
 /// The sorted set of a budget's lease holders.
 pub(crate) fn holders_key(budget: &str) -> String {
     format!("inflight:{{{budget}}}:holders")
@@ -497,7 +614,11 @@ pub(crate) fn sharded_grants_channel(budget: &str, token: &str) -> String {
 pub fn budget_keys(budget: &str) -> Vec<String> {
     let mut keys = lease_keys(budget).to_vec();
     keys.push(rate_key(budget));
-    keys.push(shares_key(budget));
+    for key in share_keys(budget) {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
     keys
 }
 
@@ -764,8 +885,8 @@ mod tests {
         (r.0, r.1, r.2, r.3, r.4)
     }
 
-    /// `(applied, cap, has, target, processes, epoch, version, learning ms)`.
-    type Shares = (u8, u64, u64, u64, u64, u64, u64, u64);
+    /// `(applied, cap, has, target, processes, epoch, version, learning ms, recheck ms)`.
+    type Shares = (u8, u64, u64, u64, u64, u64, u64, u64, u64);
 
     fn shares_seen(
         conn: &mut redis::Connection,
@@ -777,8 +898,7 @@ mod tests {
     ) -> Shares {
         scripts()
             .shares
-            .key(shares_key("s"))
-            .key(epoch_key("s"))
+            .key(&share_keys("s")[..])
             .arg(process)
             .arg(wants)
             .arg(holding)
@@ -850,6 +970,67 @@ mod tests {
     }
 
     #[test]
+    fn permits_beyond_every_base_go_in_turns() {
+        let Some(mut server) = server() else {
+            return;
+        };
+        let conn = &mut server.1;
+        let (p1, p2, p3) = (
+            "00000000000000p1-a",
+            "00000000000000p2-b",
+            "00000000000000p3-c",
+        );
+        // A limit of 2 (the tests' helper says 512: use a budget of its own) among three
+        // processes that want one each: every base is 0, the two permits go in turns.
+        let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+            let r: Shares = scripts()
+                .shares
+                .key(&share_keys("turns")[..])
+                .arg(p)
+                .arg(1)
+                .arg(holding)
+                .arg(seq)
+                .arg(2)
+                .arg(300)
+                .arg(0)
+                .arg(0)
+                .arg(0)
+                .invoke(conn)
+                .unwrap();
+            (r.1, r.2, r.3)
+        };
+        // Alone, then two of them: a base of 1 each.
+        assert_eq!(report(conn, p1, 0, 1), (1, 1, 1), "cap 1, has 1, base 1");
+        assert_eq!(report(conn, p2, 0, 1), (1, 1, 1));
+        assert_eq!(
+            report(conn, p3, 0, 1),
+            (0, 0, 0),
+            "none free: p3 waits its turn"
+        );
+        // At their next reports, p1 and p2 learn their base is 0: their permits are extras,
+        // held for a term from now.
+        assert_eq!(report(conn, p1, 1, 2), (1, 1, 0));
+        assert_eq!(report(conn, p2, 1, 2), (1, 1, 0));
+        // After a term (a third of the lease), p3 asks again: p1's term ran out...
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(report(conn, p3, 0, 2), (0, 0, 0));
+        // ...so p1, still running its call, is capped at its base and queues again...
+        assert_eq!(report(conn, p1, 1, 3), (0, 1, 0));
+        // ...gives its permit back once its call ends, and p3 takes it.
+        assert_eq!(report(conn, p1, 0, 4), (0, 0, 0));
+        assert_eq!(report(conn, p3, 0, 3), (1, 1, 0));
+        let held: Vec<String> = redis::cmd("HVALS")
+            .arg(shares_key("turns"))
+            .query(conn)
+            .unwrap();
+        let reserved: u64 = held
+            .iter()
+            .map(|v| v.split(':').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(reserved, 2, "never past the limit: {held:?}");
+    }
+
+    #[test]
     fn a_process_that_stops_reporting_frees_its_share_one_lease_later() {
         let Some(mut server) = server() else {
             return;
@@ -897,7 +1078,14 @@ mod tests {
                 "inflight:{records}:arrivals",
                 "inflight:{records}:epoch",
                 "inflight:{records}:rate",
-                "inflight:{records}:shares"
+                "inflight:{records}:shares",
+                "inflight:{records}:shares_expiry",
+                "inflight:{records}:shares_turns",
+                "inflight:{records}:shares_extra",
+                "inflight:{records}:shares_below",
+                "inflight:{records}:shares_sums",
+                "inflight:{records}:shares_wants",
+                "inflight:{records}:shares_has"
             ]
         );
         assert_eq!(rate_key("records"), "inflight:{records}:rate");

@@ -111,6 +111,8 @@ pub(crate) struct ShareReply {
     /// Processes in the budget, itself included.
     pub(crate) processes: usize,
     pub(crate) fence: Fence,
+    /// When to report again to give back a turn (others wait), if at all.
+    pub(crate) recheck: Option<Duration>,
 }
 
 /// What a lease operation needs to know of the budget besides its name.
@@ -430,22 +432,26 @@ impl Server for RedisServer {
         report: ShareReport,
     ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
         let name = budget.to_string();
-        let reply = self.run::<(u8, usize, usize, usize, usize, i64, i64, i64)>(budget, move |s| {
-            let mut call = s.shares.key(scripts::shares_key(&name));
-            call.key(scripts::epoch_key(&name));
-            call.arg(&*report.process)
-                .arg(report.wants)
-                .arg(report.holding)
-                .arg(report.seq)
-                .arg(report.limit)
-                .arg(millis(report.lease))
-                .arg(u8::from(report.leaving))
-                .arg(report.seen.epoch)
-                .arg(report.seen.version);
-            call
-        });
+        let reply =
+            self.run::<(u8, usize, usize, usize, usize, i64, i64, i64, u64)>(budget, move |s| {
+                let mut call = s.shares.prepare_invoke();
+                for key in scripts::share_keys(&name) {
+                    call.key(key);
+                }
+                call.arg(&*report.process)
+                    .arg(report.wants)
+                    .arg(report.holding)
+                    .arg(report.seq)
+                    .arg(report.limit)
+                    .arg(millis(report.lease))
+                    .arg(u8::from(report.leaving))
+                    .arg(report.seen.epoch)
+                    .arg(report.seen.version);
+                call
+            });
         Box::pin(async move {
-            let (applied, cap, has, target, processes, epoch, version, learning) = reply.await?;
+            let (applied, cap, has, target, processes, epoch, version, learning, recheck) =
+                reply.await?;
             Ok(ShareReply {
                 applied: applied == 1,
                 cap,
@@ -453,6 +459,7 @@ impl Server for RedisServer {
                 target,
                 processes,
                 fence: fence(epoch, version, learning),
+                recheck: (recheck > 0).then(|| Duration::from_millis(recheck)),
             })
         })
     }

@@ -375,3 +375,71 @@ fn shares_are_refused_next_to_a_fleet_rate_which_they_would_not_keep() {
         "budgets.llm.lease_mode: \"shares\" keeps no fleet rate: a fleet budget with a rate holds its permits per call (leave lease_mode out)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_rotate_when_every_fair_share_is_below_one_permit() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    // 12 processes of 2 callers each on a limit of 4: every fair share is a third of a permit,
+    // so no process has a base, and the 4 permits go in turns (a term is a sixth of the 600 ms
+    // lease). Without turns, the first four to ask keep them.
+    let (limit, processes) = (4, 12);
+    let (address, counter) = dependency(ms(20)).await;
+    let fleets: Vec<RedisFleet> = (0..processes)
+        .map(|_| {
+            RedisFleet::builder(&server.url())
+                .lease(ms(600))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let calls: Vec<Arc<AtomicUsize>> = (0..processes).map(|_| Arc::default()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (fleet, made) in fleets.iter().zip(&calls) {
+        let budget = share_budget(&fleet.shares(limit, Fail::Closed), 2);
+        for _ in 0..2 {
+            let (budget, made, stop, address) =
+                (budget.clone(), made.clone(), stop.clone(), address.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut conn = TcpStream::connect(&address).await.unwrap();
+                while !stop.load(Relaxed) {
+                    let Ok(permit) = budget.acquire().await else {
+                        continue;
+                    };
+                    conn.write_all(b"c").await.unwrap();
+                    let mut byte = [0u8; 1];
+                    conn.read_exact(&mut byte).await.unwrap();
+                    made.fetch_add(1, Relaxed);
+                    drop(permit);
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(ms(4000)).await;
+    stop.store(true, Relaxed);
+    for task in tasks {
+        let _ = tokio::time::timeout(ms(3000), task).await;
+    }
+    let made: Vec<f64> = calls.iter().map(|c| c.load(Relaxed) as f64).collect();
+    let (sum, squares): (f64, f64) = (made.iter().sum(), made.iter().map(|c| c * c).sum());
+    let jain = sum * sum / (made.len() as f64 * squares);
+    eprintln!(
+        "calls per process {made:?}, Jain {jain:.3}, peak {}",
+        counter.peak.load(Relaxed)
+    );
+    assert!(
+        counter.peak.load(Relaxed) <= limit,
+        "the limit held at the dependency"
+    );
+    assert!(
+        made.iter().all(|&c| c > 0.0),
+        "every process had its turns: {made:?}"
+    );
+    assert!(jain >= 0.8, "Jain {jain:.3} over {made:?}");
+    for fleet in &fleets {
+        fleet.shutdown().await;
+    }
+}

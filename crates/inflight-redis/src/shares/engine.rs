@@ -105,6 +105,8 @@ struct State {
     seen: Seen,
     /// Whether the budget learns (its state was lost), as the last reply said.
     learning: bool,
+    /// When to report again to give back a turn (others wait), as the last reply said.
+    recheck_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -407,6 +409,9 @@ impl ShareEngine {
                 .map_or(now, |at| at + self.settings.lease / 3)
         };
         let mut wake = renew;
+        if let Some(at) = state.recheck_at {
+            wake = wake.min(at);
+        }
         if let Some(at) = state.confirmed {
             wake = wake.min(at + self.settings.lease);
         }
@@ -508,6 +513,7 @@ impl ShareEngine {
                     state.target = reply.target;
                     state.processes = reply.processes;
                     state.confirmed = Some(sent);
+                    state.recheck_at = reply.recheck.map(|d| answered + d);
                     // The server reserves for the calls admitted locally too (they were in the
                     // report's holding): the share admits that many fewer while they run.
                     self.set_cap(&mut state, reply.cap.saturating_sub(self.fallback.held()));
@@ -722,7 +728,11 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
             let paused = state.down.as_ref().is_some_and(|(until, _)| now < *until);
             let renewal_due = state
                 .last_sent
-                .is_none_or(|at| now >= at + e.settings.lease / 3);
+                .is_none_or(|at| now >= at + e.settings.lease / 3)
+                || state.recheck_at.is_some_and(|at| now >= at);
+            if state.recheck_at.is_some_and(|at| now >= at) {
+                state.recheck_at = None;
+            }
             !paused && !e.closed.load(Relaxed) && (asked || (renewal_due && !e.idle(&state)))
         };
         if send {

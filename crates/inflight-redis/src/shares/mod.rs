@@ -23,7 +23,13 @@ use crate::Fail;
 /// Each process reports what it wants (its callers running and waiting) and what it may still
 /// be running; a Lua script on the server's clock splits the limit max-min fairly among the
 /// wants of the processes whose reports are less than a lease old (two processes wanting 100
-/// and 900 of 512 get 100 and 412), and answers each its share.
+/// and 900 of 512 get 100 and 412), and answers each its share. What the whole permits of those
+/// fair shares leave over (all of the limit when there are more processes than permits: 200
+/// processes on a budget of 40) goes in turns: a process that wants more than its base queues,
+/// the head of the queue takes a free permit, and a process that has held one beyond its base
+/// for a sixth of a lease while others wait gives it back as its calls end and queues again, so
+/// that over a run every process gets its part. A report costs a few commands whatever the
+/// number of processes (about 50 µs of Redis time at 5,000; see the scale bench).
 ///
 /// # Guarantees
 ///
@@ -48,6 +54,9 @@ use crate::Fail;
 ///   Redis commands follows the moves of the shares, not the calls. A process with nothing
 ///   held and nobody waiting does not renew.
 /// - **Deadlines.** An acquire returns by the budget's permit deadline.
+/// - **After Redis lost the state** (a restart without persistence, a flush, a failover that
+///   lost writes), a process's next report keeps what it runs whole, and no share grows while
+///   the budget learns (one lease); calls its local fallback admitted count in what it runs.
 /// - **When Redis is down**, calls already admitted under an unexpired share go on, new ones
 ///   are admitted under it while it lasts; a caller that finds it full gets the [`Fail`]
 ///   policy ([`Fail::Closed`] refuses with an error naming the budget and the address,
