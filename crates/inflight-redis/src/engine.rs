@@ -71,6 +71,10 @@ pub(crate) struct Engine {
     runtime: OnceLock<Handle>,
     counters: Counters,
     outstanding: Arc<Outstanding>,
+    /// Releases not sent yet, by budget: the next acquire of the budget from here takes them
+    /// along in its script (a call that follows another costs one script, not two); those no
+    /// acquire took go in a script of their own as soon as the runtime runs their task.
+    unsent: Arc<Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>>,
     /// Set by [`Engine::shutdown`]: acquires are refused from then on.
     closed: AtomicBool,
     /// Wakes waiters when the store shuts down.
@@ -159,6 +163,7 @@ impl Engine {
             runtime: OnceLock::new(),
             counters: Counters::default(),
             outstanding: Arc::default(),
+            unsent: Arc::default(),
             closed: AtomicBool::new(false),
             closing: Notify::new(),
         }
@@ -259,6 +264,8 @@ impl Engine {
         // Pauses between asks while grants are not heard (the listener is not subscribed yet,
         // or reconnecting): the fallback is to ask again, as often as this allows.
         let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
+        // Releases of this budget not sent yet go with the first ask.
+        let mut releasing = self.take_unsent(&budget);
         loop {
             let live = grants.is_live();
             let asked = Instant::now();
@@ -266,12 +273,23 @@ impl Engine {
             // From the first ask on, the id may be queued or granted: given back if the caller
             // leaves before it is granted here.
             pending.armed = true;
+            let carried = Carried {
+                engine: self,
+                budget: &budget,
+                ids: std::mem::take(&mut releasing),
+            };
             let answer = tokio::time::timeout_at(
                 op_deadline,
-                self.server.acquire(&budget, &id, terms, self.seen(&budget)),
+                self.server
+                    .acquire(&budget, &id, terms, self.seen(&budget), carried.ids.clone()),
             )
             .await;
             let answered = Instant::now();
+            if matches!(answer, Ok(Ok(_))) {
+                carried.answered();
+            } else {
+                drop(carried);
+            }
             let acquired = match answer {
                 Ok(Ok(acquired)) => acquired,
                 Ok(Err(error)) => return self.failed(&budget, deadline, error).await,
@@ -524,25 +542,55 @@ impl Engine {
 
     /// Sends a release in the background; if it fails, the lease's expiry frees it. Until its
     /// answer comes, a shutdown or the store's drop sends it again (see [`Outstanding`]).
+    ///
+    /// The release waits in [`Engine::unsent`] until its task runs: an acquire of the same
+    /// budget from here that starts before then (a caller going on to its next call) takes it
+    /// along in its own script.
     fn send_release(&self, budget: &str, id: &str) {
         let id: Arc<str> = Arc::from(id);
-        self.outstanding
+        let budget: Arc<str> = Arc::from(budget);
+        self.outstanding.lock().insert(id.clone(), budget.clone());
+        self.unsent
             .lock()
-            .insert(id.clone(), Arc::from(budget));
-        let release =
-            self.server
-                .release(budget, vec![id.clone()], self.terms(), self.seen(budget));
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(budget.clone())
+            .or_default()
+            .push(id);
+        let unsent = self.unsent.clone();
+        let server = self.server.clone();
+        let (terms, seen) = (self.terms(), self.seen(&budget));
         let timeout = self.settings.op_timeout;
         let outstanding = self.outstanding.clone();
         let task = async move {
+            let ids = unsent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&budget)
+                .unwrap_or_default();
+            if ids.is_empty() {
+                return; // an acquire took them along
+            }
+            let release = server.release(&budget, ids.clone(), terms, seen);
             let _ = tokio::time::timeout(timeout, release).await;
-            outstanding.lock().remove(&id);
+            let mut outstanding = outstanding.lock();
+            for id in &ids {
+                outstanding.remove(id);
+            }
         };
         if let Ok(runtime) = Handle::try_current() {
             runtime.spawn(task);
         } else if let Some(runtime) = self.runtime.get() {
             runtime.spawn(task);
         }
+    }
+
+    /// The releases of `budget` not sent yet, for an acquire to take along.
+    fn take_unsent(&self, budget: &str) -> Vec<Arc<str>> {
+        self.unsent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(budget)
+            .unwrap_or_default()
     }
 
     /// The error of an acquire after [`Engine::shutdown`].
@@ -869,6 +917,31 @@ async fn renew(engine: Weak<Engine>, now: Arc<Notify>) {
             return;
         };
         engine.renew_once().await;
+    }
+}
+
+/// Releases an acquire took along: answered, they are done; otherwise (no answer, an error,
+/// the caller gone) they are sent again on their own, which is harmless if the script ran.
+struct Carried<'a> {
+    engine: &'a Engine,
+    budget: &'a str,
+    ids: Vec<Arc<str>>,
+}
+
+impl Carried<'_> {
+    fn answered(mut self) {
+        let mut outstanding = self.engine.outstanding.lock();
+        for id in self.ids.drain(..) {
+            outstanding.remove(&id);
+        }
+    }
+}
+
+impl Drop for Carried<'_> {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            self.engine.send_release(self.budget, &id);
+        }
     }
 }
 

@@ -323,6 +323,7 @@ impl Server for Shared {
         id: &str,
         terms: Terms,
         seen: Seen,
+        releasing: Vec<Arc<str>>,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let (server, budget, id) = (self.0.clone(), budget.to_string(), id.to_string());
         Box::pin(async move {
@@ -333,6 +334,11 @@ impl Server for Shared {
                 let now = Instant::now();
                 let mut all = server.budgets.lock().unwrap();
                 let b = all.entry(budget).or_default();
+                for gone in &releasing {
+                    let held = b.holders.remove(&**gone).is_some();
+                    server.released.fetch_add(u64::from(held), Relaxed);
+                    b.queue.retain(|(q, _)| **q != **gone);
+                }
                 b.meta.fence(seen, terms.lease, now, &server.epochs);
                 let (promoted, reclaimed) = b.promote(now, terms);
                 let learning = b.meta.learning(now);

@@ -164,7 +164,9 @@ end
 /// its turn.
 ///
 /// `KEYS` and `ARGV[1..4]`: see [`PRELUDE`]. `ARGV[5]`: the lease id; `ARGV[6]`: the queue
-/// entry's lifetime in milliseconds.
+/// entry's lifetime in milliseconds; `ARGV[7..]`: leases of the caller's process to give back
+/// first (as [`RELEASE`] does, before the hand-off to the queue): a call that follows another
+/// costs one script.
 ///
 /// Idempotent: an id already holding a lease (granted from the queue, or a retry after a lost
 /// reply) is granted again with its expiry pushed back, so a retry never takes a second permit;
@@ -174,6 +176,12 @@ end
 /// until the earliest lease expires (or learning ends), waiters ahead of this one}`.
 const ACQUIRE: &str = r#"
 local id = ARGV[5]
+for i = 7, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
+    redis.call('ZREM', KEYS[3], ARGV[i])
+  end
+end
 local n, reclaimed = promote()
 if redis.call('ZSCORE', KEYS[1], id) then
   redis.call('ZADD', KEYS[1], 'XX', now + lease, id)

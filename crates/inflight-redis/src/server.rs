@@ -128,14 +128,16 @@ pub(crate) struct Terms {
 /// in the background. Each is told what the process has seen of the budget's state, and
 /// answers the state it found.
 pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
-    /// Takes lease `id` of `budget` if a permit is free and nobody waits; otherwise queues it
-    /// (or keeps its place), to be granted in its turn and told through [`Server::grants`].
+    /// Gives back leases `releasing` of `budget` (as [`Server::release`]), then takes lease `id`
+    /// if a permit is free and nobody waits; otherwise queues it (or keeps its place), to be
+    /// granted in its turn and told through [`Server::grants`].
     fn acquire(
         &self,
         budget: &str,
         id: &str,
         terms: Terms,
         seen: Seen,
+        releasing: Vec<Arc<str>>,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>>;
 
     /// Renews leases `ids` of `budget` (added back if the state they were granted in is gone),
@@ -321,11 +323,15 @@ impl Server for RedisServer {
         id: &str,
         terms: Terms,
         seen: Seen,
+        releasing: Vec<Arc<str>>,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
         let (name, id) = (budget.to_string(), id.to_string());
         let reply = self.run::<(i64, i64, i64, u8, u64, u64, i64, u64)>(budget, move |s| {
             let mut call = lease_call(&s.acquire, &name, terms, seen);
             call.arg(id).arg(millis(terms.queue_lease));
+            for id in &releasing {
+                call.arg(&**id);
+            }
             call
         });
         Box::pin(async move {

@@ -30,10 +30,12 @@ use crate::FleetError;
 ///   never removes anyone else's lease.
 /// - **Deadlines.** An acquire returns by the budget's permit deadline, and no later than one
 ///   round-trip timeout when Redis does not answer.
-/// - **Cost.** Two round trips per call when a permit is free: one script to acquire, one
-///   (sent in the background) to release. Renewal costs one round trip per budget per third of a
-///   lease, whatever the number of calls; a queued waiter asks once per third of a lease, and
-///   each process keeps one pub/sub connection for its grants.
+/// - **Cost.** One script to acquire when a permit is free, and one to release, sent in the
+///   background; a release not sent yet when the process's next acquire of the budget starts
+///   (a caller going on to its next call) goes in that acquire's script, so calls that follow
+///   each other cost about one script each. Renewal costs one round trip per budget per third of
+///   a lease, whatever the number of calls; a queued waiter asks once per third of a lease. The
+///   scripts and the grants share one connection per process (per node on a cluster).
 /// - **Nothing left behind.** A release is sent in the background when a permit drops; a
 ///   process that ends right after its last call would end before it went out, and its lease
 ///   would hold a permit of the next run for up to a lease. [`RedisStore::shutdown`] (or

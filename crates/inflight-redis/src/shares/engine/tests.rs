@@ -101,8 +101,9 @@ impl Server for Cut {
         id: &str,
         t: Terms,
         seen: Seen,
+        releasing: Vec<Arc<str>>,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
-        self.server.acquire(b, id, t, seen)
+        self.server.acquire(b, id, t, seen, releasing)
     }
     fn renew(
         &self,
