@@ -74,7 +74,7 @@ pub(crate) struct Engine {
     /// Releases not sent yet, by budget: the next acquire of the budget from here takes them
     /// along in its script (a call that follows another costs one script, not two); those no
     /// acquire took go in a script of their own as soon as the runtime runs their task.
-    unsent: Arc<Mutex<HashMap<Arc<str>, Vec<Arc<str>>>>>,
+    unsent: Arc<Mutex<Unsent>>,
     /// Set by [`Engine::shutdown`]: acquires are refused from then on.
     closed: AtomicBool,
     /// Wakes waiters when the store shuts down.
@@ -843,6 +843,9 @@ impl Engine {
         }
     }
 }
+
+/// Releases not sent yet: lease ids by budget.
+type Unsent = HashMap<Arc<str>, Vec<Arc<str>>>;
 
 /// One budget's part of a renewal round: the leases to renew, and the local calls to register.
 type Round = (Vec<Arc<str>>, Vec<Arc<str>>);
