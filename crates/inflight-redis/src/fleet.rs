@@ -290,30 +290,14 @@ impl RedisFleet {
             .into_iter()
             .map(|(budget, store)| {
                 let s = store.snapshot();
-                FleetHealth {
-                    budget,
-                    fail: store.fail(),
-                    redis_down: s.redis_down,
-                    fallbacks: s.fallbacks,
-                    refused: s.unavailable,
-                    local_held: s.local_held,
-                    learning: s.learning,
-                    epochs_moved: s.epochs_moved,
-                }
+                let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
+                FleetHealth::new(budget, store.fail(), state, (s.learning, s.epochs_moved))
             })
             .collect();
         all.extend(self.share_stores().into_iter().map(|(budget, store)| {
             let s = store.snapshot();
-            FleetHealth {
-                budget,
-                fail: store.fail(),
-                redis_down: s.redis_down,
-                fallbacks: s.fallbacks,
-                refused: s.unavailable,
-                local_held: s.local_held,
-                learning: s.learning,
-                epochs_moved: s.epochs_moved,
-            }
+            let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
+            FleetHealth::new(budget, store.fail(), state, (s.learning, s.epochs_moved))
         }));
         all.sort_by(|a, b| a.budget.cmp(&b.budget));
         all

@@ -29,6 +29,28 @@ pub struct FleetHealth {
     pub epochs_moved: u64,
 }
 
+impl FleetHealth {
+    /// From a store's state: `(redis_down, fallbacks, refused, local_held)` and
+    /// `(learning, epochs_moved)`.
+    pub(crate) fn new(
+        budget: String,
+        fail: Fail,
+        (redis_down, fallbacks, refused, local_held): (bool, u64, u64, usize),
+        (learning, epochs_moved): (bool, u64),
+    ) -> FleetHealth {
+        FleetHealth {
+            budget,
+            fail,
+            redis_down,
+            fallbacks,
+            refused,
+            local_held,
+            learning,
+            epochs_moved,
+        }
+    }
+}
+
 /// Turns successive [`RedisFleet::health`] readings into lines for an operator: when a budget
 /// loses Redis (and what its calls do then), every `repeat` while it stays lost, when Redis is
 /// back, and when Redis lost the budget's state. Call [`HealthLog::lines`] every second or so.

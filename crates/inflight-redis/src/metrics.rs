@@ -35,7 +35,7 @@
 
 use ::metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
-use crate::{RedisFleet, RedisStore, ShareStore};
+use crate::{FleetHealth, RedisFleet, RedisStore, ShareStore};
 
 /// Fleet leases this process holds now (gauge).
 pub const LEASES_HELD: &str = "inflight_fleet_leases_held";
@@ -152,38 +152,49 @@ pub fn describe() {
 /// Publishes `store`'s counters, labelled `budget = name`.
 pub fn publish(name: &str, store: &RedisStore) {
     let s = store.snapshot();
-    let name = name.to_string();
-    gauge!(LEASES_HELD, "budget" => name.clone()).set(s.held as f64);
-    gauge!(HOLDERS, "budget" => name.clone()).set(s.fleet_holders as f64);
-    counter!(RECLAIMED, "budget" => name.clone()).absolute(s.reclaimed);
-    counter!(LOST, "budget" => name.clone()).absolute(s.lost);
-    counter!(FALLBACKS, "budget" => name.clone()).absolute(s.fallbacks);
-    counter!(UNAVAILABLE, "budget" => name.clone()).absolute(s.unavailable);
-    gauge!(ROUND_TRIP, "budget" => name.clone()).set(s.mean_round_trip.as_secs_f64());
-    gauge!(REDIS_DOWN, "budget" => name.clone()).set(f64::from(u8::from(s.redis_down)));
-    gauge!(LOCAL_HELD, "budget" => name.clone()).set(s.local_held as f64);
-    gauge!(LEARNING, "budget" => name.clone()).set(f64::from(u8::from(s.learning)));
-    counter!(EPOCHS_MOVED, "budget" => name.clone()).absolute(s.epochs_moved);
-    counter!(READDED, "budget" => name).absolute(s.readded);
+    gauge!(LEASES_HELD, "budget" => name.to_string()).set(s.held as f64);
+    gauge!(HOLDERS, "budget" => name.to_string()).set(s.fleet_holders as f64);
+    counter!(RECLAIMED, "budget" => name.to_string()).absolute(s.reclaimed);
+    counter!(READDED, "budget" => name.to_string()).absolute(s.readded);
+    let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
+    let health = FleetHealth::new(
+        name.to_string(),
+        store.fail(),
+        state,
+        (s.learning, s.epochs_moved),
+    );
+    publish_health(&health, s.lost, s.mean_round_trip);
 }
 
 /// Publishes a share store's state and counters, labelled `budget = name`.
 pub fn publish_shares(name: &str, store: &ShareStore) {
     let s = store.snapshot();
-    let name = name.to_string();
-    gauge!(SHARE, "budget" => name.clone()).set(s.share as f64);
-    gauge!(SHARE_RESERVED, "budget" => name.clone()).set(s.reserved as f64);
-    gauge!(SHARE_TARGET, "budget" => name.clone()).set(s.target as f64);
-    gauge!(SHARE_PROCESSES, "budget" => name.clone()).set(s.processes as f64);
-    counter!(SHARE_REPORTS, "budget" => name.clone()).absolute(s.reports);
-    counter!(LOST, "budget" => name.clone()).absolute(s.lost);
-    counter!(FALLBACKS, "budget" => name.clone()).absolute(s.fallbacks);
-    counter!(UNAVAILABLE, "budget" => name.clone()).absolute(s.unavailable);
-    gauge!(ROUND_TRIP, "budget" => name.clone()).set(s.mean_round_trip.as_secs_f64());
-    gauge!(REDIS_DOWN, "budget" => name.clone()).set(f64::from(u8::from(s.redis_down)));
-    gauge!(LOCAL_HELD, "budget" => name.clone()).set(s.local_held as f64);
-    gauge!(LEARNING, "budget" => name.clone()).set(f64::from(u8::from(s.learning)));
-    counter!(EPOCHS_MOVED, "budget" => name).absolute(s.epochs_moved);
+    gauge!(SHARE, "budget" => name.to_string()).set(s.share as f64);
+    gauge!(SHARE_RESERVED, "budget" => name.to_string()).set(s.reserved as f64);
+    gauge!(SHARE_TARGET, "budget" => name.to_string()).set(s.target as f64);
+    gauge!(SHARE_PROCESSES, "budget" => name.to_string()).set(s.processes as f64);
+    counter!(SHARE_REPORTS, "budget" => name.to_string()).absolute(s.reports);
+    let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
+    let health = FleetHealth::new(
+        name.to_string(),
+        store.fail(),
+        state,
+        (s.learning, s.epochs_moved),
+    );
+    publish_health(&health, s.lost, s.mean_round_trip);
+}
+
+/// What both kinds of store publish: whether Redis is reached, the fallback, the epoch.
+fn publish_health(h: &FleetHealth, lost: u64, round_trip: std::time::Duration) {
+    let name = h.budget.clone();
+    counter!(LOST, "budget" => name.clone()).absolute(lost);
+    counter!(FALLBACKS, "budget" => name.clone()).absolute(h.fallbacks);
+    counter!(UNAVAILABLE, "budget" => name.clone()).absolute(h.refused);
+    gauge!(ROUND_TRIP, "budget" => name.clone()).set(round_trip.as_secs_f64());
+    gauge!(REDIS_DOWN, "budget" => name.clone()).set(f64::from(u8::from(h.redis_down)));
+    gauge!(LOCAL_HELD, "budget" => name.clone()).set(h.local_held as f64);
+    gauge!(LEARNING, "budget" => name.clone()).set(f64::from(u8::from(h.learning)));
+    counter!(EPOCHS_MOVED, "budget" => name).absolute(h.epochs_moved);
 }
 
 /// Publishes every store of `fleet` (and its clones) that has served a budget, under that

@@ -5,79 +5,14 @@
 //! a Redis that goes away is said on stderr. The password is never shown.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::proxy_fleet::{slow_upstream, Redis};
-use crate::support::{inflight, inflight_path, success_json};
+use crate::proxy_fleet::{slow_upstream, start_proxy, Redis};
+use crate::support::{inflight, success_json};
 
 const PASSWORD: &str = "s3cret-fleet";
-
-/// A running `inflight proxy`, with its listen and admin addresses and its stderr lines.
-struct Proxy {
-    child: Child,
-    listen: SocketAddr,
-    admin: SocketAddr,
-    stdout: Vec<String>,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_proxy(path: &std::path::Path) -> Proxy {
-    let mut child = Command::new(inflight_path())
-        .args(["proxy", "--config"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, stderr) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let (mut listen, mut admin, mut stdout) = (None, None, Vec::new());
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            let _ = child.kill();
-            panic!("the proxy exited before it was ready: {stdout:?}");
-        }
-        let line = line.trim_end().to_string();
-        if line == "inflight proxy: ready" {
-            break;
-        }
-        if let Some(rest) = line.strip_prefix("inflight proxy: records listening on ") {
-            listen = rest.split(',').next().and_then(|a| a.parse().ok());
-        }
-        if let Some(rest) = line.strip_prefix("inflight proxy: admin listening on ") {
-            admin = rest.parse().ok();
-        }
-        stdout.push(line);
-    }
-    Proxy {
-        child,
-        listen: listen.expect("records has a listener"),
-        admin: admin.expect("an admin listener"),
-        stdout,
-        stderr,
-    }
-}
 
 /// `GET /metrics` of a proxy, parsed: `name{label=value,...}` to its value.
 fn metrics(admin: SocketAddr) -> HashMap<String, f64> {
@@ -224,13 +159,23 @@ fn two_proxies_show_their_shared_fleet_budget_in_every_place_a_user_looks() {
     until(Duration::from_secs(10), "the gauges settle", || {
         proxies
             .iter()
-            .map(|p| gauge(p.admin, "inflight_budget_awaiting_store"))
+            .map(|p| {
+                gauge(
+                    p.admin.expect("an admin listener"),
+                    "inflight_budget_awaiting_store",
+                )
+            })
             .sum::<f64>()
             == 4.0
     });
     let at_dependency: f64 = proxies
         .iter()
-        .map(|p| gauge(p.admin, "inflight_budget_in_flight"))
+        .map(|p| {
+            gauge(
+                p.admin.expect("an admin listener"),
+                "inflight_budget_in_flight",
+            )
+        })
         .sum();
     assert_eq!(
         at_dependency, 4.0,
@@ -238,10 +183,21 @@ fn two_proxies_show_their_shared_fleet_budget_in_every_place_a_user_looks() {
     );
     let leases: f64 = proxies
         .iter()
-        .map(|p| gauge(p.admin, "inflight_fleet_leases_held"))
+        .map(|p| {
+            gauge(
+                p.admin.expect("an admin listener"),
+                "inflight_fleet_leases_held",
+            )
+        })
         .sum();
     assert_eq!(leases, 4.0);
-    assert_eq!(gauge(proxies[0].admin, "inflight_fleet_redis_down"), 0.0);
+    assert_eq!(
+        gauge(
+            proxies[0].admin.expect("an admin listener"),
+            "inflight_fleet_redis_down"
+        ),
+        0.0
+    );
 
     // fleet status: the budget as Redis holds it.
     let status = inflight()

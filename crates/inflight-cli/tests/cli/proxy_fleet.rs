@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::support::{inflight_path, send_signal, wait_exit};
@@ -121,34 +122,68 @@ pub(crate) fn slow_upstream() -> SocketAddr {
     addr
 }
 
-/// Starts `inflight proxy --config path`; returns it and the listen address of `records` once it
-/// says it is ready.
-fn start_proxy(path: &std::path::Path) -> (Child, SocketAddr) {
+/// A running `inflight proxy`, with its listen and admin addresses and its stderr lines.
+pub(crate) struct Proxy {
+    pub(crate) child: Child,
+    pub(crate) listen: SocketAddr,
+    pub(crate) admin: Option<SocketAddr>,
+    pub(crate) stdout: Vec<String>,
+    pub(crate) stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `inflight proxy --config path`, reading its stdout until it says it is ready.
+pub(crate) fn start_proxy(path: &std::path::Path) -> Proxy {
     let mut child = Command::new(inflight_path())
         .args(["proxy", "--config"])
         .arg(path)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (tx, stderr) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut addr = None;
+    let (mut listen, mut admin, mut stdout) = (None, None, Vec::new());
     loop {
         let mut line = String::new();
         if out.read_line(&mut line).unwrap() == 0 {
             let _ = child.kill();
-            panic!("the proxy exited before it was ready");
+            panic!("the proxy exited before it was ready: {stdout:?}");
         }
-        let line = line.trim_end();
+        let line = line.trim_end().to_string();
         if line == "inflight proxy: ready" {
             break;
         }
         if let Some(rest) = line.strip_prefix("inflight proxy: records listening on ") {
-            addr = rest.split(',').next().and_then(|a| a.parse().ok());
+            listen = rest.split(',').next().and_then(|a| a.parse().ok());
         }
+        if let Some(rest) = line.strip_prefix("inflight proxy: admin listening on ") {
+            admin = rest.parse().ok();
+        }
+        stdout.push(line);
     }
-    (child, addr.expect("records has a listener"))
+    Proxy {
+        child,
+        listen: listen.expect("records has a listener"),
+        admin,
+        stdout,
+        stderr,
+    }
 }
 
 #[test]
@@ -171,7 +206,8 @@ fn sigterm_gives_back_every_fleet_lease_before_the_proxy_exits() {
         ),
     )
     .unwrap();
-    let (mut proxy, addr) = start_proxy(&path);
+    let mut proxy = start_proxy(&path);
+    let addr = proxy.listen;
     let clients: Vec<_> = (0..3)
         .map(|_| {
             std::thread::spawn(move || {
@@ -194,8 +230,8 @@ fn sigterm_gives_back_every_fleet_lease_before_the_proxy_exits() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let sent = Instant::now();
-    assert_eq!(send_signal(&proxy, libc::SIGTERM), 0);
-    let status = wait_exit(&mut proxy, Duration::from_secs(30), "the proxy");
+    assert_eq!(send_signal(&proxy.child, libc::SIGTERM), 0);
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(30), "the proxy");
     let took = sent.elapsed();
     assert_eq!(status.code(), Some(0));
     assert_eq!(
