@@ -573,3 +573,88 @@ fn fleet_urls_name_their_topology_and_a_ca_file_is_read_when_built() {
         .unwrap_err();
     assert!(err.to_string().contains("no PEM certificate"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_per_process_carries_the_scripts_and_the_grants() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server, ms(5000)).store(1, Fail::Closed);
+    let records = budget("records", 2, ms(2000), &store);
+    let held = records.acquire().await.unwrap();
+    // A waiter queues in Redis and is woken by its grant, heard on the same connection.
+    let waiter = tokio::spawn({
+        let records = records.clone();
+        async move { records.acquire().await.map(drop) }
+    });
+    tokio::time::sleep(ms(200)).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    // Every client but the one that asks (CLIENT LIST names itself with cmd=client).
+    let ours: Vec<&str> = clients
+        .lines()
+        .filter(|l| !l.contains("cmd=client"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{clients}");
+    assert!(ours[0].contains("sub=1"), "subscribed on it: {}", ours[0]);
+    drop(held);
+    tokio::time::timeout(ms(3000), waiter)
+        .await
+        .expect("the grant is heard")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_on_its_fallback_is_said_when_it_starts_while_it_lasts_and_when_it_ends() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    // A short lease: after the restart the budget learns for one.
+    let fleet = fleet(&server, ms(1000));
+    let store = fleet.store(2, Fail::Local(1));
+    let records = budget("records", 2, ms(300), &store);
+    drop(records.acquire().await.unwrap());
+    let mut log = inflight_redis::HealthLog::new(Duration::ZERO);
+    assert!(
+        log.lines(&fleet).is_empty(),
+        "nothing to say while redis answers"
+    );
+    server.stop();
+    let local = records.acquire().await.unwrap();
+    assert!(local.lease().unwrap().id().starts_with("local:"));
+    let lines = log.lines(&fleet);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("fleet budget records: redis at redis://127.0.0.1:")
+            && lines[0].contains(
+                "cannot be reached; each process runs at most 1 calls on its local fallback"
+            ),
+        "{lines:?}"
+    );
+    let again = log.lines(&fleet);
+    assert!(
+        again[0].contains("still cannot be reached: 1 calls admitted on the local fallback"),
+        "said again while it lasts: {again:?}"
+    );
+    server.restart();
+    drop(local);
+    let start = Instant::now();
+    let back = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "redis answered again"
+        );
+        if let Ok(permit) = records.acquire().await {
+            if !permit.lease().unwrap().id().starts_with("local:") {
+                break permit;
+            }
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
+    let lines = log.lines(&fleet);
+    assert!(lines.iter().any(|l| l.contains("is back")), "{lines:?}");
+    drop(back);
+}
