@@ -42,6 +42,8 @@ struct Streamed {
 struct CallSlot {
     held: Mutex<Option<Held>>,
     timed_out: AtomicBool,
+    /// The call's fleet lease was lost and the budget drops such calls (`on_lost = "cancel"`).
+    lease_lost: AtomicBool,
     /// The task that last polled the body: woken at the deadline, so that a body waiting on the
     /// upstream is cut then.
     waker: Mutex<Option<Waker>>,
@@ -81,6 +83,18 @@ impl fmt::Display for CallTimeout {
 
 impl StdError for CallTimeout {}
 
+/// The body was cut because the call's fleet lease was lost (`on_lost = "cancel"`).
+#[derive(Debug)]
+struct LeaseLost;
+
+impl fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the call's fleet lease was lost while the response body streamed")
+    }
+}
+
+impl StdError for LeaseLost {}
+
 impl ProxyBody {
     /// A body of the proxy's own.
     pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -112,6 +126,7 @@ impl ProxyBody {
         on_timeout: Outcome,
     ) -> ProxyBody {
         let deadline = call.deadline();
+        let watched = call.cancels_on();
         let slot = Arc::new(CallSlot {
             held: Mutex::new(Some(Held {
                 call,
@@ -120,15 +135,37 @@ impl ProxyBody {
                 on_timeout,
             })),
             timed_out: AtomicBool::new(false),
+            lease_lost: AtomicBool::new(false),
             waker: Mutex::new(None),
         });
-        let timer = deadline.map(|at| {
+        let timer = (deadline.is_some() || watched.is_some()).then(|| {
             let slot = Arc::clone(&slot);
             tokio::spawn(async move {
-                tokio::time::sleep_until(at).await;
+                let until_deadline = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let lost = async {
+                    match &watched {
+                        Some(lease) => lease.lost().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let timed_out = tokio::select! {
+                    () = until_deadline => true,
+                    () = lost => false,
+                };
                 if let Some(held) = slot.take() {
-                    slot.timed_out.store(true, Ordering::Release);
-                    held.call.timed_out_as(held.on_timeout);
+                    if timed_out {
+                        slot.timed_out.store(true, Ordering::Release);
+                        held.call.timed_out_as(held.on_timeout);
+                    } else {
+                        // Counted as cancelled: nothing is learned of the upstream.
+                        slot.lease_lost.store(true, Ordering::Release);
+                        drop(held);
+                    }
                     let waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(waker) = waker {
                         waker.wake();
@@ -169,6 +206,12 @@ impl Streamed {
             .as_ref()
             .is_some_and(|slot| slot.timed_out.load(Ordering::Acquire))
     }
+
+    fn lease_lost(&self) -> bool {
+        self.call
+            .as_ref()
+            .is_some_and(|slot| slot.lease_lost.load(Ordering::Acquire))
+    }
 }
 
 impl Body for ProxyBody {
@@ -190,6 +233,11 @@ impl Body for ProxyBody {
             // The timer ended the call (and gave the permit back); the body is cut.
             streamed.ended = true;
             return Poll::Ready(Some(Err(Box::new(CallTimeout))));
+        }
+        if streamed.lease_lost() {
+            // The call's lease was lost and the budget drops such calls; the body is cut.
+            streamed.ended = true;
+            return Poll::Ready(Some(Err(Box::new(LeaseLost))));
         }
         if let Some(slot) = &streamed.call {
             let mut waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner());

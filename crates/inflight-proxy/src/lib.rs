@@ -23,6 +23,8 @@
 //!   flight are untouched, and waiting ones go on, in order, when it ends.
 //! - 504 (`call_timeout`) when the upstream's headers do not come within the call timeout;
 //!   502 (`upstream_unreachable`) when the upstream cannot be reached, logged and counted.
+//! - A fleet budget with `on_lost = "cancel"` drops a request whose fleet lease is lost: 503
+//!   (`lease_lost`) before the upstream's headers, a cut body after them.
 //! - An `https://` upstream is spoken to over TLS (rustls): its certificate is checked, for the
 //!   upstream's host name (also sent as SNI), against the system's root certificates or the
 //!   budget's `ca_file`. A failed handshake is a 502 (`upstream_tls`), logged with the reason,

@@ -4,7 +4,7 @@
 //! | name | type | labels | what |
 //! |---|---|---|---|
 //! | `inflight_proxy_requests_total` | counter | budget, class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
-//! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400) |
+//! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400), `lease_lost` (503, `on_lost = "cancel"`) |
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
 //!
 //! Each proxy renders through a recorder of its own, so two proxies in one process never mix
@@ -31,7 +31,7 @@ pub const REQUEST_DURATION: &str = "inflight_proxy_request_duration_seconds";
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
-const REASONS: [Reason; 10] = [
+const REASONS: [Reason; 11] = [
     Reason::QueueFull,
     Reason::PermitTimeout,
     Reason::RateLimited,
@@ -42,6 +42,7 @@ const REASONS: [Reason; 10] = [
     Reason::Unreachable,
     Reason::Tls,
     Reason::ClientBody,
+    Reason::LeaseLost,
 ];
 
 /// How often a proxy folds the histograms' samples into their buckets when nobody scrapes
@@ -73,7 +74,7 @@ impl Registry {
             describe_counter!(
                 REPLIES,
                 Unit::Count,
-                "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, paused, evicted, unavailable, call_timeout, upstream_unreachable, upstream_tls, client_body."
+                "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, paused, evicted, unavailable, call_timeout, upstream_unreachable, upstream_tls, client_body, lease_lost."
             );
             describe_histogram!(
                 REQUEST_DURATION,

@@ -23,6 +23,7 @@ pub(crate) enum Reason {
     Unreachable,
     Tls,
     ClientBody,
+    LeaseLost,
 }
 
 impl Reason {
@@ -39,6 +40,7 @@ impl Reason {
             Reason::Unreachable => "upstream_unreachable",
             Reason::Tls => "upstream_tls",
             Reason::ClientBody => "client_body",
+            Reason::LeaseLost => "lease_lost",
         }
     }
 
@@ -48,7 +50,8 @@ impl Reason {
             | Reason::PermitTimeout
             | Reason::Paused
             | Reason::Evicted
-            | Reason::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | Reason::Unavailable
+            | Reason::LeaseLost => StatusCode::SERVICE_UNAVAILABLE,
             Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Unreachable | Reason::Tls => StatusCode::BAD_GATEWAY,
@@ -75,6 +78,9 @@ impl Reason {
             Reason::Tls => "the TLS handshake with the upstream failed (the log says why)",
             Reason::ClientBody => {
                 "the request's body broke off or was malformed on its way from the client"
+            }
+            Reason::LeaseLost => {
+                "the request's fleet lease was lost before the upstream answered, and the budget drops such calls (on_lost = \"cancel\")"
             }
         }
     }

@@ -358,6 +358,19 @@ async fn forward_call(
         peer.ip(),
     );
     let sent = state.client.request(request);
+    // With on_lost = "cancel", a request whose fleet lease is lost before the upstream answers
+    // is dropped: `None`.
+    let watched = call.cancels_on();
+    let sent = async {
+        match &watched {
+            Some(lease) => tokio::select! {
+                biased;
+                result = sent => Some(result),
+                () = lease.lost() => None,
+            },
+            None => Some(sent.await),
+        }
+    };
     let result = match call.deadline() {
         Some(at) => match tokio::time::timeout_at(at, sent).await {
             Ok(result) => result,
@@ -367,6 +380,11 @@ async fn forward_call(
             }
         },
         None => sent.await,
+    };
+    let Some(result) = result else {
+        // Counted as cancelled; nothing is learned of the upstream.
+        drop(call);
+        return replied(state, Reason::LeaseLost);
     };
     let mut response = match result {
         Ok(response) => response,

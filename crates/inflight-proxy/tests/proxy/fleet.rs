@@ -279,3 +279,43 @@ async fn a_fleet_budget_with_classes_shares_its_limit_whatever_the_class() {
     let seen = upstream.seen();
     assert_eq!(seen.last().unwrap().headers["x-priority"], "interactive");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lost_cancel_drops_a_request_whose_fleet_lease_is_lost() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = Upstream::start().await;
+    // Leases of 300 ms: with Redis gone, a held request's lease is lost within about that.
+    let file = format!(
+        "[fleet]\nurl = \"{}\"\nlease = \"300ms\"\n\n[budgets.records]\nmax_concurrent = 2\n\
+         permit_timeout = \"1s\"\nscope = \"fleet\"\non_lost = \"cancel\"\nupstream = \"{}\"\n\
+         listen = \"127.0.0.1:0\"\n",
+        redis.url(),
+        upstream.url()
+    );
+    let (proxy, _) = proxy(&file).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let held = tokio::spawn(async move {
+        let start = Instant::now();
+        let answer = get(&client(), addr, "/hold").await;
+        (start.elapsed(), answer)
+    });
+    until("the request held upstream", || upstream.seen().len() == 1).await;
+    drop(redis);
+    let (took, (status, headers, body)) = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .expect("the request is cut once its lease is lost")
+        .unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(headers["x-inflight-refused"], "lease_lost");
+    assert!(body.contains("on_lost"), "{body}");
+    assert!(took < Duration::from_secs(3), "cut after {took:?}");
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=records,reason=lease_lost}"],
+        1.0
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=records}"], 0.0);
+    upstream.release(1);
+}

@@ -135,6 +135,11 @@ impl<P: Held> CallGuard<P> {
         }
     }
 
+    /// The permit the call runs under.
+    pub(crate) fn permit(&self) -> &P {
+        &self.permit
+    }
+
     /// The call returned (`ok`, or with an error), with this verdict for the limit.
     pub(crate) fn finish(mut self, ok: bool, verdict: Verdict) {
         self.ended = true;

@@ -94,6 +94,23 @@ impl HeldCall {
         &self.budget
     }
 
+    /// The lease the call holds in the budget's store, if the budget has one (see
+    /// [`Permit::lease`](crate::Permit::lease)).
+    pub fn lease(&self) -> Option<&crate::store::Lease> {
+        self.guard.permit().lease()
+    }
+
+    /// The lease to watch, when the budget drops a call whose lease is lost
+    /// ([`OnLost::Cancel`](crate::OnLost::Cancel)): a caller that holds the call past its
+    /// future (a streamed body) ends it when [`Lease::lost`](crate::store::Lease::lost)
+    /// returns.
+    pub fn cancels_on(&self) -> Option<crate::store::Lease> {
+        match self.budget.config().on_lost_policy() {
+            crate::OnLost::Cancel => self.lease().cloned(),
+            _ => None,
+        }
+    }
+
     /// Ends the call: it succeeded (`ok`) or failed, and `outcome` is what it tells the
     /// budget's limit (a [`Verdict`] with a retry-after also pauses the budget). The permit
     /// goes back.
