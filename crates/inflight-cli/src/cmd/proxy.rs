@@ -16,6 +16,11 @@ listen address instead of the dependency. A refused request is never forwarded: 
 queue or a missed permit deadline, 429 when rate limited (with Retry-After); 504 when the call
 timeout passes, 502 when the upstream cannot be reached. By default a permit is held until the
 response body has been sent in full (release = \"headers\" gives it back at the headers).
+A fleet budget (scope = \"fleet\", with a [fleet] table naming its Redis) keeps its permits
+in Redis for every replica together; the proxy says where at start, on stderr when Redis
+cannot be reached (and every 10 s while it lasts), and with on_lost = \"cancel\" drops a
+request whose fleet lease is lost (503 lease_lost). `inflight fleet status` shows the budget
+as Redis holds it.
 Clients may speak HTTP/1.1 or HTTP/2 with prior knowledge; upstream_http2 = true speaks HTTP/2
 with prior knowledge to the upstream.
 An https:// upstream is spoken to over TLS, its certificate checked against the system's roots
