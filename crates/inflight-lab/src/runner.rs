@@ -540,6 +540,20 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample_timeline(shared.clone(), stop.clone()));
+    // A fleet budget that loses Redis (or gets it back, or learns after Redis lost its state)
+    // is said on stderr, which the lab shows after the run.
+    let watcher = fleet.clone().map(|fleet| {
+        let mut health = inflight_redis::HealthLog::new(Duration::from_secs(10));
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                for line in health.lines(&fleet) {
+                    eprintln!("{line}");
+                }
+            }
+        })
+    });
 
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
@@ -555,6 +569,21 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
     let completion = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let timeline = sampler.await.unwrap_or_default();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    if let Some(fleet) = &fleet {
+        // What the fleet's budgets went through, in one last look (the watcher may not have
+        // seen a short outage).
+        for h in fleet.health() {
+            if h.fallbacks > 0 || h.refused > 0 || h.epochs_moved > 0 {
+                eprintln!(
+                    "fleet budget {}: {} calls on the local fallback, {} refused while redis could not be reached, redis lost its state {} times",
+                    h.budget, h.fallbacks, h.refused, h.epochs_moved
+                );
+            }
+        }
+    }
     if let Some(server) = metrics_server {
         server.abort();
     }

@@ -136,6 +136,7 @@ impl<P: Held> CallGuard<P> {
     }
 
     /// The permit the call runs under.
+    #[cfg(feature = "tower")]
     pub(crate) fn permit(&self) -> &P {
         &self.permit
     }
