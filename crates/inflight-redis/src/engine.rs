@@ -134,6 +134,7 @@ struct Counters {
     registered: AtomicU64,
     epochs: AtomicU64,
     learning_until_ms: AtomicU64,
+    rate_limited: AtomicU64,
 }
 
 impl fmt::Debug for Engine {
@@ -508,6 +509,11 @@ impl Engine {
         }
     }
 
+    /// A caller was refused by the fleet's rate (its slot came after its deadline).
+    pub(crate) fn rate_limited(&self) {
+        self.counters.rate_limited.fetch_add(1, Relaxed);
+    }
+
     /// Fleet leases this process holds and still counts as valid.
     fn running_fleet(&self) -> usize {
         self.lock_held()
@@ -839,6 +845,7 @@ impl Engine {
             epochs_moved: c.epochs.load(Relaxed),
             readded: c.readded.load(Relaxed),
             locals_registered: c.registered.load(Relaxed),
+            rate_limited: c.rate_limited.load(Relaxed),
             learning: learning_until > now_ms(),
         }
     }

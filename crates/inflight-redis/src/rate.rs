@@ -127,6 +127,8 @@ pub(crate) struct RateGate {
     interval: Duration,
     burst: u32,
     local: LocalGcra,
+    /// When the last slot the fleet's GCRA told of comes: a caller asking before it waits.
+    next_slot: Mutex<Option<Instant>>,
 }
 
 impl RateGate {
@@ -150,6 +152,7 @@ impl RateGate {
             interval,
             burst,
             local: LocalGcra::new(interval, burst),
+            next_slot: Mutex::new(None),
         })
     }
 
@@ -186,10 +189,22 @@ impl RateGate {
         .await;
         let reason = match answer {
             Ok(Ok(Ok(wait))) => {
-                tokio::time::sleep_until(Instant::now() + wait).await;
+                let at = Instant::now() + wait;
+                // A slot that had to be waited for puts the next one an interval later; one
+                // of the burst says nothing of the next.
+                self.saw_slot(if wait.is_zero() {
+                    at
+                } else {
+                    at + self.interval
+                });
+                tokio::time::sleep_until(at).await;
                 return Ok(());
             }
-            Ok(Ok(Err(retry_after))) => return Err(StoreError::RateLimited { retry_after }),
+            Ok(Ok(Err(retry_after))) => {
+                self.saw_slot(Instant::now() + retry_after);
+                engine.rate_limited();
+                return Err(StoreError::RateLimited { retry_after });
+            }
             Ok(Err(error)) => error,
             Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 return Err(StoreError::Timeout)
@@ -212,6 +227,31 @@ impl RateGate {
         }
     }
 
+    /// The fleet's GCRA said a new caller's slot comes no earlier than `at`.
+    fn saw_slot(&self, at: Instant) {
+        *self
+            .next_slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    /// How long from now until a new caller would get its slot within `permit_timeout`, as
+    /// far as the last answer of the fleet's GCRA tells (others' slots, unseen here, may push
+    /// it further).
+    pub(crate) fn limited_for(&self, permit_timeout: Option<Duration>) -> Duration {
+        let now = Instant::now();
+        let next = self
+            .next_slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or(now);
+        let wait = next.saturating_duration_since(now);
+        match permit_timeout {
+            Some(deadline) => wait.saturating_sub(deadline),
+            None => Duration::ZERO,
+        }
+    }
+
     async fn take_local(&self, deadline: Option<Instant>) -> Result<(), StoreError> {
         let now = Instant::now();
         match self.local.reserve(now, deadline) {
@@ -219,7 +259,10 @@ impl RateGate {
                 tokio::time::sleep_until(at).await;
                 Ok(())
             }
-            Err(retry_after) => Err(StoreError::RateLimited { retry_after }),
+            Err(retry_after) => {
+                self.saw_slot(Instant::now() + retry_after);
+                Err(StoreError::RateLimited { retry_after })
+            }
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct FleetSnapshot {
     /// Calls of the local fallback registered in Redis once it answered again (they count
     /// against the fleet's limit until they end).
     pub locals_registered: u64,
+    /// Callers refused by the fleet's rate: their slot came after their permit deadline.
+    pub rate_limited: u64,
     /// Whether the budget is learning (after a loss of state, nothing new is granted until
     /// every process has registered what it runs), as the last reply said.
     pub learning: bool,

@@ -227,6 +227,14 @@ impl Store for RedisStore {
     fn keeps_rate(&self) -> bool {
         self.rate.is_some()
     }
+
+    fn rate_limited_for(
+        &self,
+        _budget: &str,
+        permit_timeout: Option<Duration>,
+    ) -> Option<Duration> {
+        self.rate.as_ref().map(|r| r.limited_for(permit_timeout))
+    }
 }
 
 /// A lease taken before the rate slot: released on drop unless the slot came.

@@ -194,6 +194,37 @@ async fn three_replicas_share_one_rate_counted_at_the_dependency() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_rate_refusal_is_counted_by_the_store_and_says_how_long() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server)
+        .store(8, Fail::Closed)
+        .rate(Rate::per_second(2.0), 1)
+        .unwrap();
+    let budget = Budget::builder("slow")
+        .max_concurrent(8)
+        .permit_timeout(ms(100))
+        .store(Arc::new(store.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(
+        budget.rate_limited_for(),
+        Some(Duration::ZERO),
+        "nothing known yet"
+    );
+    drop(budget.acquire().await.unwrap());
+    assert!(budget.acquire().await.unwrap_err().is_rate_limited());
+    assert_eq!(store.snapshot().rate_limited, 1);
+    // The next slot is about 500 ms away; 100 ms of it may be waited for.
+    let wait = budget.rate_limited_for().unwrap();
+    assert!(
+        wait > ms(250) && wait <= ms(400),
+        "about 400 ms past the deadline: {wait:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budgets_file_keeps_a_fleet_budgets_rate_for_every_replica() {
     let Some(server) = RedisServer::start() else {
         return;
@@ -251,6 +282,14 @@ scope = "fleet"
         limited, refused as u64,
         "each refusal counted as rate_limited"
     );
+    // Each budget has an answer for how long a new caller would wait past its deadline (a
+    // refusal's Retry-After): its store keeps the rate.
+    let waits: Vec<_> = budgets.iter().map(Budget::rate_limited_for).collect();
+    assert!(
+        waits.iter().all(|w| w.is_some()),
+        "a fleet rate says how long: {waits:?}"
+    );
+
     let arrivals = dependency.arrivals();
     assert_eq!(arrivals.len(), admitted);
     assert!(worst_excess(&arrivals, 10.0, 2, LATE) <= 0.0);

@@ -66,7 +66,7 @@ pub(crate) struct Engine {
     pub(crate) permits: LocalPermits,
     /// The limit, when it learns from samples; a fixed limit needs no state beyond the permits.
     learner: Option<Mutex<Learner>>,
-    store: Option<Arc<dyn Store>>,
+    pub(crate) store: Option<Arc<dyn Store>>,
     #[cfg(feature = "rate")]
     pub(crate) rate: Option<Gcra>,
     waiting: CachePadded<AtomicUsize>,

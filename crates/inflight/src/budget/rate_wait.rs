@@ -36,7 +36,11 @@ impl Budget {
     /// # }
     /// ```
     pub fn rate_limited_for(&self) -> Option<Duration> {
-        let rate = self.engine().rate.as_ref()?;
+        let Some(rate) = self.engine().rate.as_ref() else {
+            // A rate kept by the budget's store (a fleet's): as far as the store knows.
+            let store = self.engine().store.as_ref().filter(|s| s.keeps_rate())?;
+            return store.rate_limited_for(self.name(), self.permit_timeout());
+        };
         let now = Instant::now();
         let wait = rate.earliest(now) - now;
         Some(match self.permit_timeout() {

@@ -37,6 +37,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -71,6 +72,15 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// turn comes after its deadline is refused with [`StoreError::RateLimited`]. Default: no.
     fn keeps_rate(&self) -> bool {
         false
+    }
+
+    /// For a store that keeps a rate ([`Store::keeps_rate`]): how long from now until its rate
+    /// would let a new caller of budget `budget` start within `permit_timeout`, as far as the
+    /// store knows (zero when it knows of no wait); `None` for a store without a rate. What
+    /// [`Budget::rate_limited_for`](crate::Budget::rate_limited_for) answers for such a budget.
+    fn rate_limited_for(&self, budget: &str, permit_timeout: Option<Duration>) -> Option<Duration> {
+        let _ = (budget, permit_timeout);
+        None
     }
 }
 
