@@ -516,7 +516,9 @@ impl Scripts {
 /// GCRA: lets one event through if the theoretical arrival time allows it, or, given a longest
 /// wait, reserves the next slot if it comes within it (turns in the order callers reach Redis).
 ///
-/// `KEYS[1]`: the budget's theoretical arrival time (server microseconds).
+/// `KEYS[1]`: the budget's theoretical arrival time (server microseconds). `KEYS[2]`, when
+/// given: the budget's epoch (see the module's docs): a theoretical arrival time lost with an
+/// epoch that began with learning starts as if the whole burst was spent when it began.
 /// `ARGV`: emission interval in microseconds, burst (events that may pass back to back), and
 /// optionally the longest wait in microseconds for a slot to be reserved (default 0: now or not
 /// at all).
@@ -531,7 +533,18 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3] or '0')
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat then
+  tat = now
+  -- A budget whose state Redis lost: its epoch began with learning. The burst is taken as
+  -- spent at the loss (callers may have used it just before), refilling from there.
+  if KEYS[2] then
+    local m = redis.call('HMGET', KEYS[2], 'epoch', 'learn')
+    if m[1] and tonumber(m[2] or 0) > 0 then
+      tat = tonumber(m[1]) + interval * burst
+    end
+  end
+end
 if tat < now then tat = now end
 local new_tat = tat + interval
 local allow_at = new_tat - interval * burst

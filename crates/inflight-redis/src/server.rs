@@ -478,10 +478,11 @@ impl Server for RedisServer {
         max_wait: Duration,
     ) -> BoxFuture<'static, Result<Result<Duration, Duration>, ServerError>> {
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let key = scripts::rate_key(name);
+        let (key, epoch) = (scripts::rate_key(name), scripts::epoch_key(name));
         let (interval, max_wait) = (micros(interval).max(1), micros(max_wait).min(1 << 52));
         let reply = self.run::<(u8, i64)>(name, move |_| {
             let mut call = scripts::GCRA.key(key);
+            call.key(epoch);
             // The longest wait: far beyond any deadline, and exact in Lua's doubles.
             call.arg(interval).arg(burst.max(1)).arg(max_wait);
             call

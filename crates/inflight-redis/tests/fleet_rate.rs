@@ -366,3 +366,51 @@ fn bad_rate_settings_on_a_fleet_budget_are_refused_clearly() {
         .rate(Rate::per_second(10.0), 0)
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_rates_burst_is_not_handed_out_again_after_redis_lost_its_state() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let fleet = RedisFleet::builder(&server.url())
+        .lease(ms(300))
+        .op_timeout(ms(300))
+        .retry_after(ms(50))
+        .build()
+        .unwrap();
+    let store = fleet
+        .store(8, Fail::Closed)
+        .rate(Rate::per_second(2.0), 4)
+        .unwrap();
+    let budget = Budget::builder("burst")
+        .max_concurrent(8)
+        .permit_timeout(ms(100))
+        .store(Arc::new(store))
+        .build()
+        .unwrap();
+    // A call that runs across the restart (its renewals meet the new, empty Redis), and the
+    // rest of the burst of 4 spent just before it.
+    let running = budget.acquire_owned().await.unwrap();
+    for _ in 0..3 {
+        drop(budget.acquire().await.unwrap());
+    }
+    let _server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    // The running call's renewal finds the state gone: the budget learns for one lease.
+    tokio::time::sleep(ms(700)).await;
+    let tries = futures::future::join_all((0..4).map(|_| budget.acquire())).await;
+    let granted = tries.iter().filter(|t| t.is_ok()).count();
+    let limited = tries
+        .iter()
+        .filter(|t| t.as_ref().is_err_and(AcquireError::is_rate_limited))
+        .count();
+    assert!(
+        (1..=2).contains(&granted) && granted + limited == 4,
+        "the burst refills from the loss at 2/s, not all at once: {tries:?}"
+    );
+    drop(running);
+}
