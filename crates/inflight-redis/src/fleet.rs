@@ -288,17 +288,13 @@ impl RedisFleet {
         let mut all: Vec<FleetHealth> = self
             .stores()
             .into_iter()
-            .map(|(budget, store)| {
-                let s = store.snapshot();
-                let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
-                FleetHealth::new(budget, store.fail(), state, (s.learning, s.epochs_moved))
-            })
+            .map(|(budget, store)| store.snapshot().health(budget, store.fail()))
             .collect();
-        all.extend(self.share_stores().into_iter().map(|(budget, store)| {
-            let s = store.snapshot();
-            let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
-            FleetHealth::new(budget, store.fail(), state, (s.learning, s.epochs_moved))
-        }));
+        all.extend(
+            self.share_stores()
+                .into_iter()
+                .map(|(budget, store)| store.snapshot().health(budget, store.fail())),
+        );
         all.sort_by(|a, b| a.budget.cmp(&b.budget));
         all
     }

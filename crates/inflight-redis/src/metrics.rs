@@ -156,14 +156,11 @@ pub fn publish(name: &str, store: &RedisStore) {
     gauge!(HOLDERS, "budget" => name.to_string()).set(s.fleet_holders as f64);
     counter!(RECLAIMED, "budget" => name.to_string()).absolute(s.reclaimed);
     counter!(READDED, "budget" => name.to_string()).absolute(s.readded);
-    let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
-    let health = FleetHealth::new(
-        name.to_string(),
-        store.fail(),
-        state,
-        (s.learning, s.epochs_moved),
+    publish_health(
+        &s.health(name.to_string(), store.fail()),
+        s.lost,
+        s.mean_round_trip,
     );
-    publish_health(&health, s.lost, s.mean_round_trip);
 }
 
 /// Publishes a share store's state and counters, labelled `budget = name`.
@@ -174,14 +171,11 @@ pub fn publish_shares(name: &str, store: &ShareStore) {
     gauge!(SHARE_TARGET, "budget" => name.to_string()).set(s.target as f64);
     gauge!(SHARE_PROCESSES, "budget" => name.to_string()).set(s.processes as f64);
     counter!(SHARE_REPORTS, "budget" => name.to_string()).absolute(s.reports);
-    let state = (s.redis_down, s.fallbacks, s.unavailable, s.local_held);
-    let health = FleetHealth::new(
-        name.to_string(),
-        store.fail(),
-        state,
-        (s.learning, s.epochs_moved),
+    publish_health(
+        &s.health(name.to_string(), store.fail()),
+        s.lost,
+        s.mean_round_trip,
     );
-    publish_health(&health, s.lost, s.mean_round_trip);
 }
 
 /// What both kinds of store publish: whether Redis is reached, the fallback, the epoch.
