@@ -80,8 +80,10 @@ pub enum Fail {
     /// Refuse calls with [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable),
     /// whose error names the budget and the Redis address (`fail = "closed"`).
     Closed,
-    /// Admit at most this many calls at once from this process, without Redis
-    /// (`fail = "local"`); the fleet's limit comes back once Redis answers again.
+    /// Admit calls without Redis while fewer than this many run in this process, its calls
+    /// under fleet leases still running included (`fail = "local"`, `local_limit`). Once Redis
+    /// answers again, the calls admitted so are registered there and count against the fleet's
+    /// limit until they end.
     Local(usize),
 }
 
