@@ -460,14 +460,15 @@ impl Engine {
         deadline: Option<Instant>,
         reason: ServerError,
     ) -> Result<Lease, StoreError> {
+        // Known as this store's budget even if Redis never answered (for metrics and health).
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(Arc::from(budget))
+            .or_default();
         match self.settings.fail {
             Fail::Closed => {
                 self.counters.unavailable.fetch_add(1, Relaxed);
-                self.seen
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(Arc::from(budget))
-                    .or_default();
                 Err(StoreError::unavailable(FleetUnavailable::new(
                     budget,
                     self.server.address(),
@@ -476,12 +477,6 @@ impl Engine {
             }
             Fail::Local(_) => {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
-                // Known as this store's budget even if Redis never answered (for metrics).
-                self.seen
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(Arc::from(budget))
-                    .or_default();
                 // The local limit counts this process's fleet calls still running: it is what
                 // the process may run while Redis is away, not a grant on top of its leases.
                 let lease = self

@@ -10,17 +10,8 @@ use std::time::Duration;
 
 use inflight::{AcquireError, Budget};
 use inflight_redis::{Fail, RateError, RedisFleet, RedisStore};
-use support::{ms, Call, Observer, RedisServer};
+use support::{fleet, ms, Call, Observer, RedisServer};
 use tokio::time::Instant;
-
-fn fleet(server: &RedisServer, lease: Duration) -> RedisFleet {
-    RedisFleet::builder(&server.url())
-        .lease(lease)
-        .op_timeout(ms(300))
-        .retry_after(ms(200))
-        .build()
-        .unwrap()
-}
 
 fn budget(name: &str, local: usize, timeout: Duration, store: &RedisStore) -> Budget {
     Budget::builder(name)

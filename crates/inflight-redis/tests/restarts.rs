@@ -11,19 +11,10 @@ use inflight::store::Store;
 use inflight::{Budget, OwnedPermit};
 use inflight_redis::{Fail, RedisFleet};
 use support::load::Load;
-use support::{ms, Call, Observer, RedisServer};
+use support::{fleet, ms, Call, Observer, RedisServer};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_millis(1500);
-
-fn fleet(server: &RedisServer, lease: Duration) -> RedisFleet {
-    RedisFleet::builder(&server.url())
-        .lease(lease)
-        .op_timeout(ms(300))
-        .retry_after(ms(200))
-        .build()
-        .unwrap()
-}
 
 fn budget(limit: usize, store: Arc<dyn Store>) -> Budget {
     Budget::builder("records")

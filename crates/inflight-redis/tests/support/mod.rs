@@ -19,6 +19,17 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// A fleet on `server` with a lease of `lease`, a round-trip timeout of 300 ms and a pause of
+/// 200 ms after a failure: short enough for the tests' faults.
+pub fn fleet(server: &RedisServer, lease: Duration) -> inflight_redis::RedisFleet {
+    inflight_redis::RedisFleet::builder(&server.url())
+        .lease(lease)
+        .op_timeout(ms(300))
+        .retry_after(ms(200))
+        .build()
+        .unwrap()
+}
+
 /// A `redis-server` on 127.0.0.1, without persistence, killed on drop.
 pub struct RedisServer {
     port: u16,
