@@ -74,7 +74,8 @@ step "cargo fmt --check"
 cargo fmt --all --check
 
 step "module layering (no module reaches up into one that uses it)"
-python3 scripts/check-layers.py crates/inflight-lab crates/inflight-capacity
+python3 scripts/check-layers.py --self-test
+python3 scripts/check-layers.py --all
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -37,6 +37,14 @@
 //! - [`spread`]: [`Spread`](spread::Spread), median, min and max of repeated measurements.
 //! - [`axis`]: [`nice_step`](axis::nice_step) and [`ticks`](axis::ticks), the value axes of
 //!   the SVG figures.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
+//!
+//! - `fanout`, `pool`, `proxy_bench`
+//! - `axis`, `gauge`, `shutdown`, `spread`, `timer`
 
 pub mod axis;
 pub mod fanout;

@@ -1,6 +1,14 @@
 //! The `inflight` command: glue between the command line and the `inflight`, `inflight-cpu`,
 //! `inflight-bench`, `inflight-lab` and `inflight-capacity` libraries. Each subcommand lives in `cmd/<name>.rs` with its
 //! `Args` and a `run` function.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
+//!
+//! - `cmd`
+//! - `output`
 
 use std::process::ExitCode;
 

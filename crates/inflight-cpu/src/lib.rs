@@ -44,6 +44,15 @@
 //! - `tokio` (default): `QuotaGroup::prepare_tokio_command` for `tokio::process::Command`.
 //! - `serde`: `Serialize` and `Deserialize` for [`Enforcement`], spelled as in
 //!   [`Enforcement::as_str`].
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
+//!
+//! - `runtimes`
+//! - `cgroup`, `detect`
+//! - `mounts`
 
 pub mod cgroup;
 pub mod detect;

@@ -96,15 +96,18 @@
 //!
 //! # Layers
 //!
-//! From the top down: a module uses only modules on lower lines.
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
 //!
 //! - `admin`, `route`, `server`
 //! - `metrics`
 //! - `refusal`
 //! - `body`, `headers`, `error`, `tls`
+//! - `config`
 
 mod admin;
 mod body;
+pub mod config;
 mod error;
 mod headers;
 pub mod metrics;
@@ -119,8 +122,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inflight::config::{budget_path, FleetConfig, ProxyConfig, Scope};
-use inflight::Budgets;
+use inflight::config::{budget_path, FleetConfig, Scope};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -128,6 +130,7 @@ use tokio::task::JoinHandle;
 pub use body::ProxyBody;
 pub use error::{ReloadError, StartError};
 
+use config::{ProxyConfig, ProxyFile};
 use metrics::Registry;
 use route::{RouteSlot, RouteState};
 
@@ -242,7 +245,7 @@ impl ProxyBuilder {
     /// listened on.
     pub async fn start(self, text: &str) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let (budgets, fleet) = fleet(&registry, || Budgets::from_toml_str(text))?;
+        let (budgets, fleet) = fleet(&registry, || ProxyFile::from_toml_str(text))?;
         self.start_with(registry, budgets, fleet).await
     }
 
@@ -253,23 +256,24 @@ impl ProxyBuilder {
     /// As [`ProxyBuilder::start`]; [`StartError::Config`] also when the file cannot be read.
     pub async fn start_path(self, path: impl AsRef<Path>) -> Result<Proxy, StartError> {
         let registry = Registry::new();
-        let (budgets, fleet) = fleet(&registry, || Budgets::from_path(path))?;
+        let (budgets, fleet) = fleet(&registry, || ProxyFile::from_path(path))?;
         self.start_with(registry, budgets, fleet).await
     }
 
     async fn start_with(
         self,
         registry: Registry,
-        budgets: Budgets,
+        file: ProxyFile,
         fleet: Option<inflight_redis::RedisFleet>,
     ) -> Result<Proxy, StartError> {
         let log = self.log.unwrap_or_else(|| Arc::new(|_: &str| {}));
-        if budgets.routes().next().is_none() {
+        if file.routes().next().is_none() {
             return Err(StartError::NoProxiedBudget);
         }
         let mut listeners = Vec::new();
         let mut routes = Vec::new();
-        for (budget, route) in budgets.routes() {
+        let budgets = file.budgets();
+        for (budget, route) in file.routes() {
             let listener = bind(
                 &format!("{}.listen", budget_path(budget.name())),
                 route.listen(),
@@ -280,7 +284,7 @@ impl ProxyBuilder {
             routes.push(Arc::new(RouteSlot::new(budget.name(), state)));
             listeners.push(listener);
         }
-        let proxy_config = budgets.proxy().cloned().unwrap_or_default();
+        let proxy_config = file.proxy().cloned().unwrap_or_default();
         let admin_listener = match proxy_config.admin() {
             Some(addr) => Some(bind("proxy.admin", addr).await?),
             None => None,
@@ -441,7 +445,7 @@ impl Proxy {
     /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, the
     /// admin address or the `[fleet]` table ([`ReloadError::NeedsRestart`]).
     pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
-        let (budgets, fleet) = fleet(&self.shared.registry, || Budgets::from_toml_str(text))?;
+        let (budgets, fleet) = fleet(&self.shared.registry, || ProxyFile::from_toml_str(text))?;
         self.apply(budgets, fleet)
     }
 
@@ -451,21 +455,22 @@ impl Proxy {
     ///
     /// As [`Proxy::reload`]; [`ReloadError::Config`] also when the file cannot be read.
     pub fn reload_path(&self, path: impl AsRef<Path>) -> Result<Reloaded, ReloadError> {
-        let (budgets, fleet) = fleet(&self.shared.registry, || Budgets::from_path(path))?;
+        let (budgets, fleet) = fleet(&self.shared.registry, || ProxyFile::from_path(path))?;
         self.apply(budgets, fleet)
     }
 
     fn apply(
         &self,
-        budgets: Budgets,
+        file: ProxyFile,
         fleet: Option<inflight_redis::RedisFleet>,
     ) -> Result<Reloaded, ReloadError> {
         let restart = |field: String, message: &str| ReloadError::NeedsRestart {
             field,
             message: message.to_string(),
         };
+        let budgets = file.budgets();
         let mut next = Vec::new();
-        for (budget, route) in budgets.routes() {
+        for (budget, route) in file.routes() {
             let path = budget_path(budget.name());
             let Some(slot) = self.shared.routes.iter().find(|s| s.name == budget.name()) else {
                 return Err(restart(path, "a newly proxied budget needs a restart"));
@@ -495,7 +500,7 @@ impl Proxy {
                 "a new [fleet] table needs a restart",
             ));
         }
-        let proxy = budgets.proxy().cloned().unwrap_or_default();
+        let proxy = file.proxy().cloned().unwrap_or_default();
         if proxy.admin() != self.shared.proxy_config().admin() {
             return Err(restart(
                 "proxy.admin".into(),
@@ -601,14 +606,18 @@ async fn give_back(fleets: &[inflight_redis::RedisFleet]) {
     while set.join_next().await.is_some() {}
 }
 
-/// The budgets `load` gives, built under `registry` (so their metrics are its), with each
-/// `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table, and
-/// that fleet.
+/// The file `load` gives, its budgets built under `registry` (so their metrics are its), with
+/// each `scope = "fleet"` budget given its permits in the Redis of the file's `[fleet]` table,
+/// and that fleet.
 fn fleet(
     registry: &Registry,
-    load: impl FnOnce() -> Result<Budgets, inflight::ConfigError>,
-) -> Result<(Budgets, Option<inflight_redis::RedisFleet>), FleetLoadError> {
-    registry.within(|| Ok(inflight_redis::attach_fleet(load()?)?))
+    load: impl FnOnce() -> Result<ProxyFile, inflight::ConfigError>,
+) -> Result<(ProxyFile, Option<inflight_redis::RedisFleet>), FleetLoadError> {
+    registry.within(|| {
+        let file = load()?;
+        let (budgets, fleet) = inflight_redis::attach_fleet(file.budgets().clone())?;
+        Ok((file.with_budgets(budgets), fleet))
+    })
 }
 
 /// A budgets file that could not be loaded, before it is told apart for start or reload.

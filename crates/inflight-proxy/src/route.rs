@@ -12,7 +12,9 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use inflight::config::{Release, Route, Scope};
+use inflight::config::Scope;
+
+use crate::config::{Release, Route};
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 use inflight::{AcquireError, Budget, OwnedPermit, RetryAfter};

@@ -9,11 +9,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use crate::alloc;
 use crate::grants::Grants;
 use crate::server::{
     Acquired, Fence, Renewed, Seen, Server, ServerError, ShareReply, ShareReport, Terms,
 };
-use crate::shares::alloc;
 
 #[derive(Debug, Default)]
 pub(crate) struct FakeServer {

@@ -8,8 +8,6 @@ use inflight::store::{Lease, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::Fail;
-
 /// Lease ids given by the fallback start with this; the server's never do.
 const LOCAL_PREFIX: &str = "local:";
 
@@ -104,4 +102,18 @@ impl Fallback {
     pub(crate) fn held(&self) -> usize {
         self.held.load(Relaxed)
     }
+}
+
+/// What a fleet budget does while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fail {
+    /// Refuse calls with [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable),
+    /// whose error names the budget and the Redis address (`fail = "closed"`).
+    Closed,
+    /// Admit calls without Redis while fewer than this many run in this process, its calls
+    /// under fleet leases still running included (`fail = "local"`, `local_limit`). Once Redis
+    /// answers again, the calls admitted so are registered there and count against the fleet's
+    /// limit until they end.
+    Local(usize),
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::engine::{Engine, Settings};
 use crate::error::FleetError;
-use crate::health::FleetHealth;
 use crate::link::{Link, Topology};
 use crate::server::{RedisServer, Server};
 use crate::shares::{ShareEngine, ShareStore};
@@ -237,7 +236,7 @@ impl RedisFleet {
 
     /// A fleet rate limit named `name`: see [`FleetRate`](crate::FleetRate).
     pub fn rate(&self, name: &str, interval: Duration, burst: u32) -> crate::FleetRate {
-        crate::FleetRate::new(self.clone(), name, interval, burst)
+        crate::rate::FleetRate::new(self.server.clone(), self.op_timeout, name, interval, burst)
     }
 
     /// The per-call stores of this fleet (and its clones) still in use, each with the budget it
@@ -271,34 +270,6 @@ impl RedisFleet {
             .collect()
     }
 
-    /// Each budget this fleet's stores have served, and whether it runs on Redis now: for a
-    /// process to tell its operator when a fleet budget falls back (see [`FleetHealth`]).
-    ///
-    /// ```
-    /// use inflight_redis::RedisFleet;
-    ///
-    /// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
-    /// for budget in fleet.health() {
-    ///     if budget.redis_down {
-    ///         eprintln!("{}: redis cannot be reached, {} calls on the local fallback", budget.budget, budget.local_held);
-    ///     }
-    /// }
-    /// ```
-    pub fn health(&self) -> Vec<FleetHealth> {
-        let mut all: Vec<FleetHealth> = self
-            .stores()
-            .into_iter()
-            .map(|(budget, store)| store.snapshot().health(budget, store.fail()))
-            .collect();
-        all.extend(
-            self.share_stores()
-                .into_iter()
-                .map(|(budget, store)| store.snapshot().health(budget, store.fail())),
-        );
-        all.sort_by(|a, b| a.budget.cmp(&b.budget));
-        all
-    }
-
     /// The lease of each permit.
     pub fn lease(&self) -> Duration {
         self.lease
@@ -313,14 +284,6 @@ impl RedisFleet {
     /// `"sentinel"`; `None` until it first connected.
     pub fn topology(&self) -> Option<&'static str> {
         self.server.topology()
-    }
-
-    pub(crate) fn server(&self) -> &Arc<dyn Server> {
-        &self.server
-    }
-
-    pub(crate) fn op_timeout(&self) -> Duration {
-        self.op_timeout
     }
 }
 

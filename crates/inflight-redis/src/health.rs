@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::{Fail, RedisFleet};
+use crate::fallback::Fail;
+use crate::fleet::RedisFleet;
+use crate::shares::ShareSnapshot;
+use crate::snapshot::FleetSnapshot;
 
 /// Whether a fleet budget runs on Redis now, as one process sees it: see
 /// [`RedisFleet::health`].
@@ -134,5 +137,61 @@ impl HealthLog {
             self.last.insert(h.budget.clone(), (h, say));
         }
         lines
+    }
+}
+
+impl FleetSnapshot {
+    /// Whether budget `budget` (of a store with `fail`) runs on Redis now, as this says.
+    pub(crate) fn health(&self, budget: String, fail: Fail) -> FleetHealth {
+        let state = (
+            self.redis_down,
+            self.fallbacks,
+            self.unavailable,
+            self.local_held,
+        );
+        FleetHealth::new(budget, fail, state, (self.learning, self.epochs_moved))
+    }
+}
+
+impl ShareSnapshot {
+    /// Whether budget `budget` (of a share store with `fail`) runs on Redis now, as this says.
+    pub(crate) fn health(&self, budget: String, fail: Fail) -> FleetHealth {
+        let state = (
+            self.redis_down,
+            self.fallbacks,
+            self.unavailable,
+            self.local_held,
+        );
+        FleetHealth::new(budget, fail, state, (self.learning, self.epochs_moved))
+    }
+}
+
+impl RedisFleet {
+    /// Each budget this fleet's stores have served, and whether it runs on Redis now: for a
+    /// process to tell its operator when a fleet budget falls back (see [`FleetHealth`]).
+    ///
+    /// ```
+    /// use inflight_redis::RedisFleet;
+    ///
+    /// let fleet = RedisFleet::new("redis://127.0.0.1:6379").unwrap();
+    /// for budget in fleet.health() {
+    ///     if budget.redis_down {
+    ///         eprintln!("{}: redis cannot be reached, {} calls on the local fallback", budget.budget, budget.local_held);
+    ///     }
+    /// }
+    /// ```
+    pub fn health(&self) -> Vec<FleetHealth> {
+        let mut all: Vec<FleetHealth> = self
+            .stores()
+            .into_iter()
+            .map(|(budget, store)| store.snapshot().health(budget, store.fail()))
+            .collect();
+        all.extend(
+            self.share_stores()
+                .into_iter()
+                .map(|(budget, store)| store.snapshot().health(budget, store.fail())),
+        );
+        all.sort_by(|a, b| a.budget.cmp(&b.budget));
+        all
     }
 }

@@ -93,7 +93,25 @@
 //! - [`FleetRate`]: a fleet rate limit, a GCRA on the server's clock.
 //! - [`load`], [`attach`] and [`attach_fleet`]: budgets files with a `[fleet]` table.
 //! - `metrics` (feature `metrics`): a store's gauges and counters through the `metrics` facade.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
+//!
+//! - `config`, `metrics`
+//! - `health`
+//! - `fleet`
+//! - `store`
+//! - `rate`, `shares`
+//! - `engine`
+//! - `fake`
+//! - `server`, `snapshot`
+//! - `link`
+//! - `alloc`, `backoff`, `error`, `fallback`, `grants`, `scripts`, `status`
 
+#[cfg(test)]
+mod alloc;
 mod backoff;
 mod config;
 mod engine;
@@ -117,6 +135,7 @@ mod store;
 
 pub use config::{attach, attach_fleet, load, LoadError};
 pub use error::{FleetError, FleetUnavailable};
+pub use fallback::Fail;
 pub use fleet::{FleetBuilder, RedisFleet};
 pub use health::{FleetHealth, HealthLog};
 pub use rate::{FleetRate, RateError};
@@ -126,7 +145,7 @@ pub use scripts::budget_keys;
 pub use shares::{ShareSnapshot, ShareStore};
 pub use snapshot::FleetSnapshot;
 pub use status::FleetStatus;
-pub use store::{Fail, RedisStore};
+pub use store::RedisStore;
 
 // Every Rust snippet in the workspace README compiles (and, but for the one that needs a Redis,
 // runs) as a doctest here: the crate that sees every other one, with every feature of `inflight`

@@ -9,8 +9,9 @@ use inflight::Rate;
 use tokio::time::Instant;
 
 use crate::engine::Engine;
-use crate::error::FleetUnavailable;
-use crate::{Fail, FleetError, RedisFleet};
+use crate::error::{FleetError, FleetUnavailable};
+use crate::fallback::Fail;
+use crate::server::Server;
 
 /// How fast calls may start across every process that uses a rate limit of the same name: one
 /// every `interval`, with up to `burst` back to back after a quiet spell.
@@ -31,9 +32,10 @@ use crate::{Fail, FleetError, RedisFleet};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FleetRate {
-    fleet: RedisFleet,
+    server: Arc<dyn Server>,
+    op_timeout: Duration,
     name: Arc<str>,
     interval: Duration,
     burst: u32,
@@ -52,10 +54,29 @@ pub enum RateError {
     Unavailable(FleetUnavailable),
 }
 
+impl std::fmt::Debug for FleetRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetRate")
+            .field("address", &self.server.address())
+            .field("name", &self.name)
+            .field("interval", &self.interval)
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
 impl FleetRate {
-    pub(crate) fn new(fleet: RedisFleet, name: &str, interval: Duration, burst: u32) -> FleetRate {
+    /// A rate named `name` kept in `server`, each check bounded by `op_timeout`.
+    pub(crate) fn new(
+        server: Arc<dyn Server>,
+        op_timeout: Duration,
+        name: &str,
+        interval: Duration,
+        burst: u32,
+    ) -> FleetRate {
         FleetRate {
-            fleet,
+            server,
+            op_timeout,
             name: Arc::from(name),
             interval,
             burst: burst.max(1),
@@ -69,18 +90,15 @@ impl FleetRate {
     /// [`RateError::NotUntil`] when the limit says wait; [`RateError::Unavailable`] when Redis
     /// cannot be asked.
     pub async fn try_acquire(&self) -> Result<(), RateError> {
-        let check = self
-            .fleet
-            .server()
-            .gcra(&self.name, self.interval, self.burst);
+        let check = self.server.gcra(&self.name, self.interval, self.burst);
         let unavailable = |reason| {
             RateError::Unavailable(FleetUnavailable::new(
                 &self.name,
-                self.fleet.address(),
+                self.server.address(),
                 reason,
             ))
         };
-        match tokio::time::timeout(self.fleet.op_timeout(), check).await {
+        match tokio::time::timeout(self.op_timeout, check).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(wait))) => Err(RateError::NotUntil(wait)),
             Ok(Err(e)) => Err(unavailable(e)),
@@ -296,184 +314,5 @@ impl LocalGcra {
         }
         *tat = Some(current + self.interval);
         Ok(at)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering::Relaxed;
-
-    use inflight::{AcquireError, Budget};
-
-    use super::*;
-    use crate::engine::Settings;
-    use crate::fake::Shared;
-    use crate::RedisStore;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// One process's store on `server`, keeping 10 calls a second (and `burst`) for the fleet.
-    fn store(server: &Shared, limit: usize, fail: Fail, burst: u32) -> RedisStore {
-        RedisStore::from_engine(Engine::new(
-            Arc::new(server.clone()),
-            Settings {
-                limit,
-                lease: ms(300),
-                fail,
-                op_timeout: ms(100),
-                retry_after: ms(200),
-                first_pause: ms(5),
-                max_pause: ms(150),
-                queue_lease: ms(300),
-            },
-        ))
-        .rate(Rate::per_second(10.0), burst)
-        .unwrap()
-    }
-
-    fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
-        Budget::builder("llm")
-            .max_concurrent(local)
-            .permit_timeout(ms(timeout))
-            .store(Arc::new(store.clone()))
-            .build()
-            .unwrap()
-    }
-
-    async fn settle() {
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_slot_past_the_deadline_is_refused_at_once_and_reserves_nothing() {
-        let server = Shared::default();
-        let (a, b) = (
-            store(&server, 4, Fail::Closed, 1),
-            store(&server, 4, Fail::Closed, 1),
-        );
-        let (a, b) = (budget(&a, 4, 50), budget(&b, 4, 50));
-        drop(a.acquire().await.unwrap());
-        // The other process's turn is 100 ms away, past its 50 ms deadline.
-        let start = Instant::now();
-        let refused = b.acquire().await.unwrap_err();
-        assert!(refused.is_rate_limited(), "{refused:?}");
-        assert_eq!(
-            refused.retry_after(),
-            Some(ms(100)),
-            "the slot it would have had"
-        );
-        assert_eq!(start.elapsed(), Duration::ZERO, "refused without waiting");
-        assert_eq!(b.snapshot().rate_limited, 1);
-        settle().await;
-        assert_eq!(server.0.holders("llm"), 0, "its fleet lease went back");
-        // Nothing was reserved: at 100 ms the slot is free for the next caller, at once.
-        tokio::time::sleep(ms(100)).await;
-        let start = Instant::now();
-        drop(b.acquire().await.unwrap());
-        assert_eq!(start.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn turns_go_in_arrival_order_across_processes() {
-        let server = Shared::default();
-        let stores: Vec<_> = (0..3)
-            .map(|_| store(&server, 16, Fail::Closed, 2))
-            .collect();
-        let t0 = Instant::now();
-        let mut tasks = Vec::new();
-        // Seven callers, arriving 1 ms apart, in turn from three processes.
-        for n in 0..7 {
-            let records = budget(&stores[n % 3], 16, 10_000);
-            tasks.push(tokio::spawn(async move {
-                let permit = records.acquire().await.unwrap();
-                let started = t0.elapsed();
-                tokio::time::sleep(ms(5)).await;
-                drop(permit);
-                started
-            }));
-            tokio::time::sleep(ms(1)).await;
-        }
-        let mut starts = Vec::new();
-        for task in tasks {
-            starts.push(task.await.unwrap());
-        }
-        // A burst of two, then one every 100 ms of the fleet's clock, in the order they came.
-        assert_eq!(
-            starts,
-            [ms(0), ms(1), ms(100), ms(200), ms(300), ms(400), ms(500)]
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_fleet_rate_replaces_the_budgets_own() {
-        let server = Shared::default();
-        let s = store(&server, 4, Fail::Closed, 1);
-        // A budget that also names a rate of 1/s: only the fleet's 10/s applies.
-        let llm = Budget::builder("llm")
-            .max_concurrent(4)
-            .permit_timeout(ms(500))
-            .rate(Rate::per_second(1.0))
-            .store(Arc::new(s))
-            .build()
-            .unwrap();
-        let start = Instant::now();
-        drop(llm.acquire().await.unwrap());
-        drop(llm.acquire().await.unwrap());
-        assert_eq!(
-            start.elapsed(),
-            ms(100),
-            "one slot of the fleet's 10/s later"
-        );
-        // The budget has no rate gate of its own: the fleet's answers how long a caller would
-        // wait past its deadline (the next slot, 100 ms away, is within its 500 ms).
-        assert_eq!(llm.rate_limited_for(), Some(Duration::ZERO));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_caller_that_leaves_before_its_slot_gives_its_lease_back() {
-        let server = Shared::default();
-        let s = store(&server, 4, Fail::Closed, 1);
-        let llm = budget(&s, 4, 1000);
-        drop(llm.acquire().await.unwrap());
-        assert!(tokio::time::timeout(ms(50), llm.acquire()).await.is_err());
-        settle().await;
-        assert_eq!(server.0.holders("llm"), 0);
-        assert_eq!(llm.in_flight(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn while_redis_is_down_local_applies_the_rate_per_process_and_closed_refuses() {
-        let server = Shared::default();
-        server.0.down.store(true, Relaxed);
-        let (a, b) = (
-            store(&server, 4, Fail::Local(4), 1),
-            store(&server, 4, Fail::Local(4), 1),
-        );
-        let (a, b) = (budget(&a, 4, 1000), budget(&b, 4, 50));
-        let start = Instant::now();
-        drop(a.acquire().await.unwrap());
-        drop(b.acquire().await.unwrap());
-        assert_eq!(
-            start.elapsed(),
-            Duration::ZERO,
-            "each process has its own gate"
-        );
-        drop(a.acquire().await.unwrap());
-        assert_eq!(start.elapsed(), ms(100), "and keeps the rate within it");
-        tokio::time::sleep(ms(50)).await;
-        drop(b.acquire().await.unwrap());
-        assert!(
-            b.acquire().await.unwrap_err().is_rate_limited(),
-            "its next local slot is past its deadline"
-        );
-        let c = budget(&store(&server, 4, Fail::Closed, 1), 4, 1000);
-        assert!(matches!(
-            c.acquire().await.unwrap_err(),
-            AcquireError::Unavailable(_)
-        ));
     }
 }

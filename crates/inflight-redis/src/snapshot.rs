@@ -50,29 +50,3 @@ pub struct FleetSnapshot {
     /// every process has registered what it runs), as the last reply said.
     pub learning: bool,
 }
-
-impl FleetSnapshot {
-    /// Whether budget `budget` (of a store with `fail`) runs on Redis now, as this says.
-    pub(crate) fn health(&self, budget: String, fail: crate::Fail) -> crate::FleetHealth {
-        let state = (
-            self.redis_down,
-            self.fallbacks,
-            self.unavailable,
-            self.local_held,
-        );
-        crate::FleetHealth::new(budget, fail, state, (self.learning, self.epochs_moved))
-    }
-}
-
-impl crate::ShareSnapshot {
-    /// Whether budget `budget` (of a share store with `fail`) runs on Redis now, as this says.
-    pub(crate) fn health(&self, budget: String, fail: crate::Fail) -> crate::FleetHealth {
-        let state = (
-            self.redis_down,
-            self.fallbacks,
-            self.unavailable,
-            self.local_held,
-        );
-        crate::FleetHealth::new(budget, fail, state, (self.learning, self.epochs_moved))
-    }
-}

@@ -9,6 +9,7 @@ use inflight::Rate;
 use tokio::time::Instant;
 
 pub(crate) use crate::engine::Engine;
+use crate::fallback::Fail;
 use crate::rate::RateGate;
 use crate::snapshot::FleetSnapshot;
 use crate::FleetError;
@@ -71,20 +72,6 @@ use crate::FleetError;
 pub struct RedisStore {
     engine: Arc<Engine>,
     rate: Option<Arc<RateGate>>,
-}
-
-/// What a fleet budget does while Redis cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Fail {
-    /// Refuse calls with [`AcquireError::Unavailable`](inflight::AcquireError::Unavailable),
-    /// whose error names the budget and the Redis address (`fail = "closed"`).
-    Closed,
-    /// Admit calls without Redis while fewer than this many run in this process, its calls
-    /// under fleet leases still running included (`fail = "local"`, `local_limit`). Once Redis
-    /// answers again, the calls admitted so are registered there and count against the fleet's
-    /// limit until they end.
-    Local(usize),
 }
 
 impl RedisStore {
@@ -253,3 +240,8 @@ impl Drop for HeldLease<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod engine_tests;
+#[cfg(test)]
+mod rate_tests;

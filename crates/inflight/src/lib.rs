@@ -63,14 +63,28 @@
 //! `inflight.call`, at debug level) and refusals and call timeouts are events; all silent unless a
 //! subscriber is installed.
 //!
-//! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing` and `config`
-//! use `budget`, never the reverse. The CPU budget of a process (cores, affinity, cgroup quotas)
+//! Dependencies point one way: `budget` uses `limit`, `store` and `rate`; `sizing`, `config`,
+//! `retry` and `metrics` use `budget`, never the reverse (the layers below). The CPU budget of a process (cores, affinity, cgroup quotas)
 //! is the `inflight-cpu` crate's.
+//!
+//! # Layers
+//!
+//! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
+//! checks it in CI).
+//!
+//! - `tower`
+//! - `config`, `metrics`, `retry`, `sizing`
+//! - `budget`
+//! - `store`
+//! - `limit`
+//! - `metric_names`, `padded`, `rate`, `retry_after`
 
 pub mod budget;
 #[cfg(feature = "toml")]
 pub mod config;
 pub mod limit;
+#[cfg(feature = "metrics")]
+mod metric_names;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod padded;

@@ -4,11 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use inflight::config::{
-    FleetConfig, FleetFail, LeaseMode, ProxyConfig, Release, Route, Scope, DEFAULT_OVERLOAD_STATUS,
-};
+use inflight::config::{BudgetsFile, FleetConfig, FleetFail, LeaseMode, Scope};
 use inflight::sizing::{assess, Assessment};
-use inflight::{BudgetConfig, Budgets, Classes, OnLost, Rate};
+use inflight::{BudgetConfig, Classes, OnLost, Rate};
+use inflight_proxy::config::{ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_STATUS};
 use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
@@ -59,10 +58,11 @@ pub struct Args {
 /// The most bytes read from stdin: a budgets file is small.
 const MAX_STDIN: u64 = 16 * 1024 * 1024;
 
-/// The budgets of `file`, or of stdin for `-`.
-fn load(file: &std::path::Path) -> anyhow::Result<Result<Budgets, inflight::ConfigError>> {
+/// The budgets of `file`, or of stdin for `-`, each key checked by the crate that reads it:
+/// the budgets' own and `[fleet]` by `inflight`, the proxy's by `inflight-proxy`.
+fn load(file: &std::path::Path) -> anyhow::Result<Result<ProxyFile, inflight::ConfigError>> {
     if file.as_os_str() != "-" {
-        return Ok(Budgets::from_path(file));
+        return Ok(BudgetsFile::from_path(file).and_then(|f| ProxyFile::from_file(&f)));
     }
     use std::io::Read;
     let mut text = String::new();
@@ -73,7 +73,7 @@ fn load(file: &std::path::Path) -> anyhow::Result<Result<Budgets, inflight::Conf
     if text.len() as u64 > MAX_STDIN {
         anyhow::bail!("the budgets file on stdin is larger than 16 MiB");
     }
-    Ok(Budgets::from_toml_str(&text))
+    Ok(BudgetsFile::from_toml_str(&text).and_then(|f| ProxyFile::from_file(&f)))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -82,8 +82,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.file.display().to_string()
     };
-    let budgets = match load(&args.file)? {
-        Ok(b) => b,
+    let file = match load(&args.file)? {
+        Ok(file) => file,
         Err(err) => {
             // The message names the file once, here: the error's own text is what is wrong in it.
             let err = err.without_path();
@@ -117,11 +117,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Err(anyhow::anyhow!(message));
         }
     };
+    let budgets = file.budgets();
     let reports: Vec<BudgetReport<'_>> = budgets
         .iter()
         .map(|b| {
-            let mut report =
-                BudgetReport::new(b.name(), b.config(), budgets.route(b.name()), false);
+            let mut report = BudgetReport::new(b.name(), b.config(), file.route(b.name()), false);
             if let Some(Scope::Fleet { fail }) = budgets.scope(b.name()) {
                 report.fleet = true;
                 report.fail = Some(fail);
@@ -131,10 +131,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .collect();
     // The proxy's own settings, for a file that `inflight proxy` would run.
-    let proxy = budgets
+    let proxy = file
         .proxy()
         .cloned()
-        .or_else(|| budgets.routes().next().map(|_| ProxyConfig::default()));
+        .or_else(|| file.routes().next().map(|_| ProxyConfig::default()));
     let warnings: usize = reports.iter().map(|r| r.assessment.warnings.len()).sum();
     if args.json {
         let mut doc = json!({

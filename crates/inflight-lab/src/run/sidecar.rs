@@ -231,7 +231,8 @@ mod tests {
     #[test]
     fn the_budgets_file_is_the_strategys_budgets_in_front_of_the_sim() {
         let text = budgets_file(&strategy("c5-proxy"), "http://127.0.0.1:4000", 0.5).unwrap();
-        let budgets = inflight::Budgets::from_toml_str(&text).unwrap();
+        let file = inflight_proxy::config::ProxyFile::from_toml_str(&text).unwrap();
+        let budgets = file.budgets();
         let records = budgets.get("records").unwrap();
         let enrichment = budgets.get("enrichment").unwrap();
         // The strategy's own limits, as the runner would build them.
@@ -256,7 +257,7 @@ mod tests {
         assert_eq!(records.call_timeout(), Some(Duration::from_secs(1)));
         assert_eq!(records.config().permit_timeout_limit(), None);
         for name in ["records", "enrichment"] {
-            let route = budgets.route(name).expect("proxied");
+            let route = file.route(name).expect("proxied");
             assert_eq!(route.upstream().url(), "http://127.0.0.1:4000");
             assert_eq!(route.listen().port(), 0);
             assert!(!route.overload_on_timeout());
@@ -267,7 +268,9 @@ mod tests {
     fn an_unlimited_dependency_gets_a_budget_that_never_binds_and_a_rate_is_scaled() {
         let mut c4 = strategy("c4-proxy");
         let text = budgets_file(&c4, "http://127.0.0.1:4000", 1.0).unwrap();
-        let budgets = inflight::Budgets::from_toml_str(&text).unwrap();
+        let budgets = inflight_proxy::config::ProxyFile::from_toml_str(&text)
+            .unwrap()
+            .into_budgets();
         assert_eq!(budgets.get("records").unwrap().config().max_concurrent(), 6);
         assert_eq!(
             budgets.get("enrichment").unwrap().config().max_concurrent(),
@@ -280,7 +283,9 @@ mod tests {
             records: Some(GateSpec::Fixed(6)),
         };
         let text = budgets_file(&c4, "http://127.0.0.1:4000", 0.25).unwrap();
-        let budgets = inflight::Budgets::from_toml_str(&text).unwrap();
+        let budgets = inflight_proxy::config::ProxyFile::from_toml_str(&text)
+            .unwrap()
+            .into_budgets();
         let (rate, _) = budgets
             .get("enrichment")
             .unwrap()

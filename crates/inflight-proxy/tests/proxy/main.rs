@@ -4,6 +4,7 @@
 mod backpressure;
 mod classes;
 mod clients;
+mod config;
 mod fleet;
 mod forward;
 mod framing;

@@ -21,9 +21,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::FleetUnavailable;
+use crate::fallback::Fail;
 use crate::fallback::Fallback;
 use crate::server::{Seen, Server, ServerError, ShareReport};
-use crate::Fail;
 
 use super::ShareSnapshot;
 

@@ -1,8 +1,6 @@
 //! [`ShareStore`]: a fleet budget whose processes hold shares of the limit for a lease, so that
 //! Redis is asked when shares move, not on every call; and [`ShareSnapshot`], its counters.
 
-#[cfg(test)]
-pub(crate) mod alloc;
 mod engine;
 
 use std::sync::{Arc, Weak};
@@ -13,7 +11,7 @@ use tokio::time::Instant;
 
 pub(crate) use engine::{Settings, ShareEngine};
 
-use crate::Fail;
+use crate::fallback::Fail;
 
 /// A [`Store`] that keeps a fleet's limit as shares, one per process, held for a lease: a call
 /// is admitted against the process's own share, with no round trip, and the process reports to

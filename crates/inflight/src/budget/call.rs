@@ -18,7 +18,7 @@ use crate::limit::{Outcome, Verdict};
 ///
 /// Cancel safe: dropped while the call runs, it drops the call, counts it as cancelled and gives
 /// the permit back as [`Outcome::Ignore`].
-pub(super) async fn run<C, V, Fut, T, E>(
+pub(crate) async fn run<C, V, Fut, T, E>(
     permit: Permit<'_>,
     classify: C,
     call: Fut,

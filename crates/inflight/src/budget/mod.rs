@@ -9,18 +9,19 @@
 //! instead, ranked by weight, and still takes every permit from the semaphore.
 
 mod builder;
-mod call;
+pub(crate) mod call;
 mod class_queue;
 mod classes;
 mod engine;
 mod error;
+#[cfg(feature = "metrics")]
+mod exported;
 mod histogram;
 mod pace;
 mod pause;
 mod permit;
 #[cfg(feature = "rate")]
 mod rate_wait;
-mod retry;
 mod snapshot;
 mod stats;
 
@@ -36,6 +37,7 @@ pub use classes::{Class, Classes, MAX_CLASSES, MAX_WEIGHT};
 pub use error::{AcquireError, BuildError, CallError, TryAcquireError};
 pub use permit::{OwnedPermit, Permit};
 pub use snapshot::{BudgetSnapshot, ClassSnapshot, LatencySummary};
+pub(crate) use stats::RetryRefusal;
 
 use crate::limit::{Limit, LimitChange, Outcome, Verdict};
 use crate::store::Store;

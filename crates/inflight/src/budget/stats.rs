@@ -38,7 +38,7 @@ pub(crate) struct Stats {
     retries_out_of_attempts: AtomicU64,
     evicted: AtomicU64,
     #[cfg(feature = "metrics")]
-    exported: crate::metrics::Handles,
+    exported: super::exported::Handles,
     /// Time from `acquire` to permit for every admitted caller; its count is `admitted`.
     wait: CachePadded<Histogram>,
     /// Time from permit to result for every call made through `Budget::call`.
@@ -64,7 +64,7 @@ pub(crate) struct ClassStats {
     /// class's `admitted`.
     wait: Histogram,
     #[cfg(feature = "metrics")]
-    exported: crate::metrics::ClassHandles,
+    exported: super::exported::ClassHandles,
 }
 
 /// The counters at one moment, for a snapshot.
@@ -113,7 +113,7 @@ impl Stats {
                             unavailable: AtomicU64::new(0),
                             wait: Histogram::new(),
                             #[cfg(feature = "metrics")]
-                            exported: crate::metrics::ClassHandles::new(&name, _class.name()),
+                            exported: super::exported::ClassHandles::new(&name, _class.name()),
                         })
                     })
                     .collect()
@@ -122,7 +122,7 @@ impl Stats {
         Stats {
             classes,
             #[cfg(feature = "metrics")]
-            exported: crate::metrics::Handles::new(&name),
+            exported: super::exported::Handles::new(&name),
             name,
             peak_waiting: CachePadded(AtomicUsize::new(0)),
             peak_in_flight: CachePadded(AtomicUsize::new(0)),

@@ -8,10 +8,8 @@
 //! strict = false            # optional: true serves the heaviest class with waiters first
 //! ```
 
-use toml::{Table, Value};
-
-use super::parse::{duration, short, shown};
-use super::ConfigError;
+use super::error::ConfigError;
+use super::value::{duration, short, shown, Table, Value};
 use crate::budget::{Classes, MAX_CLASSES, MAX_WEIGHT};
 
 /// Keys of a budget's table about its classes.
@@ -28,7 +26,7 @@ pub const MAX_CLASS_NAME: usize = 64;
 pub(super) fn classes(table: &Table, path: &str) -> Result<Option<Classes>, ConfigError> {
     let field = |f: &str| format!("{path}.{f}");
     let Some(value) = table.get("classes") else {
-        let errors = ["default_class", "strict"]
+        let errors: Vec<ConfigError> = ["default_class", "strict"]
             .iter()
             .filter(|k| table.contains_key(**k))
             .map(|k| {
@@ -38,7 +36,7 @@ pub(super) fn classes(table: &Table, path: &str) -> Result<Option<Classes>, Conf
                 )
             })
             .collect();
-        return match ConfigError::all(errors) {
+        return match ConfigError::join(errors) {
             Some(e) => Err(e),
             None => Ok(None),
         };
@@ -114,7 +112,7 @@ pub(super) fn classes(table: &Table, path: &str) -> Result<Option<Classes>, Conf
             format!("must be true or false, got {}", shown(other)),
         )),
     }
-    match ConfigError::all(errors) {
+    match ConfigError::join(errors) {
         Some(e) => Err(e),
         None => Ok(Some(classes)),
     }
@@ -152,7 +150,7 @@ fn class(at: &str, value: &Value) -> Result<(u32, Option<std::time::Duration>), 
                 .map(|v| permit_timeout(&format!("{at}.permit_timeout"), v))
                 .transpose()
                 .map_err(|e| errors.push(e));
-            match (ConfigError::all(errors), weight, timeout) {
+            match (ConfigError::join(errors), weight, timeout) {
                 (None, Ok(weight), Ok(timeout)) => Ok((weight, timeout)),
                 (Some(e), _, _) => Err(e),
                 (None, _, _) => unreachable!("every failure pushed an error"),

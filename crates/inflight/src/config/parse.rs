@@ -1,18 +1,14 @@
-//! Turns the TOML text of a budgets file into checked [`BudgetConfig`]s, with messages that name
-//! the field.
+//! Turns a [`BudgetsFile`] into checked [`BudgetConfig`]s with their scopes, and the `[fleet]`
+//! table, with messages that name the field.
 
-use std::path::Path;
-use std::time::Duration;
-
-use toml::{Table, Value};
-
-use super::proxy::{self, ProxyConfig, Route};
-use super::{budget_path, ConfigError, FleetConfig, FleetFail, LeaseMode, Scope};
+use super::classes::{self, CLASS_FIELDS};
+use super::error::{budget_path, ConfigError};
+use super::file::{expected_tables, known_table, BudgetsFile, Keys};
+use super::value::{duration, integer, rate, shown, Table, Value};
+use super::{FleetConfig, FleetFail, LeaseMode, Scope};
 use crate::budget::{BudgetConfig, OnLost};
-use crate::rate::{ParseRateError, Rate};
 
-/// Keys of a budget's table, but for a proxied budget's ([`super::proxy::ROUTE_FIELDS`]) and
-/// its classes' ([`super::classes::CLASS_FIELDS`]).
+/// Keys of a budget's table, but for its classes' ([`CLASS_FIELDS`]).
 const FIELDS: &[&str] = &[
     "max_concurrent",
     "max_queued",
@@ -44,35 +40,33 @@ const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backof
 /// The most calls at once an adaptive limit may reach when the file gives no `max`.
 pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
 
-/// A budgets file, checked: each budget with its scope and route, and the `[fleet]` and
-/// `[proxy]` tables if any.
+/// A budgets file's own keys, checked: each budget with its scope, and the `[fleet]` table if
+/// any.
 pub(super) struct Parsed {
-    pub(super) budgets: Vec<(String, BudgetConfig, Scope, Option<Route>)>,
+    pub(super) budgets: Vec<(String, BudgetConfig, Scope)>,
     pub(super) fleet: Option<FleetConfig>,
-    pub(super) proxy: Option<ProxyConfig>,
     /// How each fleet budget holds its permits (`lease_mode`), by name.
     pub(super) lease_modes: Vec<(String, LeaseMode)>,
 }
 
-/// The budgets of a file's `text`; relative paths in it (`ca_file`) resolve against `folder`, or
-/// against the current directory without one.
-pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, ConfigError> {
-    let root: Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Toml(capped(e.to_string().trim_end())))?;
+/// The budgets of `file`, whose keys are this crate's or those `others` read.
+pub(super) fn budgets_file(file: &BudgetsFile, others: &[Keys]) -> Result<Parsed, ConfigError> {
+    let root = file.root();
     for key in root.keys() {
-        if key != "budgets" && key != "fleet" && key != "proxy" {
+        if !known_table(key, others) {
             return Err(ConfigError::invalid(
                 key.as_str(),
-                "unknown top-level key (expected only [budgets.<name>] tables, [fleet] and [proxy])",
+                format!(
+                    "unknown top-level key (expected only {})",
+                    expected_tables(others)
+                ),
             ));
         }
     }
     let fleet = root
         .get("fleet")
-        .map(|v| fleet_config(v, folder))
+        .map(|v| fleet_config(v, file))
         .transpose()?;
-    let proxy = root.get("proxy").map(proxy::proxy_config).transpose()?;
     let budgets = match root.get("budgets") {
         None => {
             return Err(ConfigError::invalid(
@@ -105,19 +99,17 @@ pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, 
             ));
             continue;
         };
-        let checked = budget_config(name, table).and_then(|config| {
+        let checked = budget_config(name, table, others).and_then(|config| {
             let scope = scope(name, table, &config, fleet.is_some())?;
-            let path = budget_path(name);
-            let route = proxy::route(table, &|f| format!("{path}.{f}"), folder)?;
-            Ok((config, scope, route))
+            Ok((config, scope))
         });
         match checked {
-            Ok((config, scope, route)) => configs.push((name.clone(), config, scope, route)),
+            Ok((config, scope)) => configs.push((name.clone(), config, scope)),
             Err(e) => errors.push(e),
         }
     }
     let mut lease_modes = Vec::new();
-    for (name, _, scope, _) in &configs {
+    for (name, _, scope) in &configs {
         if let Some(table) = budgets.get(name).and_then(Value::as_table) {
             match lease_mode(name, table, *scope) {
                 Ok(Some(mode)) => lease_modes.push((name.clone(), mode)),
@@ -126,19 +118,11 @@ pub(super) fn budgets_file(text: &str, folder: Option<&Path>) -> Result<Parsed, 
             }
         }
     }
-    let routes: Vec<(String, &Route)> = configs
-        .iter()
-        .filter_map(|(name, _, _, route)| Some((name.clone(), route.as_ref()?)))
-        .collect();
-    if let Err(e) = proxy::distinct_addresses(&routes, proxy.as_ref()) {
-        errors.push(e);
-    }
-    match ConfigError::all(errors) {
+    match ConfigError::join(errors) {
         Some(e) => Err(e),
         None => Ok(Parsed {
             budgets: configs,
             fleet,
-            proxy,
             lease_modes,
         }),
     }
@@ -171,28 +155,8 @@ fn lease_mode(name: &str, table: &Table, scope: Scope) -> Result<Option<LeaseMod
     }
 }
 
-/// The most characters of one line of a TOML error echoed back: a file of one 5 MB line must not
-/// put 5 MB on a terminal.
-const MAX_ECHOED_LINE: usize = 200;
-
-/// `message` with every line cut to [`MAX_ECHOED_LINE`] characters.
-fn capped(message: &str) -> String {
-    message
-        .lines()
-        .map(|line| {
-            if line.chars().count() > MAX_ECHOED_LINE {
-                let cut: String = line.chars().take(MAX_ECHOED_LINE).collect();
-                format!("{cut}... ({} characters in all)", line.chars().count())
-            } else {
-                line.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// The `[fleet]` table: where fleet-scoped budgets keep their permits.
-fn fleet_config(value: &Value, folder: Option<&Path>) -> Result<FleetConfig, ConfigError> {
+fn fleet_config(value: &Value, file: &BudgetsFile) -> Result<FleetConfig, ConfigError> {
     let table = value.as_table().ok_or_else(|| {
         ConfigError::invalid(
             "fleet",
@@ -231,13 +195,7 @@ fn fleet_config(value: &Value, folder: Option<&Path>) -> Result<FleetConfig, Con
         .transpose()?;
     let ca_file = match table.get("ca_file") {
         None => None,
-        Some(Value::String(p)) if !p.trim().is_empty() => {
-            let path = Path::new(p);
-            Some(match folder {
-                Some(folder) if path.is_relative() => folder.join(path),
-                _ => path.to_path_buf(),
-            })
-        }
+        Some(Value::String(p)) if !p.trim().is_empty() => Some(file.resolve(p)),
         Some(other) => {
             return Err(ConfigError::invalid(
                 "fleet.ca_file",
@@ -333,15 +291,15 @@ fn scope(
     Ok(Scope::Fleet { fail })
 }
 
-fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError> {
+fn budget_config(name: &str, table: &Table, others: &[Keys]) -> Result<BudgetConfig, ConfigError> {
     let path = budget_path(name);
     let field = |f: &str| format!("{path}.{f}");
     let mut errors = Vec::new();
     let known = || {
         FIELDS
             .iter()
-            .chain(super::proxy::ROUTE_FIELDS)
-            .chain(super::classes::CLASS_FIELDS)
+            .chain(CLASS_FIELDS)
+            .chain(others.iter().flat_map(|k| k.budget_keys()))
     };
     for key in table.keys() {
         if !known().any(|k| k == key) {
@@ -439,12 +397,12 @@ fn budget_config(name: &str, table: &Table) -> Result<BudgetConfig, ConfigError>
         let r = rate_limit(config.clone(), table, &field);
         take(r, &mut config);
     }
-    match super::classes::classes(table, &path) {
+    match classes::classes(table, &path) {
         Ok(Some(classes)) => config = config.classes(classes),
         Ok(None) => {}
         Err(e) => errors.push(e),
     }
-    match ConfigError::all(errors) {
+    match ConfigError::join(errors) {
         Some(e) => Err(e),
         None => Ok(config),
     }
@@ -533,116 +491,4 @@ fn rate_limit(
         field("rate"),
         "rate limits need the crate's \"rate\" feature",
     ))
-}
-
-fn integer(field: &str, value: &Value, min: i64) -> Result<usize, ConfigError> {
-    let n = value.as_integer().ok_or_else(|| {
-        ConfigError::invalid(
-            field,
-            format!("must be a whole number, got {}", shown(value)),
-        )
-    })?;
-    if n < min {
-        let message = if min == 0 {
-            format!("must not be negative, got {n}")
-        } else {
-            format!("must be at least {min}, got {n}")
-        };
-        return Err(ConfigError::invalid(field, message));
-    }
-    usize::try_from(n).map_err(|_| ConfigError::invalid(field, format!("is too large: {n}")))
-}
-
-pub(super) fn duration(field: &str, value: &Value) -> Result<Duration, ConfigError> {
-    let text = value.as_str().ok_or_else(|| {
-        ConfigError::invalid(
-            field,
-            format!(
-                "must be a duration string like \"500ms\" or \"2s\", got {}",
-                shown(value)
-            ),
-        )
-    })?;
-    if text.trim_start().starts_with('-') {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must not be negative, got {text:?}"),
-        ));
-    }
-    let shown_text = short(text);
-    let number_end = text
-        .trim_start()
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+'))
-        .unwrap_or(text.trim_start().len());
-    let number = &text.trim_start()[..number_end];
-    if number.contains(['e', 'E']) && number.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(ConfigError::invalid(
-            field,
-            format!(
-                "write the number without an exponent, like \"500ms\" or \"2s\", got {shown_text}"
-            ),
-        ));
-    }
-    let d = humantime::parse_duration(text).map_err(|e| {
-        // A fraction too fine for nanoseconds reads as "too large" to humantime.
-        let below_a_nanosecond = number.parse::<f64>().is_ok_and(|n| n > 0.0 && n < 1.0)
-            && matches!(e, humantime::DurationError::NumberOverflow);
-        let why = if below_a_nanosecond {
-            "must be at least 1ns".to_string()
-        } else {
-            format!("cannot parse {shown_text} as a duration like \"500ms\" or \"2s\": {e}")
-        };
-        ConfigError::invalid(field, why)
-    })?;
-    if d.is_zero() {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must be greater than zero, got {text:?}"),
-        ));
-    }
-    Ok(d)
-}
-
-fn rate(field: &str, value: &Value) -> Result<Rate, ConfigError> {
-    let text = value.as_str().ok_or_else(|| {
-        ConfigError::invalid(
-            field,
-            format!("must be a rate string like \"40/s\", got {}", shown(value)),
-        )
-    })?;
-    if text.trim_start().starts_with('-') {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must not be negative, got {text:?}"),
-        ));
-    }
-    let rate: Rate = text
-        .parse()
-        .map_err(|e: ParseRateError| ConfigError::invalid(field, e.to_string()))?;
-    if rate.events_per_second() == 0.0 {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must be greater than zero, got {text:?}"),
-        ));
-    }
-    Ok(rate)
-}
-
-/// `text` quoted for a message, cut to [`MAX_ECHOED_LINE`] characters.
-pub(super) fn short(text: &str) -> String {
-    if text.chars().count() > MAX_ECHOED_LINE {
-        let cut: String = text.chars().take(MAX_ECHOED_LINE).collect();
-        format!("{cut:?}... ({} characters in all)", text.chars().count())
-    } else {
-        format!("{text:?}")
-    }
-}
-
-/// A value of the wrong type, for a message: its type and its text as written (`integer 500`,
-/// `datetime 1979-05-27`; toml would show a datetime as its internal table).
-pub(super) fn shown(value: &Value) -> String {
-    match value {
-        Value::Datetime(d) => format!("datetime {d}"),
-        other => format!("{} {other}", other.type_str()),
-    }
 }

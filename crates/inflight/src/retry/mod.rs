@@ -12,6 +12,7 @@
 //! spent, or after [`Retry::max_attempts`]; the error says which.
 
 mod budget;
+mod call;
 mod error;
 
 use std::hash::{BuildHasher, Hasher};

@@ -5,10 +5,9 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::stats::RetryRefusal;
-use super::{call, Budget, CallError, Permit};
+use super::{Retry, RetryError, RetryStop};
+use crate::budget::{call, Budget, CallError, Permit, RetryRefusal};
 use crate::limit::{Outcome, Verdict};
-use crate::retry::{Retry, RetryError, RetryStop};
 
 impl Budget {
     /// [`Budget::call_with`], retrying the results `classify` calls an overload or a failure

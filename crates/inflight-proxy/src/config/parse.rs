@@ -1,0 +1,443 @@
+//! Checks the proxy's keys of a budgets file, each mistake named by its path.
+
+use std::io::Read;
+use std::net::SocketAddr;
+
+use inflight::config::value::{duration, short, shown, Table, Value};
+use inflight::config::{budget_path, BudgetsFile};
+use inflight::ConfigError;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+
+use super::{
+    CaFile, ProxyConfig, Release, Route, Upstream, DEFAULT_OVERLOAD_STATUS, MAX_CLASS_HEADER,
+    PROXY_FIELDS, ROUTE_FIELDS,
+};
+
+/// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
+const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
+
+/// The proxy's keys of `file`: its `[proxy]` table, each proxied budget's route (by name, in
+/// file order), and every mistake among them.
+pub(super) fn proxy_keys(
+    file: &BudgetsFile,
+) -> (Option<ProxyConfig>, Vec<(String, Route)>, Vec<ConfigError>) {
+    let mut errors = Vec::new();
+    let proxy = file
+        .table("proxy")
+        .and_then(|v| proxy_config(v).map_err(|e| errors.push(e)).ok());
+    let mut routes = Vec::new();
+    for (name, table) in file.budget_tables() {
+        let path = budget_path(name);
+        match route(table, &|f| format!("{path}.{f}"), file) {
+            Ok(Some(route)) => routes.push((name.to_string(), route)),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    let named: Vec<(String, &Route)> = routes.iter().map(|(n, r)| (n.clone(), r)).collect();
+    if let Err(e) = distinct_addresses(&named, proxy.as_ref()) {
+        errors.push(e);
+    }
+    (proxy, routes, errors)
+}
+
+/// The `[proxy]` table.
+fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
+    let table = value.as_table().ok_or_else(|| {
+        ConfigError::invalid(
+            "proxy",
+            format!("must be a table, got {}", value.type_str()),
+        )
+    })?;
+    let mut errors = Vec::new();
+    for key in table.keys() {
+        if !PROXY_FIELDS.contains(&key.as_str()) {
+            errors.push(ConfigError::invalid(
+                format!("proxy.{key}"),
+                format!("unknown key (expected one of {})", PROXY_FIELDS.join(", ")),
+            ));
+        }
+    }
+    let mut config = ProxyConfig::default();
+    if let Some(v) = table.get("admin") {
+        match address("proxy.admin", v) {
+            Ok(a) => config.admin = Some(a),
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(v) = table.get("drain") {
+        match duration("proxy.drain", v) {
+            Ok(d) => config.drain = d,
+            Err(e) => errors.push(e),
+        }
+    }
+    match ConfigError::join(errors) {
+        Some(e) => Err(e),
+        None => Ok(config),
+    }
+}
+
+/// A budget's route, if it is proxied; `field` makes the dotted path of one of its keys.
+/// Relative paths (`ca_file`) are taken from the file's folder.
+fn route(
+    table: &Table,
+    field: &dyn Fn(&str) -> String,
+    file: &BudgetsFile,
+) -> Result<Option<Route>, ConfigError> {
+    let (upstream, listen) = match (table.get("upstream"), table.get("listen")) {
+        (None, None) => {
+            return match ROUTE_FIELDS.iter().find(|k| table.contains_key(**k)) {
+                Some(key) => Err(ConfigError::invalid(
+                    field(key),
+                    "only a proxied budget takes this (add upstream and listen)",
+                )),
+                None => Ok(None),
+            };
+        }
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(
+                field("listen"),
+                "missing (a budget with an upstream needs the address to listen on, e.g. \"127.0.0.1:7002\")",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::invalid(
+                field("upstream"),
+                "missing (a budget with listen needs the URL to forward to, e.g. \"http://127.0.0.1:7070\")",
+            ))
+        }
+        (Some(u), Some(l)) => (u, l),
+    };
+    let mut errors = Vec::new();
+    let upstream = upstream_url(&field("upstream"), upstream).map_err(|e| errors.push(e));
+    let listen = address(&field("listen"), listen).map_err(|e| errors.push(e));
+    let release = match table.get("release") {
+        None => Release::Body,
+        Some(Value::String(s)) if s == "body" => Release::Body,
+        Some(Value::String(s)) if s == "headers" => Release::Headers,
+        Some(other) => {
+            errors.push(ConfigError::invalid(
+                field("release"),
+                format!("must be \"body\" or \"headers\", got {}", shown(other)),
+            ));
+            Release::Body
+        }
+    };
+    let overload_status = match table.get("overload_status") {
+        None => DEFAULT_OVERLOAD_STATUS.to_vec(),
+        Some(v) => statuses(&field("overload_status"), v).unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        }),
+    };
+    let mut flag = |key: &str, default: bool| match table.get(key) {
+        None => default,
+        Some(Value::Boolean(b)) => *b,
+        Some(other) => {
+            errors.push(ConfigError::invalid(
+                field(key),
+                format!("must be true or false, got {}", shown(other)),
+            ));
+            false
+        }
+    };
+    let preserve_host = flag("preserve_host", false);
+    let upstream_http2 = flag("upstream_http2", false);
+    let overload_on_timeout = flag("overload_on_timeout", true);
+    let ca_file = match (table.get("ca_file"), &upstream) {
+        (None, _) => None,
+        (Some(v), Ok(u)) if !u.tls => {
+            errors.push(ConfigError::invalid(
+                field("ca_file"),
+                format!(
+                    "{} is a CA file, and only an https:// upstream takes one, not {}",
+                    v.as_str().map_or_else(|| shown(v), short),
+                    short(&u.url)
+                ),
+            ));
+            None
+        }
+        (Some(v), _) => ca_file(&field("ca_file"), v, file)
+            .map_err(|e| errors.push(e))
+            .ok(),
+    };
+    let class_header = match table.get("class_header") {
+        None => None,
+        Some(_) if !table.contains_key("classes") => {
+            errors.push(ConfigError::invalid(
+                field("class_header"),
+                "only a budget with classes takes this (add classes = { interactive = 4, batch = 1 })",
+            ));
+            None
+        }
+        Some(v) => header_name(&field("class_header"), v)
+            .map_err(|e| errors.push(e))
+            .ok(),
+    };
+    if let Some(e) = ConfigError::join(errors) {
+        return Err(e);
+    }
+    let (Ok(upstream), Ok(listen)) = (upstream, listen) else {
+        unreachable!("an error in either was returned above");
+    };
+    Ok(Some(Route {
+        upstream,
+        listen,
+        release,
+        overload_status,
+        preserve_host,
+        upstream_http2,
+        overload_on_timeout,
+        ca_file,
+        class_header,
+    }))
+}
+
+/// An HTTP header's name (RFC 9110 section 5.1: a token), in lower case.
+fn header_name(field: &str, value: &Value) -> Result<String, ConfigError> {
+    let Some(name) = value.as_str() else {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a header name like \"x-priority\", got {}",
+                shown(value)
+            ),
+        ));
+    };
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a header name like \"x-priority\" (letters, digits and !#$%&'*+-.^_`|~), got {}",
+                short(name)
+            ),
+        ));
+    }
+    if name.len() > MAX_CLASS_HEADER {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be at most {MAX_CLASS_HEADER} characters, got {}",
+                name.len()
+            ),
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// A `ca_file`: a path to a PEM file of one or more certificates, read and checked now.
+fn ca_file(field: &str, value: &Value, file: &BudgetsFile) -> Result<CaFile, ConfigError> {
+    let written = match value.as_str() {
+        Some(p) if !p.trim().is_empty() => p,
+        _ => {
+            return Err(ConfigError::invalid(
+                field,
+                format!(
+                    "must be the path of a PEM file like \"ca.pem\", got {}",
+                    shown(value)
+                ),
+            ))
+        }
+    };
+    let path = file.resolve(written);
+    let shown = short(&path.display().to_string());
+    let bad = |why: String| ConfigError::invalid(field, format!("{shown}: {why}"));
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_CA_FILE + 1).read_to_end(&mut bytes))
+        .map_err(|e| bad(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_CA_FILE {
+        return Err(bad("is larger than 4 MiB, too large for a CA file".into()));
+    }
+    let certificates = CertificateDer::pem_slice_iter(&bytes)
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("is not valid PEM: {e}")))?;
+    if certificates.is_empty() {
+        return Err(bad(
+            "holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)".into(),
+        ));
+    }
+    // Parsed as the proxy's TLS library will take them as roots, so that a file that loads works.
+    for (i, der) in certificates.iter().enumerate() {
+        if let Err(e) = webpki::anchor_from_trusted_cert(&CertificateDer::from(der.as_slice())) {
+            return Err(bad(format!(
+                "certificate {} of {} is not a valid X.509 certificate: {e}",
+                i + 1,
+                certificates.len()
+            )));
+        }
+    }
+    Ok(CaFile { path, certificates })
+}
+
+/// Checks across budgets: no two listen on one address, and the admin server on none of theirs.
+fn distinct_addresses(
+    routes: &[(String, &Route)],
+    proxy: Option<&ProxyConfig>,
+) -> Result<(), ConfigError> {
+    let mut errors = Vec::new();
+    for (i, (name, route)) in routes.iter().enumerate() {
+        let addr = route.listen;
+        if addr.port() == 0 {
+            continue;
+        }
+        if let Some((first, _)) = routes[..i].iter().find(|(_, r)| r.listen == addr) {
+            errors.push(ConfigError::invalid(
+                format!("{}.listen", budget_path(name)),
+                format!(
+                    "{addr} is already the listen address of {}",
+                    budget_path(first)
+                ),
+            ));
+        }
+    }
+    if let Some(admin) = proxy.and_then(|p| p.admin).filter(|a| a.port() != 0) {
+        if let Some((name, _)) = routes.iter().find(|(_, r)| r.listen == admin) {
+            errors.push(ConfigError::invalid(
+                "proxy.admin",
+                format!(
+                    "{admin} is already the listen address of {}",
+                    budget_path(name)
+                ),
+            ));
+        }
+    }
+    match ConfigError::join(errors) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// An address to listen on: an IP address and a port (`127.0.0.1:7002`, `[::1]:7002`).
+fn address(field: &str, value: &Value) -> Result<SocketAddr, ConfigError> {
+    let text = value.as_str().ok_or_else(|| {
+        ConfigError::invalid(
+            field,
+            format!(
+                "must be an address string like \"127.0.0.1:7002\", got {}",
+                shown(value)
+            ),
+        )
+    })?;
+    text.trim().parse().map_err(|_| {
+        ConfigError::invalid(
+            field,
+            format!(
+                "must be an IP address and port like \"127.0.0.1:7002\", got {}",
+                short(text)
+            ),
+        )
+    })
+}
+
+/// An upstream URL: `http://host[:port]` or `https://host[:port]`, with nothing after the
+/// authority but an optional `/`.
+fn upstream_url(field: &str, value: &Value) -> Result<Upstream, ConfigError> {
+    let text = value.as_str().ok_or_else(|| {
+        ConfigError::invalid(
+            field,
+            format!(
+                "must be a URL string like \"http://127.0.0.1:7070\", got {}",
+                shown(value)
+            ),
+        )
+    })?;
+    let shown = short(text);
+    let bad = |why: &str| ConfigError::invalid(field, format!("{why}, got {shown}"));
+    let trimmed = text.trim();
+    let (rest, tls) = if let Some(rest) = strip_prefix_ignore_case(trimmed, "http://") {
+        (rest, false)
+    } else if let Some(rest) = strip_prefix_ignore_case(trimmed, "https://") {
+        (rest, true)
+    } else {
+        return Err(bad(
+            "must start with http:// or https:// (a URL like \"http://127.0.0.1:7070\")",
+        ));
+    };
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if !path.is_empty() && path != "/" {
+        return Err(bad(
+            "must not have a path, query or fragment (requests keep their own path)",
+        ));
+    }
+    if authority.contains('@') {
+        return Err(bad("must not carry a user name or password"));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some(end) = v6.find(']') else {
+            return Err(bad("has an unclosed [ in its host"));
+        };
+        let host = &authority[..end + 2];
+        if v6[..end].parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad("has an invalid IPv6 address between [ and ]"));
+        }
+        (host, &authority[end + 2..])
+    } else {
+        match authority.find(':') {
+            Some(i) => (&authority[..i], &authority[i..]),
+            None => (authority, ""),
+        }
+    };
+    let valid_host = !host.is_empty()
+        && (host.starts_with('[')
+            || host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'));
+    if !valid_host {
+        return Err(bad("must name a host, like \"http://127.0.0.1:7070\""));
+    }
+    let port = match port.strip_prefix(':') {
+        None if port.is_empty() && tls => 443,
+        None if port.is_empty() => 80,
+        None => return Err(bad("has something after its host that is not a port")),
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => return Err(bad("must have a port from 1 to 65535")),
+            Ok(n) => n,
+        },
+    };
+    Ok(Upstream {
+        url: trimmed.trim_end_matches('/').to_string(),
+        tls,
+        authority: authority.to_string(),
+        host: host.to_string(),
+        port,
+    })
+}
+
+fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &text[prefix.len()..])
+}
+
+/// A list of HTTP statuses, each from 100 to 599.
+fn statuses(field: &str, value: &Value) -> Result<Vec<u16>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a list of HTTP statuses like [429, 503], got {}",
+                shown(value)
+            ),
+        ));
+    };
+    items
+        .iter()
+        .map(|item| match item.as_integer() {
+            Some(n @ 100..=599) => Ok(n as u16),
+            _ => Err(ConfigError::invalid(
+                field,
+                format!(
+                    "each status must be a whole number from 100 to 599, got {}",
+                    shown(item)
+                ),
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,410 @@
+//! The proxy's keys of a budgets file, as `inflight_proxy::config::ProxyFile` reads them: every
+//! mistake named by its path.
+use inflight_proxy::config::{ProxyFile, Release};
+
+fn refused(text: &str) -> String {
+    ProxyFile::from_toml_str(text)
+        .expect_err("the file must be refused")
+        .to_string()
+}
+
+#[test]
+fn a_proxied_budget_loads_with_its_defaults() {
+    let file = ProxyFile::from_toml_str(
+        r#"
+        [proxy]
+        admin = "127.0.0.1:9901"
+        drain = "3s"
+
+        [budgets.records]
+        max_concurrent = 6
+        upstream = "http://127.0.0.1:7070/"
+        listen = "127.0.0.1:7002"
+
+        [budgets.enrichment]
+        max_concurrent = 24
+        upstream = "http://Enrich.internal"
+        listen = "[::1]:7003"
+        release = "headers"
+        overload_status = [503]
+        preserve_host = true
+
+        [budgets.local]
+        max_concurrent = 2
+        "#,
+    )
+    .unwrap();
+    let proxy = file.proxy().unwrap();
+    assert_eq!(proxy.admin(), Some("127.0.0.1:9901".parse().unwrap()));
+    assert_eq!(proxy.drain(), std::time::Duration::from_secs(3));
+    let records = file.route("records").unwrap();
+    assert_eq!(records.upstream().url(), "http://127.0.0.1:7070");
+    assert_eq!(records.upstream().authority(), "127.0.0.1:7070");
+    assert_eq!(records.upstream().port(), 7070);
+    assert_eq!(records.listen(), "127.0.0.1:7002".parse().unwrap());
+    assert_eq!(records.release(), Release::Body);
+    assert_eq!(records.overload_status(), [429, 503]);
+    assert!(!records.preserve_host());
+    let enrichment = file.route("enrichment").unwrap();
+    assert_eq!(enrichment.upstream().host(), "Enrich.internal");
+    assert_eq!(enrichment.upstream().port(), 80);
+    assert_eq!(enrichment.release(), Release::Headers);
+    assert_eq!(enrichment.overload_status(), [503]);
+    assert!(enrichment.preserve_host());
+    assert!(!enrichment.upstream_http2());
+    assert!(file.route("local").is_none());
+    let names: Vec<_> = file.routes().map(|(b, _)| b.name()).collect();
+    assert_eq!(names, ["records", "enrichment"]);
+}
+
+#[test]
+fn a_file_without_proxy_keys_has_no_proxy_table() {
+    let file = ProxyFile::from_toml_str("[budgets.a]\nmax_concurrent = 1\n").unwrap();
+    assert!(file.proxy().is_none());
+    assert_eq!(file.routes().count(), 0);
+}
+
+#[test]
+fn each_mistake_names_its_field() {
+    let base = "[budgets.r]\nmax_concurrent = 1\n";
+    let cases = [
+        (
+            "upstream = \"http://127.0.0.1:1\"\n",
+            "budgets.r.listen: missing",
+        ),
+        ("listen = \"127.0.0.1:1\"\n", "budgets.r.upstream: missing"),
+        (
+            "release = \"body\"\n",
+            "budgets.r.release: only a proxied budget takes this",
+        ),
+        (
+            "upstream = \"127.0.0.1:7070\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must start with http://",
+        ),
+        (
+            "upstream = \"ftp://x\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must start with http:// or https://",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nca_file = \"ca.pem\"\n",
+            "budgets.r.ca_file: \"ca.pem\" is a CA file, and only an https:// upstream takes one, not \"http://x\"",
+        ),
+        (
+            "upstream = \"https://x\"\nlisten = \"127.0.0.1:1\"\nca_file = 3\n",
+            "budgets.r.ca_file: must be the path of a PEM file",
+        ),
+        (
+            "upstream = \"https://x\"\nlisten = \"127.0.0.1:1\"\nca_file = \"/nonexistent/ca.pem\"\n",
+            "budgets.r.ca_file: \"/nonexistent/ca.pem\": cannot read it: No such file",
+        ),
+        (
+            "upstream = \"http://x/v1\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must not have a path",
+        ),
+        (
+            "upstream = \"http://x:0\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must have a port from 1 to 65535",
+        ),
+        (
+            "upstream = \"http://x:99999\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must have a port from 1 to 65535",
+        ),
+        (
+            "upstream = \"http://\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must name a host",
+        ),
+        (
+            "upstream = \"http://u:p@x\"\nlisten = \"127.0.0.1:1\"\n",
+            "budgets.r.upstream: must not carry a user name",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"localhost:1\"\n",
+            "budgets.r.listen: must be an IP address and port",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = 7002\n",
+            "budgets.r.listen: must be an address string",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nrelease = \"trailers\"\n",
+            "budgets.r.release: must be \"body\" or \"headers\", got string \"trailers\"",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\noverload_status = [503, 700]\n",
+            "budgets.r.overload_status: each status must be a whole number from 100 to 599, got integer 700",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\noverload_status = 503\n",
+            "budgets.r.overload_status: must be a list",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\npreserve_host = \"yes\"\n",
+            "budgets.r.preserve_host: must be true or false",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nupstream_http2 = 1\n",
+            "budgets.r.upstream_http2: must be true or false",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let err = refused(&format!("{base}{extra}"));
+        assert!(err.starts_with(expected), "{extra:?}: {err}");
+    }
+}
+
+/// A self-signed CA certificate (P-256).
+const PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBmjCCAUGgAwIBAgIUaemB69Nt5NYt9kRNuicmGTpZqDEwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXaW5mbGlnaHQgY29uZmlnIHRlc3QgQ0EwIBcNMjYxMjAxMTEz
+NjA2WhgPMjEyNjExMDcxMTM2MDZaMCIxIDAeBgNVBAMMF2luZmxpZ2h0IGNvbmZp
+ZyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEPSsgSyxPwes68sDA
+TlA8sVuI+QaTSo3XJLNS8psIOPJNLZ/9xEBJh/D3nE+bKces8TZs2BCFTPUx/XIp
+VbmDd6NTMFEwHQYDVR0OBBYEFBu6jNvE9HFisi6B/r/ml5NuzA4eMB8GA1UdIwQY
+MBaAFBu6jNvE9HFisi6B/r/ml5NuzA4eMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI
+zj0EAwIDRwAwRAIgKhV0fBURQaa3jleXXYvqt4sR1b8J657nAYMAcZtUwTkCIG2Z
+1UoGFamLwUG3enYY8F2yIoMkXlRkK0vRVk6rfWJv
+-----END CERTIFICATE-----
+";
+
+fn https_budget(extra: &str) -> String {
+    format!(
+        "[budgets.r]\nmax_concurrent = 1\nupstream = \"https://records.internal\"\nlisten = \"127.0.0.1:1\"\n{extra}"
+    )
+}
+
+#[test]
+fn an_https_upstream_loads_with_the_system_roots_or_a_ca_file_beside_the_budgets_file() {
+    let file = ProxyFile::from_toml_str(&https_budget("")).unwrap();
+    let route = file.route("r").unwrap();
+    assert_eq!(route.upstream().scheme(), "https");
+    assert!(route.upstream().is_tls());
+    assert_eq!(route.upstream().port(), 443);
+    assert!(route.ca_file().is_none());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    std::fs::write(dir.path().join("certs/ca.pem"), format!("{PEM}{PEM}")).unwrap();
+    let file = dir.path().join("budgets.toml");
+    std::fs::write(&file, https_budget("ca_file = \"certs/ca.pem\"\n")).unwrap();
+    let file = ProxyFile::from_path(&file).unwrap();
+    let ca = file.route("r").unwrap().ca_file().unwrap();
+    assert_eq!(ca.path(), dir.path().join("certs/ca.pem"));
+    assert_eq!(ca.certificates().len(), 2);
+    let der = ca.certificates().next().unwrap();
+    assert_eq!((der.len(), der[0]), (414, 0x30), "one DER SEQUENCE");
+    // Text has no folder of its own: the current directory's file, which is not there.
+    let err = refused(&https_budget("ca_file = \"certs/ca.pem\"\n"));
+    assert!(
+        err.starts_with("budgets.r.ca_file: \"certs/ca.pem\": cannot read it"),
+        "{err}"
+    );
+    let http = ProxyFile::from_toml_str(
+        "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    assert_eq!(http.route("r").unwrap().upstream().scheme(), "http");
+    assert_eq!(http.route("r").unwrap().upstream().port(), 80);
+}
+
+#[test]
+fn a_ca_file_without_a_certificate_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("empty.pem", String::new(), "holds no PEM certificate"),
+        (
+            "key.pem",
+            "-----BEGIN PRIVATE KEY-----\nMAMCAQU=\n-----END PRIVATE KEY-----\n".into(),
+            "holds no PEM certificate",
+        ),
+        (
+            "cut.pem",
+            "-----BEGIN CERTIFICATE-----\nMAMCAQU=\n".into(),
+            "is not valid PEM: missing section end marker",
+        ),
+        (
+            "garbage.pem",
+            "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n".into(),
+            "certificate 1 of 1 is not a valid X.509 certificate",
+        ),
+        (
+            "second.pem",
+            format!("{PEM}-----BEGIN CERTIFICATE-----\nMAMCAQU=\n-----END CERTIFICATE-----\n"),
+            "certificate 2 of 2 is not a valid X.509 certificate",
+        ),
+    ];
+    for (name, text, why) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = refused(&https_budget(&format!(
+            "ca_file = {:?}\n",
+            path.display().to_string()
+        )));
+        let expected = format!("budgets.r.ca_file: {:?}: {why}", path.display().to_string());
+        assert!(err.starts_with(&expected), "{name}: {err}");
+    }
+    // A folder is no file.
+    let err = refused(&https_budget(&format!(
+        "ca_file = {:?}\n",
+        dir.path().display().to_string()
+    )));
+    assert!(err.contains("cannot read it"), "{err}");
+    // Nor is a file without end read whole.
+    let err = refused(&https_budget("ca_file = \"/dev/zero\"\n"));
+    assert!(err.contains("larger than 4 MiB"), "{err}");
+}
+
+#[test]
+fn a_class_header_is_a_header_name_of_a_budget_with_classes() {
+    let base =
+        "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\n";
+    let classes = "classes = { interactive = 4, batch = 1 }\n";
+    let file = ProxyFile::from_toml_str(&format!("{base}{classes}class_header = \"X-Priority\"\n"))
+        .unwrap();
+    assert_eq!(file.route("r").unwrap().class_header(), Some("x-priority"));
+    let none = ProxyFile::from_toml_str(&format!("{base}{classes}")).unwrap();
+    assert_eq!(none.route("r").unwrap().class_header(), None);
+    let long = "x".repeat(129);
+    let cases = [
+        (
+            format!("{base}class_header = \"x-priority\"\n"),
+            "budgets.r.class_header: only a budget with classes takes this",
+        ),
+        (
+            format!("{base}{classes}class_header = \"x priority\"\n"),
+            "budgets.r.class_header: must be a header name like \"x-priority\" (letters, digits and !#$%&'*+-.^_`|~), got \"x priority\"",
+        ),
+        (
+            format!("{base}{classes}class_header = \"\"\n"),
+            "budgets.r.class_header: must be a header name",
+        ),
+        (
+            format!("{base}{classes}class_header = 1\n"),
+            "budgets.r.class_header: must be a header name like \"x-priority\", got integer 1",
+        ),
+        (
+            format!("{base}{classes}class_header = \"{long}\"\n"),
+            "budgets.r.class_header: must be at most 128 characters, got 129",
+        ),
+        (
+            "[budgets.r]\nmax_concurrent = 1\nclasses = { a = 1 }\nclass_header = \"x-priority\"\n".to_string(),
+            "budgets.r.class_header: only a proxied budget takes this",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = refused(&text);
+        assert!(err.starts_with(expected), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn the_proxy_table_is_checked() {
+    let err = refused("[proxy]\nadmin = \"nowhere\"\n[budgets.a]\nmax_concurrent = 1\n");
+    assert!(
+        err.starts_with("proxy.admin: must be an IP address"),
+        "{err}"
+    );
+    let err = refused("[proxy]\ndrain = \"0s\"\n[budgets.a]\nmax_concurrent = 1\n");
+    assert!(
+        err.starts_with("proxy.drain: must be greater than zero"),
+        "{err}"
+    );
+    let err = refused("[proxy]\nadmn = \"127.0.0.1:1\"\n[budgets.a]\nmax_concurrent = 1\n");
+    assert!(err.starts_with("proxy.admn: unknown key"), "{err}");
+    let err = refused("proxy = 3\n[budgets.a]\nmax_concurrent = 1\n");
+    assert!(err.starts_with("proxy: must be a table"), "{err}");
+}
+
+#[test]
+fn addresses_are_not_shared() {
+    let err = refused(
+        r#"
+        [proxy]
+        admin = "127.0.0.1:7002"
+        [budgets.a]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:1"
+        listen = "127.0.0.1:7002"
+        [budgets.b]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:1"
+        listen = "127.0.0.1:7002"
+        "#,
+    );
+    assert!(
+        err.contains("budgets.b.listen: 127.0.0.1:7002 is already the listen address of budgets.a"),
+        "{err}"
+    );
+    assert!(
+        err.contains("proxy.admin: 127.0.0.1:7002 is already the listen address of budgets.a"),
+        "{err}"
+    );
+    // Port 0 picks a free port for each, so it is never shared.
+    ProxyFile::from_toml_str(
+        r#"
+        [budgets.a]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:1"
+        listen = "127.0.0.1:0"
+        [budgets.b]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:1"
+        listen = "127.0.0.1:0"
+        "#,
+    )
+    .unwrap();
+}
+
+/// The budgets' own check refuses a key no reader names, with its path, and knows the proxy's
+/// keys only when the proxy reads the file.
+#[test]
+fn keys_no_reader_knows_are_refused_with_their_path() {
+    let text = "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nupstreem = 1\n";
+    let err = ProxyFile::from_toml_str(text).unwrap_err();
+    assert_eq!(err.field(), Some("budgets.r.upstreem"));
+    assert!(err.to_string().contains("unknown key"), "{err}");
+    assert!(
+        err.to_string().contains("upstream"),
+        "the proxy's keys are expected: {err}"
+    );
+
+    let err = ProxyFile::from_toml_str("[proxyy]\n[budgets.r]\nmax_concurrent = 1\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "proxyy: unknown top-level key (expected only [budgets.<name>] tables, [fleet] and [proxy])"
+    );
+    let err = ProxyFile::from_toml_str("[proxy]\nadmn = 1\n[budgets.r]\nmax_concurrent = 1\n")
+        .unwrap_err();
+    assert_eq!(err.field(), Some("proxy.admn"));
+
+    // Read as budgets alone, the proxy's keys are unknown.
+    let err = inflight::Budgets::from_toml_str(
+        "[budgets.r]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.errors().len(), 2, "{err}");
+    assert_eq!(err.field(), Some("budgets.r.upstream"));
+}
+
+/// Mistakes in the budgets' keys and in the proxy's come together, in the file's order, and a
+/// file names itself once.
+#[test]
+fn every_readers_mistakes_come_together_in_file_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        "[proxy]\ndrain = \"0s\"\n\n[budgets.a]\nmax_concurrent = 1\nupstream = \"x\"\nlisten = \"127.0.0.1:1\"\n\n[budgets.b]\nmax_concurrent = 0\n",
+    )
+    .unwrap();
+    let err = ProxyFile::from_path(&path).unwrap_err();
+    assert_eq!(err.path(), Some(path.as_path()));
+    let fields: Vec<_> = err.errors().iter().filter_map(|e| e.field()).collect();
+    assert_eq!(
+        fields,
+        [
+            "proxy.drain",
+            "budgets.a.upstream",
+            "budgets.b.max_concurrent"
+        ]
+    );
+}

@@ -1,0 +1,115 @@
+//! The fleet's keys of a budgets file: the `[fleet]` table ([`FleetConfig`]) and, per budget,
+//! where its permits live ([`Scope`], [`FleetFail`]) and how a fleet budget holds them
+//! ([`LeaseMode`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    pub(crate) url: String,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+impl FleetConfig {
+    /// The store's URL, as written (`redis://127.0.0.1:6379`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// How long a lease lasts without renewal, if the file says.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// The PEM file of certificate authorities a `rediss` server's certificate must chain to,
+    /// if the file says (`ca_file`; a relative path is taken from the budgets file's folder).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// The URL with its password (if any) shown as `***`, for logs and reports.
+    ///
+    /// ```
+    /// let budgets = inflight::Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis://app:s3cret@127.0.0.1:6379/0"
+    ///
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     scope = "fleet"
+    /// "#).unwrap();
+    /// assert_eq!(budgets.fleet().unwrap().shown_url(), "redis://app:***@127.0.0.1:6379/0");
+    /// ```
+    pub fn shown_url(&self) -> String {
+        shown_url(&self.url)
+    }
+}
+
+/// `url` with the password of its user part (if any) shown as `***`: how a store's URL is
+/// shown in logs, reports and errors.
+///
+/// ```
+/// use inflight::config::shown_url;
+///
+/// assert_eq!(shown_url("rediss://app:pw@h:6380/1"), "rediss://app:***@h:6380/1");
+/// assert_eq!(shown_url("redis+sentinel://:pw@s1:26379,s2:26379/m"), "redis+sentinel://:***@s1:26379,s2:26379/m");
+/// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+/// ```
+pub fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            format!("{scheme}://{user}@{hosts}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Where a budget's permits live (`scope` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Scope {
+    /// In this process only (the default).
+    #[default]
+    Local,
+    /// In the fleet's shared store (`scope = "fleet"`), taken after the local permit.
+    Fleet {
+        /// What happens while the store cannot be reached.
+        fail: FleetFail,
+    },
+}
+
+/// How a fleet budget holds its permits (`lease_mode` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// A lease per call, taken from the fleet's store and given back when the call ends
+    /// (`lease_mode = "per_call"`, the default): for small limits.
+    #[default]
+    PerCall,
+    /// A share of the limit per process, held for a lease and moved as demand moves
+    /// (`lease_mode = "shares"`): for limits large against the number of processes, at a cost
+    /// that follows the moves of the shares rather than the calls.
+    Shares,
+}
+
+/// What a fleet budget does while its store cannot be reached (`fail` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FleetFail {
+    /// Refuse calls (`fail = "closed"`, the default).
+    Closed,
+    /// Admit at most this many at once per process (`fail = "local"`, `local_limit = n`).
+    Local(usize),
+}
