@@ -36,7 +36,7 @@
 //! - **State that Redis loses** (a restart without persistence, a flush, a failover that lost
 //!   writes) is detected by each budget's epoch: the budget learns for one lease, granting
 //!   nothing new while every process registers the calls it runs, those its local fallback
-//!   admitted included (see the `scripts` module's docs in the source, and the README).
+//!   admitted included (see the `scripts` module's docs in the source, and the guide's fleet chapter, `docs/guide/fleet.md`).
 //! - **Loud.** A budget on its fallback is logged when it starts and every 10 s, counted, and
 //!   shown by [`RedisFleet::health`], [`HealthLog`] and [`RedisFleet::status`] (what
 //!   `inflight fleet status` prints).
@@ -147,14 +147,50 @@ pub use snapshot::FleetSnapshot;
 pub use status::FleetStatus;
 pub use store::RedisStore;
 
-// Every Rust snippet in the workspace README compiles (and, but for the one that needs a Redis,
-// runs) as a doctest here: the crate that sees every other one, with every feature of `inflight`
-// on. The include reads `tests/workspace-README.md`, a link to the workspace README, rather than
-// `../../../README.md`: a path outside the crate is missing from the packaged crate, while the
-// link is packaged with the README's text, so the doctests run there too.
+// Every Rust snippet in the workspace README and in the guide (`docs/guide/`) compiles (and, but
+// for those that need a Redis, runs) as a doctest here: the crate that sees the library with every
+// feature on, and the fleet. The includes read links under `tests/` (`tests/workspace-README.md`,
+// `tests/guide/*.md`) rather than paths outside the crate: those are missing from the packaged
+// crate, while the links are packaged with their text, so the doctests run there too.
 #[cfg(doctest)]
 #[doc = include_str!("../tests/workspace-README.md")]
 pub struct WorkspaceReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/README.md")]
+pub struct GuideReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/library.md")]
+pub struct GuideLibraryDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/budgets-files.md")]
+pub struct GuideBudgetsFilesDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/limits.md")]
+pub struct GuideLimitsDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/priorities.md")]
+pub struct GuidePrioritiesDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/fleet.md")]
+pub struct GuideFleetDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/proxy.md")]
+pub struct GuideProxyDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/cli.md")]
+pub struct GuideCliDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/lab.md")]
+pub struct GuideLabDoctests;
 
 // This crate's own README (its page in the registry) runs as doctests too.
 #[cfg(doctest)]

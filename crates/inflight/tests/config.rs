@@ -598,13 +598,16 @@ async fn a_fleet_budget_takes_classes() {
     drop(records.acquire_in("batch").await.unwrap());
 }
 
-/// Every budgets file in the workspace README that declares classes (and no proxy keys, which
-/// `inflight-proxy` checks) loads as it is shown.
+/// Every budgets file in the guide's chapter on priorities that declares classes (and no proxy
+/// keys, which `inflight-proxy` checks) loads as it is shown.
 #[test]
-fn the_readmes_budgets_files_with_classes_load() {
-    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+fn the_guides_budgets_files_with_classes_load() {
+    let readme = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/priorities.md"
+    );
     let Ok(text) = std::fs::read_to_string(readme) else {
-        // The packaged crate has no workspace README beside it.
+        // The packaged crate has no workspace guide beside it.
         return;
     };
     let blocks: Vec<&str> = text

@@ -62,7 +62,7 @@ const MAX_STDIN: u64 = 16 * 1024 * 1024;
 /// the budgets' own and `[fleet]` by `inflight`, the proxy's by `inflight-proxy`.
 fn load(file: &std::path::Path) -> anyhow::Result<Result<ProxyFile, inflight::ConfigError>> {
     if file.as_os_str() != "-" {
-        return Ok(BudgetsFile::from_path(file).and_then(|f| ProxyFile::from_file(&f)));
+        return Ok(BudgetsFile::from_path(file).and_then(super::budgets_file));
     }
     use std::io::Read;
     let mut text = String::new();
@@ -73,7 +73,7 @@ fn load(file: &std::path::Path) -> anyhow::Result<Result<ProxyFile, inflight::Co
     if text.len() as u64 > MAX_STDIN {
         anyhow::bail!("the budgets file on stdin is larger than 16 MiB");
     }
-    Ok(BudgetsFile::from_toml_str(&text).and_then(|f| ProxyFile::from_file(&f)))
+    Ok(BudgetsFile::from_toml_str(&text).and_then(super::budgets_file))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

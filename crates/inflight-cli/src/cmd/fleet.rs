@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use inflight::config::{FleetFail, LeaseMode, Scope};
-use inflight::Budgets;
 use serde_json::{json, Value};
 
 /// Look at the fleet budgets of a budgets file in the Redis they share.
@@ -69,7 +68,9 @@ struct Row {
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let budgets = Budgets::from_path(&args.config)?;
+    let budgets = inflight::config::BudgetsFile::from_path(&args.config)
+        .and_then(super::budgets_file)?
+        .into_budgets();
     let Some(config) = budgets.fleet().cloned() else {
         anyhow::bail!(
             "{}: no [fleet] table: this file keeps no budget in Redis (add [fleet] url = \"redis://...\" and scope = \"fleet\" to a budget)",

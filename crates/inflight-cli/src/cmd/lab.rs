@@ -122,7 +122,7 @@ struct RunArgs {
     #[arg(long, value_name = "URL")]
     sim_url: Option<String>,
     /// Time scale 0.2 and 3 repeats: the default matrix in about three minutes, its
-    /// medians within about 3% of a full run's (README: "Quick mode and the full run").
+    /// medians within about 3% of a full run's (lab/README.md: "Quick mode and the full run").
     #[arg(long)]
     quick: bool,
     /// Each runner serves its budgets' metrics as Prometheus text at http://ADDR/metrics while

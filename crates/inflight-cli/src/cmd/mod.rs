@@ -13,6 +13,15 @@ pub mod probe;
 pub mod proxy;
 pub mod sim;
 
+/// A budgets file with every key checked by the crate that reads it: the budgets' own and
+/// `[fleet]` by `inflight`, the proxy's by `inflight-proxy`. Every subcommand that reads a
+/// budgets file reads it so, so that one file serves them all.
+pub(crate) fn budgets_file(
+    file: inflight::config::BudgetsFile,
+) -> Result<inflight_proxy::config::ProxyFile, inflight::ConfigError> {
+    inflight_proxy::config::ProxyFile::from_file(&file)
+}
+
 /// A multi-threaded tokio runtime built with defaults, like a service's, so its worker count
 /// follows the CPU quota.
 pub(crate) fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -633,12 +633,12 @@ fn one_is_singular() {
     assert_eq!(count.load(Ordering::SeqCst), 3);
 }
 
-/// Every `--svg` path in the README's `inflight capacity` commands is a fresh one: run from the
+/// Every `--svg` path in the guide's `inflight capacity` commands is a fresh one: run from the
 /// repository root, the command must not overwrite a tracked file.
 #[test]
-fn the_readmes_commands_write_no_tracked_file() {
+fn the_guides_commands_write_no_tracked_file() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("docs/guide/cli.md")).unwrap();
     let mut paths = Vec::new();
     let mut words = readme.split_whitespace();
     while let Some(word) = words.next() {
@@ -646,11 +646,11 @@ fn the_readmes_commands_write_no_tracked_file() {
             paths.push(words.next().unwrap().trim_matches(['\'', '"', '`']));
         }
     }
-    assert!(!paths.is_empty(), "the README shows --svg");
+    assert!(!paths.is_empty(), "the guide shows --svg");
     for path in paths {
         assert!(
             !root.join(path).exists(),
-            "the README's `--svg {path}` would overwrite {path}"
+            "the guide's `--svg {path}` would overwrite {path}"
         );
     }
 }

@@ -2,6 +2,7 @@
 
 mod capacity;
 mod check_config;
+mod docs;
 mod fanout;
 mod fleet;
 mod lab;

@@ -281,14 +281,15 @@ fn real_cgroup_quota_on_the_parent_is_found() {
 /// The README's table of runtime rules has one row per row `probe` reports, and no other: the
 /// runtime and its versions (`Node, libuv 1.52+` is `node` at `libuv 1.52+`).
 #[test]
-fn the_readmes_table_lists_the_rows_probe_reports() {
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .unwrap();
+fn the_guides_table_lists_the_rows_probe_reports() {
+    let readme = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/guide/cli.md"),
+    )
+    .unwrap();
     let table = readme
         .split("| runtime | API | rule, as its source reads |")
         .nth(1)
-        .expect("the README has the table of runtime rules");
+        .expect("the guide has the table of runtime rules");
     let mut documented: Vec<(String, Option<String>)> = table
         .lines()
         .skip(2)
@@ -310,7 +311,7 @@ fn the_readmes_table_lists_the_rows_probe_reports() {
                 "Go" => "go",
                 "Python" => "python",
                 "Node" => "node",
-                other => panic!("unknown runtime {other:?} in the README's table"),
+                other => panic!("unknown runtime {other:?} in the guide's table"),
             };
             (runtime.to_string(), versions)
         })

@@ -16,7 +16,7 @@ use crate::runner::loopback_base;
 use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
 
 /// The time scale of `--quick`: at 0.1 a call's fixed ~0.55 ms cost C1 4-6% against a full run;
-/// at 0.2 most medians scaled back were measured within 3% of a full run's (README: "Quick mode
+/// at 0.2 most medians scaled back were measured within 3% of a full run's (lab/README.md: "Quick mode
 /// and the full run").
 pub const QUICK_TIME_SCALE: f64 = 0.2;
 /// The repeats of `--quick`.

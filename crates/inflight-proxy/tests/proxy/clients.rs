@@ -318,16 +318,16 @@ async fn bad_arguments_make_each_client_exit_2_with_its_usage() {
     }
 }
 
-/// The README's subsection on these clients shows both files as they are, and the budget the
-/// tests above use.
+/// The guide's section on these clients shows both files as they are, and the budget the tests
+/// above use.
 #[test]
-fn the_readme_shows_both_clients_byte_for_byte_and_their_budget() {
+fn the_guide_shows_both_clients_byte_for_byte_and_their_budget() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let heading = "### Unmodified clients: Python and Node\n";
+    let readme = std::fs::read_to_string(root.join("docs/guide/proxy.md")).unwrap();
+    let heading = "## Unmodified clients: Python and Node\n";
     let section = readme
         .split_once(heading)
-        .unwrap_or_else(|| panic!("the README has no {heading:?}"))
+        .unwrap_or_else(|| panic!("the guide's proxy chapter has no {heading:?}"))
         .1;
     // Up to the next heading (a Python comment starts with one `#` only).
     let end = ["\n## ", "\n### "]
@@ -342,7 +342,7 @@ fn the_readme_shows_both_clients_byte_for_byte_and_their_budget() {
         let mut blocks = section.split(&opening).skip(1);
         let first = blocks
             .next()
-            .unwrap_or_else(|| panic!("no {opening:?} block in the README's {heading:?}"));
+            .unwrap_or_else(|| panic!("no {opening:?} block in the guide's {heading:?}"));
         assert!(blocks.next().is_none(), "more than one {fence} block");
         let end = first
             .find("\n```\n")
@@ -353,7 +353,7 @@ fn the_readme_shows_both_clients_byte_for_byte_and_their_budget() {
         let text = std::fs::read_to_string(client_file(file)).unwrap();
         assert!(
             block(fence) == text,
-            "the README's {fence} block differs from clients/{file}: copy the file into it"
+            "the guide's {fence} block differs from clients/{file}: copy the file into it"
         );
     }
     let toml = block("toml");
@@ -361,7 +361,7 @@ fn the_readme_shows_both_clients_byte_for_byte_and_their_budget() {
         assert!(
             toml.lines()
                 .any(|line| line.split('#').next().unwrap().trim() == setting),
-            "the README's budgets file lacks {setting:?}:\n{toml}"
+            "the guide's budgets file lacks {setting:?}:\n{toml}"
         );
     }
 }
