@@ -53,6 +53,12 @@
 //!   named in `Connection`), `Host` names the upstream unless `preserve_host = true`, and the
 //!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400, headers too
 //!   large 431.
+//! - Client connections are bounded on every listener (see
+//!   [`ClientLimits`](config::ClientLimits)): first bytes within `first_byte_timeout`, no
+//!   request for `idle_timeout` closes a connection (for HTTP/1.1, from the moment it can take a
+//!   request until that request's headers are in), unanswered HTTP/2 pings close it, and at
+//!   `max_connections` a new connection closes the one idle longest. A drain that runs out cuts
+//!   what still runs.
 //!
 //! # Example
 //!
@@ -100,6 +106,7 @@
 //! checks it in CI).
 //!
 //! - `admin`, `route`, `server`
+//! - `conn`
 //! - `metrics`
 //! - `refusal`
 //! - `body`, `headers`, `error`, `tls`
@@ -108,6 +115,7 @@
 mod admin;
 mod body;
 pub mod config;
+mod conn;
 mod error;
 mod headers;
 pub mod metrics;
@@ -299,6 +307,7 @@ impl ProxyBuilder {
             runtime: tokio::runtime::Handle::current(),
         });
         let (stop, stopped) = watch::channel(false);
+        let clients = shared.proxy_config().clients();
         let mut servers = Vec::new();
         let mut addrs = Vec::new();
         for (slot, listener) in shared.routes.iter().zip(listeners) {
@@ -310,10 +319,13 @@ impl ProxyBuilder {
             ));
             let slot = slot.clone();
             let handle_log = log.clone();
+            let conns = Arc::new(metrics::ConnMetrics::new(&shared.registry, &slot.name));
             servers.push(server::spawn(
                 listener,
                 stopped.clone(),
                 log.clone(),
+                clients,
+                conns,
                 move |request, peer| {
                     let slot = slot.clone();
                     let log = handle_log.clone();
@@ -327,10 +339,19 @@ impl ProxyBuilder {
         let admin = admin_listener.map(|listener| {
             admin_addr = listener.local_addr().ok();
             let shared = shared.clone();
-            server::spawn(listener, admin_stopped, log.clone(), move |request, _| {
-                let response = admin::answer(&shared, &request);
-                async move { response }
-            })
+            let conns = Arc::new(metrics::ConnMetrics::new(&shared.registry, "admin"));
+            let answer = shared.clone();
+            server::spawn(
+                listener,
+                admin_stopped,
+                log.clone(),
+                clients,
+                conns,
+                move |request, _| {
+                    let response = admin::answer(&answer, &request);
+                    async move { response }
+                },
+            )
         });
         let upkeep = {
             let shared = Arc::downgrade(&shared);
@@ -443,7 +464,8 @@ impl Proxy {
     ///
     /// The running configuration stays as it was when the file is not valid
     /// ([`ReloadError::Config`]) or changes which budgets are proxied, where they listen, the
-    /// admin address or the `[fleet]` table ([`ReloadError::NeedsRestart`]).
+    /// admin address, the limits on client connections or the `[fleet]` table
+    /// ([`ReloadError::NeedsRestart`]).
     pub fn reload(&self, text: &str) -> Result<Reloaded, ReloadError> {
         let (budgets, fleet) = fleet(&self.shared.registry, || ProxyFile::from_toml_str(text))?;
         self.apply(budgets, fleet)
@@ -507,6 +529,25 @@ impl Proxy {
                 "a new admin address needs a restart",
             ));
         }
+        if proxy.clients() != self.shared.proxy_config().clients() {
+            let running = self.shared.proxy_config().clients();
+            let new = proxy.clients();
+            let field = if new.first_byte_timeout() != running.first_byte_timeout() {
+                "proxy.first_byte_timeout"
+            } else if new.idle_timeout() != running.idle_timeout() {
+                "proxy.idle_timeout"
+            } else if new.max_connections() != running.max_connections() {
+                "proxy.max_connections"
+            } else if new.http2_keepalive_interval() != running.http2_keepalive_interval() {
+                "proxy.http2_keepalive_interval"
+            } else {
+                "proxy.http2_keepalive_timeout"
+            };
+            return Err(restart(
+                field.into(),
+                "new limits on client connections need a restart",
+            ));
+        }
         let mut reloaded = Reloaded::default();
         let mut fleet_rebuilt = false;
         for (slot, budget, route) in next {
@@ -547,6 +588,8 @@ impl Proxy {
     /// Stops accepting connections, lets every connection finish the request it is serving
     /// (response body included), and returns once all have closed or the `drain` time of the
     /// running configuration has passed, whichever is first. `/readyz` answers 503 meanwhile.
+    /// Connections still open when the drain time is over are cut (their clients see the
+    /// connection end), and their tasks stop.
     ///
     /// Then every lease of the fleet budgets goes back to Redis ([`RedisFleet::shutdown`],
     /// at most one round-trip timeout more): requests still running past the drain time see
@@ -558,6 +601,7 @@ impl Proxy {
         let _ = self.stop.send(true);
         let drain: Duration = self.shared.proxy_config().drain();
         let servers = std::mem::take(&mut self.servers);
+        let aborts: Vec<_> = servers.iter().map(JoinHandle::abort_handle).collect();
         let in_time = tokio::time::timeout(drain, async {
             for server in servers {
                 let _ = server.await;
@@ -572,6 +616,11 @@ impl Proxy {
             .iter()
             .map(|r| r.current().budget.in_flight())
             .sum();
+        // What still runs when the drain time is over is cut: each listener's task owns its
+        // connections' tasks, and aborting it aborts them.
+        for abort in aborts {
+            abort.abort();
+        }
         let fleets = std::mem::take(
             &mut *self
                 .shared

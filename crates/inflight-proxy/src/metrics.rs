@@ -6,6 +6,8 @@
 //! | `inflight_proxy_requests_total` | counter | budget, class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
 //! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400), `lease_lost` (503, `on_lost = "cancel"`) |
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
+//! | `inflight_proxy_connections` | gauge | listener | client connections open now (`listener`: the budget's name, or `admin`) |
+//! | `inflight_proxy_connections_closed_total` | counter | listener, reason | client connections the proxy closed: `first_byte_timeout`, `idle_timeout`, `keepalive_timeout` (HTTP/2 pings unanswered), `max_connections` (idle longest when the listener was full) |
 //!
 //! Each proxy renders through a recorder of its own, so two proxies in one process never mix
 //! their numbers; budgets are built under it, as `inflight::metrics` requires.
@@ -15,7 +17,10 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use inflight::Budget;
-use metrics::{counter, describe_counter, describe_histogram, histogram, Counter, Histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Unit,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::refusal::Reason;
@@ -26,6 +31,11 @@ pub const REQUESTS: &str = "inflight_proxy_requests_total";
 pub const REPLIES: &str = "inflight_proxy_replies_total";
 /// From a request's arrival to its response headers (histogram, seconds).
 pub const REQUEST_DURATION: &str = "inflight_proxy_request_duration_seconds";
+
+/// Client connections open now, by listener (gauge).
+pub const CONNECTIONS: &str = "inflight_proxy_connections";
+/// Client connections the proxy closed, by listener and reason (counter).
+pub const CONNECTIONS_CLOSED: &str = "inflight_proxy_connections_closed_total";
 
 /// The content type of Prometheus text exposition 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -75,6 +85,16 @@ impl Registry {
                 REPLIES,
                 Unit::Count,
                 "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, paused, evicted, unavailable, call_timeout, upstream_unreachable, upstream_tls, client_body, lease_lost."
+            );
+            describe_gauge!(
+                CONNECTIONS,
+                Unit::Count,
+                "Client connections open now, by listener (a budget's name, or admin)."
+            );
+            describe_counter!(
+                CONNECTIONS_CLOSED,
+                Unit::Count,
+                "Client connections the proxy closed, by reason: first_byte_timeout, idle_timeout, keepalive_timeout, max_connections."
             );
             describe_histogram!(
                 REQUEST_DURATION,
@@ -176,6 +196,71 @@ impl RouteMetrics {
     pub(crate) fn replied(&self, reason: Reason) {
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.replies[i].increment(1);
+        }
+    }
+}
+
+/// Why the proxy closed a client connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// It sent no byte, or stalled inside the HTTP/2 preface, for `first_byte_timeout`.
+    FirstByteTimeout,
+    /// It went without a request for `idle_timeout`.
+    IdleTimeout,
+    /// It left HTTP/2 pings unanswered for `http2_keepalive_timeout`.
+    KeepaliveTimeout,
+    /// Its listener was full and it was the connection idle longest.
+    MaxConnections,
+}
+
+impl Closed {
+    const ALL: [Closed; 4] = [
+        Closed::FirstByteTimeout,
+        Closed::IdleTimeout,
+        Closed::KeepaliveTimeout,
+        Closed::MaxConnections,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Closed::FirstByteTimeout => "first_byte_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::KeepaliveTimeout => "keepalive_timeout",
+            Closed::MaxConnections => "max_connections",
+        }
+    }
+}
+
+/// The connection gauges and counters of one listener.
+pub(crate) struct ConnMetrics {
+    open: Gauge,
+    closed: [Counter; Closed::ALL.len()],
+}
+
+impl ConnMetrics {
+    pub(crate) fn new(registry: &Registry, listener: &str) -> ConnMetrics {
+        registry.within(|| {
+            let l = listener.to_string();
+            ConnMetrics {
+                open: gauge!(CONNECTIONS, "listener" => l.clone()),
+                closed: Closed::ALL.map(
+                    |c| counter!(CONNECTIONS_CLOSED, "listener" => l.clone(), "reason" => c.as_str()),
+                ),
+            }
+        })
+    }
+
+    pub(crate) fn opened(&self) {
+        self.open.increment(1.0);
+    }
+
+    pub(crate) fn ended(&self) {
+        self.open.decrement(1.0);
+    }
+
+    pub(crate) fn closed(&self, why: Closed) {
+        if let Some(i) = Closed::ALL.iter().position(|c| *c == why) {
+            self.closed[i].increment(1);
         }
     }
 }

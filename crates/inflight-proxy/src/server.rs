@@ -1,39 +1,41 @@
-//! The accept loop: HTTP/1.1 and HTTP/2 (prior knowledge, told apart by the connection's first
-//! bytes) served by hyper until told to stop, then drained.
+//! The accept loop of one listener: at most `max_connections` clients at once (one more closes
+//! the connection idle longest, or waits), each connection served by `conn` until the proxy
+//! stops; then it stops accepting, lets each connection finish the request it is serving, and
+//! ends when all have closed. Aborting its task aborts every connection's.
 
-use std::convert::Infallible;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 
 use crate::body::ProxyBody;
+use crate::config::ClientLimits;
+use crate::conn::{self, Conn};
+use crate::metrics::ConnMetrics;
 use crate::Log;
-
-/// How long a client may take to send a request's headers: a slow or silent client must not
-/// hold a connection open for ever.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// After an accept error (out of file descriptors), how long to wait before accepting again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Serves `listener` with `handle` until `stop` turns true; then stops accepting, lets each
-/// connection finish the request it is serving, and returns when all have closed.
-///
-/// Malformed requests are answered by hyper itself: 400, or 431 for headers too large.
+/// The open connections of one listener, by the order they were accepted.
+type Open = Arc<Mutex<BTreeMap<u64, Arc<Conn>>>>;
+
+/// Serves `listener` with `handle` until `stop` turns true, within `limits`; see the module
+/// docs. Malformed requests are answered by hyper itself: 400, or 431 for headers too large.
 pub(crate) fn spawn<F, Fut>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
     log: Log,
+    limits: ClientLimits,
+    metrics: Arc<ConnMetrics>,
     handle: F,
 ) -> JoinHandle<()>
 where
@@ -41,17 +43,16 @@ where
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     tokio::spawn(async move {
-        let graceful = GracefulShutdown::new();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT);
-        builder.http2().timer(TokioTimer::new());
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let open: Open = Arc::default();
+        let epoch = Instant::now();
+        let mut next_id = 0u64;
+        let mut connections = JoinSet::new();
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 _ = stop.wait_for(|stop| *stop) => break,
+                Some(_) = connections.join_next() => continue,
             };
             let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
@@ -61,21 +62,48 @@ where
                     continue;
                 }
             };
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    // Full: the connection idle longest makes room, or the new one waits.
+                    if let Some(idlest) = idle_longest(&open) {
+                        idlest.close();
+                    }
+                    tokio::select! {
+                        slot = slots.clone().acquire_owned() => slot.expect("never closed"),
+                        _ = stop.wait_for(|stop| *stop) => break,
+                    }
+                }
+            };
             let _ = stream.set_nodelay(true);
-            let handle = handle.clone();
-            let service = service_fn(move |request| {
-                let response = handle(request, peer);
-                async move { Ok::<_, Infallible>(response.await) }
-            });
-            let watcher = graceful.watcher();
-            let builder = builder.clone();
-            tokio::spawn(async move {
-                let connection = builder.serve_connection(TokioIo::new(stream), service);
-                // A client that goes away, or sends garbage, ends its own connection only.
-                let _ = watcher.watch(connection).await;
+            let id = next_id;
+            next_id += 1;
+            let conn = Arc::new(Conn::new(epoch));
+            open.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id, conn.clone());
+            metrics.opened();
+            let (open, metrics, stop, handle) =
+                (open.clone(), metrics.clone(), stop.clone(), handle.clone());
+            connections.spawn(async move {
+                conn::serve(stream, peer, conn, limits, stop, metrics.clone(), handle).await;
+                open.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                metrics.ended();
+                drop(slot);
             });
         }
         drop(listener);
-        graceful.shutdown().await;
+        while connections.join_next().await.is_some() {}
     })
+}
+
+/// The open connection that has had no request in progress for longest, if one is idle.
+fn idle_longest(open: &Open) -> Option<Arc<Conn>> {
+    let open = open.lock().unwrap_or_else(PoisonError::into_inner);
+    open.values()
+        .filter_map(|c| Some((c.idle_since()?, c)))
+        .min_by_key(|(since, _)| *since)
+        .map(|(_, c)| c.clone())
 }

@@ -24,7 +24,9 @@ Little's law: calls in flight = throughput x time per call.
 
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
 any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file and
-class_header that differ from their defaults; the [proxy] table's admin and drain follow the budgets.
+class_header that differ from their defaults; the [proxy] table's admin, drain and limits on
+client connections (first_byte_timeout, idle_timeout, http2_keepalive_interval,
+http2_keepalive_timeout, max_connections) follow the budgets.
 
 A budget with classes (classes = { interactive = 4, batch = 1 }, default_class, strict) shows
 how grants are shared, its default class, and each class's weight and permit deadline (its
@@ -314,9 +316,16 @@ fn route_json(route: &Route) -> Value {
 
 /// The `[proxy]` table, its defaults filled in.
 fn proxy_json(proxy: &ProxyConfig) -> Value {
+    let ms = |d: Duration| d.as_nanos() as f64 / 1e6;
+    let clients = proxy.clients();
     json!({
         "admin": proxy.admin().map(|a| a.to_string()),
-        "drain_ms": proxy.drain().as_nanos() as f64 / 1e6,
+        "drain_ms": ms(proxy.drain()),
+        "first_byte_timeout_ms": ms(clients.first_byte_timeout()),
+        "idle_timeout_ms": ms(clients.idle_timeout()),
+        "http2_keepalive_interval_ms": ms(clients.http2_keepalive_interval()),
+        "http2_keepalive_timeout_ms": ms(clients.http2_keepalive_timeout()),
+        "max_connections": clients.max_connections(),
     })
 }
 
@@ -405,6 +414,17 @@ fn render_proxy(proxy: &ProxyConfig) -> String {
         out,
         "  drain           {}",
         humantime::format_duration(proxy.drain())
+    );
+    let clients = proxy.clients();
+    let shown = humantime::format_duration;
+    let _ = writeln!(
+        out,
+        "  clients         first bytes within {}, idle at most {}, HTTP/2 pinged every {} (answer within {}), at most {} connections per listener",
+        shown(clients.first_byte_timeout()),
+        shown(clients.idle_timeout()),
+        shown(clients.http2_keepalive_interval()),
+        shown(clients.http2_keepalive_timeout()),
+        clients.max_connections()
     );
     out
 }

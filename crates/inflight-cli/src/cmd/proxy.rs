@@ -33,6 +33,14 @@ a value that names no class or is malformed, is the default class, never an erro
 is forwarded unchanged. A request evicted from a full queue by a heavier class gets 503
 (evicted).
 
+Client connections are bounded on every listener ([proxy] keys, defaults in brackets): a new
+connection must send its first bytes within first_byte_timeout [10s]; HTTP/1.1 must send each
+request's headers within idle_timeout [30s] of the connection being ready for one, and HTTP/2
+is closed after idle_timeout with no stream open; HTTP/2 clients are pinged every
+http2_keepalive_interval [30s] and closed if they do not answer within http2_keepalive_timeout
+[20s]; at most max_connections [10000] per listener, one more closing the connection idle
+longest. At start the soft limit on open files is raised to the hard one, and said on stderr.
+
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid
 file keeps the running config (the error goes to stderr). SIGTERM or Ctrl-C stops accepting,
@@ -72,7 +80,45 @@ pub struct Args {
     pub exit_on_stdin_close: bool,
 }
 
+/// Raises the soft limit on open files to the hard one, so that client connections are bounded
+/// by `max_connections` and not by a low default; says what it did.
+fn raise_open_files() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given; no other precondition.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            eprintln!("inflight proxy: cannot read the limit on open files; left as it is");
+            return;
+        }
+        if limit.rlim_cur >= limit.rlim_max {
+            eprintln!(
+                "inflight proxy: open files: up to {} (the soft limit is the hard one)",
+                limit.rlim_cur
+            );
+            return;
+        }
+        let before = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+            eprintln!(
+                "inflight proxy: open files: soft limit raised from {before} to the hard limit {}",
+                limit.rlim_max
+            );
+        } else {
+            eprintln!(
+                "inflight proxy: open files: cannot raise the soft limit {before} to {}: {}",
+                limit.rlim_max,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    raise_open_files();
     let runtime = runtime()?;
     runtime.block_on(serve(args))
 }

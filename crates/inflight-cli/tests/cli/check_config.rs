@@ -694,6 +694,7 @@ const PROXIED_TEXT: &str = r#"budgets.toml: valid, 3 budgets, 0 warnings
 [proxy]
   admin           127.0.0.1:9901
   drain           3s
+  clients         first bytes within 10s, idle at most 30s, HTTP/2 pinged every 30s (answer within 20s), at most 10000 connections per listener
 "#;
 
 /// A folder with `budgets.toml` (`text`) and `certs/ca.pem`.
@@ -724,7 +725,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         doc["proxy"],
-        serde_json::json!({ "admin": "127.0.0.1:9901", "drain_ms": 3000.0 })
+        serde_json::json!({ "admin": "127.0.0.1:9901", "drain_ms": 3000.0, "first_byte_timeout_ms": 10000.0, "idle_timeout_ms": 30000.0, "http2_keepalive_interval_ms": 30000.0, "http2_keepalive_timeout_ms": 20000.0, "max_connections": 10000 })
     );
     let budgets = doc["budgets"].as_array().unwrap();
     assert_eq!(
@@ -775,7 +776,7 @@ fn a_proxied_file_without_a_proxy_table_shows_its_defaults() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.ends_with(
-            "  upstream        https://127.0.0.1\n  listen          127.0.0.1:0\n  release         body (the permit goes back once the response body is sent)\n\n[proxy]\n  admin           none (no /metrics, /healthz, /readyz)\n  drain           10s\n"
+            "  upstream        https://127.0.0.1\n  listen          127.0.0.1:0\n  release         body (the permit goes back once the response body is sent)\n\n[proxy]\n  admin           none (no /metrics, /healthz, /readyz)\n  drain           10s\n  clients         first bytes within 10s, idle at most 30s, HTTP/2 pinged every 30s (answer within 20s), at most 10000 connections per listener\n"
         ),
         "{text}"
     );
@@ -786,7 +787,7 @@ fn a_proxied_file_without_a_proxy_table_shows_its_defaults() {
     ]);
     assert_eq!(
         doc["proxy"],
-        serde_json::json!({ "admin": null, "drain_ms": 10000.0 })
+        serde_json::json!({ "admin": null, "drain_ms": 10000.0, "first_byte_timeout_ms": 10000.0, "idle_timeout_ms": 30000.0, "http2_keepalive_interval_ms": 30000.0, "http2_keepalive_timeout_ms": 20000.0, "max_connections": 10000 })
     );
     // Without any proxied budget there is no [proxy] section at all.
     let (_, text) = check_config_output(&["examples/budgets.toml"], "");

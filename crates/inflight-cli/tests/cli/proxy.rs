@@ -331,3 +331,57 @@ fn check_config_accepts_proxied_budgets_and_names_wrong_proxy_fields() {
         "budgets.records.upstream: must start with http://",
     );
 }
+
+/// Started with a low soft limit on open files, the proxy raises it to the hard limit, so that
+/// its clients meet `max_connections` first, and says so.
+#[test]
+fn the_soft_limit_on_open_files_is_raised_to_the_hard_one_at_start() {
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[budgets.r]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut command = Command::new(inflight_path());
+    command
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls (getrlimit, setrlimit) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur = 256.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = files.split_whitespace().skip(3).take(2).collect();
+    if numbers[1] == "256" {
+        assert!(line.contains("the soft limit is the hard one"), "{line}");
+        return;
+    }
+    assert!(
+        line.contains("open files: soft limit raised from 256 to the hard limit"),
+        "{line}"
+    );
+    assert_eq!(numbers[0], numbers[1], "soft and hard limits now: {files}");
+}

@@ -93,13 +93,42 @@ const ROUTE_FIELDS: &[&str] = &[
 pub const MAX_CLASS_HEADER: usize = 128;
 
 /// Keys of the `[proxy]` table.
-pub(crate) const PROXY_FIELDS: &[&str] = &["admin", "drain"];
+pub(crate) const PROXY_FIELDS: &[&str] = &[
+    "admin",
+    "drain",
+    "first_byte_timeout",
+    "idle_timeout",
+    "http2_keepalive_interval",
+    "http2_keepalive_timeout",
+    "max_connections",
+];
+
+/// How long a new client connection may take to send its first bytes when the file says
+/// nothing (`first_byte_timeout`).
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client connection may go without a request when the file says nothing
+/// (`idle_timeout`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often an HTTP/2 client is pinged when the file says nothing
+/// (`http2_keepalive_interval`).
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long an HTTP/2 client has to answer a ping when the file says nothing
+/// (`http2_keepalive_timeout`).
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How many client connections one listener keeps open at most when the file says nothing
+/// (`max_connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
 /// The `[proxy]` table of a budgets file: settings of `inflight proxy` as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
     admin: Option<SocketAddr>,
     drain: Duration,
+    clients: ClientLimits,
 }
 
 impl Default for ProxyConfig {
@@ -107,7 +136,86 @@ impl Default for ProxyConfig {
         ProxyConfig {
             admin: None,
             drain: DEFAULT_DRAIN,
+            clients: ClientLimits::default(),
         }
+    }
+}
+
+/// What the proxy allows its clients on each listener (the `[proxy]` table's client keys), so
+/// that idle, slow or leaked connections cannot take its memory or its file descriptors.
+///
+/// ```
+/// use std::time::Duration;
+/// use inflight_proxy::config::ProxyFile;
+///
+/// let file = ProxyFile::from_toml_str(r#"
+///     [proxy]
+///     idle_timeout = "15s"
+///     max_connections = 2000
+///
+///     [budgets.records]
+///     max_concurrent = 6
+///     upstream = "http://127.0.0.1:7070"
+///     listen = "127.0.0.1:7002"
+/// "#).unwrap();
+/// let clients = file.proxy().unwrap().clients();
+/// assert_eq!(clients.idle_timeout(), Duration::from_secs(15));
+/// assert_eq!(clients.first_byte_timeout(), Duration::from_secs(10));
+/// assert_eq!(clients.max_connections(), 2000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    pub(crate) first_byte_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) http2_keepalive_interval: Duration,
+    pub(crate) http2_keepalive_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            http2_keepalive_interval: DEFAULT_HTTP2_KEEPALIVE_INTERVAL,
+            http2_keepalive_timeout: DEFAULT_HTTP2_KEEPALIVE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl ClientLimits {
+    /// How long a new connection may take to send the first bytes that tell its protocol
+    /// (`first_byte_timeout`): one that sends nothing, or stalls inside the HTTP/2 preface, is
+    /// closed then.
+    pub fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout
+    }
+
+    /// How long a connection may go without a request (`idle_timeout`). HTTP/1.1: from the
+    /// moment the connection can take a request (its first bytes arrived, or the last response
+    /// was sent) until that request's headers are in full, so it also bounds a client that
+    /// sends its headers slowly. HTTP/2: while no stream is open.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// How often an HTTP/2 client is pinged (`http2_keepalive_interval`).
+    pub fn http2_keepalive_interval(&self) -> Duration {
+        self.http2_keepalive_interval
+    }
+
+    /// How long an HTTP/2 client has to answer a ping before its connection is closed
+    /// (`http2_keepalive_timeout`).
+    pub fn http2_keepalive_timeout(&self) -> Duration {
+        self.http2_keepalive_timeout
+    }
+
+    /// How many client connections one listener keeps open at most (`max_connections`). A new
+    /// connection beyond it closes the connection that has been idle longest, or, when none is
+    /// idle, waits to be accepted until one closes.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 }
 
@@ -121,6 +229,11 @@ impl ProxyConfig {
     /// ([`DEFAULT_DRAIN`] unless the file says).
     pub fn drain(&self) -> Duration {
         self.drain
+    }
+
+    /// What the proxy allows its clients: see [`ClientLimits`].
+    pub fn clients(&self) -> ClientLimits {
+        self.clients
     }
 }
 

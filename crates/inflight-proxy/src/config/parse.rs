@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::net::SocketAddr;
 
-use inflight::config::value::{duration, short, shown, Table, Value};
+use inflight::config::value::{duration, integer, short, shown, Table, Value};
 use inflight::config::{budget_path, BudgetsFile};
 use inflight::ConfigError;
 use rustls_pki_types::pem::PemObject;
@@ -69,6 +69,32 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
     if let Some(v) = table.get("drain") {
         match duration("proxy.drain", v) {
             Ok(d) => config.drain = d,
+            Err(e) => errors.push(e),
+        }
+    }
+    let clients = &mut config.clients;
+    for (key, slot) in [
+        ("first_byte_timeout", &mut clients.first_byte_timeout),
+        ("idle_timeout", &mut clients.idle_timeout),
+        (
+            "http2_keepalive_interval",
+            &mut clients.http2_keepalive_interval,
+        ),
+        (
+            "http2_keepalive_timeout",
+            &mut clients.http2_keepalive_timeout,
+        ),
+    ] {
+        if let Some(v) = table.get(key) {
+            match duration(&format!("proxy.{key}"), v) {
+                Ok(d) => *slot = d,
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if let Some(v) = table.get("max_connections") {
+        match integer("proxy.max_connections", v, 1) {
+            Ok(n) => clients.max_connections = n,
             Err(e) => errors.push(e),
         }
     }

@@ -5,6 +5,7 @@ mod backpressure;
 mod classes;
 mod clients;
 mod config;
+mod connections;
 mod fleet;
 mod forward;
 mod framing;

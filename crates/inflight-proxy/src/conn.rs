@@ -1,0 +1,366 @@
+//! One client connection: its protocol told from its first bytes within `first_byte_timeout`,
+//! served by hyper's HTTP/1.1 or HTTP/2 server, and closed when it idles past `idle_timeout`,
+//! fails its HTTP/2 pings, is the one idle longest when its listener is full, or the proxy
+//! drains.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::body::{BodyError, ProxyBody};
+use crate::config::ClientLimits;
+use crate::metrics::{Closed, ConnMetrics};
+
+/// The first bytes of every HTTP/2 connection with prior knowledge (RFC 9113 section 3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// While a client's first bytes are a part of the HTTP/2 preface, how often to look again.
+const SNIFF_AGAIN: Duration = Duration::from_millis(5);
+
+/// The protocol a client speaks, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// What the accept loop and a connection share: whether a request is in progress, since when
+/// the connection idles, and the word to close.
+pub(crate) struct Conn {
+    busy: AtomicUsize,
+    /// Milliseconds since `epoch` at which the connection last became idle.
+    idle_since: AtomicU64,
+    epoch: Instant,
+    close: Notify,
+    /// Whether the client ended its side of the connection (a read of 0 bytes).
+    client_ended: std::sync::atomic::AtomicBool,
+    /// Milliseconds since `epoch` at which the client's last bytes were read.
+    last_read: AtomicU64,
+}
+
+impl Conn {
+    pub(crate) fn new(epoch: Instant) -> Conn {
+        Conn {
+            busy: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(epoch.elapsed().as_millis() as u64),
+            epoch,
+            close: Notify::new(),
+            client_ended: std::sync::atomic::AtomicBool::new(false),
+            last_read: AtomicU64::new(0),
+        }
+    }
+
+    /// Since when the connection has had no request in progress; `None` while it has one.
+    pub(crate) fn idle_since(&self) -> Option<u64> {
+        (self.busy.load(Ordering::Acquire) == 0).then(|| self.idle_since.load(Ordering::Relaxed))
+    }
+
+    /// Whether the client is still there and has sent nothing for at least `long`.
+    fn silent_for(&self, long: Duration) -> bool {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        !self.client_ended.load(Ordering::Relaxed)
+            && now.saturating_sub(self.last_read.load(Ordering::Relaxed)) >= long.as_millis() as u64
+    }
+
+    /// Asks the connection to close once its request in progress, if any, is answered.
+    pub(crate) fn close(&self) {
+        self.close.notify_one();
+    }
+
+    fn started(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+}
+
+/// A request in progress on a connection, from its arrival until its response body is sent (or
+/// dropped).
+struct Busy(Arc<Conn>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let now = self.0.epoch.elapsed().as_millis() as u64;
+        self.0.idle_since.store(now, Ordering::Relaxed);
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its connection busy until it is sent.
+pub(crate) struct Tracked {
+    body: ProxyBody,
+    _busy: Busy,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A client's socket that notes when the client ends its side, so that a connection that ends
+/// without it is known to have been ended by the server (an HTTP/2 ping left unanswered).
+struct Watched {
+    stream: TcpStream,
+    conn: Arc<Conn>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) {
+            if buf.filled().len() == before {
+                self.conn.client_ended.store(true, Ordering::Relaxed);
+            } else {
+                let now = self.conn.epoch.elapsed().as_millis() as u64;
+                self.conn.last_read.store(now, Ordering::Relaxed);
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Serves one accepted connection until it closes, and says why the proxy closed it, if it did.
+pub(crate) async fn serve<F, Fut>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    conn: Arc<Conn>,
+    limits: ClientLimits,
+    mut stop: watch::Receiver<bool>,
+    metrics: Arc<ConnMetrics>,
+    handle: F,
+) where
+    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let protocol = tokio::select! {
+        sniffed = tokio::time::timeout(limits.first_byte_timeout, sniff(&stream)) => match sniffed {
+            Ok(Some(protocol)) => protocol,
+            // Closed, or an error, before a byte: nothing to serve.
+            Ok(None) => return,
+            Err(_) => {
+                metrics.closed(Closed::FirstByteTimeout);
+                return;
+            }
+        },
+        _ = stop.wait_for(|stop| *stop) => return,
+        _ = conn.close.notified() => {
+            metrics.closed(Closed::MaxConnections);
+            return;
+        }
+    };
+    let service = {
+        let conn = conn.clone();
+        service_fn(move |request| {
+            let busy = conn.started();
+            let response = handle(request, peer);
+            async move {
+                let response = response.await;
+                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+            }
+        })
+    };
+    let io = TokioIo::new(Watched {
+        stream,
+        conn: conn.clone(),
+    });
+    match protocol {
+        Protocol::Http1 => {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.idle_timeout);
+            let connection = builder.serve_connection(io, service);
+            let shut =
+                |c: Pin<&mut _>| hyper::server::conn::http1::Connection::graceful_shutdown(c);
+            let timing = Timing {
+                protocol: Protocol::Http1,
+                idle: None,
+                pinged: Duration::MAX,
+            };
+            run(connection, shut, &conn, &mut stop, &metrics, timing).await;
+        }
+        Protocol::Http2 => {
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(limits.http2_keepalive_interval))
+                .keep_alive_timeout(limits.http2_keepalive_timeout);
+            let connection = builder.serve_connection(io, service);
+            let shut =
+                |c: Pin<&mut _>| hyper::server::conn::http2::Connection::graceful_shutdown(c);
+            let timing = Timing {
+                protocol: Protocol::Http2,
+                idle: Some(limits.idle_timeout),
+                pinged: limits.http2_keepalive_timeout,
+            };
+            run(connection, shut, &conn, &mut stop, &metrics, timing).await;
+        }
+    }
+}
+
+/// How a connection's protocol is timed: the idle timeout the proxy keeps itself (HTTP/2; hyper
+/// keeps HTTP/1.1's), and how long an unanswered HTTP/2 ping waits.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    protocol: Protocol,
+    idle: Option<Duration>,
+    pinged: Duration,
+}
+
+/// Polls `connection` to its end (`shut` asks it to finish what it serves and close): closed
+/// gracefully when the proxy drains, when the accept loop
+/// asks, or (with `idle`, for HTTP/2) when no stream has been open for that long.
+async fn run<C>(
+    connection: C,
+    shut: impl Fn(Pin<&mut C>),
+    conn: &Conn,
+    stop: &mut watch::Receiver<bool>,
+    metrics: &ConnMetrics,
+    timing: Timing,
+) where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
+    let Timing {
+        protocol,
+        idle,
+        pinged,
+    } = timing;
+    let mut connection = std::pin::pin!(connection);
+    let mut closing = false;
+    // Without an idle timeout (HTTP/1.1: hyper times idle connections) the watchdog never runs.
+    let watchdog = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(3600)));
+    let mut watchdog = std::pin::pin!(watchdog);
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => {
+                let why = match (ended, protocol) {
+                    _ if closing => None,
+                    // hyper times the next request's headers from the moment the connection
+                    // can take one: an idle HTTP/1.1 connection ends here.
+                    (Err(e), Protocol::Http1) if e.is_timeout() => Some(Closed::IdleTimeout),
+                    (Err(e), Protocol::Http2) if e.is_timeout() => Some(Closed::KeepaliveTimeout),
+                    // hyper ends an HTTP/2 connection whose ping went unanswered with a GOAWAY
+                    // and no error: ended, with the client still there, by the server.
+                    (Ok(()), Protocol::Http2) if conn.silent_for(pinged) => {
+                        Some(Closed::KeepaliveTimeout)
+                    }
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    metrics.closed(why);
+                }
+                return;
+            }
+            _ = stop.wait_for(|stop| *stop), if !closing => {
+                closing = true;
+                shut(connection.as_mut());
+            }
+            _ = conn.close.notified(), if !closing => {
+                closing = true;
+                metrics.closed(Closed::MaxConnections);
+                shut(connection.as_mut());
+            }
+            _ = watchdog.as_mut(), if idle.is_some() && !closing => {
+                let idle = idle.expect("the branch runs only with an idle timeout");
+                let now = conn.epoch.elapsed().as_millis() as u64;
+                match conn.idle_since() {
+                    Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
+                        closing = true;
+                        metrics.closed(Closed::IdleTimeout);
+                        shut(connection.as_mut());
+                    }
+                    Some(since) => {
+                        let left = idle.as_millis() as u64 - now.saturating_sub(since);
+                        watchdog.as_mut().reset(Instant::now() + Duration::from_millis(left));
+                    }
+                    None => watchdog.as_mut().reset(Instant::now() + idle),
+                }
+            }
+        }
+    }
+}
+
+/// The protocol of a new connection, from its first bytes: HTTP/2 when they are the HTTP/2
+/// preface, HTTP/1.1 as soon as they cannot be. `None` when the client closes (or the socket
+/// fails) first.
+async fn sniff(stream: &TcpStream) -> Option<Protocol> {
+    let mut first = [0u8; PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut first).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        if first[..n] != PREFACE[..n] {
+            return Some(Protocol::Http1);
+        }
+        if n == PREFACE.len() {
+            return Some(Protocol::Http2);
+        }
+        // A part of the preface: look again once more may have come.
+        tokio::time::sleep(SNIFF_AGAIN).await;
+    }
+}

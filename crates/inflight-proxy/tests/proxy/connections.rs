@@ -1,0 +1,193 @@
+//! The limits on client connections (`[proxy]` `first_byte_timeout`, `idle_timeout`,
+//! `http2_keepalive_interval` and `_timeout`, `max_connections`) and the drain's cut, each
+//! against real sockets on 127.0.0.1, each counted in `/metrics`.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{budget, client, get, metrics, proxy, until, within, Upstream};
+
+/// How many connections of listener `r` the proxy closed for `reason`.
+fn closed(proxy: &inflight_proxy::Proxy, reason: &str) -> f64 {
+    metrics(proxy)
+        .get(&format!(
+            "inflight_proxy_connections_closed_total{{listener=r,reason={reason}}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Reads until the proxy closes `stream`; how long that took. Panics after 10 s.
+async fn closed_within(stream: &mut TcpStream) -> Duration {
+    let start = Instant::now();
+    let mut sink = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut sink)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return start.elapsed(),
+            Ok(Ok(_)) => continue,
+            Err(_) => panic!("the proxy left the connection open for 10 s"),
+        }
+    }
+}
+
+fn file(upstream: &str, proxy_keys: &str, extra: &str) -> String {
+    format!(
+        "[proxy]\n{proxy_keys}\n\n{}",
+        budget("r", upstream, &format!("max_concurrent = 4\n{extra}"))
+    )
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_or_stalls_in_the_preface_is_closed_at_first_byte_timeout()
+{
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "first_byte_timeout = \"300ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let waited = closed_within(&mut silent).await;
+    assert!(
+        waited >= Duration::from_millis(250),
+        "closed after {waited:?}"
+    );
+    // A part of the HTTP/2 preface, then nothing: still no protocol, still closed.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(b"PRI * HTTP/2").await.unwrap();
+    closed_within(&mut stalled).await;
+    assert_eq!(closed(&proxy, "first_byte_timeout"), 2.0);
+    // A normal client is served all along.
+    assert_eq!(get(&client(), addr, "/").await.0, 200);
+}
+
+#[tokio::test]
+async fn an_idle_or_slow_http1_client_is_closed_at_idle_timeout() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"300ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    within(idle.read_exact(&mut answer)).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    let waited = closed_within(&mut idle).await;
+    assert!(
+        waited >= Duration::from_millis(200),
+        "closed after {waited:?}"
+    );
+    // Headers that never end are cut at the same deadline.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    closed_within(&mut slow).await;
+    until("both counted", || closed(&proxy, "idle_timeout") == 2.0).await;
+}
+
+#[tokio::test]
+async fn an_idle_http2_client_is_closed_at_idle_timeout_but_not_while_a_stream_is_open() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"300ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let ended = tokio::spawn(connection);
+    // A stream open for twice the idle timeout is not cut.
+    let request = hyper::Request::get(format!("http://{addr}/sleep/600"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = within(sender.send_request(request)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    within(response.into_body().collect()).await.unwrap();
+    assert_eq!(closed(&proxy, "idle_timeout"), 0.0);
+    // Then, with no stream open, the connection ends.
+    let start = Instant::now();
+    within(ended).await.unwrap().ok();
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    assert_eq!(closed(&proxy, "idle_timeout"), 1.0);
+}
+
+#[tokio::test]
+async fn an_http2_client_that_answers_no_ping_is_closed() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(
+        &upstream.url(),
+        "http2_keepalive_interval = \"100ms\"\nhttp2_keepalive_timeout = \"200ms\"",
+        "",
+    ))
+    .await;
+    let addr = proxy.local_addr("r").unwrap();
+    // The HTTP/2 preface and an empty SETTINGS frame, then silence: no ACK, no PING answered.
+    let mut mute = TcpStream::connect(addr).await.unwrap();
+    mute.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let waited = closed_within(&mut mute).await;
+    assert!(
+        waited >= Duration::from_millis(250),
+        "closed after {waited:?}"
+    );
+    until("counted", || closed(&proxy, "keepalive_timeout") == 1.0).await;
+    assert_eq!(closed(&proxy, "idle_timeout"), 0.0);
+}
+
+#[tokio::test]
+async fn a_full_listener_closes_the_connection_idle_longest_and_serves_a_new_client() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(
+        &upstream.url(),
+        "max_connections = 3",
+        "permit_timeout = \"2s\"",
+    ))
+    .await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 12];
+        within(s.read_exact(&mut answer)).await.unwrap();
+        idle.push(s);
+    }
+    until("3 open", || {
+        metrics(&proxy).get("inflight_proxy_connections{listener=r}") == Some(&3.0)
+    })
+    .await;
+    // A fourth client is served at once, well within its permit deadline.
+    let start = Instant::now();
+    assert_eq!(get(&client(), addr, "/").await.0, 200);
+    assert!(start.elapsed() < Duration::from_secs(2));
+    // The first of the idle ones made room.
+    closed_within(&mut idle[0]).await;
+    assert_eq!(closed(&proxy, "max_connections"), 1.0);
+}
+
+#[tokio::test]
+async fn the_drain_cuts_what_still_runs_when_its_time_is_over() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "drain = \"300ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut hung = TcpStream::connect(addr).await.unwrap();
+    hung.write_all(b"GET /sleep/30000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    until("in flight", || {
+        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&1.0)
+    })
+    .await;
+    let drained = within(proxy.drain()).await;
+    assert!(!drained.in_time);
+    // The client sees its connection end soon after, not after the upstream's 30 s.
+    let waited = closed_within(&mut hung).await;
+    assert!(waited < Duration::from_secs(5), "cut after {waited:?}");
+}
