@@ -196,6 +196,8 @@ pub struct Reloaded {
 pub(crate) struct Shared {
     registry: Registry,
     routes: Vec<Arc<RouteSlot>>,
+    /// The listeners the proxy started with, and their routes: a reload may not change them.
+    listeners: Vec<config::Listener>,
     proxy: Mutex<ProxyConfig>,
     /// The `[fleet]` table the proxy started with: a reload may not change it.
     fleet: Option<FleetConfig>,
@@ -278,19 +280,25 @@ impl ProxyBuilder {
         if file.routes().next().is_none() {
             return Err(StartError::NoProxiedBudget);
         }
-        let mut listeners = Vec::new();
-        let mut routes = Vec::new();
         let budgets = file.budgets();
+        let mut routes = Vec::new();
         for (budget, route) in file.routes() {
-            let listener = bind(
-                &format!("{}.listen", budget_path(budget.name())),
-                route.listen(),
-            )
-            .await?;
             let scope = budgets.scope(budget.name()).unwrap_or_default();
             let state = RouteState::new(&registry, budget.clone(), route.clone(), scope);
             routes.push(Arc::new(RouteSlot::new(budget.name(), state)));
-            listeners.push(listener);
+        }
+        let mut listeners = Vec::new();
+        for listener in file.listeners() {
+            let default = listener.default_budget();
+            let own = file
+                .route(default)
+                .is_some_and(|r| r.listen() == listener.addr());
+            let field = if own {
+                format!("{}.listen", budget_path(default))
+            } else {
+                "proxy.routes".to_string()
+            };
+            listeners.push((listener.clone(), bind(&field, listener.addr()).await?));
         }
         let proxy_config = file.proxy().cloned().unwrap_or_default();
         let admin_listener = match proxy_config.admin() {
@@ -300,6 +308,7 @@ impl ProxyBuilder {
         let shared = Arc::new(Shared {
             registry,
             routes,
+            listeners: file.listeners().to_vec(),
             proxy: Mutex::new(proxy_config),
             fleet: budgets.fleet().cloned(),
             fleets: Mutex::new(fleet.into_iter().collect()),
@@ -309,17 +318,18 @@ impl ProxyBuilder {
         let (stop, stopped) = watch::channel(false);
         let clients = shared.proxy_config().clients();
         let mut servers = Vec::new();
-        let mut addrs = Vec::new();
-        for (slot, listener) in shared.routes.iter().zip(listeners) {
-            addrs.push((
-                slot.name.clone(),
-                listener
-                    .local_addr()
-                    .expect("a bound listener has an address"),
-            ));
-            let slot = slot.clone();
+        let mut bound = Vec::new();
+        for (config, listener) in listeners {
+            let addr = listener
+                .local_addr()
+                .expect("a bound listener has an address");
+            let table = Arc::new(route::Table::new(&config, &shared.routes));
+            bound.push((config, addr));
             let handle_log = log.clone();
-            let conns = Arc::new(metrics::ConnMetrics::new(&shared.registry, &slot.name));
+            let conns = Arc::new(metrics::ConnMetrics::new(
+                &shared.registry,
+                table.default_name(),
+            ));
             servers.push(server::spawn(
                 listener,
                 stopped.clone(),
@@ -327,12 +337,24 @@ impl ProxyBuilder {
                 clients,
                 conns,
                 move |request, peer| {
-                    let slot = slot.clone();
+                    let slot = table.pick(&request).clone();
                     let log = handle_log.clone();
                     async move { route::forward(&slot, request, peer, &log).await }
                 },
             ));
         }
+        // Each proxied budget, with the address of the listener that serves it.
+        let addrs = shared
+            .routes
+            .iter()
+            .filter_map(|slot| {
+                let (_, addr) = bound.iter().find(|(l, _)| {
+                    l.default_budget() == slot.name
+                        || l.rules().iter().any(|r| r.budget() == slot.name)
+                })?;
+                Some((slot.name.clone(), *addr))
+            })
+            .collect();
         let mut admin_addr = None;
         // The admin server answers until the drain is over (/readyz says 503 meanwhile).
         let (admin_stop, admin_stopped) = watch::channel(false);
@@ -520,6 +542,12 @@ impl Proxy {
             return Err(restart(
                 "fleet".into(),
                 "a new [fleet] table needs a restart",
+            ));
+        }
+        if file.listeners() != self.shared.listeners.as_slice() {
+            return Err(restart(
+                "proxy.routes".into(),
+                "new routes or listeners need a restart",
             ));
         }
         let proxy = file.proxy().cloned().unwrap_or_default();

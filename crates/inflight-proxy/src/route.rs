@@ -244,6 +244,54 @@ impl RouteSlot {
     }
 }
 
+/// The budgets of one listener: its default, and the rules that pick another by path prefix
+/// (and host), longest prefix first.
+pub(crate) struct Table {
+    default: Arc<RouteSlot>,
+    rules: Vec<(crate::config::RouteRule, Arc<RouteSlot>)>,
+}
+
+impl Table {
+    pub(crate) fn new(listener: &crate::config::Listener, slots: &[Arc<RouteSlot>]) -> Table {
+        let slot = |name: &str| {
+            slots
+                .iter()
+                .find(|s| s.name == name)
+                .expect("a checked listener names proxied budgets")
+                .clone()
+        };
+        Table {
+            default: slot(listener.default_budget()),
+            rules: listener
+                .rules()
+                .iter()
+                .map(|r| (r.clone(), slot(r.budget())))
+                .collect(),
+        }
+    }
+
+    /// The name of the listener's default budget.
+    pub(crate) fn default_name(&self) -> &str {
+        &self.default.name
+    }
+
+    /// The budget `request` goes to.
+    pub(crate) fn pick(&self, request: &Request<Incoming>) -> &Arc<RouteSlot> {
+        if self.rules.is_empty() {
+            return &self.default;
+        }
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let host = request
+            .uri()
+            .host()
+            .or_else(|| request.headers().get(hyper::header::HOST)?.to_str().ok());
+        self.rules
+            .iter()
+            .find(|(rule, _)| rule.matches(path, host))
+            .map_or(&self.default, |(_, slot)| slot)
+    }
+}
+
 /// Forwards `request` from `peer` through the budget of `slot`'s current state, or answers it
 /// itself.
 pub(crate) async fn forward(

@@ -7,7 +7,9 @@ use std::time::Duration;
 use inflight::config::{BudgetsFile, FleetConfig, FleetFail, LeaseMode, Scope};
 use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Classes, OnLost, Rate};
-use inflight_proxy::config::{ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_STATUS};
+use inflight_proxy::config::{
+    Listener, ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_STATUS,
+};
 use serde_json::{json, Value};
 
 /// Validate a budgets file and print each budget's limits, timeouts and Little's-law figures.
@@ -147,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
         if let Some(proxy) = &proxy {
             doc["proxy"] = proxy_json(proxy);
+            doc["listeners"] = listeners_json(file.listeners());
         }
         if let Some(fleet) = budgets.fleet() {
             doc["fleet"] = fleet_json(fleet);
@@ -159,6 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         if let Some(proxy) = &proxy {
             print!("{}", render_proxy(proxy));
+            print!("{}", render_listeners(file.listeners()));
         }
     }
     if args.deny_warnings && warnings > 0 {
@@ -327,6 +331,44 @@ fn proxy_json(proxy: &ProxyConfig) -> Value {
         "http2_keepalive_timeout_ms": ms(clients.http2_keepalive_timeout()),
         "max_connections": clients.max_connections(),
     })
+}
+
+/// Each listener: its address, default budget and routes (longest prefix first).
+fn listeners_json(listeners: &[Listener]) -> Value {
+    listeners
+        .iter()
+        .map(|l| {
+            json!({
+                "listen": l.addr().to_string(),
+                "default": l.default_budget(),
+                "routes": l.rules().iter().map(|r| json!({
+                    "prefix": r.prefix(),
+                    "host": r.host(),
+                    "budget": r.budget(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// The table of routes, for listeners that have any: which budget each path prefix goes to.
+fn render_listeners(listeners: &[Listener]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for l in listeners.iter().filter(|l| !l.rules().is_empty()) {
+        let _ = writeln!(out, "\n[routes on {}] (longest prefix first)", l.addr());
+        for r in l.rules() {
+            let on = r.host().map(|h| format!(" (host {h})")).unwrap_or_default();
+            let _ = writeln!(out, "  {:<24} -> {}{on}", r.prefix(), r.budget());
+        }
+        let _ = writeln!(
+            out,
+            "  {:<24} -> {} (default)",
+            "anything else",
+            l.default_budget()
+        );
+    }
+    out
 }
 
 /// `body` or `headers`, as a budgets file names it.

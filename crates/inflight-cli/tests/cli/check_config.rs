@@ -3,7 +3,7 @@
 use predicates::prelude::*;
 use serde_json::Value;
 
-use crate::support::{exits_2, inflight, run_json};
+use crate::support::{exits_2, inflight, run_json, success_json};
 
 // A link to `examples/budgets.toml`, inside the crate so that the packaged crate has it.
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/budgets.toml");
@@ -1043,4 +1043,47 @@ fn bad_classes_exit_2_naming_the_path() {
         assert_eq!(doc["valid"], false);
         assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
     }
+}
+
+/// `[[proxy.routes]]`: check-config shows each listener's routes, longest prefix first, and
+/// refuses two routes that would shadow each other, naming the second.
+#[test]
+fn routes_are_shown_as_a_table_and_overlaps_refused_with_their_path() {
+    let text = "[budgets.search]\nmax_concurrent = 16\nupstream = \"http://127.0.0.1:7070\"\nlisten = \"127.0.0.1:7002\"\n\n[budgets.export]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:7070\"\n\n[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/export\"\nbudget = \"export\"\n";
+    let f = file(text);
+    let out = inflight()
+        .arg("check-config")
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.ends_with("[routes on 127.0.0.1:7002] (longest prefix first)\n  /export                  -> export\n  anything else            -> search (default)\n"),
+        "{stdout}"
+    );
+    let doc = success_json(
+        &inflight()
+            .args(["check-config", "--json"])
+            .arg(f.path())
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        doc["listeners"],
+        serde_json::json!([{ "listen": "127.0.0.1:7002", "default": "search", "routes": [{ "prefix": "/export", "host": null, "budget": "export" }] }])
+    );
+    let twice = format!("{text}\n[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/export\"\nbudget = \"search\"\n");
+    let f = file(&twice);
+    let out = inflight()
+        .arg("check-config")
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("proxy.routes[1]: the same listen, host and prefix as proxy.routes[0]"),
+        "{stderr}"
+    );
 }

@@ -57,6 +57,7 @@
 //! one of them is refused.
 
 mod parse;
+mod routes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -101,6 +102,7 @@ pub(crate) const PROXY_FIELDS: &[&str] = &[
     "http2_keepalive_interval",
     "http2_keepalive_timeout",
     "max_connections",
+    "routes",
 ];
 
 /// How long a new client connection may take to send its first bytes when the file says
@@ -450,6 +452,7 @@ pub struct ProxyFile {
     budgets: Budgets,
     proxy: Option<ProxyConfig>,
     routes: Vec<(String, Route)>,
+    listeners: Vec<Listener>,
 }
 
 impl ProxyFile {
@@ -481,7 +484,7 @@ impl ProxyFile {
     /// As [`ProxyFile::from_path`].
     pub fn from_file(file: &BudgetsFile) -> Result<ProxyFile, ConfigError> {
         let budgets = file.budgets(&[KEYS]);
-        let (proxy, routes, mut errors) = parse::proxy_keys(file);
+        let (proxy, routes, listeners, mut errors) = parse::proxy_keys(file);
         match budgets {
             Ok(budgets) => match file.join(errors) {
                 Some(e) => Err(e),
@@ -489,6 +492,7 @@ impl ProxyFile {
                     budgets,
                     proxy,
                     routes,
+                    listeners,
                 }),
             },
             Err(e) => {
@@ -529,5 +533,117 @@ impl ProxyFile {
         self.routes
             .iter()
             .filter_map(|(name, route)| Some((self.budgets.get(name)?, route)))
+    }
+
+    /// The addresses the proxy listens on, each with its default budget and the rules that pick
+    /// another budget by path prefix (and host), in file order of their first mention.
+    pub fn listeners(&self) -> &[Listener] {
+        &self.listeners
+    }
+}
+
+/// One address the proxy listens on: its default budget (the budget whose `listen` it is, or
+/// the `[[proxy.routes]]` entry with prefix `/`), and the rules that send a request to another
+/// budget by its path's longest matching prefix (and its `Host`, where a rule names one).
+///
+/// ```
+/// use inflight_proxy::config::ProxyFile;
+///
+/// let file = ProxyFile::from_toml_str(r#"
+///     [budgets.search]
+///     max_concurrent = 16
+///     upstream = "http://127.0.0.1:7070"
+///     listen = "127.0.0.1:7002"
+///
+///     [budgets.export]
+///     max_concurrent = 2
+///     upstream = "http://127.0.0.1:7070"
+///
+///     [[proxy.routes]]
+///     listen = "127.0.0.1:7002"
+///     prefix = "/export"
+///     budget = "export"
+/// "#).unwrap();
+/// let listener = &file.listeners()[0];
+/// assert_eq!(listener.default_budget(), "search");
+/// assert_eq!(listener.budget_for("/export/2026.csv", None), "export");
+/// assert_eq!(listener.budget_for("/search?q=x", None), "search");
+/// assert_eq!(listener.budget_for("/exports", None), "search");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    addr: SocketAddr,
+    default: String,
+    rules: Vec<RouteRule>,
+}
+
+/// A `[[proxy.routes]]` entry: requests to `listen` whose path starts with `prefix` (at a `/`
+/// or the prefix's end) and, if given, whose `Host` is `host`, go to `budget`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRule {
+    listen: SocketAddr,
+    prefix: String,
+    host: Option<String>,
+    budget: String,
+}
+
+impl RouteRule {
+    /// The path prefix (`/export`, or `/` for every path).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The host the rule is limited to, lower case and without a port, if any.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    /// The budget a matching request goes to.
+    pub fn budget(&self) -> &str {
+        &self.budget
+    }
+
+    /// Whether a request for `path` to `host` matches: the prefix ends at a `/`, at the end
+    /// of the path or before its query, so `/export` takes `/export/1` and `/export?x` but not
+    /// `/exports`.
+    pub fn matches(&self, path: &str, host: Option<&str>) -> bool {
+        if let Some(want) = &self.host {
+            let given = host.map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+            if !given.is_some_and(|g| g.eq_ignore_ascii_case(want)) {
+                return false;
+            }
+        }
+        match path.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => {
+                self.prefix.ends_with('/') || rest.is_empty() || rest.starts_with(['/', '?', '#'])
+            }
+            None => false,
+        }
+    }
+}
+
+impl Listener {
+    /// The address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The budget a request goes to when no rule matches.
+    pub fn default_budget(&self) -> &str {
+        &self.default
+    }
+
+    /// The rules, longest prefix first (a rule with a host before one without at equal length).
+    pub fn rules(&self) -> &[RouteRule] {
+        &self.rules
+    }
+
+    /// The budget of a request for `path` (with its query, if any) to `host`: the first
+    /// matching rule's, else the default.
+    pub fn budget_for(&self, path: &str, host: Option<&str>) -> &str {
+        self.rules
+            .iter()
+            .find(|r| r.matches(path, host))
+            .map_or(&self.default, |r| &r.budget)
     }
 }

@@ -9,37 +9,72 @@ use inflight::ConfigError;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
+use super::routes;
 use super::{
-    CaFile, ProxyConfig, Release, Route, Upstream, DEFAULT_OVERLOAD_STATUS, MAX_CLASS_HEADER,
-    PROXY_FIELDS, ROUTE_FIELDS,
+    CaFile, Listener, ProxyConfig, Release, Route, Upstream, DEFAULT_OVERLOAD_STATUS,
+    MAX_CLASS_HEADER, PROXY_FIELDS, ROUTE_FIELDS,
 };
 
 /// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
 const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
 
+/// What [`proxy_keys`] read: the `[proxy]` table, the routes by budget, the listeners, and the
+/// mistakes.
+pub(super) type ProxyKeys = (
+    Option<ProxyConfig>,
+    Vec<(String, Route)>,
+    Vec<Listener>,
+    Vec<ConfigError>,
+);
+
 /// The proxy's keys of `file`: its `[proxy]` table, each proxied budget's route (by name, in
-/// file order), and every mistake among them.
-pub(super) fn proxy_keys(
-    file: &BudgetsFile,
-) -> (Option<ProxyConfig>, Vec<(String, Route)>, Vec<ConfigError>) {
+/// file order), the listeners, and every mistake among them.
+pub(super) fn proxy_keys(file: &BudgetsFile) -> ProxyKeys {
     let mut errors = Vec::new();
     let proxy = file
         .table("proxy")
         .and_then(|v| proxy_config(v).map_err(|e| errors.push(e)).ok());
     let mut routes = Vec::new();
+    let mut own = Vec::new();
     for (name, table) in file.budget_tables() {
         let path = budget_path(name);
         match route(table, &|f| format!("{path}.{f}"), file) {
-            Ok(Some(route)) => routes.push((name.to_string(), route)),
+            Ok(Some((route, listens))) => {
+                if listens {
+                    own.push((name.to_string(), route.listen));
+                }
+                routes.push((name.to_string(), route));
+            }
             Ok(None) => {}
             Err(e) => errors.push(e),
         }
     }
-    let named: Vec<(String, &Route)> = routes.iter().map(|(n, r)| (n.clone(), r)).collect();
+    let rule_values = file
+        .table("proxy")
+        .and_then(Value::as_table)
+        .and_then(|t| t.get("routes"));
+    let (rules, wrong) = routes::rules(rule_values, &address);
+    errors.extend(wrong);
+    let proxied: Vec<String> = routes.iter().map(|(n, _)| n.clone()).collect();
+    let (listeners, wrong) = routes::listeners(rules, &proxied, &own);
+    errors.extend(wrong);
+    // A budget without a listen of its own listens where the first route to it is.
+    for (name, route) in &mut routes {
+        if own.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Some(l) = listeners
+            .iter()
+            .find(|l| l.default == *name || l.rules.iter().any(|r| r.budget == *name))
+        {
+            route.listen = l.addr;
+        }
+    }
+    let named: Vec<(String, SocketAddr)> = own.clone();
     if let Err(e) = distinct_addresses(&named, proxy.as_ref()) {
         errors.push(e);
     }
-    (proxy, routes, errors)
+    (proxy, routes, listeners, errors)
 }
 
 /// The `[proxy]` table.
@@ -104,13 +139,15 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
     }
 }
 
-/// A budget's route, if it is proxied; `field` makes the dotted path of one of its keys.
-/// Relative paths (`ca_file`) are taken from the file's folder.
+/// A budget's route, if it is proxied, and whether it has a `listen` of its own (else a
+/// `[[proxy.routes]]` entry must name it, and its listen address is that route's); `field`
+/// makes the dotted path of one of its keys. Relative paths (`ca_file`) are taken from the
+/// file's folder.
 fn route(
     table: &Table,
     field: &dyn Fn(&str) -> String,
     file: &BudgetsFile,
-) -> Result<Option<Route>, ConfigError> {
+) -> Result<Option<(Route, bool)>, ConfigError> {
     let (upstream, listen) = match (table.get("upstream"), table.get("listen")) {
         (None, None) => {
             return match ROUTE_FIELDS.iter().find(|k| table.contains_key(**k)) {
@@ -121,23 +158,23 @@ fn route(
                 None => Ok(None),
             };
         }
-        (Some(_), None) => {
-            return Err(ConfigError::invalid(
-                field("listen"),
-                "missing (a budget with an upstream needs the address to listen on, e.g. \"127.0.0.1:7002\")",
-            ))
-        }
+        (Some(u), None) => (u, None),
         (None, Some(_)) => {
             return Err(ConfigError::invalid(
                 field("upstream"),
                 "missing (a budget with listen needs the URL to forward to, e.g. \"http://127.0.0.1:7070\")",
             ))
         }
-        (Some(u), Some(l)) => (u, l),
+        (Some(u), Some(l)) => (u, Some(l)),
     };
     let mut errors = Vec::new();
     let upstream = upstream_url(&field("upstream"), upstream).map_err(|e| errors.push(e));
-    let listen = address(&field("listen"), listen).map_err(|e| errors.push(e));
+    let listens = listen.is_some();
+    let listen = match listen {
+        Some(l) => address(&field("listen"), l).map_err(|e| errors.push(e)),
+        // Filled in from the route that names the budget.
+        None => Ok(SocketAddr::from(([0, 0, 0, 0], 0))),
+    };
     let release = match table.get("release") {
         None => Release::Body,
         Some(Value::String(s)) if s == "body" => Release::Body,
@@ -207,17 +244,20 @@ fn route(
     let (Ok(upstream), Ok(listen)) = (upstream, listen) else {
         unreachable!("an error in either was returned above");
     };
-    Ok(Some(Route {
-        upstream,
-        listen,
-        release,
-        overload_status,
-        preserve_host,
-        upstream_http2,
-        overload_on_timeout,
-        ca_file,
-        class_header,
-    }))
+    Ok(Some((
+        Route {
+            upstream,
+            listen,
+            release,
+            overload_status,
+            preserve_host,
+            upstream_http2,
+            overload_on_timeout,
+            ca_file,
+            class_header,
+        },
+        listens,
+    )))
 }
 
 /// An HTTP header's name (RFC 9110 section 5.1: a token), in lower case.
@@ -301,16 +341,16 @@ fn ca_file(field: &str, value: &Value, file: &BudgetsFile) -> Result<CaFile, Con
 
 /// Checks across budgets: no two listen on one address, and the admin server on none of theirs.
 fn distinct_addresses(
-    routes: &[(String, &Route)],
+    routes: &[(String, SocketAddr)],
     proxy: Option<&ProxyConfig>,
 ) -> Result<(), ConfigError> {
     let mut errors = Vec::new();
-    for (i, (name, route)) in routes.iter().enumerate() {
-        let addr = route.listen;
+    for (i, (name, addr)) in routes.iter().enumerate() {
+        let addr = *addr;
         if addr.port() == 0 {
             continue;
         }
-        if let Some((first, _)) = routes[..i].iter().find(|(_, r)| r.listen == addr) {
+        if let Some((first, _)) = routes[..i].iter().find(|(_, r)| *r == addr) {
             errors.push(ConfigError::invalid(
                 format!("{}.listen", budget_path(name)),
                 format!(
@@ -321,7 +361,7 @@ fn distinct_addresses(
         }
     }
     if let Some(admin) = proxy.and_then(|p| p.admin).filter(|a| a.port() != 0) {
-        if let Some((name, _)) = routes.iter().find(|(_, r)| r.listen == admin) {
+        if let Some((name, _)) = routes.iter().find(|(_, r)| *r == admin) {
             errors.push(ConfigError::invalid(
                 "proxy.admin",
                 format!(

@@ -408,3 +408,147 @@ fn every_readers_mistakes_come_together_in_file_order() {
         ]
     );
 }
+
+/// `[[proxy.routes]]`: a listener's default is the budget that listens there; rules pick others
+/// by longest prefix, a rule with a host first; a budget reached only by a route listens there.
+#[test]
+fn routes_make_listeners_with_a_default_and_rules_longest_prefix_first() {
+    let file = ProxyFile::from_toml_str(
+        r#"
+        [budgets.search]
+        max_concurrent = 16
+        upstream = "http://127.0.0.1:7070"
+        listen = "127.0.0.1:7002"
+
+        [budgets.export]
+        max_concurrent = 2
+        upstream = "http://127.0.0.1:7070"
+
+        [budgets.report]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:7070"
+
+        [budgets.admin_export]
+        max_concurrent = 1
+        upstream = "http://127.0.0.1:7070"
+
+        [[proxy.routes]]
+        listen = "127.0.0.1:7002"
+        prefix = "/export"
+        budget = "export"
+
+        [[proxy.routes]]
+        listen = "127.0.0.1:7002"
+        prefix = "/export/report"
+        budget = "report"
+
+        [[proxy.routes]]
+        listen = "127.0.0.1:7002"
+        prefix = "/export"
+        host = "Admin.Internal"
+        budget = "admin_export"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(file.listeners().len(), 1);
+    let l = &file.listeners()[0];
+    assert_eq!(l.default_budget(), "search");
+    let order: Vec<_> = l.rules().iter().map(|r| r.budget()).collect();
+    assert_eq!(order, ["report", "admin_export", "export"]);
+    assert_eq!(l.budget_for("/export/report/1", None), "report");
+    assert_eq!(
+        l.budget_for("/export/1", Some("admin.internal:7002")),
+        "admin_export"
+    );
+    assert_eq!(l.budget_for("/export/1", Some("api.internal")), "export");
+    assert_eq!(l.budget_for("/export?all=1", None), "export");
+    assert_eq!(l.budget_for("/exports", None), "search");
+    assert_eq!(
+        file.route("export").unwrap().listen(),
+        "127.0.0.1:7002".parse().unwrap()
+    );
+    // A listener that only routes name takes its catch-all route as the default.
+    let file = ProxyFile::from_toml_str(
+        r#"
+        [budgets.get]
+        max_concurrent = 16
+        upstream = "http://127.0.0.1:7070"
+
+        [budgets.export]
+        max_concurrent = 2
+        upstream = "http://127.0.0.1:7070"
+
+        [[proxy.routes]]
+        listen = "127.0.0.1:7005"
+        prefix = "/"
+        budget = "get"
+
+        [[proxy.routes]]
+        listen = "127.0.0.1:7005"
+        prefix = "/pkg.Records/Export"
+        budget = "export"
+        "#,
+    )
+    .unwrap();
+    let l = &file.listeners()[0];
+    assert_eq!(l.default_budget(), "get");
+    assert_eq!(l.budget_for("/pkg.Records/Export", None), "export");
+    assert_eq!(l.budget_for("/pkg.Records/Get", None), "get");
+}
+
+#[test]
+fn route_mistakes_name_their_path() {
+    let base = "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:7002\"\n\n[budgets.b]\nmax_concurrent = 1\nupstream = \"http://x\"\n\n[budgets.plain]\nmax_concurrent = 1\n\n";
+    let route = |body: &str| format!("[[proxy.routes]]\n{body}\n");
+    let ok = "listen = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"";
+    let cases = [
+        (
+            route(ok) + &route(ok),
+            "proxy.routes[1]: the same listen, host and prefix as proxy.routes[0]",
+        ),
+        (
+            route("listen = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"nope\""),
+            "proxy.routes[0].budget: \"nope\" is not a proxied budget",
+        ),
+        (
+            route(ok) + &route("listen = \"127.0.0.1:7002\"\nprefix = \"/p\"\nbudget = \"plain\""),
+            "proxy.routes[1].budget: \"plain\" is not a proxied budget",
+        ),
+        (
+            route("listen = \"127.0.0.1:7002\"\nprefix = \"b\"\nbudget = \"b\""),
+            "proxy.routes[0].prefix: must be a path starting with /",
+        ),
+        (
+            route("listen = \"127.0.0.1:7002\"\nbudget = \"b\""),
+            "proxy.routes[0].prefix: missing",
+        ),
+        (
+            route("prefix = \"/b\"\nbudget = \"b\""),
+            "proxy.routes[0].listen: missing",
+        ),
+        (
+            route("listen = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\nweight = 2"),
+            "proxy.routes[0].weight: unknown key",
+        ),
+        (
+            route("listen = \"127.0.0.1:7009\"\nprefix = \"/b\"\nbudget = \"b\""),
+            "proxy.routes[0].listen: no budget listens on 127.0.0.1:7009",
+        ),
+        (
+            String::new(),
+            "budgets.b.listen: missing (a budget with an upstream needs the address to listen on",
+        ),
+        (
+            "[proxy]\nroutes = 3\n".to_string(),
+            "proxy.routes: must be a list of [[proxy.routes]] tables",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let text = format!("{base}{extra}");
+        let err = ProxyFile::from_toml_str(&text).unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "{extra}\n=> {err}\nwanted {expected}"
+        );
+    }
+}

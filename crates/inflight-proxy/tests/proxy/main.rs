@@ -13,5 +13,6 @@ mod http2;
 mod operations;
 mod refusals;
 mod release;
+mod routes;
 mod support;
 mod tls;
