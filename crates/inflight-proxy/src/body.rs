@@ -36,6 +36,8 @@ struct Streamed {
     /// HTTP/2 stream without window), and a client that never reads must not keep the permit.
     timer: Option<JoinHandle<()>>,
     ended: bool,
+    /// For a gRPC call: the status codes that mean overload, read from the trailers.
+    grpc: Option<Arc<[u32]>>,
 }
 
 /// The call a streamed body holds, shared with the task that ends it at its deadline.
@@ -103,6 +105,13 @@ impl ProxyBody {
         }
     }
 
+    /// An empty body: the response ends with its headers (a gRPC trailers-only answer).
+    pub(crate) fn empty() -> ProxyBody {
+        ProxyBody {
+            kind: Kind::Full(None),
+        }
+    }
+
     /// The upstream's body, passed through as it comes.
     pub(crate) fn streamed(inner: Incoming) -> ProxyBody {
         ProxyBody {
@@ -111,19 +120,22 @@ impl ProxyBody {
                 call: None,
                 timer: None,
                 ended: false,
+                grpc: None,
             })),
         }
     }
 
     /// The upstream's body, holding `call` (and its permit) until the body has been sent in
     /// full; it then ends the call with `ok` and `outcome`. Past the call's deadline the body is
-    /// cut and the call counted as timed out, telling the limit `on_timeout`.
+    /// cut and the call counted as timed out, telling the limit `on_timeout`. For a gRPC call
+    /// (`grpc`: the codes that mean overload), a `grpc-status` in the trailers decides instead.
     pub(crate) fn holding(
         inner: Incoming,
         call: HeldCall,
         ok: bool,
         outcome: Verdict,
         on_timeout: Outcome,
+        grpc: Option<Arc<[u32]>>,
     ) -> ProxyBody {
         let deadline = call.deadline();
         let watched = call.cancels_on();
@@ -179,6 +191,7 @@ impl ProxyBody {
                 call: Some(slot),
                 timer,
                 ended: false,
+                grpc,
             })),
         }
     }
@@ -190,6 +203,20 @@ impl Streamed {
         self.ended = true;
         if let Some(held) = self.take() {
             held.call.finish(held.ok, held.outcome);
+        }
+    }
+
+    /// A gRPC call's status, from its trailers, decides how the call ended.
+    fn judge(&mut self, trailers: &hyper::HeaderMap) {
+        let (Some(overload), Some(slot)) = (&self.grpc, &self.call) else {
+            return;
+        };
+        if let Some((ok, outcome)) = crate::grpc::judge(trailers, overload) {
+            let mut held = slot.held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(held) = held.as_mut() {
+                held.ok = ok;
+                held.outcome = outcome;
+            }
         }
     }
 
@@ -254,7 +281,8 @@ impl Body for ProxyBody {
             Poll::Ready(Some(Ok(frame))) => {
                 // Trailers are a body's last frame: hyper may drop the body without polling
                 // it again, and the call has ended as it went.
-                if frame.is_trailers() {
+                if let Some(trailers) = frame.trailers_ref() {
+                    streamed.judge(trailers);
                     streamed.end();
                 }
                 Poll::Ready(Some(Ok(frame)))

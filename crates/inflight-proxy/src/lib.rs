@@ -110,6 +110,7 @@
 //! - `metrics`
 //! - `refusal`
 //! - `body`, `headers`, `error`, `tls`
+//! - `grpc`
 //! - `config`
 
 mod admin;
@@ -117,6 +118,7 @@ mod body;
 pub mod config;
 mod conn;
 mod error;
+mod grpc;
 mod headers;
 pub mod metrics;
 mod refusal;

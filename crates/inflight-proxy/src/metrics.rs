@@ -3,7 +3,7 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `inflight_proxy_requests_total` | counter | budget, class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
+//! | `inflight_proxy_requests_total` | counter | budget, status_class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
 //! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400), `lease_lost` (503, `on_lost = "cancel"`) |
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
 //! | `inflight_proxy_connections` | gauge | listener | client connections open now (`listener`: the budget's name, or `admin`) |
@@ -167,7 +167,8 @@ impl RouteMetrics {
         registry.within(|| {
             let b = budget.to_string();
             RouteMetrics {
-                classes: CLASSES.map(|c| counter!(REQUESTS, "budget" => b.clone(), "class" => c)),
+                classes: CLASSES
+                    .map(|c| counter!(REQUESTS, "budget" => b.clone(), "status_class" => c)),
                 replies: REASONS
                     .map(|r| counter!(REPLIES, "budget" => b.clone(), "reason" => r.as_str())),
                 duration: histogram!(REQUEST_DURATION, "budget" => b.clone()),

@@ -9,6 +9,7 @@ use hyper::{Response, StatusCode};
 use inflight::{AcquireError, Budget};
 
 use crate::body::ProxyBody;
+use crate::grpc;
 
 /// Why the proxy answered a request itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,29 @@ impl Reason {
             Reason::CallTimeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Unreachable | Reason::Tls => StatusCode::BAD_GATEWAY,
             Reason::ClientBody => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The gRPC status a gRPC client gets for this reason (gRPC's `doc/statuscodes.md`, and
+    /// the retry design A6, where clients retry `UNAVAILABLE` by default policy):
+    /// `RESOURCE_EXHAUSTED` for a rate limit, a quota the client spends; `UNAVAILABLE` for a
+    /// full queue, a missed permit deadline, a pause, an eviction, a store or an upstream that
+    /// cannot be reached and a lost lease, all passing conditions worth a retry with backoff;
+    /// `DEADLINE_EXCEEDED` when the upstream did not answer in time; `INTERNAL` for a request
+    /// body that broke off, as gRPC maps HTTP 400.
+    fn grpc_code(self) -> u32 {
+        match self {
+            Reason::RateLimited => 8,
+            Reason::QueueFull
+            | Reason::PermitTimeout
+            | Reason::Paused
+            | Reason::Evicted
+            | Reason::Unavailable
+            | Reason::Unreachable
+            | Reason::Tls
+            | Reason::LeaseLost => 14,
+            Reason::CallTimeout => 4,
+            Reason::ClientBody => 13,
         }
     }
 
@@ -110,18 +134,47 @@ pub(crate) const REFUSED_HEADER: &str = "x-inflight-refused";
 /// pause the upstream asked for, the time until it ends; for a full queue, the queued calls
 /// ahead times the mean call time measured so far, over the limit. A missed permit deadline,
 /// or a full queue before any call was measured, carries none.
+///
+/// To a gRPC request (`grpc`) the answer is a gRPC trailers-only response instead: HTTP 200
+/// with `grpc-status` (see [`Reason::grpc_code`]), `grpc-message` naming the budget and the
+/// reason, and `grpc-retry-pushback-ms` where `Retry-After` would be sent (in milliseconds,
+/// rounded up), in one HEADERS frame that ends the stream.
 pub(crate) fn answer(
     budget: &Budget,
     reason: Reason,
     retry_after: Option<Duration>,
+    grpc: bool,
 ) -> Response<ProxyBody> {
-    let body = format!(
-        "inflight: budget {:?}: {} ({})\n",
+    let text = format!(
+        "inflight: budget {:?}: {} ({})",
         budget.name(),
         reason.explain(),
         reason.as_str()
     );
-    let mut response = Response::new(ProxyBody::full(body));
+    let wait = if reason == Reason::RateLimited {
+        budget.rate_limited_for()
+    } else {
+        retry_after
+    };
+    if grpc {
+        let mut response = Response::new(ProxyBody::empty());
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(grpc::STATUS, HeaderValue::from(reason.grpc_code()));
+        if let Ok(message) = HeaderValue::from_str(&grpc::message(&text)) {
+            headers.insert(grpc::MESSAGE, message);
+        }
+        headers.insert(REFUSED_HEADER, HeaderValue::from_static(reason.as_str()));
+        if let Some(wait) = wait {
+            let ms = wait.as_nanos().div_ceil(1_000_000);
+            headers.insert(grpc::PUSHBACK, HeaderValue::from(ms as u64));
+        }
+        return response;
+    }
+    let mut response = Response::new(ProxyBody::full(text + "\n"));
     *response.status_mut() = reason.status();
     let headers = response.headers_mut();
     headers.insert(
@@ -129,11 +182,6 @@ pub(crate) fn answer(
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     headers.insert(REFUSED_HEADER, HeaderValue::from_static(reason.as_str()));
-    let wait = if reason == Reason::RateLimited {
-        budget.rate_limited_for()
-    } else {
-        retry_after
-    };
     if let Some(wait) = wait {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_seconds(wait)));
     }

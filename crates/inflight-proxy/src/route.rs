@@ -21,6 +21,7 @@ use inflight::{AcquireError, Budget, OwnedPermit, RetryAfter};
 use tokio::time::Instant;
 
 use crate::body::ProxyBody;
+use crate::grpc;
 use crate::headers;
 use crate::metrics::{Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
@@ -359,17 +360,18 @@ async fn forward_held(
     if !forwardable(request.uri()) {
         return (slot.current(), target_refused());
     }
+    let grpc = grpc::requested(request.headers(), slot.current().route.protocol());
     // The permit first: a refused request is never forwarded, and the call timeout starts now.
     let (state, call) = acquire(slot, request.headers()).await;
     let call = match call {
         Ok(call) => call,
         Err(e) => {
             state.metrics.replied(Reason::from(&e));
-            let response = refusal::answer(&state.budget, Reason::from(&e), e.retry_after());
+            let response = refusal::answer(&state.budget, Reason::from(&e), e.retry_after(), grpc);
             return (state, response);
         }
     };
-    let response = forward_call(&state, call, request, peer, log).await;
+    let response = forward_call(&state, call, request, peer, log, grpc).await;
     (state, response)
 }
 
@@ -379,7 +381,9 @@ async fn forward_call(
     mut request: Request<Incoming>,
     peer: SocketAddr,
     log: &Log,
+    grpc: bool,
 ) -> Response<ProxyBody> {
+    let replied = |state: &RouteState, reason: Reason| replied(state, reason, grpc);
     let Some(uri) = upstream_uri(state, request.uri()) else {
         // Checked before the permit was asked for; an upstream's authority always joins.
         call.finish(false, Outcome::Ignore);
@@ -478,12 +482,20 @@ async fn forward_call(
     };
     let status = response.status().as_u16();
     let overload = state.route.overload_status().contains(&status);
-    let outcome = if overload {
-        overload_verdict(response.headers())
+    let judged = grpc
+        .then(|| grpc::judge(response.headers(), state.route.overload_grpc_status()))
+        .flatten();
+    let (ok, outcome) = if overload {
+        (false, overload_verdict(response.headers()))
+    } else if let Some(judged) = judged {
+        // A trailers-only answer: its status is in its headers.
+        judged
     } else {
-        Outcome::Success.into()
+        (status < 500, Outcome::Success.into())
     };
-    let ok = !overload && status < 500;
+    // Else a gRPC call's status comes in its trailers, read as the body ends.
+    let trailers =
+        (grpc && judged.is_none()).then(|| Arc::<[u32]>::from(state.route.overload_grpc_status()));
     headers::remove_hop_by_hop(response.headers_mut());
     let (parts, body) = response.into_parts();
     let body = match state.route.release() {
@@ -491,7 +503,14 @@ async fn forward_call(
             call.finish(ok, outcome);
             ProxyBody::streamed(body)
         }
-        _ => ProxyBody::holding(body, call, ok, outcome, timeout_outcome(&state.route)),
+        _ => ProxyBody::holding(
+            body,
+            call,
+            ok,
+            outcome,
+            timeout_outcome(&state.route),
+            trailers,
+        ),
     };
     Response::from_parts(parts, body)
 }
@@ -516,9 +535,9 @@ fn timeout_outcome(route: &Route) -> Outcome {
     }
 }
 
-fn replied(state: &RouteState, reason: Reason) -> Response<ProxyBody> {
+fn replied(state: &RouteState, reason: Reason, grpc: bool) -> Response<ProxyBody> {
     state.metrics.replied(reason);
-    refusal::answer(&state.budget, reason, None)
+    refusal::answer(&state.budget, reason, None, grpc)
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {

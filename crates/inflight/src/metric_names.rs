@@ -3,6 +3,8 @@
 
 /// Calls running under a permit now; for a fleet budget, those holding their fleet lease (gauge).
 pub const IN_FLIGHT: &str = "inflight_budget_in_flight";
+/// The most calls that ran under a permit at once since the budget was built (gauge).
+pub const PEAK_IN_FLIGHT: &str = "inflight_budget_peak_in_flight";
 /// Callers holding a local permit while they wait for their store's lease (gauge).
 pub const AWAITING_STORE: &str = "inflight_budget_awaiting_store";
 /// Callers waiting for a permit now (gauge).

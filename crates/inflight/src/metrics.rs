@@ -7,6 +7,7 @@
 //! | name | type | labels | what |
 //! |---|---|---|---|
 //! | `inflight_budget_in_flight` | gauge | budget | calls running under a permit now; for a fleet budget (a budget with a store), those holding their fleet lease: the calls at the dependency |
+//! | `inflight_budget_peak_in_flight` | gauge | budget | the most calls in flight at once since the budget was built: whether it ever bound, without sampling |
 //! | `inflight_budget_awaiting_store` | gauge | budget | callers holding a local permit while they wait for their fleet lease (0 without a store) |
 //! | `inflight_budget_waiting` | gauge | budget | callers waiting for a permit now |
 //! | `inflight_budget_limit` | gauge | budget | the limit now (moves if it learns) |
@@ -66,6 +67,11 @@ pub fn describe() {
         IN_FLIGHT,
         Unit::Count,
         "Calls running under a permit now, per budget; for a fleet budget, those holding their fleet lease (the calls at the dependency)."
+    );
+    describe_gauge!(
+        PEAK_IN_FLIGHT,
+        Unit::Count,
+        "The most calls in flight at once since the budget was built, per budget."
     );
     describe_gauge!(
         AWAITING_STORE,
@@ -156,6 +162,7 @@ pub fn publish(budget: &Budget) {
     let s = budget.snapshot();
     let name = s.name.clone();
     gauge!(IN_FLIGHT, "budget" => name.clone()).set(s.in_flight as f64);
+    gauge!(PEAK_IN_FLIGHT, "budget" => name.clone()).set(s.peak_in_flight as f64);
     gauge!(AWAITING_STORE, "budget" => name.clone()).set(s.awaiting_store as f64);
     gauge!(WAITING, "budget" => name.clone()).set(s.waiting as f64);
     gauge!(LIMIT, "budget" => name.clone()).set(s.limit as f64);

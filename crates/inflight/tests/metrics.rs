@@ -148,3 +148,27 @@ async fn each_class_has_its_own_series_next_to_the_budget_wide_ones() {
     );
     assert!(scrape.docs.contains_key("inflight_class_rejections_total"));
 }
+
+/// The peak gauge shows that a budget bound, after the fact, without sampling `/metrics`.
+#[tokio::test(start_paused = true)]
+async fn the_peak_in_flight_gauge_keeps_the_most_calls_at_once() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let b = metrics::with_local_recorder(&recorder, || {
+        Budget::new("records", BudgetConfig::new(6)).unwrap()
+    });
+    let held: Vec<_> = (0..4).map(|_| b.try_acquire_owned().unwrap()).collect();
+    drop(held);
+    let _one = b.try_acquire_owned().unwrap();
+    metrics::with_local_recorder(&recorder, || inflight::metrics::publish(&b));
+    let scrape = parse(&handle.render());
+    let budget = [("budget", "records")];
+    assert_eq!(
+        value(&scrape, "inflight_budget_peak_in_flight", &budget),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(&scrape, "inflight_budget_in_flight", &budget),
+        Some(1.0)
+    );
+}

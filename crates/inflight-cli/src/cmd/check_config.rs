@@ -8,7 +8,8 @@ use inflight::config::{BudgetsFile, FleetConfig, FleetFail, LeaseMode, Scope};
 use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Classes, OnLost, Rate};
 use inflight_proxy::config::{
-    Listener, ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_STATUS,
+    Listener, Protocol, ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_GRPC_STATUS,
+    DEFAULT_OVERLOAD_STATUS, GRPC_STATUS_NAMES,
 };
 use serde_json::{json, Value};
 
@@ -25,8 +26,8 @@ Little's law: calls in flight = throughput x time per call.
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
 
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
-any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file and
-class_header that differ from their defaults; the [proxy] table's admin, drain and limits on
+any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file,
+class_header, protocol and overload_grpc_status that differ from their defaults; the [proxy] table's admin, drain and limits on
 client connections (first_byte_timeout, idle_timeout, http2_keepalive_interval,
 http2_keepalive_timeout, max_connections) follow the budgets.
 
@@ -315,6 +316,11 @@ fn route_json(route: &Route) -> Value {
         "ca_file": route.ca_file().map(|ca| ca.path().display().to_string()),
         "ca_certificates": route.ca_file().map(|ca| ca.certificates().len()),
         "class_header": route.class_header(),
+        "protocol": match route.protocol() {
+            Protocol::Grpc => "grpc",
+            _ => "http",
+        },
+        "overload_grpc_status": route.overload_grpc_status().iter().map(|c| GRPC_STATUS_NAMES[*c as usize]).collect::<Vec<_>>(),
     })
 }
 
@@ -424,6 +430,20 @@ fn render_route(out: &mut String, route: &Route) {
             out,
             "  class_header    {header} (its value names the class; missing or unknown: the default)"
         );
+    }
+    if route.protocol() == Protocol::Grpc {
+        let _ = writeln!(
+            out,
+            "  protocol        grpc (refusals are gRPC statuses; grpc-status tells the limit of overload)"
+        );
+    }
+    if route.overload_grpc_status() != DEFAULT_OVERLOAD_GRPC_STATUS {
+        let names: Vec<&str> = route
+            .overload_grpc_status()
+            .iter()
+            .map(|c| GRPC_STATUS_NAMES[*c as usize])
+            .collect();
+        let _ = writeln!(out, "  overload_grpc_status {}", names.join(", "));
     }
     if let Some(ca) = route.ca_file() {
         let n = ca.certificates().len();

@@ -741,6 +741,8 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "ca_file": null,
             "ca_certificates": null,
             "class_header": null,
+            "protocol": "http",
+            "overload_grpc_status": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"],
         })
     );
     assert_eq!(
@@ -756,6 +758,8 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "ca_file": "certs/ca.pem",
             "ca_certificates": 1,
             "class_header": null,
+            "protocol": "http",
+            "overload_grpc_status": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"],
         })
     );
     // A budget that is not proxied has no proxy field; its other fields are as they were.

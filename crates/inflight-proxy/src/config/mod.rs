@@ -88,7 +88,46 @@ const ROUTE_FIELDS: &[&str] = &[
     "overload_on_timeout",
     "ca_file",
     "class_header",
+    "protocol",
+    "overload_grpc_status",
 ];
+
+/// gRPC statuses that mean overload when the file says nothing: `RESOURCE_EXHAUSTED` (8) and
+/// `UNAVAILABLE` (14).
+pub const DEFAULT_OVERLOAD_GRPC_STATUS: &[u32] = &[8, 14];
+
+/// The gRPC status codes by name (gRPC's `doc/statuscodes.md`), in code order.
+pub const GRPC_STATUS_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// What a proxied budget's clients speak (`protocol` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// HTTP (`protocol = "http"`, the default): a request whose `content-type` is
+    /// `application/grpc...` is still treated as gRPC.
+    #[default]
+    Http,
+    /// gRPC (`protocol = "grpc"`): every request is treated as gRPC.
+    Grpc,
+}
 
 /// The longest `class_header` name taken.
 pub const MAX_CLASS_HEADER: usize = 128;
@@ -311,6 +350,8 @@ pub struct Route {
     overload_on_timeout: bool,
     ca_file: Option<CaFile>,
     class_header: Option<String>,
+    protocol: Protocol,
+    overload_grpc_status: Vec<u32>,
 }
 
 /// The certificates an `https://` upstream's certificate is checked against instead of the
@@ -409,6 +450,19 @@ impl Route {
     /// ```
     pub fn class_header(&self) -> Option<&str> {
         self.class_header.as_deref()
+    }
+
+    /// What the budget's clients speak (`protocol`). With gRPC, the proxy's own answers are
+    /// gRPC statuses, and the upstream's `grpc-status` tells an adaptive limit of overload.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The gRPC status codes that tell the budget's limit the upstream is overloaded
+    /// (`overload_grpc_status`, names like `"RESOURCE_EXHAUSTED"` or numbers; by default
+    /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`).
+    pub fn overload_grpc_status(&self) -> &[u32] {
+        &self.overload_grpc_status
     }
 }
 

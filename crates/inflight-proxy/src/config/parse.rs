@@ -11,8 +11,9 @@ use rustls_pki_types::CertificateDer;
 
 use super::routes;
 use super::{
-    CaFile, Listener, ProxyConfig, Release, Route, Upstream, DEFAULT_OVERLOAD_STATUS,
-    MAX_CLASS_HEADER, PROXY_FIELDS, ROUTE_FIELDS,
+    CaFile, Listener, Protocol, ProxyConfig, Release, Route, Upstream,
+    DEFAULT_OVERLOAD_GRPC_STATUS, DEFAULT_OVERLOAD_STATUS, GRPC_STATUS_NAMES, MAX_CLASS_HEADER,
+    PROXY_FIELDS, ROUTE_FIELDS,
 };
 
 /// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
@@ -225,6 +226,25 @@ fn route(
             .map_err(|e| errors.push(e))
             .ok(),
     };
+    let protocol = match table.get("protocol") {
+        None => Protocol::Http,
+        Some(Value::String(s)) if s == "http" => Protocol::Http,
+        Some(Value::String(s)) if s == "grpc" => Protocol::Grpc,
+        Some(other) => {
+            errors.push(ConfigError::invalid(
+                field("protocol"),
+                format!("must be \"http\" or \"grpc\", got {}", shown(other)),
+            ));
+            Protocol::Http
+        }
+    };
+    let overload_grpc_status = match table.get("overload_grpc_status") {
+        None => DEFAULT_OVERLOAD_GRPC_STATUS.to_vec(),
+        Some(v) => grpc_statuses(&field("overload_grpc_status"), v).unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        }),
+    };
     let class_header = match table.get("class_header") {
         None => None,
         Some(_) if !table.contains_key("classes") => {
@@ -255,6 +275,8 @@ fn route(
             overload_on_timeout,
             ca_file,
             class_header,
+            protocol,
+            overload_grpc_status,
         },
         listens,
     )))
@@ -504,6 +526,42 @@ fn statuses(field: &str, value: &Value) -> Result<Vec<u16>, ConfigError> {
                     shown(item)
                 ),
             )),
+        })
+        .collect()
+}
+
+/// A list of gRPC status codes, each a name (`"UNAVAILABLE"`) or a number from 1 to 16.
+fn grpc_statuses(field: &str, value: &Value) -> Result<Vec<u32>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "must be a list of gRPC statuses like [\"RESOURCE_EXHAUSTED\", \"UNAVAILABLE\"], got {}",
+                shown(value)
+            ),
+        ));
+    };
+    items
+        .iter()
+        .map(|item| {
+            let code = match item {
+                Value::String(name) => GRPC_STATUS_NAMES
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(name))
+                    .map(|i| i as u32),
+                Value::Integer(n) => u32::try_from(*n).ok(),
+                _ => None,
+            };
+            match code {
+                Some(c @ 1..=16) => Ok(c),
+                _ => Err(ConfigError::invalid(
+                    field,
+                    format!(
+                        "each status must be a gRPC status name other than OK (like \"UNAVAILABLE\") or a number from 1 to 16, got {}",
+                        shown(item)
+                    ),
+                )),
+            }
         })
         .collect()
 }

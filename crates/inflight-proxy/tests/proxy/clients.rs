@@ -162,7 +162,7 @@ async fn fan_out_through_a_budget_of_8(program: &str, file: &str) {
     );
     let m = metrics(&proxy);
     assert_eq!(
-        m["inflight_proxy_requests_total{budget=records,class=2xx}"],
+        m["inflight_proxy_requests_total{budget=records,status_class=2xx}"],
         CALLS as f64
     );
     // The floor is physical; 5% below it allows for how clocks round.

@@ -9,6 +9,7 @@ mod connections;
 mod fleet;
 mod forward;
 mod framing;
+mod grpc;
 mod http2;
 mod operations;
 mod refusals;

@@ -39,7 +39,7 @@ async fn the_admin_server_serves_metrics_health_and_readiness() {
             .map(|s| s.value.clone())
     };
     assert_eq!(
-        value("inflight_proxy_requests_total", ("class", "2xx")),
+        value("inflight_proxy_requests_total", ("status_class", "2xx")),
         Some(prometheus_parse::Value::Counter(7.0))
     );
     match value(

@@ -39,11 +39,11 @@ async fn a_full_queue_is_refused_with_503_and_never_forwarded() {
         5.0
     );
     assert_eq!(
-        m["inflight_proxy_requests_total{budget=records,class=5xx}"],
+        m["inflight_proxy_requests_total{budget=records,status_class=5xx}"],
         5.0
     );
     assert_eq!(
-        m["inflight_proxy_requests_total{budget=records,class=2xx}"],
+        m["inflight_proxy_requests_total{budget=records,status_class=2xx}"],
         2.0
     );
     assert_eq!(

@@ -207,7 +207,7 @@ async fn an_https_upstream_checked_against_its_ca_file_answers_over_one_kept_con
     );
     let m = metrics(&proxy);
     assert_eq!(
-        m["inflight_proxy_requests_total{budget=records,class=2xx}"],
+        m["inflight_proxy_requests_total{budget=records,status_class=2xx}"],
         5.0
     );
 }

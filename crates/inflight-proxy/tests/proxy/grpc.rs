@@ -1,0 +1,246 @@
+//! gRPC through the proxy, over real HTTP/2 connections on 127.0.0.1: the proxy's own refusals
+//! reach a gRPC client as trailers-only gRPC statuses with a message (and a pushback where a
+//! `Retry-After` would go), and an upstream's `grpc-status`, in a trailers-only answer or in
+//! trailers, tells an adaptive budget of overload, its `grpc-retry-pushback-ms` pausing it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Empty, Full, StreamBody};
+use hyper::body::{Body, Frame};
+use hyper::{Request, Response};
+use tokio::sync::Semaphore;
+
+use crate::support::{h2_client, metrics, proxy, until, within, TestClient};
+
+type Frames = futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>;
+
+/// A gRPC-like HTTP/2 upstream: `/pkg.S/Busy` refuses trailers-only (`RESOURCE_EXHAUSTED`,
+/// pushback 300 ms); `/pkg.S/Down` answers a message, then `UNAVAILABLE` in its trailers;
+/// `/pkg.S/Hold` waits for a permit of `release`; anything else answers a message and `OK`.
+async fn upstream(release: Arc<Semaphore>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let release = release.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<_>| {
+                    let release = release.clone();
+                    async move {
+                        let path = request.uri().path().to_string();
+                        if path == "/pkg.S/Hold" {
+                            release.acquire().await.unwrap().forget();
+                        }
+                        let response: Response<Either<Empty<Bytes>, StreamBody<Frames>>> =
+                            if path == "/pkg.S/Busy" {
+                                Response::builder()
+                                    .header("content-type", "application/grpc")
+                                    .header("grpc-status", "8")
+                                    .header("grpc-message", "busy")
+                                    .header("grpc-retry-pushback-ms", "300")
+                                    .body(Either::Left(Empty::new()))
+                                    .unwrap()
+                            } else {
+                                let code = if path == "/pkg.S/Down" { "14" } else { "0" };
+                                let mut trailers = hyper::HeaderMap::new();
+                                trailers.insert("grpc-status", code.parse().unwrap());
+                                let frames = vec![
+                                    Ok(Frame::data(Bytes::from_static(b"\0\0\0\0\x02hi"))),
+                                    Ok(Frame::trailers(trailers)),
+                                ];
+                                Response::builder()
+                                    .header("content-type", "application/grpc")
+                                    .body(Either::Right(StreamBody::new(futures::stream::iter(
+                                        frames,
+                                    ))))
+                                    .unwrap()
+                            };
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    addr
+}
+
+/// What a gRPC client sees of one unary call: the HTTP status, the headers, whether the
+/// answer ended with its headers (trailers-only), and the trailers if any.
+struct Seen {
+    status: u16,
+    headers: hyper::HeaderMap,
+    trailers_only: bool,
+    trailers: Option<hyper::HeaderMap>,
+}
+
+async fn call(client: &TestClient, addr: SocketAddr, method: &str, grpc: bool) -> Seen {
+    let mut request = Request::post(format!("http://{addr}/pkg.S/{method}"));
+    if grpc {
+        request = request
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+    }
+    let request = request
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+        .unwrap();
+    let response = within(client.request(request)).await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let trailers_only = response.body().is_end_stream();
+    let collected = within(response.into_body().collect()).await.unwrap();
+    Seen {
+        status,
+        headers,
+        trailers_only,
+        trailers: collected.trailers().cloned(),
+    }
+}
+
+fn text(value: Option<&hyper::header::HeaderValue>) -> &str {
+    value.map_or("", |v| v.to_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_refusals_reach_a_grpc_client_as_grpc_statuses() {
+    let release = Arc::new(Semaphore::new(0));
+    let addr = upstream(release.clone()).await;
+    let (proxy, _) = proxy(&format!(
+        r#"
+        [budgets.records]
+        max_concurrent = 1
+        max_queued = 0
+        upstream = "http://{addr}"
+        listen = "127.0.0.1:0"
+        upstream_http2 = true
+
+        [budgets.quota]
+        max_concurrent = 4
+        rate = "1/s"
+        permit_timeout = "10ms"
+        upstream = "http://{addr}"
+        listen = "127.0.0.1:0"
+        upstream_http2 = true
+        "#
+    ))
+    .await;
+    let records = proxy.local_addr("records").unwrap();
+    let client = h2_client();
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move { call(&client, records, "Hold", true).await })
+    };
+    until("one held", || {
+        metrics(&proxy).get("inflight_budget_in_flight{budget=records}") == Some(&1.0)
+    })
+    .await;
+    let refused = call(&client, records, "Get", true).await;
+    assert_eq!(refused.status, 200, "a gRPC refusal is HTTP 200");
+    assert!(refused.trailers_only, "and trailers-only");
+    assert_eq!(
+        text(refused.headers.get("grpc-status")),
+        "14",
+        "UNAVAILABLE"
+    );
+    let message = text(refused.headers.get("grpc-message"));
+    assert!(
+        message.contains("budget \"records\"") && message.contains("(queue_full)"),
+        "{message}"
+    );
+    assert_eq!(
+        text(refused.headers.get("x-inflight-refused")),
+        "queue_full"
+    );
+    // A plain HTTP request to the same budget still gets a plain 503.
+    let plain = call(&client, records, "Get", false).await;
+    assert_eq!(plain.status, 503);
+    release.add_permits(1);
+    assert_eq!(
+        text(
+            held.await
+                .unwrap()
+                .trailers
+                .as_ref()
+                .unwrap()
+                .get("grpc-status")
+        ),
+        "0"
+    );
+
+    // Rate limited: RESOURCE_EXHAUSTED, with the time until the rate admits a call.
+    let quota = proxy.local_addr("quota").unwrap();
+    assert_eq!(call(&client, quota, "Get", true).await.status, 200);
+    let limited = call(&client, quota, "Get", true).await;
+    assert!(limited.trailers_only);
+    assert_eq!(
+        text(limited.headers.get("grpc-status")),
+        "8",
+        "RESOURCE_EXHAUSTED"
+    );
+    let pushback: u64 = text(limited.headers.get("grpc-retry-pushback-ms"))
+        .parse()
+        .unwrap();
+    assert!((1..=1000).contains(&pushback), "{pushback} ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_grpc_status_tells_an_adaptive_budget_of_overload() {
+    let addr = upstream(Arc::new(Semaphore::new(0))).await;
+    let (proxy, _) = proxy(&format!(
+        r#"
+        [budgets.records]
+        limit = "adaptive"
+        algorithm = "aimd"
+        initial = 8
+        max = 16
+        upstream = "http://{addr}"
+        listen = "127.0.0.1:0"
+        upstream_http2 = true
+        "#
+    ))
+    .await;
+    let records = proxy.local_addr("records").unwrap();
+    let client = h2_client();
+    let outcome = |which: &str| {
+        metrics(&proxy)
+            .get(&format!(
+                "inflight_budget_outcomes_total{{budget=records,outcome={which}}}"
+            ))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    // A trailers-only RESOURCE_EXHAUSTED passes through as it is, is overload, and its
+    // pushback pauses the budget.
+    let busy = call(&client, records, "Busy", true).await;
+    assert!(busy.trailers_only);
+    assert_eq!(text(busy.headers.get("grpc-status")), "8");
+    assert_eq!(outcome("overload"), 1.0);
+    let m = metrics(&proxy);
+    assert_eq!(m["inflight_budget_pauses_total{budget=records}"], 1.0);
+    assert!(
+        m["inflight_budget_limit{budget=records}"] < 8.0,
+        "the limit backed off"
+    );
+    // UNAVAILABLE in the trailers is overload too, once the body has ended.
+    tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+    let down = call(&client, records, "Down", true).await;
+    assert_eq!(
+        text(down.trailers.as_ref().unwrap().get("grpc-status")),
+        "14"
+    );
+    until("the trailers judged", || outcome("overload") == 2.0).await;
+    // OK is a success; and a request that is not gRPC is judged by its HTTP status alone.
+    call(&client, records, "Get", true).await;
+    call(&client, records, "Busy", false).await;
+    until("both successes", || outcome("success") == 2.0).await;
+    assert_eq!(outcome("overload"), 2.0);
+}
