@@ -54,6 +54,22 @@ if command -v redis-sentinel >/dev/null; then
     echo "  redis-sentinel: $(command -v redis-sentinel)"
 fi
 
+step "chromium (the proxy's live page is checked in a real headless browser)"
+if ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+            || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -qq chromium >/dev/null; }; }; then
+            echo "  could not install chromium: the page's browser test will say it skipped"
+        fi
+    else
+        echo "  chromium missing and cannot be installed here: the page's browser test will say it skipped"
+    fi
+fi
+if command -v chromium >/dev/null; then
+    chromium --version 2>/dev/null || true
+fi
+
 step "runtimes (the probe's rules are checked against the JDKs, Go, Python and Node found here)"
 # Debian's golang-go takes under a minute; without it the Go case says it skipped.
 if ! command -v go >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -1,11 +1,13 @@
-//! The admin server: `GET /metrics` (Prometheus text), `/healthz` (the process answers) and
-//! `/readyz` (it accepts requests: 503 once draining).
+//! The admin server: `GET /` (the live page), `/budgets.json` (what it shows), `/metrics`
+//! (Prometheus text), `/healthz` (the process answers) and `/readyz` (it accepts requests: 503
+//! once draining).
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::body::ProxyBody;
 use crate::metrics::CONTENT_TYPE;
+use crate::page;
 use crate::Shared;
 
 pub(crate) fn answer<B>(shared: &Shared, request: &Request<B>) -> Response<ProxyBody> {
@@ -20,6 +22,12 @@ pub(crate) fn answer<B>(shared: &Shared, request: &Request<B>) -> Response<Proxy
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
             response
         }
+        "/" => typed(
+            StatusCode::OK,
+            page::HTML.to_string(),
+            "text/html; charset=utf-8",
+        ),
+        "/budgets.json" => typed(StatusCode::OK, shared.budgets_json(), "application/json"),
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" if shared.is_draining() => {
             text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
@@ -27,17 +35,23 @@ pub(crate) fn answer<B>(shared: &Shared, request: &Request<B>) -> Response<Proxy
         "/readyz" => text(StatusCode::OK, "ready\n".into()),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found (try /metrics, /healthz or /readyz)\n".into(),
+            "not found (try /, /budgets.json, /metrics, /healthz or /readyz)\n".into(),
         ),
     }
 }
 
 fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
+    typed(status, body, "text/plain; charset=utf-8")
+}
+
+fn typed(status: StatusCode, body: String, content_type: &'static str) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::full(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }

@@ -105,7 +105,9 @@
 //! From the top down: a module uses only modules on lower lines (`scripts/check-layers.py`
 //! checks it in CI).
 //!
-//! - `admin`, `route`, `server`
+//! - `admin`
+//! - `page`
+//! - `route`, `server`
 //! - `conn`
 //! - `metrics`
 //! - `refusal`
@@ -121,6 +123,7 @@ mod error;
 mod grpc;
 mod headers;
 pub mod metrics;
+mod page;
 mod refusal;
 mod route;
 mod server;
@@ -208,6 +211,10 @@ pub(crate) struct Shared {
     fleets: Mutex<Vec<inflight_redis::RedisFleet>>,
     draining: AtomicBool,
     runtime: tokio::runtime::Handle,
+    /// When the proxy started: the live page's clock.
+    started: tokio::time::Instant,
+    /// Each proxied budget and the address its listener is bound to, once bound.
+    bound: std::sync::OnceLock<Vec<(String, SocketAddr)>>,
 }
 
 impl Shared {
@@ -224,6 +231,24 @@ impl Shared {
             }
         });
         self.registry.render(states.iter().map(|s| &s.budget))
+    }
+
+    /// The document of `/budgets.json`: see the `page` module.
+    pub(crate) fn budgets_json(&self) -> String {
+        let states: Vec<_> = self.routes.iter().map(|r| r.current()).collect();
+        let fleets = self
+            .fleets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let bound = self.bound.get().map_or(&[][..], Vec::as_slice);
+        page::budgets_json(
+            &states,
+            bound,
+            &fleets,
+            self.is_draining(),
+            self.started.elapsed(),
+        )
     }
 
     pub(crate) fn is_draining(&self) -> bool {
@@ -316,6 +341,8 @@ impl ProxyBuilder {
             fleets: Mutex::new(fleet.into_iter().collect()),
             draining: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::current(),
+            started: tokio::time::Instant::now(),
+            bound: std::sync::OnceLock::new(),
         });
         let (stop, stopped) = watch::channel(false);
         let clients = shared.proxy_config().clients();
@@ -346,7 +373,7 @@ impl ProxyBuilder {
             ));
         }
         // Each proxied budget, with the address of the listener that serves it.
-        let addrs = shared
+        let addrs: Vec<(String, SocketAddr)> = shared
             .routes
             .iter()
             .filter_map(|slot| {
@@ -357,6 +384,7 @@ impl ProxyBuilder {
                 Some((slot.name.clone(), *addr))
             })
             .collect();
+        let _ = shared.bound.set(addrs.clone());
         let mut admin_addr = None;
         // The admin server answers until the drain is over (/readyz says 503 meanwhile).
         let (admin_stop, admin_stopped) = watch::channel(false);

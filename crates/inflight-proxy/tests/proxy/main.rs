@@ -12,6 +12,7 @@ mod framing;
 mod grpc;
 mod http2;
 mod operations;
+mod page;
 mod refusals;
 mod release;
 mod routes;

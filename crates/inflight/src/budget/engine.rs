@@ -83,6 +83,17 @@ pub(crate) struct Engine {
     pub(crate) stats: Stats,
 }
 
+impl Engine {
+    /// How long the pause in force now lasts, if there is one (set by a dependency's
+    /// retry-after), and whether grants are paced (after a pause, or an adaptive budget's cold
+    /// start).
+    pub(crate) fn pause_state(&self) -> (Option<Duration>, bool) {
+        let now = Instant::now();
+        let left = self.pause.until(now).map(|until| until - now);
+        (left, self.pause.is_paced())
+    }
+}
+
 /// A limit that learns, and the changes it made.
 struct Learner {
     limit: Box<dyn Limit>,

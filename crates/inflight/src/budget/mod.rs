@@ -289,6 +289,18 @@ impl Budget {
         self.engine.config.call_timeout
     }
 
+    /// How long the pause in force now lasts, if a dependency's retry-after paused the budget
+    /// (no new permit is granted before it ends); `None` when there is none.
+    pub fn paused_for(&self) -> Option<Duration> {
+        self.engine.pause_state().0
+    }
+
+    /// Whether grants are spaced out now: after a pause ends, or during an adaptive budget's
+    /// cold start, one call at a time instead of every waiter at once.
+    pub fn is_paced(&self) -> bool {
+        self.engine.pause_state().1
+    }
+
     /// The limit's changes so far, oldest first, starting with its initial value (the most recent
     /// 65,536 at most); empty for a fixed limit.
     pub fn limit_changes(&self) -> Vec<LimitChange> {
