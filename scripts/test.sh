@@ -70,6 +70,14 @@ if command -v chromium >/dev/null; then
     chromium --version 2>/dev/null || true
 fi
 
+step "grpcio (a real gRPC server and client run through the proxy in its tests)"
+if ! python3 -c "import grpc" 2>/dev/null; then
+    if ! python3 -m pip install -q grpcio >/dev/null 2>&1; then
+        echo "  could not install grpcio from PyPI: the gRPC interop test will say it skipped"
+    fi
+fi
+python3 -c "import grpc; print('  grpcio', grpc.__version__)" 2>/dev/null || true
+
 step "runtimes (the probe's rules are checked against the JDKs, Go, Python and Node found here)"
 # Debian's golang-go takes under a minute; without it the Go case says it skipped.
 if ! command -v go >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
