@@ -664,3 +664,28 @@ fn the_fleet_table_takes_a_ca_file_from_the_files_folder_and_hides_its_password(
         refused("[fleet]\nurl = \"redis://h:1\"\nca_file = 3\n\n[budgets.r]\nmax_concurrent = 1\n");
     assert_eq!(err.field(), Some("fleet.ca_file"));
 }
+
+#[test]
+fn an_adaptive_budgets_cold_start_is_a_key_of_its_own() {
+    let budgets = Budgets::from_toml_str(
+        "[budgets.a]\nlimit = \"adaptive\"\ninitial = 32\ncold_start = \"20ms\"\n\n[budgets.b]\nlimit = \"adaptive\"\ncold_start = \"0s\"\n\n[budgets.c]\nlimit = \"adaptive\"\n",
+    )
+    .unwrap();
+    let spread = |name: &str| {
+        budgets
+            .get(name)
+            .unwrap()
+            .config()
+            .adaptive_limit()
+            .unwrap()
+            .cold_start_spread()
+    };
+    assert_eq!(spread("a"), std::time::Duration::from_millis(20));
+    assert!(spread("b").is_zero());
+    assert_eq!(spread("c"), inflight::limit::Adaptive::DEFAULT_COLD_START);
+    let err = refused("[budgets.a]\nmax_concurrent = 4\ncold_start = \"20ms\"\n");
+    assert_eq!(err.field(), Some("budgets.a.cold_start"));
+    assert!(err.to_string().contains("only an adaptive limit takes this"), "{err}");
+    let err = refused("[budgets.a]\nlimit = \"adaptive\"\ncold_start = \"2s\"\n");
+    assert!(err.to_string().contains("cold_start"), "{err}");
+}

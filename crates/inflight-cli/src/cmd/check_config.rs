@@ -748,6 +748,7 @@ fn adaptive_json(c: &BudgetConfig) -> Value {
             "initial": a.initial_limit(),
             "max": c.max_concurrent(),
             "backoff": a.backoff_factor(),
+            "cold_start_ms": a.cold_start_spread().as_nanos() as f64 / 1e6,
         }),
         None => Value::Null,
     }
@@ -755,8 +756,16 @@ fn adaptive_json(c: &BudgetConfig) -> Value {
 
 fn adaptive_line(c: &BudgetConfig) -> Option<String> {
     let a = c.adaptive_limit()?;
+    let start = if a.cold_start_spread().is_zero() {
+        "all at once".to_string()
+    } else {
+        format!(
+            "spread over {}",
+            humantime::format_duration(a.cold_start_spread())
+        )
+    };
     Some(format!(
-        "adaptive ({}), from {} within {}..={}: learnt from how calls end",
+        "adaptive ({}), from {} within {}..={} (cold start {start}): learnt from how calls end",
         a.algorithm(),
         a.initial_limit(),
         a.min_limit(),

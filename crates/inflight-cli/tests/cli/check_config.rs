@@ -470,7 +470,7 @@ const VERDICTS_TEXT: &str = r#"<stdin>: valid, 4 budgets, 7 warnings
 
 [learning]
   max_concurrent  32
-  limit           adaptive (vegas), from 4 within 1..=32: learnt from how calls end
+  limit           adaptive (vegas), from 4 within 1..=32 (cold start spread over 8ms): learnt from how calls end
   max_queued      unbounded
   permit_timeout  none (wait as long as it takes)
   call_timeout    none (set one: calls that hang hold their permit forever)
@@ -565,7 +565,8 @@ const VERDICTS_JSON: &str = r#"{
         "min": 1,
         "initial": 4,
         "max": 32,
-        "backoff": null
+        "backoff": null,
+        "cold_start_ms": 8.0
       },
       "rate_per_s": 100.0,
       "burst": 1,

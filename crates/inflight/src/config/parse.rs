@@ -22,6 +22,7 @@ const FIELDS: &[&str] = &[
     "max",
     "initial",
     "backoff",
+    "cold_start",
     "rate",
     "burst",
     "scope",
@@ -35,7 +36,14 @@ const FIELDS: &[&str] = &[
 const FLEET_FIELDS: &[&str] = &["url", "lease", "ca_file"];
 
 /// Keys that only an adaptive limit takes.
-const ADAPTIVE_FIELDS: &[&str] = &["algorithm", "min", "max", "initial", "backoff"];
+const ADAPTIVE_FIELDS: &[&str] = &[
+    "algorithm",
+    "min",
+    "max",
+    "initial",
+    "backoff",
+    "cold_start",
+];
 
 /// The most calls at once an adaptive limit may reach when the file gives no `max`.
 pub(crate) const DEFAULT_ADAPTIVE_MAX: usize = 100;
@@ -443,6 +451,18 @@ fn adaptive_limit(
             )
         })?;
         adaptive = adaptive.backoff(b);
+    }
+    if let Some(v) = table.get("cold_start") {
+        // "0s" is taken: the whole initial limit at once.
+        let zero = v
+            .as_str()
+            .is_some_and(|t| matches!(t.trim(), "0" | "0s" | "0ms"));
+        let spread = if zero {
+            std::time::Duration::ZERO
+        } else {
+            duration(&field("cold_start"), v)?
+        };
+        adaptive = adaptive.cold_start(spread);
     }
     if !table.contains_key("initial") {
         // The default start, under a max smaller than it, starts at the max instead.
