@@ -72,6 +72,11 @@ async fn run(case: &'static str, upstream: SocketAddr) -> Run {
     let budget = match case {
         "fixed-6" => format!("max_concurrent = {CAPACITY}"),
         "adaptive" => "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 16\nmax = 32".into(),
+        "adaptive-4" => "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 4\nmax = 32".into(),
+        "adaptive-0.5" => {
+            "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 16\nmax = 32\nbackoff = 0.5"
+                .into()
+        }
         _ => String::new(),
     };
     let (doc, seconds) = if case == "direct" {
@@ -134,7 +139,7 @@ fn main() {
             .await
             .unwrap();
         let upstream: SocketAddr = format!("127.0.0.1:{}", line.trim()).parse().unwrap();
-        let cases = ["fixed-6", "adaptive", "direct"];
+        let cases = ["fixed-6", "adaptive", "adaptive-4", "adaptive-0.5", "direct"];
         let mut runs = Vec::new();
         for repeat in 0..REPEATS {
             // Rotate the order, so no case always runs first.

@@ -685,7 +685,11 @@ fn an_adaptive_budgets_cold_start_is_a_key_of_its_own() {
     assert_eq!(spread("c"), inflight::limit::Adaptive::DEFAULT_COLD_START);
     let err = refused("[budgets.a]\nmax_concurrent = 4\ncold_start = \"20ms\"\n");
     assert_eq!(err.field(), Some("budgets.a.cold_start"));
-    assert!(err.to_string().contains("only an adaptive limit takes this"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("only an adaptive limit takes this"),
+        "{err}"
+    );
     let err = refused("[budgets.a]\nlimit = \"adaptive\"\ncold_start = \"2s\"\n");
     assert!(err.to_string().contains("cold_start"), "{err}");
 }
