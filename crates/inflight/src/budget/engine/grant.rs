@@ -1,0 +1,347 @@
+//! Granting: the fast paths, the grant with and without classes, and the try-grants.
+
+use super::wait::*;
+use super::*;
+
+impl Engine {
+    /// Whether every caller must pass a gate beyond the local permit.
+    #[inline]
+    pub(super) fn has_more_gates(&self) -> bool {
+        !self.plain_gates
+    }
+
+    /// Grants a permit now if one is free and nobody waits; never waits.
+    #[inline]
+    pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
+        if self.pause.is_set() {
+            self.try_pass_pause()?;
+        }
+        if self.plain_gates {
+            return match self.grant_at_once() {
+                Some(grant) => Ok(grant),
+                None => Err(self.refused_at_once()),
+            };
+        }
+        if self.store.is_some() {
+            self.stats.rejected();
+            return Err(TryAcquireError::WouldWait);
+        }
+        #[cfg(feature = "rate")]
+        if let Some(rate) = &self.rate {
+            if !self.permits.try_take() {
+                self.stats.rejected();
+                return Err(TryAcquireError::NoPermits);
+            }
+            let now = Instant::now();
+            return match rate.reserve(now, Some(now)) {
+                Ok(_) => Ok(self.admitted_at_once(Some(now))),
+                Err(_) => {
+                    self.give_back();
+                    self.stats.rate_limited();
+                    Err(TryAcquireError::RateLimited)
+                }
+            };
+        }
+        match self.grant_at_once() {
+            Some(grant) => Ok(grant),
+            None => {
+                self.stats.rejected();
+                Err(TryAcquireError::NoPermits)
+            }
+        }
+    }
+
+    #[cold]
+    pub(super) fn refused_at_once(&self) -> TryAcquireError {
+        self.stats.rejected();
+        TryAcquireError::NoPermits
+    }
+
+    #[inline]
+    pub(super) fn grant_at_once(&self) -> Option<Grant> {
+        if !self.permits.try_take() {
+            return None;
+        }
+        Some(self.admitted_at_once(None))
+    }
+
+    /// Counts a permit taken without waiting; `now` if the clock was read already.
+    #[inline]
+    pub(super) fn admitted_at_once(&self, now: Option<Instant>) -> Grant {
+        let in_flight = self.permits.in_flight();
+        self.stats.admitted_at_once(in_flight);
+        Grant {
+            granted: now.or_else(|| self.learner.is_some().then(Instant::now)),
+            in_flight,
+            class: 0,
+            lease: None,
+        }
+    }
+
+    /// Passes every gate, waiting where the budget allows.
+    ///
+    /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
+    /// while waiting is counted as cancelled.
+    pub(crate) async fn grant(&self) -> Result<Grant, AcquireError> {
+        if let Some(grant) = self.grant_fast() {
+            return Ok(grant);
+        }
+        self.grant_slow().await
+    }
+
+    /// The fast path: a permit free now, nobody waiting, and no other gate.
+    #[inline]
+    pub(crate) fn grant_fast(&self) -> Option<Grant> {
+        if self.has_more_gates() || self.pause.is_set() {
+            return None;
+        }
+        self.grant_at_once()
+    }
+
+    /// Every gate, waiting where the budget allows (after the fast path failed).
+    pub(crate) async fn grant_slow(&self) -> Result<Grant, AcquireError> {
+        match &self.class_queue {
+            None => self.grant_by(None).await,
+            Some(queue) => self.grant_with_classes(queue, self.default_class).await,
+        }
+    }
+
+    /// Every gate, with a permit deadline no later than `by` (besides the budget's own), in the
+    /// default class.
+    pub(crate) async fn grant_by(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
+        match &self.class_queue {
+            None => self.grant_traced(None, by).await,
+            Some(_) => self.grant_classed(self.default_class, by).await,
+        }
+    }
+
+    pub(super) async fn grant_traced(
+        &self,
+        class: Option<usize>,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        #[cfg(feature = "tracing")]
+        {
+            use tracing::Instrument;
+            let span = tracing::debug_span!("inflight.permit_wait", budget = %self.name);
+            self.grant_after_wait(class, by).instrument(span).await
+        }
+        #[cfg(not(feature = "tracing"))]
+        self.grant_after_wait(class, by).await
+    }
+
+    /// Every gate for a caller of `class` in a budget with classes, counting its outcome for the
+    /// class as well.
+    pub(super) async fn grant_classed(
+        &self,
+        class: usize,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        let stats = self.stats.class(class);
+        let mut pending = ClassPending {
+            stats,
+            ended: false,
+        };
+        let result = self.grant_traced(Some(class), by).await;
+        pending.ended = true;
+        if let Err(e) = &result {
+            stats.refused(e);
+        }
+        result
+    }
+
+    /// `class`'s own permit deadline, else the budget's.
+    pub(super) fn permit_timeout(&self, class: Option<usize>) -> Option<Duration> {
+        let own = match (class, &self.config.classes) {
+            (Some(i), Some(classes)) => classes.classes.get(i).and_then(|c| c.permit_timeout),
+            _ => None,
+        };
+        own.or(self.config.permit_timeout)
+    }
+
+    /// Takes a free permit for a caller that did not wait, unless someone waits for one.
+    #[inline]
+    pub(super) fn take_now(&self) -> bool {
+        match &self.class_queue {
+            Some(queue) if queue.has_waiters() => false,
+            _ => self.permits.try_take(),
+        }
+    }
+
+    /// Gives back a permit that was taken: to the semaphore, then to the next waiter of a class
+    /// queue if anyone waits there.
+    #[inline]
+    pub(super) fn give_back(&self) {
+        self.permits.give_back();
+        if let Some(queue) = &self.class_queue {
+            queue.returned(&self.permits);
+        }
+    }
+
+    pub(super) async fn grant_after_wait(
+        &self,
+        class: Option<usize>,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        let start = Instant::now();
+        // A deadline too far to represent is no deadline.
+        let own = self
+            .permit_timeout(class)
+            .and_then(|t| start.checked_add(t));
+        let deadline = match (own, by) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut attempt = Attempt {
+            engine: self,
+            holds_local: false,
+            ended: false,
+        };
+        // A pause that outlasts the deadline refuses before the queue.
+        self.check_pause(start, deadline, &mut attempt)?;
+        if !self.take_now() {
+            self.wait_in_queue(class, deadline, &mut attempt).await?;
+        }
+        attempt.holds_local = true;
+        let in_flight = self.permits.in_flight();
+        if self.pause.is_set() {
+            self.wait_out_pause(deadline, &mut attempt).await?;
+        }
+        #[cfg(feature = "rate")]
+        if let Some(rate) = &self.rate {
+            self.wait_for_slot(rate, deadline, &mut attempt).await?;
+        }
+        let mut lease = None;
+        if let Some(store) = &self.store {
+            match store.acquire(&self.name, deadline).await {
+                Ok(l) => {
+                    self.leased.fetch_add(1, Relaxed);
+                    lease = Some(Box::new(l));
+                }
+                Err(StoreError::Timeout) => {
+                    attempt.ended = true;
+                    self.stats.permit_timed_out();
+                    return Err(AcquireError::PermitTimeout);
+                }
+                Err(StoreError::RateLimited { retry_after }) => {
+                    attempt.ended = true;
+                    self.stats.rate_limited();
+                    return Err(AcquireError::RateLimited { retry_after });
+                }
+                Err(e) => {
+                    attempt.ended = true;
+                    self.stats.unavailable(&e);
+                    return Err(AcquireError::Unavailable(e));
+                }
+            }
+        }
+        attempt.holds_local = false;
+        attempt.ended = true;
+        let granted = Instant::now();
+        self.stats.admitted_after(granted - start);
+        if let Some(class) = class {
+            self.stats.class(class).admitted_after(granted - start);
+        }
+        Ok(Grant {
+            granted: Some(granted),
+            in_flight,
+            class: class.unwrap_or(0),
+            lease,
+        })
+    }
+
+    /// The index of the class a call names: its place among the budget's classes, or the
+    /// default class's for a name it does not have (0 for a budget without classes).
+    pub(crate) fn class_of(&self, name: &str) -> usize {
+        match &self.config.classes {
+            Some(classes) => classes
+                .index_of(name)
+                .or_else(|| classes.default_index())
+                .unwrap_or(0),
+            None => 0,
+        }
+    }
+
+    /// Every gate, for a caller in class `class` (an index from [`Engine::class_of`]).
+    pub(crate) async fn grant_in(&self, class: usize) -> Result<Grant, AcquireError> {
+        match &self.class_queue {
+            None => self.grant().await,
+            Some(queue) => self.grant_with_classes(queue, class).await,
+        }
+    }
+
+    pub(super) async fn grant_with_classes(
+        &self,
+        queue: &ClassQueue,
+        class: usize,
+    ) -> Result<Grant, AcquireError> {
+        // The fast path of a budget with classes: a free permit, nobody waiting in any class,
+        // no other gate.
+        if self.plain_classed_gates() && !queue.has_waiters() && self.permits.try_take() {
+            return Ok(self.admitted_in_at_once(class, None));
+        }
+        self.grant_classed(class, None).await
+    }
+
+    /// Whether a caller of a budget with classes passes no gate beyond the local permit now.
+    #[inline]
+    pub(super) fn plain_classed_gates(&self) -> bool {
+        #[cfg(feature = "rate")]
+        let rate = self.rate.is_some();
+        #[cfg(not(feature = "rate"))]
+        let rate = false;
+        !rate && self.store.is_none() && !self.pause.is_set()
+    }
+
+    /// Counts a permit taken without waiting by a caller of `class`.
+    #[inline]
+    pub(super) fn admitted_in_at_once(&self, class: usize, now: Option<Instant>) -> Grant {
+        let mut grant = self.admitted_at_once(now);
+        grant.class = class;
+        self.stats.class(class).admitted_at_once();
+        grant
+    }
+
+    /// [`Engine::try_grant`] for a caller in class `class`; it never overtakes a waiter of any
+    /// class.
+    pub(crate) fn try_grant_in(&self, class: usize) -> Result<Grant, TryAcquireError> {
+        let Some(queue) = &self.class_queue else {
+            return self.try_grant();
+        };
+        let stats = self.stats.class(class);
+        let result = if queue.has_waiters() {
+            self.stats.rejected();
+            Err(TryAcquireError::NoPermits)
+        } else {
+            self.try_grant()
+        };
+        match result {
+            Ok(mut grant) => {
+                grant.class = class;
+                stats.admitted_at_once();
+                Ok(grant)
+            }
+            Err(e) => {
+                stats.refused_at_once(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// The class of a call that names none.
+    pub(crate) fn default_class(&self) -> usize {
+        self.default_class
+    }
+
+    /// Per class, for the snapshot; empty for a budget without classes.
+    pub(crate) fn class_snapshots(&self) -> Vec<super::super::ClassSnapshot> {
+        match &self.config.classes {
+            Some(classes) => classes
+                .iter()
+                .zip(self.stats.classes())
+                .map(|(class, stats)| stats.snapshot(class))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
