@@ -67,11 +67,7 @@ impl Engine {
     ) -> Result<Woke, AcquireError> {
         let mut timer = std::pin::pin!(deadline.map(tokio::time::sleep_until));
         loop {
-            let changed = self.pause.changed();
-            let mut changed = std::pin::pin!(changed);
-            changed.as_mut().enable();
-            self.check_pause(Instant::now(), deadline, attempt)?;
-            let woke = std::future::poll_fn(|cx| {
+            let turn_or_deadline = std::future::poll_fn(|cx| {
                 use std::task::Poll;
                 if let Poll::Ready(woke) = turn.as_mut().poll(cx) {
                     return Poll::Ready(woke);
@@ -81,22 +77,51 @@ impl Engine {
                         return Poll::Ready(Woke::Deadline);
                     }
                 }
-                match changed.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Woke::PauseMoved),
-                    Poll::Pending => Poll::Pending,
-                }
-            })
-            .await;
-            match woke {
-                Woke::Deadline => {
+                Poll::Pending
+            });
+            match self
+                .until_pause_moves(turn_or_deadline, deadline, attempt)
+                .await?
+            {
+                Some(Woke::Deadline) => {
                     attempt.ended = true;
                     self.stats.permit_timed_out();
                     return Err(AcquireError::PermitTimeout);
                 }
-                Woke::PauseMoved => {}
-                turned => return Ok(turned),
+                Some(turned) => return Ok(turned),
+                None => {}
             }
         }
+    }
+
+    /// The one wait of every gate: `what` until it is ready, or `None` as soon as the pause
+    /// moves (a pause that starts, moves or ends), so that the caller weighs its deadline again.
+    ///
+    /// The pause's signal is enabled *before* the pause is checked against `deadline` (a pause
+    /// that outlasts it refuses at once), and `what` is first polled after both: a pause that
+    /// moves between the check and the wait is never missed.
+    pub(super) async fn until_pause_moves<F: Future>(
+        &self,
+        what: F,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt<'_>,
+    ) -> Result<Option<F::Output>, AcquireError> {
+        let changed = self.pause.changed();
+        let mut changed = std::pin::pin!(changed);
+        changed.as_mut().enable();
+        self.check_pause(Instant::now(), deadline, attempt)?;
+        let mut what = std::pin::pin!(what);
+        Ok(std::future::poll_fn(|cx| {
+            use std::task::Poll;
+            if let Poll::Ready(done) = what.as_mut().poll(cx) {
+                return Poll::Ready(Some(done));
+            }
+            match changed.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await)
     }
 
     /// [`Engine::wait_in_queue`] for a budget with classes: the caller waits in `class`'s lane
@@ -221,21 +246,11 @@ impl Engine {
         let at = held.slot.as_ref().map_or(now, |s| s.at);
         let mut sleep = std::pin::pin!(tokio::time::sleep_until(at));
         loop {
-            let changed = self.pause.changed();
-            let mut changed = std::pin::pin!(changed);
-            changed.as_mut().enable();
             // A pause begun meanwhile that ends past the deadline refuses at once.
-            self.check_pause(Instant::now(), deadline, attempt)?;
-            let slept = std::future::poll_fn(|cx| {
-                if sleep.as_mut().poll(cx).is_ready() {
-                    std::task::Poll::Ready(true)
-                } else if changed.as_mut().poll(cx).is_ready() {
-                    std::task::Poll::Ready(false)
-                } else {
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
+            let slept = self
+                .until_pause_moves(sleep.as_mut(), deadline, attempt)
+                .await?
+                .is_some();
             if slept || held.slot.as_ref().is_some_and(|s| pace.cold_ended(s)) {
                 break;
             }
@@ -251,23 +266,19 @@ impl Engine {
         attempt: &mut Attempt<'_>,
     ) -> Result<(), AcquireError> {
         loop {
-            let changed = self.pause.changed();
-            let mut changed = std::pin::pin!(changed);
-            changed.as_mut().enable();
-            let now = Instant::now();
-            self.check_pause(now, deadline, attempt)?;
-            let Some(until) = self.pause.until(now) else {
-                return Ok(());
-            };
-            let mut sleep = std::pin::pin!(tokio::time::sleep_until(until));
-            std::future::poll_fn(|cx| {
-                if sleep.as_mut().poll(cx).is_ready() || changed.as_mut().poll(cx).is_ready() {
-                    std::task::Poll::Ready(())
-                } else {
-                    std::task::Poll::Pending
+            // Read after the pause is checked: the end of the pause in force then, if any.
+            let out = async {
+                match self.pause.until(Instant::now()) {
+                    Some(until) => {
+                        tokio::time::sleep_until(until).await;
+                        false
+                    }
+                    None => true,
                 }
-            })
-            .await;
+            };
+            if self.until_pause_moves(out, deadline, attempt).await? == Some(true) {
+                return Ok(());
+            }
         }
     }
 
@@ -341,7 +352,6 @@ pub(super) enum Woke {
     Granted,
     Evicted,
     Deadline,
-    PauseMoved,
 }
 
 /// One pass through the gates after the fast path failed: gives back a local permit it took and
