@@ -180,40 +180,59 @@ impl Stats {
         raise_peak(&self.peak_waiting, waiting);
     }
 
-    /// A caller was turned away without waiting.
-    pub(crate) fn rejected(&self) {
-        self.rejected.fetch_add(1, Relaxed);
+    /// A caller was refused after it asked to wait, for the reason `err` gives: the one place
+    /// a budget counts its refusals (each kind on its own counter).
+    pub(crate) fn refused(&self, err: &super::AcquireError) {
+        use super::AcquireError as E;
+        let (counter, why) = match err {
+            E::QueueFull { .. } => (&self.rejected, "permit refused: the queue is full"),
+            E::PermitTimeout => (&self.permit_timeouts, "no permit within permit_timeout"),
+            E::RateLimited { .. } => (
+                &self.rate_limited,
+                "permit refused: the rate limit's next turn is past the deadline",
+            ),
+            E::Paused { .. } => (
+                &self.paused,
+                "permit refused: the dependency's pause outlasts the deadline",
+            ),
+            E::Evicted { .. } => (
+                &self.evicted,
+                "permit refused: evicted from the full queue by a heavier class",
+            ),
+            E::Unavailable(_) => (
+                &self.unavailable,
+                "permit refused: the permit store is unavailable",
+            ),
+        };
+        counter.fetch_add(1, Relaxed);
         #[cfg(feature = "tracing")]
-        tracing::info!(budget = %self.name, "permit refused: the queue is full");
+        match err {
+            E::Unavailable(reason) => tracing::warn!(budget = %self.name, %reason, "{why}"),
+            _ => tracing::info!(budget = %self.name, "{why}"),
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = why;
     }
 
-    /// A caller waited its whole permit deadline.
-    pub(crate) fn permit_timed_out(&self) {
-        self.permit_timeouts.fetch_add(1, Relaxed);
+    /// A caller that would not wait was refused, for the reason `err` gives.
+    pub(crate) fn refused_at_once(&self, err: &super::TryAcquireError) {
+        use super::TryAcquireError as E;
+        let (counter, why) = match err {
+            E::NoPermits | E::WouldWait => (&self.rejected, "permit refused: none free now"),
+            E::RateLimited => (
+                &self.rate_limited,
+                "permit refused: the rate limit's next turn is not now",
+            ),
+            E::Paused => (
+                &self.paused,
+                "permit refused: the dependency asked for a pause",
+            ),
+        };
+        counter.fetch_add(1, Relaxed);
         #[cfg(feature = "tracing")]
-        tracing::info!(budget = %self.name, "no permit within permit_timeout");
-    }
-
-    /// The rate limit refused a caller whose slot would have come too late.
-    #[cfg_attr(not(feature = "rate"), allow(dead_code))]
-    pub(crate) fn rate_limited(&self) {
-        self.rate_limited.fetch_add(1, Relaxed);
-        #[cfg(feature = "tracing")]
-        tracing::info!(budget = %self.name, "permit refused: the rate limit's next turn is past the deadline");
-    }
-
-    /// A pause the dependency asked for refused a caller whose deadline fell inside it.
-    pub(crate) fn paused(&self) {
-        self.paused.fetch_add(1, Relaxed);
-        #[cfg(feature = "tracing")]
-        tracing::info!(budget = %self.name, "permit refused: the dependency's pause outlasts the deadline");
-    }
-
-    /// A waiter gave its place in the full queue to a caller of a heavier class.
-    pub(crate) fn evicted(&self) {
-        self.evicted.fetch_add(1, Relaxed);
-        #[cfg(feature = "tracing")]
-        tracing::info!(budget = %self.name, "permit refused: evicted from the full queue by a heavier class");
+        tracing::info!(budget = %self.name, "{why}");
+        #[cfg(not(feature = "tracing"))]
+        let _ = why;
     }
 
     /// An overload with a retry-after paused the budget (or moved its pause).
@@ -249,15 +268,6 @@ impl Stats {
         Some(Duration::from_nanos(
             u64::try_from(mean).unwrap_or(u64::MAX),
         ))
-    }
-
-    /// The shared store could not be asked.
-    pub(crate) fn unavailable(&self, reason: &dyn std::fmt::Display) {
-        self.unavailable.fetch_add(1, Relaxed);
-        #[cfg(feature = "tracing")]
-        tracing::warn!(budget = %self.name, %reason, "permit refused: the permit store is unavailable");
-        #[cfg(not(feature = "tracing"))]
-        let _ = reason;
     }
 
     /// A caller stopped waiting (its future was dropped) before an outcome.

@@ -13,23 +13,25 @@ impl Engine {
     /// Grants a permit now if one is free and nobody waits; never waits.
     #[inline]
     pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
+        self.try_gates()
+            .inspect_err(|e| self.stats.refused_at_once(e))
+    }
+
+    /// [`Engine::try_grant`], its refusals not yet counted.
+    #[inline]
+    fn try_gates(&self) -> Result<Grant, TryAcquireError> {
         if self.pause.is_set() {
             self.try_pass_pause()?;
         }
         if self.plain_gates {
-            return match self.grant_at_once() {
-                Some(grant) => Ok(grant),
-                None => Err(self.refused_at_once()),
-            };
+            return self.grant_at_once().ok_or(TryAcquireError::NoPermits);
         }
         if self.store.is_some() {
-            self.stats.rejected();
             return Err(TryAcquireError::WouldWait);
         }
         #[cfg(feature = "rate")]
         if let Some(rate) = &self.rate {
             if !self.permits.try_take() {
-                self.stats.rejected();
                 return Err(TryAcquireError::NoPermits);
             }
             let now = Instant::now();
@@ -37,24 +39,11 @@ impl Engine {
                 Ok(_) => Ok(self.admitted_at_once(Some(now))),
                 Err(_) => {
                     self.give_back();
-                    self.stats.rate_limited();
                     Err(TryAcquireError::RateLimited)
                 }
             };
         }
-        match self.grant_at_once() {
-            Some(grant) => Ok(grant),
-            None => {
-                self.stats.rejected();
-                Err(TryAcquireError::NoPermits)
-            }
-        }
-    }
-
-    #[cold]
-    pub(super) fn refused_at_once(&self) -> TryAcquireError {
-        self.stats.rejected();
-        TryAcquireError::NoPermits
+        self.grant_at_once().ok_or(TryAcquireError::NoPermits)
     }
 
     #[inline]
@@ -178,7 +167,22 @@ impl Engine {
         }
     }
 
+    /// Every gate after the fast path, counting a refusal: the one place the waiting grants
+    /// count theirs, by the error's kind.
     pub(super) async fn grant_after_wait(
+        &self,
+        class: Option<usize>,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        let result = self.pass_gates(class, by).await;
+        if let Err(e) = &result {
+            self.stats.refused(e);
+        }
+        result
+    }
+
+    /// [`Engine::grant_after_wait`], its refusals not yet counted.
+    async fn pass_gates(
         &self,
         class: Option<usize>,
         by: Option<Instant>,
@@ -220,17 +224,14 @@ impl Engine {
                 }
                 Err(StoreError::Timeout) => {
                     attempt.ended = true;
-                    self.stats.permit_timed_out();
                     return Err(AcquireError::PermitTimeout);
                 }
                 Err(StoreError::RateLimited { retry_after }) => {
                     attempt.ended = true;
-                    self.stats.rate_limited();
                     return Err(AcquireError::RateLimited { retry_after });
                 }
                 Err(e) => {
                     attempt.ended = true;
-                    self.stats.unavailable(&e);
                     return Err(AcquireError::Unavailable(e));
                 }
             }
@@ -310,10 +311,9 @@ impl Engine {
         };
         let stats = self.stats.class(class);
         let result = if queue.has_waiters() {
-            self.stats.rejected();
             Err(TryAcquireError::NoPermits)
         } else {
-            self.try_grant()
+            self.try_gates()
         };
         match result {
             Ok(mut grant) => {
@@ -322,6 +322,7 @@ impl Engine {
                 Ok(grant)
             }
             Err(e) => {
+                self.stats.refused_at_once(&e);
                 stats.refused_at_once(&e);
                 Err(e)
             }

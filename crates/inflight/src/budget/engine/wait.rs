@@ -37,7 +37,6 @@ impl Engine {
                 Ok(ahead) => ahead,
                 Err(ahead) => {
                     attempt.ended = true;
-                    self.stats.rejected();
                     return Err(AcquireError::QueueFull {
                         retry_after: self.queue_estimate(ahead, limit),
                     });
@@ -85,7 +84,6 @@ impl Engine {
             {
                 Some(Woke::Deadline) => {
                     attempt.ended = true;
-                    self.stats.permit_timed_out();
                     return Err(AcquireError::PermitTimeout);
                 }
                 Some(turned) => return Ok(turned),
@@ -146,7 +144,6 @@ impl Engine {
             Ok(joined) => joined,
             Err(full) => {
                 attempt.ended = true;
-                self.stats.rejected();
                 return Err(AcquireError::QueueFull {
                     retry_after: self.queue_estimate(full.ahead, limit),
                 });
@@ -163,7 +160,6 @@ impl Engine {
         match self.wait_in_line(turn, deadline, attempt).await? {
             Woke::Evicted => {
                 attempt.ended = true;
-                self.stats.evicted();
                 Err(AcquireError::Evicted {
                     retry_after: self.queue_estimate(self.waiting(), limit),
                 })
@@ -185,7 +181,6 @@ impl Engine {
         match (self.pause.until(now), deadline) {
             (Some(until), Some(d)) if until > d => {
                 attempt.ended = true;
-                self.stats.paused();
                 Err(AcquireError::Paused {
                     retry_after: until - now,
                 })
@@ -234,7 +229,6 @@ impl Engine {
             Ok(PaceTurn::At(slot)) => slot,
             Err(wait) => {
                 attempt.ended = true;
-                self.stats.paused();
                 return Err(AcquireError::Paused { retry_after: wait });
             }
         };
@@ -288,11 +282,9 @@ impl Engine {
     pub(super) fn try_pass_pause(&self) -> Result<(), TryAcquireError> {
         let now = Instant::now();
         if self.pause.until(now).is_some() {
-            self.stats.paused();
             return Err(TryAcquireError::Paused);
         }
         if self.pause.is_paced() && self.pause.reserve(now, Some(now)).is_err() {
-            self.stats.paused();
             return Err(TryAcquireError::Paused);
         }
         Ok(())
@@ -329,7 +321,6 @@ impl Engine {
             Ok(slot) => slot,
             Err(wait) => {
                 attempt.ended = true;
-                self.stats.rate_limited();
                 return Err(AcquireError::RateLimited { retry_after: wait });
             }
         };
