@@ -361,7 +361,7 @@ impl Budget {
         // The fast path stays out of the waiting future, so a free permit costs no await.
         let grant = match self.engine.grant_fast() {
             Some(grant) => grant,
-            None => self.engine.grant_slow().await?,
+            None => self.engine.grant(self.engine.default_class(), None).await?,
         };
         Ok(Permit::new(&self.engine, grant))
     }
@@ -397,7 +397,7 @@ impl Budget {
     /// # }
     /// ```
     pub async fn acquire_owned(&self) -> Result<OwnedPermit, AcquireError> {
-        let grant = self.engine.grant().await?;
+        let grant = self.engine.grant(self.engine.default_class(), None).await?;
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 
@@ -425,7 +425,7 @@ impl Budget {
     /// assert!(budget.try_acquire().is_ok());
     /// ```
     pub fn try_acquire(&self) -> Result<Permit<'_>, TryAcquireError> {
-        let grant = self.engine.try_grant_in(self.engine.default_class())?;
+        let grant = self.engine.try_grant(self.engine.default_class())?;
         Ok(Permit::new(&self.engine, grant))
     }
 
@@ -435,7 +435,7 @@ impl Budget {
     ///
     /// As [`Budget::try_acquire`].
     pub fn try_acquire_owned(&self) -> Result<OwnedPermit, TryAcquireError> {
-        let grant = self.engine.try_grant_in(self.engine.default_class())?;
+        let grant = self.engine.try_grant(self.engine.default_class())?;
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 
@@ -508,7 +508,7 @@ impl Budget {
     /// ```
     pub async fn acquire_in(&self, class: &str) -> Result<Permit<'_>, AcquireError> {
         let class = self.engine.class_of(class);
-        let grant = self.engine.grant_in(class).await?;
+        let grant = self.engine.grant(class, None).await?;
         Ok(Permit::new(&self.engine, grant))
     }
 
@@ -523,7 +523,7 @@ impl Budget {
     /// As [`Budget::acquire_in`].
     pub async fn acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, AcquireError> {
         let class = self.engine.class_of(class);
-        let grant = self.engine.grant_in(class).await?;
+        let grant = self.engine.grant(class, None).await?;
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 
@@ -533,7 +533,7 @@ impl Budget {
     ///
     /// As [`Budget::try_acquire`].
     pub fn try_acquire_in(&self, class: &str) -> Result<Permit<'_>, TryAcquireError> {
-        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        let grant = self.engine.try_grant(self.engine.class_of(class))?;
         Ok(Permit::new(&self.engine, grant))
     }
 
@@ -543,7 +543,7 @@ impl Budget {
     ///
     /// As [`Budget::try_acquire`].
     pub fn try_acquire_owned_in(&self, class: &str) -> Result<OwnedPermit, TryAcquireError> {
-        let grant = self.engine.try_grant_in(self.engine.class_of(class))?;
+        let grant = self.engine.try_grant(self.engine.class_of(class))?;
         Ok(OwnedPermit::new(self.clone(), grant))
     }
 

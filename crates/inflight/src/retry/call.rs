@@ -95,7 +95,7 @@ impl Budget {
             attempts += 1;
             let grant = match engine.grant_fast() {
                 Some(grant) => Ok(grant),
-                None => engine.grant_by(deadline).await,
+                None => engine.grant(engine.default_class(), deadline).await,
             };
             let permit = match grant {
                 Ok(grant) => Permit::new(engine, grant),

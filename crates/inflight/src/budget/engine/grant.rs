@@ -10,11 +10,34 @@ impl Engine {
         !self.plain_gates
     }
 
-    /// Grants a permit now if one is free and nobody waits; never waits.
+    /// The one way in for a caller that will not wait: a permit now if one is free and nobody
+    /// waits, for a caller of `class` (ignored by a budget without classes); it never overtakes
+    /// a waiter of any class.
     #[inline]
-    pub(crate) fn try_grant(&self) -> Result<Grant, TryAcquireError> {
-        self.try_gates()
-            .inspect_err(|e| self.stats.refused_at_once(e))
+    pub(crate) fn try_grant(&self, class: usize) -> Result<Grant, TryAcquireError> {
+        let Some(queue) = &self.class_queue else {
+            return self
+                .try_gates()
+                .inspect_err(|e| self.stats.refused_at_once(e));
+        };
+        let stats = self.stats.class(class);
+        let result = if queue.has_waiters() {
+            Err(TryAcquireError::NoPermits)
+        } else {
+            self.try_gates()
+        };
+        match result {
+            Ok(mut grant) => {
+                grant.class = class;
+                stats.admitted_at_once();
+                Ok(grant)
+            }
+            Err(e) => {
+                self.stats.refused_at_once(&e);
+                stats.refused_at_once(&e);
+                Err(e)
+            }
+        }
     }
 
     /// [`Engine::try_grant`], its refusals not yet counted.
@@ -67,15 +90,40 @@ impl Engine {
         }
     }
 
-    /// Passes every gate, waiting where the budget allows.
+    /// The one way in for a caller that may wait: every gate, for a caller of `class` (an
+    /// index from [`Engine::class_of`]; ignored by a budget without classes), with a permit
+    /// deadline no later than `by` besides its own. A caller with no deadline of its own takes a
+    /// free permit at once when nobody waits and no other gate is up.
     ///
     /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
     /// while waiting is counted as cancelled.
-    pub(crate) async fn grant(&self) -> Result<Grant, AcquireError> {
-        if let Some(grant) = self.grant_fast() {
-            return Ok(grant);
+    pub(crate) async fn grant(
+        &self,
+        class: usize,
+        by: Option<Instant>,
+    ) -> Result<Grant, AcquireError> {
+        match &self.class_queue {
+            None => {
+                if by.is_none() {
+                    if let Some(grant) = self.grant_fast() {
+                        return Ok(grant);
+                    }
+                }
+                self.grant_traced(None, by).await
+            }
+            Some(queue) => {
+                // The fast path of a budget with classes: a free permit, nobody waiting in any
+                // class, no other gate.
+                if by.is_none()
+                    && self.plain_classed_gates()
+                    && !queue.has_waiters()
+                    && self.permits.try_take()
+                {
+                    return Ok(self.admitted_in_at_once(class, None));
+                }
+                self.grant_classed(class, by).await
+            }
         }
-        self.grant_slow().await
     }
 
     /// The fast path: a permit free now, nobody waiting, and no other gate.
@@ -85,23 +133,6 @@ impl Engine {
             return None;
         }
         self.grant_at_once()
-    }
-
-    /// Every gate, waiting where the budget allows (after the fast path failed).
-    pub(crate) async fn grant_slow(&self) -> Result<Grant, AcquireError> {
-        match &self.class_queue {
-            None => self.grant_by(None).await,
-            Some(queue) => self.grant_with_classes(queue, self.default_class).await,
-        }
-    }
-
-    /// Every gate, with a permit deadline no later than `by` (besides the budget's own), in the
-    /// default class.
-    pub(crate) async fn grant_by(&self, by: Option<Instant>) -> Result<Grant, AcquireError> {
-        match &self.class_queue {
-            None => self.grant_traced(None, by).await,
-            Some(_) => self.grant_classed(self.default_class, by).await,
-        }
     }
 
     pub(super) async fn grant_traced(
@@ -263,27 +294,6 @@ impl Engine {
         }
     }
 
-    /// Every gate, for a caller in class `class` (an index from [`Engine::class_of`]).
-    pub(crate) async fn grant_in(&self, class: usize) -> Result<Grant, AcquireError> {
-        match &self.class_queue {
-            None => self.grant().await,
-            Some(queue) => self.grant_with_classes(queue, class).await,
-        }
-    }
-
-    pub(super) async fn grant_with_classes(
-        &self,
-        queue: &ClassQueue,
-        class: usize,
-    ) -> Result<Grant, AcquireError> {
-        // The fast path of a budget with classes: a free permit, nobody waiting in any class,
-        // no other gate.
-        if self.plain_classed_gates() && !queue.has_waiters() && self.permits.try_take() {
-            return Ok(self.admitted_in_at_once(class, None));
-        }
-        self.grant_classed(class, None).await
-    }
-
     /// Whether a caller of a budget with classes passes no gate beyond the local permit now.
     #[inline]
     pub(super) fn plain_classed_gates(&self) -> bool {
@@ -301,32 +311,6 @@ impl Engine {
         grant.class = class;
         self.stats.class(class).admitted_at_once();
         grant
-    }
-
-    /// [`Engine::try_grant`] for a caller in class `class`; it never overtakes a waiter of any
-    /// class.
-    pub(crate) fn try_grant_in(&self, class: usize) -> Result<Grant, TryAcquireError> {
-        let Some(queue) = &self.class_queue else {
-            return self.try_grant();
-        };
-        let stats = self.stats.class(class);
-        let result = if queue.has_waiters() {
-            Err(TryAcquireError::NoPermits)
-        } else {
-            self.try_gates()
-        };
-        match result {
-            Ok(mut grant) => {
-                grant.class = class;
-                stats.admitted_at_once();
-                Ok(grant)
-            }
-            Err(e) => {
-                self.stats.refused_at_once(&e);
-                stats.refused_at_once(&e);
-                Err(e)
-            }
-        }
     }
 
     /// The class of a call that names none.
