@@ -51,6 +51,8 @@ pub(crate) struct Conn {
     client_ended: std::sync::atomic::AtomicBool,
     /// Milliseconds since `epoch` at which the client's last bytes were read.
     last_read: AtomicU64,
+    /// Whether the connection was asked to close, or is closing on its own.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Conn {
@@ -62,12 +64,23 @@ impl Conn {
             close: Notify::new(),
             client_ended: std::sync::atomic::AtomicBool::new(false),
             last_read: AtomicU64::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Since when the connection has had no request in progress; `None` while it has one.
-    pub(crate) fn idle_since(&self) -> Option<u64> {
+    fn idle_since(&self) -> Option<u64> {
         (self.busy.load(Ordering::Acquire) == 0).then(|| self.idle_since.load(Ordering::Relaxed))
+    }
+
+    /// For how many milliseconds the connection has had no request in progress; `None` while it
+    /// has one, or once it is closing.
+    pub(crate) fn idle_for(&self) -> Option<u64> {
+        if self.closing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let since = self.idle_since()?;
+        Some((self.epoch.elapsed().as_millis() as u64).saturating_sub(since))
     }
 
     /// Whether the client is still there and has sent nothing for at least `long`.
@@ -79,6 +92,7 @@ impl Conn {
 
     /// Asks the connection to close once its request in progress, if any, is answered.
     pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
         self.close.notify_one();
     }
 
@@ -317,6 +331,7 @@ async fn run<C>(
             }
             _ = stop.wait_for(|stop| *stop), if !closing => {
                 closing = true;
+                conn.closing.store(true, Ordering::Relaxed);
                 shut(connection.as_mut());
             }
             _ = conn.close.notified(), if !closing => {
@@ -330,6 +345,7 @@ async fn run<C>(
                 match conn.idle_since() {
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
                         closing = true;
+                        conn.closing.store(true, Ordering::Relaxed);
                         metrics.closed(Closed::IdleTimeout);
                         shut(connection.as_mut());
                     }

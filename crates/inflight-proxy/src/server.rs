@@ -22,6 +22,14 @@ use crate::conn::{self, Conn};
 use crate::metrics::ConnMetrics;
 use crate::Log;
 
+/// When a full listener's closing connection has not made room yet, how long until another
+/// idle one is asked to.
+const MAKE_ROOM_AGAIN: Duration = Duration::from_millis(100);
+
+/// How long a connection must have been idle to make room for a new one: a client that has
+/// just connected, or just had its answer, is not taken for a leaked one.
+const IDLE_ENOUGH_MS: u64 = 1000;
+
 /// After an accept error (out of file descriptors), how long to wait before accepting again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -65,13 +73,22 @@ where
             let slot = match slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(_) => {
-                    // Full: the connection idle longest makes room, or the new one waits.
-                    if let Some(idlest) = idle_longest(&open) {
-                        idlest.close();
-                    }
-                    tokio::select! {
-                        slot = slots.clone().acquire_owned() => slot.expect("never closed"),
-                        _ = stop.wait_for(|stop| *stop) => break,
+                    // Full: the connection idle longest makes room, or the new one waits. A
+                    // close that takes long (an HTTP/2 client slow to answer its GOAWAY, or one
+                    // that turned busy) does not hold the listener: another idle one is asked.
+                    let slot = loop {
+                        if let Some(idlest) = idle_longest(&open) {
+                            idlest.close();
+                        }
+                        tokio::select! {
+                            slot = slots.clone().acquire_owned() => break Some(slot.expect("never closed")),
+                            () = tokio::time::sleep(MAKE_ROOM_AGAIN) => {}
+                            _ = stop.wait_for(|stop| *stop) => break None,
+                        }
+                    };
+                    match slot {
+                        Some(slot) => slot,
+                        None => break,
                     }
                 }
             };
@@ -99,11 +116,15 @@ where
     })
 }
 
-/// The open connection that has had no request in progress for longest, if one is idle.
+/// The open connection that has had no request in progress for longest, if one has been idle
+/// for [`IDLE_ENOUGH_MS`] at least and is not closing already.
 fn idle_longest(open: &Open) -> Option<Arc<Conn>> {
     let open = open.lock().unwrap_or_else(PoisonError::into_inner);
+    // In reverse, so that of several idle as long, the one accepted first is taken.
     open.values()
-        .filter_map(|c| Some((c.idle_since()?, c)))
-        .min_by_key(|(since, _)| *since)
+        .rev()
+        .filter_map(|c| Some((c.idle_for()?, c)))
+        .filter(|(idle, _)| *idle >= IDLE_ENOUGH_MS)
+        .max_by_key(|(idle, _)| *idle)
         .map(|(_, c)| c.clone())
 }

@@ -252,9 +252,9 @@ impl ClientLimits {
         self.http2_keepalive_timeout
     }
 
-    /// How many client connections one listener keeps open at most (`max_connections`). A new
-    /// connection beyond it closes the connection that has been idle longest, or, when none is
-    /// idle, waits to be accepted until one closes.
+    /// How many client connections one listener keeps open at most (`max_connections`, at most
+    /// 10,000,000). A new connection beyond it asks the connection idle longest (for a second
+    /// at least) to close, or, when none is idle, waits to be accepted until one closes.
     pub fn max_connections(&self) -> usize {
         self.max_connections
     }

@@ -16,6 +16,12 @@ use super::{
     PROXY_FIELDS, ROUTE_FIELDS,
 };
 
+/// The longest timeout on client connections taken.
+const MAX_CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// The most client connections per listener taken: more than any file-descriptor limit.
+const MAX_CONNECTIONS: usize = 10_000_000;
+
 /// The most bytes of a `ca_file` read: a bundle of root certificates is far smaller.
 const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
 
@@ -75,6 +81,22 @@ pub(super) fn proxy_keys(file: &BudgetsFile) -> ProxyKeys {
     if let Err(e) = distinct_addresses(&named, proxy.as_ref()) {
         errors.push(e);
     }
+    // A listener only routes name may not take the admin address either.
+    if let Some(admin) = proxy
+        .as_ref()
+        .and_then(|p| p.admin)
+        .filter(|a| a.port() != 0)
+    {
+        let routed_only = listeners
+            .iter()
+            .any(|l| l.addr == admin && !own.iter().any(|(_, a)| *a == admin));
+        if routed_only {
+            errors.push(ConfigError::invalid(
+                "proxy.admin",
+                format!("{admin} is already the listen address of a [[proxy.routes]] entry"),
+            ));
+        }
+    }
     (proxy, routes, listeners, errors)
 }
 
@@ -123,6 +145,10 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
     ] {
         if let Some(v) = table.get(key) {
             match duration(&format!("proxy.{key}"), v) {
+                Ok(d) if d > MAX_CLIENT_TIMEOUT => errors.push(ConfigError::invalid(
+                    format!("proxy.{key}"),
+                    format!("must be at most 7 days, got {}", shown(v)),
+                )),
                 Ok(d) => *slot = d,
                 Err(e) => errors.push(e),
             }
@@ -130,6 +156,10 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
     }
     if let Some(v) = table.get("max_connections") {
         match integer("proxy.max_connections", v, 1) {
+            Ok(n) if n > MAX_CONNECTIONS => errors.push(ConfigError::invalid(
+                "proxy.max_connections",
+                format!("must be at most {MAX_CONNECTIONS}, got {n}"),
+            )),
             Ok(n) => clients.max_connections = n,
             Err(e) => errors.push(e),
         }

@@ -188,6 +188,15 @@ pub(super) fn listeners(
             .map(|(k, _)| k)
             .collect();
         match matching.as_slice() {
+            [k] if rule.prefix == "/" && rule.host.is_none() => errors.push(ConfigError::invalid(
+                format!("{at}.prefix"),
+                format!(
+                    "\"/\" takes every request to {}, whose default is budget {}: that budget would never be reached (drop its listen to make {} the default)",
+                    rule.listen,
+                    short(&listeners[*k].default),
+                    short(&rule.budget)
+                ),
+            )),
             [k] => listeners[*k].rules.push(rule),
             [] => orphans.push((i, rule)),
             _ => errors.push(ConfigError::invalid(

@@ -552,3 +552,35 @@ fn route_mistakes_name_their_path() {
         );
     }
 }
+
+/// A catch-all route on a listener that a budget's own `listen` names would leave that budget
+/// unreachable; the admin address is no route's; client limits have bounds.
+#[test]
+fn a_shadowed_default_the_admin_address_and_absurd_client_limits_are_refused() {
+    let base = "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:7002\"\n\n[budgets.b]\nmax_concurrent = 1\nupstream = \"http://x\"\n\n";
+    let cases = [
+        (
+            format!("{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/\"\nbudget = \"b\"\n"),
+            "proxy.routes[0].prefix: \"/\" takes every request to 127.0.0.1:7002, whose default is budget \"a\"",
+        ),
+        (
+            format!("[proxy]\nadmin = \"127.0.0.1:7009\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7009\"\nprefix = \"/\"\nbudget = \"b\"\n"),
+            "proxy.admin: 127.0.0.1:7009 is already the listen address of a [[proxy.routes]] entry",
+        ),
+        (
+            format!("[proxy]\nmax_connections = 100000000000\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
+            "proxy.max_connections: must be at most 10000000",
+        ),
+        (
+            format!("[proxy]\nidle_timeout = \"1000years\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
+            "proxy.idle_timeout: must be at most 7 days",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = ProxyFile::from_toml_str(&text).unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "{text}\n=> {err}\nwanted {expected}"
+        );
+    }
+}
