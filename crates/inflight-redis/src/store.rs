@@ -245,3 +245,5 @@ impl Drop for HeldLease<'_> {
 mod engine_tests;
 #[cfg(test)]
 mod rate_tests;
+#[cfg(test)]
+mod test_support;

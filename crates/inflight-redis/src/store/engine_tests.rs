@@ -9,44 +9,13 @@ use tokio::time::Instant;
 
 use inflight::{AcquireError, Budget};
 
+use super::test_support::{self, ms, settle, store};
 use super::RedisStore;
-use crate::engine::*;
 use crate::fake::Shared;
 use crate::fallback::{Fail, Fallback};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn store(server: &Shared, limit: usize, fail: Fail) -> RedisStore {
-    RedisStore::from_engine(Engine::new(
-        Arc::new(server.clone()),
-        Settings {
-            limit,
-            lease: ms(300),
-            fail,
-            op_timeout: ms(100),
-            retry_after: ms(200),
-            first_pause: ms(5),
-            max_pause: ms(150),
-            queue_lease: ms(300),
-        },
-    ))
-}
-
 fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
-    Budget::builder("records")
-        .max_concurrent(local)
-        .permit_timeout(ms(timeout))
-        .store(Arc::new(store.clone()))
-        .build()
-        .unwrap()
-}
-
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
+    test_support::budget("records", store, local, timeout)
 }
 
 #[tokio::test(start_paused = true)]

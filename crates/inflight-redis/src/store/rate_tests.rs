@@ -8,48 +8,21 @@ use tokio::time::Instant;
 
 use inflight::{AcquireError, Budget};
 
+use super::test_support::{self, ms, settle};
 use super::RedisStore;
-use crate::engine::{Engine, Settings};
 use crate::fake::Shared;
 use crate::fallback::Fail;
 use inflight::Rate;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 /// One process's store on `server`, keeping 10 calls a second (and `burst`) for the fleet.
 fn store(server: &Shared, limit: usize, fail: Fail, burst: u32) -> RedisStore {
-    RedisStore::from_engine(Engine::new(
-        Arc::new(server.clone()),
-        Settings {
-            limit,
-            lease: ms(300),
-            fail,
-            op_timeout: ms(100),
-            retry_after: ms(200),
-            first_pause: ms(5),
-            max_pause: ms(150),
-            queue_lease: ms(300),
-        },
-    ))
-    .rate(Rate::per_second(10.0), burst)
-    .unwrap()
-}
-
-fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
-    Budget::builder("llm")
-        .max_concurrent(local)
-        .permit_timeout(ms(timeout))
-        .store(Arc::new(store.clone()))
-        .build()
+    test_support::store(server, limit, fail)
+        .rate(Rate::per_second(10.0), burst)
         .unwrap()
 }
 
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
+fn budget(store: &RedisStore, local: usize, timeout: u64) -> Budget {
+    test_support::budget("llm", store, local, timeout)
 }
 
 #[tokio::test(start_paused = true)]
