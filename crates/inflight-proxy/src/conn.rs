@@ -140,8 +140,9 @@ impl Body for Tracked {
     }
 }
 
-/// A client's socket that notes when the client ends its side, so that a connection that ends
-/// without it is known to have been ended by the server (an HTTP/2 ping left unanswered).
+/// An HTTP/2 client's socket that notes when the client last spoke and whether it ended its
+/// side, so that a connection that ends without it is known to have been ended by the server
+/// (a ping left unanswered).
 struct Watched {
     stream: TcpStream,
     conn: Arc<Conn>,
@@ -237,12 +238,9 @@ pub(crate) async fn serve<F, Fut>(
             }
         })
     };
-    let io = TokioIo::new(Watched {
-        stream,
-        conn: conn.clone(),
-    });
     match protocol {
         Protocol::Http1 => {
+            let io = TokioIo::new(stream);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -258,6 +256,11 @@ pub(crate) async fn serve<F, Fut>(
             run(connection, shut, &conn, &mut stop, &metrics, timing).await;
         }
         Protocol::Http2 => {
+            // Only HTTP/2 needs to know when the client last spoke: to tell an unanswered ping.
+            let io = TokioIo::new(Watched {
+                stream,
+                conn: conn.clone(),
+            });
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             builder
                 .timer(TokioTimer::new())

@@ -169,7 +169,6 @@ pub struct Proxy {
     admin: Option<JoinHandle<()>>,
     /// Folds the latency samples into the histograms now and then (see [`Registry::upkeep`]).
     upkeep: JoinHandle<()>,
-    addrs: Vec<(String, SocketAddr)>,
     admin_addr: Option<SocketAddr>,
 }
 
@@ -218,13 +217,22 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn render_metrics(&self) -> String {
-        let states: Vec<_> = self.routes.iter().map(|r| r.current()).collect();
-        let fleets = self
-            .fleets
+    /// Each proxied budget's state now, in file order.
+    fn states(&self) -> Vec<Arc<RouteState>> {
+        self.routes.iter().map(|r| r.current()).collect()
+    }
+
+    /// The fleets whose stores the budgets use, at this moment.
+    fn fleets(&self) -> Vec<inflight_redis::RedisFleet> {
+        self.fleets
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn render_metrics(&self) -> String {
+        let states = self.states();
+        let fleets = self.fleets();
         self.registry.within(|| {
             for fleet in &fleets {
                 inflight_redis::metrics::publish_fleet(fleet);
@@ -235,12 +243,8 @@ impl Shared {
 
     /// The document of `/budgets.json`: see the `page` module.
     pub(crate) fn budgets_json(&self) -> String {
-        let states: Vec<_> = self.routes.iter().map(|r| r.current()).collect();
-        let fleets = self
-            .fleets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let states = self.states();
+        let fleets = self.fleets();
         let bound = self.bound.get().map_or(&[][..], Vec::as_slice);
         page::budgets_json(
             &states,
@@ -384,7 +388,7 @@ impl ProxyBuilder {
                 Some((slot.name.clone(), *addr))
             })
             .collect();
-        let _ = shared.bound.set(addrs.clone());
+        let _ = shared.bound.set(addrs);
         let mut admin_addr = None;
         // The admin server answers until the drain is over (/readyz says 503 meanwhile).
         let (admin_stop, admin_stopped) = watch::channel(false);
@@ -420,11 +424,7 @@ impl ProxyBuilder {
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    let fleets = shared
-                        .fleets
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone();
+                    let fleets = shared.fleets();
                     health.resize_with(fleets.len(), || {
                         inflight_redis::HealthLog::new(FLEET_REPEAT)
                     });
@@ -448,7 +448,6 @@ impl ProxyBuilder {
             servers,
             admin,
             upkeep,
-            addrs,
             admin_addr,
         })
     }
@@ -460,14 +459,22 @@ impl Proxy {
         ProxyBuilder::default()
     }
 
+    /// Each proxied budget and the address of the listener that serves it.
+    fn bound(&self) -> &[(String, SocketAddr)] {
+        self.shared.bound.get().map_or(&[][..], Vec::as_slice)
+    }
+
     /// The address budget `name`'s listener is bound to (the port picked, for port 0).
     pub fn local_addr(&self, name: &str) -> Option<SocketAddr> {
-        self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+        self.bound()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
     }
 
     /// Each proxied budget's name and the address its listener is bound to, in file order.
     pub fn listeners(&self) -> impl Iterator<Item = (&str, SocketAddr)> {
-        self.addrs.iter().map(|(n, a)| (n.as_str(), *a))
+        self.bound().iter().map(|(n, a)| (n.as_str(), *a))
     }
 
     /// The URL budget `name` forwards to now.

@@ -360,9 +360,9 @@ async fn forward_held(
     if !forwardable(request.uri()) {
         return (slot.current(), target_refused());
     }
-    let grpc = grpc::requested(request.headers(), slot.current().route.protocol());
     // The permit first: a refused request is never forwarded, and the call timeout starts now.
     let (state, call) = acquire(slot, request.headers()).await;
+    let grpc = grpc::requested(request.headers(), state.route.protocol());
     let call = match call {
         Ok(call) => call,
         Err(e) => {
