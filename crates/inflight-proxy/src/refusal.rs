@@ -207,6 +207,27 @@ mod tests {
         assert_eq!(Reason::Evicted.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 
+    /// The codes the guide's table promises, reason by reason.
+    #[test]
+    fn each_reason_has_the_grpc_status_the_guide_names() {
+        let expected = [
+            (Reason::RateLimited, 8),
+            (Reason::QueueFull, 14),
+            (Reason::PermitTimeout, 14),
+            (Reason::Paused, 14),
+            (Reason::Evicted, 14),
+            (Reason::Unavailable, 14),
+            (Reason::LeaseLost, 14),
+            (Reason::Unreachable, 14),
+            (Reason::Tls, 14),
+            (Reason::CallTimeout, 4),
+            (Reason::ClientBody, 13),
+        ];
+        for (reason, code) in expected {
+            assert_eq!(reason.grpc_code(), code, "{}", reason.as_str());
+        }
+    }
+
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {
         assert_eq!(retry_seconds(Duration::ZERO), 1);

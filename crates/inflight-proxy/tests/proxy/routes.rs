@@ -52,3 +52,32 @@ async fn one_listener_sends_each_path_to_its_own_budget() {
     upstream.release(1);
     assert_eq!(held.await.unwrap().0, 200);
 }
+
+/// Routes and the limits on client connections are read at start: a reload that changes them
+/// is refused as needing a restart, naming the key, and the running proxy keeps its own.
+#[tokio::test]
+async fn a_reload_that_changes_routes_or_client_limits_needs_a_restart() {
+    let upstream = Upstream::start().await;
+    let text = |idle: &str, prefix: &str| {
+        format!(
+            "[proxy]\nidle_timeout = \"{idle}\"\n\n[budgets.light]\nmax_concurrent = 4\nupstream = \"{url}\"\nlisten = \"127.0.0.1:0\"\n\n[budgets.heavy]\nmax_concurrent = 1\nupstream = \"{url}\"\n\n[[proxy.routes]]\nlisten = \"127.0.0.1:0\"\nprefix = \"{prefix}\"\nbudget = \"heavy\"\n",
+            url = upstream.url()
+        )
+    };
+    let (proxy, _) = proxy(&text("30s", "/hold")).await;
+    let restart =
+        |result: Result<inflight_proxy::Reloaded, inflight_proxy::ReloadError>| match result {
+            Err(inflight_proxy::ReloadError::NeedsRestart { field, .. }) => field,
+            other => panic!("not refused as needing a restart: {other:?}"),
+        };
+    assert_eq!(
+        restart(proxy.reload(&text("30s", "/export"))),
+        "proxy.routes"
+    );
+    assert_eq!(
+        restart(proxy.reload(&text("5s", "/hold"))),
+        "proxy.idle_timeout"
+    );
+    // The same file reloads.
+    assert!(proxy.reload(&text("30s", "/hold")).is_ok());
+}
