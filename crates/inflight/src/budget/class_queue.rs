@@ -5,7 +5,7 @@
 //! The permits themselves stay in [`LocalPermits`]: a waiter is granted a permit only by taking
 //! one from there, under the queue's lock, so the limit is the semaphore's and no count kept here
 //! can let more than the limit in (the check-then-act race of a limiter that counts partitions
-//! apart from its global limit). A permit that goes back lands in the semaphore first; whoever
+//! apart from its global limit). A permit that goes back lands in [`LocalPermits`] first; whoever
 //! returns it then hands free permits to the waiters, in the scheduler's order, while any wait.
 //! A newcomer takes a free permit directly only while nobody waits, so it never overtakes one.
 
@@ -486,7 +486,7 @@ mod tests {
             let (mut stranded, mut lost) = (0, 0);
             for round in 0..rounds {
                 // Free at the start of every round: given back at the end of the last one, or
-                // left in the semaphore next to a stranded waiter.
+                // left free next to a stranded waiter.
                 if !permits.try_take() {
                     lost += 1;
                 }

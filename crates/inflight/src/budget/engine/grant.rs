@@ -188,7 +188,7 @@ impl Engine {
         }
     }
 
-    /// Gives back a permit that was taken: to the semaphore, then to the next waiter of a class
+    /// Gives back a permit that was taken: to the local permits, then to the next waiter of a class
     /// queue if anyone waits there.
     #[inline]
     pub(super) fn give_back(&self) {

@@ -81,8 +81,8 @@ pub(crate) struct Engine {
     /// Calls holding their store's lease too (a budget with a store): the calls at the
     /// dependency, as opposed to local permits held while a lease is awaited.
     leased: AtomicUsize,
-    /// The queue that ranks priority classes, for a budget with them; one without queues in the
-    /// semaphore.
+    /// The queue that ranks priority classes, for a budget with them; one without queues in
+    /// [`LocalPermits`]' semaphore.
     class_queue: Option<ClassQueue>,
     /// The class of a call that names none.
     default_class: usize,
