@@ -475,22 +475,7 @@ fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
     }
     assert!(refused, "the sim at {addr} still accepts connections");
 
-    // No cgroup of this lab is left.
-    if is_root() {
-        let prefix = format!("inflight-{pid}-");
-        for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
-            let Ok(entries) = std::fs::read_dir(root) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                assert!(
-                    !name.starts_with(&prefix),
-                    "cgroup {root}/{name} left behind"
-                );
-            }
-        }
-    }
+    assert_eq!(cgroups_of(pid), Vec::<String>::new(), "cgroups left behind");
     // No runner of this lab is left: none runs with this sim's URL on its command line.
     let left: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
@@ -500,6 +485,25 @@ fn ctrl_c_stops_the_sim_and_runner_and_removes_cgroups() {
         .filter(|c| c.contains(&sim_url) && c.contains("runner"))
         .collect();
     assert!(left.is_empty(), "runners left: {left:?}");
+}
+
+/// The CPU-quota cgroups named after the lab process `pid` (`inflight-<pid>-<n>`) that exist
+/// now; none without root, where the lab makes none.
+fn cgroups_of(pid: u32) -> Vec<String> {
+    let prefix = format!("inflight-{pid}-");
+    let mut found = Vec::new();
+    for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(&prefix) {
+                found.push(format!("{root}/{name}"));
+            }
+        }
+    }
+    found
 }
 
 /// A small run of 4: c4 then c1 in `healthy`, 2 repeats. c4 takes a fraction of a second and c1
@@ -685,6 +689,15 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
     let (mut child, _stderr, _) = start_until_second_run(&resumable_run_args(&out));
+    let pid = child.id();
+    if is_root() {
+        // Killed inside the second run, once its runner's cgroup is made.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while cgroups_of(pid).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no cgroup for the second run");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     send_signal(&child, libc::SIGKILL);
     wait_exit(&mut child, Duration::from_secs(10), "lab after SIGKILL");
 
@@ -694,6 +707,17 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
     assert!(killed.meta.plan.is_some());
 
     // The killed lab's sim and runner end when their stdin closes; the resumed one starts its own.
+    // Wait for its runner to leave its cgroup, so that the group is provably stale.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while cgroups_of(pid).iter().any(|g| {
+        std::fs::read_to_string(format!("{g}/cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed lab's runner still runs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (doc, _) = resume(&out);
     assert!(!doc.meta.partial);
     assert_eq!(doc.runs.len(), 4);
@@ -702,6 +726,13 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
         assert_eq!(run.seed, run_seed(1, &run.scenario, run.repeat), "{run:?}");
     }
     assert!(out.join("index.html").is_file());
+    // A SIGKILLed lab cannot remove the cgroup of the run it was in; the next lab removed it,
+    // its owner being dead and nothing running in it any more.
+    assert_eq!(
+        cgroups_of(pid),
+        Vec::<String>::new(),
+        "the killed lab's cgroups"
+    );
 }
 
 #[test]
