@@ -14,6 +14,8 @@ use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 use tokio::task::JoinHandle;
 
+use crate::metrics::{grpc_ended, GrpcTally};
+
 /// The error a streamed body ends with: the upstream's, or the call timeout.
 pub type BodyError = Box<dyn StdError + Send + Sync>;
 
@@ -38,6 +40,9 @@ struct Streamed {
     ended: bool,
     /// For a gRPC call: the status codes that mean overload, read from the trailers.
     grpc: Option<Arc<[u32]>>,
+    /// For a gRPC call whose status is still to come: its method's counters, which count it
+    /// once, at its trailers or, without them, as it ends.
+    tally: Option<GrpcTally>,
 }
 
 /// The call a streamed body holds, shared with the task that ends it at its deadline.
@@ -112,8 +117,9 @@ impl ProxyBody {
         }
     }
 
-    /// The upstream's body, passed through as it comes.
-    pub(crate) fn streamed(inner: Incoming) -> ProxyBody {
+    /// The upstream's body, passed through as it comes; `tally` counts a gRPC call's status
+    /// from its trailers.
+    pub(crate) fn streamed(inner: Incoming, tally: Option<GrpcTally>) -> ProxyBody {
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
                 inner,
@@ -121,6 +127,7 @@ impl ProxyBody {
                 timer: None,
                 ended: false,
                 grpc: None,
+                tally,
             })),
         }
     }
@@ -128,7 +135,8 @@ impl ProxyBody {
     /// The upstream's body, holding `call` (and its permit) until the body has been sent in
     /// full; it then ends the call with `ok` and `outcome`. Past the call's deadline the body is
     /// cut and the call counted as timed out, telling the limit `on_timeout`. For a gRPC call
-    /// (`grpc`: the codes that mean overload), a `grpc-status` in the trailers decides instead.
+    /// (`grpc`: the codes that mean overload), a `grpc-status` in the trailers decides instead,
+    /// and `tally` counts it.
     pub(crate) fn holding(
         inner: Incoming,
         call: HeldCall,
@@ -136,6 +144,7 @@ impl ProxyBody {
         outcome: Verdict,
         on_timeout: Outcome,
         grpc: Option<Arc<[u32]>>,
+        tally: Option<GrpcTally>,
     ) -> ProxyBody {
         let deadline = call.deadline();
         let watched = call.cancels_on();
@@ -192,6 +201,7 @@ impl ProxyBody {
                 timer,
                 ended: false,
                 grpc,
+                tally,
             })),
         }
     }
@@ -201,13 +211,22 @@ impl Streamed {
     /// The body was sent in full: the call ends as it went.
     fn end(&mut self) {
         self.ended = true;
+        self.count(None);
         if let Some(held) = self.take() {
             held.call.finish(held.ok, held.outcome);
         }
     }
 
+    /// Counts a gRPC call's status, once: the first count wins.
+    fn count(&mut self, status: Option<u32>) {
+        if let Some(tally) = self.tally.take() {
+            grpc_ended(&tally, status);
+        }
+    }
+
     /// A gRPC call's status, from its trailers, decides how the call ended.
     fn judge(&mut self, trailers: &hyper::HeaderMap) {
+        self.count(crate::grpc::status(trailers));
         let (Some(overload), Some(slot)) = (&self.grpc, &self.call) else {
             return;
         };
@@ -289,6 +308,7 @@ impl Body for ProxyBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 streamed.ended = true;
+                streamed.count(None);
                 if let Some(held) = streamed.take() {
                     held.call.finish(false, Outcome::Overload);
                 }
@@ -327,6 +347,7 @@ impl Drop for Streamed {
         // Otherwise the call, if still held, is dropped here and counted as cancelled; the
         // timer must not keep it (and its permit) until the deadline.
         drop(self.take());
+        self.count(None);
     }
 }
 

@@ -6,14 +6,16 @@
 //! | `inflight_proxy_requests_total` | counter | budget, status_class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
 //! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400), `lease_lost` (503, `on_lost = "cancel"`) |
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
+//! | `inflight_proxy_grpc_calls_total` | counter | budget, method, grpc_status | gRPC calls that ended, by method (`/package.Service/Method`; the first 100 a budget sees by name, any later or malformed one as `other`) and status (`OK` ... `UNAUTHENTICATED`, the upstream's or the proxy's own; `none` when the answer ended without one) |
 //! | `inflight_proxy_connections` | gauge | listener | client connections open now (`listener`: the budget's name, or `admin`) |
 //! | `inflight_proxy_connections_closed_total` | counter | listener, reason | client connections the proxy closed: `first_byte_timeout`, `idle_timeout`, `keepalive_timeout` (HTTP/2 pings unanswered), `max_connections` (idle longest when the listener was full) |
 //!
 //! Each proxy renders through a recorder of its own, so two proxies in one process never mix
 //! their numbers; budgets are built under it, as `inflight::metrics` requires.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use inflight::Budget;
@@ -23,6 +25,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
+use crate::config::GRPC_STATUS_NAMES;
 use crate::refusal::Reason;
 
 /// Responses sent, by budget and status class (counter).
@@ -31,6 +34,12 @@ pub const REQUESTS: &str = "inflight_proxy_requests_total";
 pub const REPLIES: &str = "inflight_proxy_replies_total";
 /// From a request's arrival to its response headers (histogram, seconds).
 pub const REQUEST_DURATION: &str = "inflight_proxy_request_duration_seconds";
+
+/// gRPC calls that ended, by budget, method and status (counter).
+pub const GRPC_CALLS: &str = "inflight_proxy_grpc_calls_total";
+/// The most gRPC methods a budget labels by name: a method seen after them is labelled
+/// `other`, so that clients cannot grow the metrics without bound.
+pub const MAX_GRPC_METHODS: usize = 100;
 
 /// Client connections open now, by listener (gauge).
 pub const CONNECTIONS: &str = "inflight_proxy_connections";
@@ -61,7 +70,7 @@ pub(crate) const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// One proxy's recorder.
 pub(crate) struct Registry {
-    recorder: PrometheusRecorder,
+    recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
 }
 
@@ -72,7 +81,10 @@ impl Registry {
             .expect("the bucket list is not empty")
             .build_recorder();
         let handle = recorder.handle();
-        let registry = Registry { recorder, handle };
+        let registry = Registry {
+            recorder: Arc::new(recorder),
+            handle,
+        };
         registry.within(|| {
             inflight::metrics::describe();
             inflight_redis::metrics::describe();
@@ -85,6 +97,11 @@ impl Registry {
                 REPLIES,
                 Unit::Count,
                 "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, paused, evicted, unavailable, call_timeout, upstream_unreachable, upstream_tls, client_body, lease_lost."
+            );
+            describe_counter!(
+                GRPC_CALLS,
+                Unit::Count,
+                "gRPC calls that ended, by method (the first 100 a budget sees, then other) and status (the upstream's or the proxy's own; none when the answer carried none)."
             );
             describe_gauge!(
                 CONNECTIONS,
@@ -107,7 +124,7 @@ impl Registry {
 
     /// Runs `f` with this registry as the recorder: budgets built inside report to it.
     pub(crate) fn within<T>(&self, f: impl FnOnce() -> T) -> T {
-        metrics::with_local_recorder(&self.recorder, f)
+        metrics::with_local_recorder(&*self.recorder, f)
     }
 
     /// Folds the samples the histograms took since the last render into their buckets. The
@@ -130,6 +147,68 @@ pub(crate) struct RouteMetrics {
     replies: [Counter; REASONS.len()],
     duration: Histogram,
     log: LogPace,
+    grpc: GrpcMethods,
+}
+
+/// One gRPC method's counters of calls that ended: one per status code (0 to 16), then `none`.
+pub(crate) type GrpcTally = Arc<[Counter; 18]>;
+
+/// The counters of one budget's gRPC methods, registered as methods are first seen.
+struct GrpcMethods {
+    recorder: Arc<PrometheusRecorder>,
+    budget: String,
+    methods: Mutex<HashMap<Box<str>, GrpcTally>>,
+}
+
+impl GrpcMethods {
+    fn tally(&self, path: &str) -> GrpcTally {
+        let mut methods = self.methods.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tally) = methods.get(path) {
+            return tally.clone();
+        }
+        // `other` is kept apart from the cap: up to MAX_GRPC_METHODS names and `other`.
+        let named = methods.len() - usize::from(methods.contains_key("other"));
+        let label = if grpc_method(path) && named < MAX_GRPC_METHODS {
+            path
+        } else {
+            "other"
+        };
+        if let Some(tally) = methods.get(label) {
+            return tally.clone();
+        }
+        let tally: GrpcTally = metrics::with_local_recorder(&*self.recorder, || {
+            Arc::new(std::array::from_fn(|code| {
+                let status = GRPC_STATUS_NAMES.get(code).copied().unwrap_or("none");
+                counter!(GRPC_CALLS, "budget" => self.budget.clone(), "method" => label.to_string(), "grpc_status" => status)
+            }))
+        });
+        methods.insert(label.into(), tally.clone());
+        tally
+    }
+}
+
+/// Whether `path` names a gRPC method: `/package.Service/Method`, two non-empty parts of
+/// visible ASCII, at most 256 bytes.
+fn grpc_method(path: &str) -> bool {
+    let Some((service, method)) = path.strip_prefix('/').and_then(|p| p.split_once('/')) else {
+        return false;
+    };
+    path.len() <= 256
+        && !service.is_empty()
+        && !method.is_empty()
+        && !method.contains('/')
+        && path.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Counts a gRPC call that ended with `status` (`None`: its answer carried no status); a code
+/// past the 17 gRPC defines counts as `UNKNOWN`, as gRPC clients read it.
+pub(crate) fn grpc_ended(tally: &GrpcTally, status: Option<u32>) {
+    let i = match status {
+        Some(code) if code <= 16 => code as usize,
+        Some(_) => 2,
+        None => 17,
+    };
+    tally[i].increment(1);
 }
 
 /// At most one log line per [`LOG_INTERVAL`]: an upstream that is down fails every request,
@@ -173,6 +252,11 @@ impl RouteMetrics {
                     .map(|r| counter!(REPLIES, "budget" => b.clone(), "reason" => r.as_str())),
                 duration: histogram!(REQUEST_DURATION, "budget" => b.clone()),
                 log: LogPace::new(),
+                grpc: GrpcMethods {
+                    recorder: registry.recorder.clone(),
+                    budget: b.clone(),
+                    methods: Mutex::new(HashMap::new()),
+                },
             }
         })
     }
@@ -186,6 +270,11 @@ impl RouteMetrics {
             c.increment(1);
         }
         self.duration.record(elapsed.as_secs_f64());
+    }
+
+    /// The counters of the gRPC method a request's `path` names.
+    pub(crate) fn grpc_tally(&self, path: &str) -> GrpcTally {
+        self.grpc.tally(path)
     }
 
     /// Whether a log line may be written now, and how many were left out since the last.
@@ -280,5 +369,56 @@ mod tests {
         }
         assert_eq!(pace.may_log(t0 + Duration::from_millis(1000)), Some(3));
         assert_eq!(pace.may_log(t0 + Duration::from_millis(2500)), Some(0));
+    }
+
+    #[test]
+    fn grpc_methods_are_labelled_by_name_up_to_the_cap_then_as_other() {
+        for path in ["/demo.Records/Get", "/Svc/M", "/a.b.C/Do_It-2"] {
+            assert!(grpc_method(path), "{path}");
+        }
+        for path in [
+            "/",
+            "/x",
+            "/x/",
+            "//M",
+            "/a/b/c",
+            "/a b/M",
+            "/a/\u{e9}",
+            "x/M",
+        ] {
+            assert!(!grpc_method(path), "{path}");
+        }
+        let registry = Registry::new();
+        let route = RouteMetrics::new(&registry, "records");
+        grpc_ended(&route.grpc_tally("/demo.Records/Get"), Some(0));
+        grpc_ended(&route.grpc_tally("/demo.Records/Get"), Some(8));
+        grpc_ended(&route.grpc_tally("/demo.Records/Get"), Some(99));
+        grpc_ended(&route.grpc_tally("not a method"), None);
+        for i in 0..MAX_GRPC_METHODS + 5 {
+            grpc_ended(&route.grpc_tally(&format!("/s.S/M{i}")), Some(0));
+        }
+        let text = registry.render([]);
+        let count = |method: &str, status: &str| {
+            let line = format!(
+                "inflight_proxy_grpc_calls_total{{budget=\"records\",method=\"{method}\",grpc_status=\"{status}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        assert_eq!(count("/demo.Records/Get", "OK"), 1);
+        assert_eq!(count("/demo.Records/Get", "RESOURCE_EXHAUSTED"), 1);
+        assert_eq!(count("/demo.Records/Get", "UNKNOWN"), 1, "a code past 16");
+        assert_eq!(count("other", "none"), 1);
+        // Get and the first 99 of the rest by name; the last 6 as other.
+        assert_eq!(count("/s.S/M98", "OK"), 1);
+        assert_eq!(count("/s.S/M99", "OK"), 0);
+        assert_eq!(count("other", "OK"), 6);
+        let methods: std::collections::HashSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("inflight_proxy_grpc_calls_total{"))
+            .filter_map(|l| l.split("method=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(methods.len(), MAX_GRPC_METHODS + 1);
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::body::ProxyBody;
 use crate::grpc;
 use crate::headers;
-use crate::metrics::{Registry, RouteMetrics};
+use crate::metrics::{GrpcTally, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::{tls, Log};
 
@@ -363,15 +363,19 @@ async fn forward_held(
     // The permit first: a refused request is never forwarded, and the call timeout starts now.
     let (state, call) = acquire(slot, request.headers()).await;
     let grpc = grpc::requested(request.headers(), state.route.protocol());
-    let call = match call {
-        Ok(call) => call,
+    let tally = grpc.then(|| state.metrics.grpc_tally(request.uri().path()));
+    let response = match call {
+        Ok(call) => forward_call(&state, call, request, peer, log, tally.clone()).await,
         Err(e) => {
             state.metrics.replied(Reason::from(&e));
-            let response = refusal::answer(&state.budget, Reason::from(&e), e.retry_after(), grpc);
-            return (state, response);
+            refusal::answer(&state.budget, Reason::from(&e), e.retry_after(), grpc)
         }
     };
-    let response = forward_call(&state, call, request, peer, log, grpc).await;
+    // A status in the headers (a trailers-only answer, the upstream's or the proxy's own) is
+    // counted now; one in the trailers is counted by the body.
+    if let (Some(tally), Some(status)) = (&tally, grpc::status(response.headers())) {
+        crate::metrics::grpc_ended(tally, Some(status));
+    }
     (state, response)
 }
 
@@ -381,8 +385,9 @@ async fn forward_call(
     mut request: Request<Incoming>,
     peer: SocketAddr,
     log: &Log,
-    grpc: bool,
+    tally: Option<GrpcTally>,
 ) -> Response<ProxyBody> {
+    let grpc = tally.is_some();
     let replied = |state: &RouteState, reason: Reason| replied(state, reason, grpc);
     let Some(uri) = upstream_uri(state, request.uri()) else {
         // Checked before the permit was asked for; an upstream's authority always joins.
@@ -494,14 +499,16 @@ async fn forward_call(
         (status < 500, Outcome::Success.into())
     };
     // Else a gRPC call's status comes in its trailers, read as the body ends.
-    let trailers =
-        (grpc && judged.is_none()).then(|| Arc::<[u32]>::from(state.route.overload_grpc_status()));
+    let in_trailers = grpc && crate::grpc::status(response.headers()).is_none();
+    let trailers = (in_trailers && judged.is_none())
+        .then(|| Arc::<[u32]>::from(state.route.overload_grpc_status()));
+    let tally = tally.filter(|_| in_trailers);
     headers::remove_hop_by_hop(response.headers_mut());
     let (parts, body) = response.into_parts();
     let body = match state.route.release() {
         Release::Headers => {
             call.finish(ok, outcome);
-            ProxyBody::streamed(body)
+            ProxyBody::streamed(body, tally)
         }
         _ => ProxyBody::holding(
             body,
@@ -510,6 +517,7 @@ async fn forward_call(
             outcome,
             timeout_outcome(&state.route),
             trailers,
+            tally,
         ),
     };
     Response::from_parts(parts, body)

@@ -1092,3 +1092,30 @@ fn routes_are_shown_as_a_table_and_overlaps_refused_with_their_path() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_grpc_budget_speaks_http2_to_its_upstream_and_refuses_to_be_told_otherwise() {
+    let grpc = "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:50051\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"grpc\"\n";
+    let f = file(grpc);
+    let doc = run_json([
+        "check-config".as_ref(),
+        f.path().as_os_str(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(doc["budgets"][0]["proxy"]["upstream_http2"], true);
+    assert_eq!(doc["budgets"][0]["proxy"]["protocol"], "grpc");
+
+    let f = file(&format!("{grpc}upstream_http2 = false\n"));
+    let out = inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("budgets.records.upstream_http2")
+            && err.contains("protocol = \"grpc\" needs HTTP/2"),
+        "{err}"
+    );
+}

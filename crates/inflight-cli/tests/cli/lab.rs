@@ -694,7 +694,10 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
         // Killed inside the second run, once its runner's cgroup is made.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while cgroups_of(pid).is_empty() {
-            assert!(std::time::Instant::now() < deadline, "no cgroup for the second run");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no cgroup for the second run"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }

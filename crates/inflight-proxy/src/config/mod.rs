@@ -13,7 +13,7 @@
 //! release = "body"                     # "body" (the default) or "headers": when the permit goes back
 //! overload_status = [429, 503]         # upstream answers that mean overload (the default)
 //! preserve_host = false                # true: forward the client's Host header unchanged
-//! upstream_http2 = false               # true: HTTP/2 to the upstream (h2c, or h2 by ALPN)
+//! upstream_http2 = false               # true: HTTP/2 to the upstream (h2c, or h2 by ALPN); a gRPC budget: true
 //! overload_on_timeout = true           # false: a call past call_timeout tells the limit nothing
 //!
 //! [budgets.billing]

@@ -237,8 +237,18 @@ fn route(
         }
     };
     let preserve_host = flag("preserve_host", false);
-    let upstream_http2 = flag("upstream_http2", false);
+    // gRPC needs HTTP/2 to the upstream: a gRPC budget speaks it unless told otherwise, which is
+    // refused below.
+    let grpc = table.get("protocol").and_then(Value::as_str) == Some("grpc");
+    let upstream_http2 = flag("upstream_http2", grpc);
     let overload_on_timeout = flag("overload_on_timeout", true);
+    if grpc && !upstream_http2 && table.get("upstream_http2").is_some_and(Value::is_bool) {
+        errors.push(ConfigError::invalid(
+            field("upstream_http2"),
+            "a budget with protocol = \"grpc\" needs HTTP/2 to its upstream: remove \
+             upstream_http2 = false (a gRPC budget speaks HTTP/2 to its upstream by default)",
+        ));
+    }
     let ca_file = match (table.get("ca_file"), &upstream) {
         (None, _) => None,
         (Some(v), Ok(u)) if !u.tls => {

@@ -18,3 +18,4 @@ mod release;
 mod routes;
 mod support;
 mod tls;
+mod tonic;
