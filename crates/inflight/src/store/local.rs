@@ -2,13 +2,14 @@
 //!
 //! Underneath is a [`tokio::sync::Semaphore`]: its wait queue is fair and cancel safe. Permits are
 //! taken with `forget` and given back by hand, so that a shrink can keep a permit that comes back
-//! instead of handing it on: the limit never takes a permit from a caller that holds one.
+//! instead of handing it on: the limit never takes a permit from a caller that holds one. (Under
+//! loom, a model of it with the same memory orderings: see `crate::sync`.)
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-use tokio::sync::Semaphore;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::padded::CachePadded;
+use crate::sync::atomic::AtomicUsize;
+use crate::sync::Semaphore;
 
 pub(crate) struct LocalPermits {
     semaphore: CachePadded<Semaphore>,
@@ -113,7 +114,7 @@ impl LocalPermits {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
