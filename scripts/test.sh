@@ -111,6 +111,34 @@ step "cargo test"
 cargo test --workspace --locked
 cargo test -p inflight --all-features --locked
 
+step "loom models (a permit that comes back reaches a waiter in every interleaving; a planted lost waiter fails them)"
+# The class queue's and the permits' own code over loom's atomics and locks (inflight's `sync`
+# module), every interleaving loom can reach: no preemption bound is needed, the three models
+# take seconds. In a target folder of their own, as `--cfg loom` changes every crate's build.
+# Then again with the bug planted that they exist to catch (a plain load in
+# `ClassQueue::returned` where the pairing needs a read-modify-write): they must fail, on a
+# waiter left next to a free permit, or they no longer check the pairing.
+loom_models() {
+    RUSTFLAGS="--cfg loom -C debug_assertions $*" \
+        CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/loom" \
+        cargo test -p inflight --lib --release --no-default-features --locked -- loom_models
+}
+loom_models
+planted_log=$(mktemp)
+if loom_models --cfg inflight_planted_lost_waiter >"$planted_log" 2>&1; then
+    cat "$planted_log"
+    echo "error: the loom models passed with a lost waiter planted in ClassQueue::returned" >&2
+    exit 1
+fi
+if ! grep -q "left next to a free permit" "$planted_log"; then
+    cat "$planted_log"
+    echo "error: with the lost waiter planted, the loom models failed for another reason" >&2
+    exit 1
+fi
+echo "  with the lost waiter planted, the models fail as they must:"
+grep "left next to a free permit" "$planted_log" | sed 's/^/    /'
+rm -f "$planted_log"
+
 step "cargo package (every crate packages, and builds from its package alone)"
 # Packages the workspace in dependency order against a temporary local registry, then builds each
 # package from its unpacked .crate: a file read from outside a crate, or a path dependency without

@@ -77,7 +77,7 @@
 //! - `budget`
 //! - `store`
 //! - `limit`
-//! - `metric_names`, `padded`, `rate`, `retry_after`
+//! - `metric_names`, `padded`, `rate`, `retry_after`, `sync`
 
 pub mod budget;
 #[cfg(feature = "toml")]
@@ -93,6 +93,7 @@ pub mod retry;
 mod retry_after;
 pub mod sizing;
 pub mod store;
+mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
 

@@ -13,14 +13,16 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
 use std::task::{Context, Poll};
-
-use tokio::sync::oneshot;
 
 use super::classes::Classes;
 use crate::padded::CachePadded;
 use crate::store::local::LocalPermits;
+use crate::sync::{atomic, oneshot, Mutex, MutexGuard};
+
+#[cfg(all(test, loom))]
+mod loom_models;
 
 /// The virtual time one grant costs a class of weight 1; a class of weight `w` pays `STRIDE / w`.
 /// A power of two well above [`MAX_WEIGHT`](super::MAX_WEIGHT): the rounding of `STRIDE / w` is
@@ -47,8 +49,9 @@ pub(crate) struct Full {
 
 pub(crate) struct ClassQueue {
     /// Waiters in the lanes (not yet granted nor evicted). Read without the lock by newcomers
-    /// and by whoever gives a permit back.
-    queued: CachePadded<AtomicUsize>,
+    /// and by whoever gives a permit back. (The callers' `waiting` counts are std's even under
+    /// loom: no handing over of a permit rests on them.)
+    queued: CachePadded<atomic::AtomicUsize>,
     lanes: Mutex<Lanes>,
     weights: Box<[u32]>,
     strides: Box<[u64]>,
@@ -87,7 +90,7 @@ impl ClassQueue {
             })
             .collect();
         ClassQueue {
-            queued: CachePadded(AtomicUsize::new(0)),
+            queued: CachePadded(atomic::AtomicUsize::new(0)),
             lanes: Mutex::new(Lanes {
                 lanes,
                 vtime: 0,
@@ -149,7 +152,13 @@ impl ClassQueue {
         lane.waiters.push_back(Waiter { id, turn: tx });
         class_waiting.fetch_add(1, Relaxed);
         // A read-modify-write, paired with the one in `returned`: either that one sees this
-        // waiter, or this caller's dispatch below sees the permit it gave back.
+        // waiter, or this caller's dispatch below sees the permit it gave back. Read-modify-writes
+        // of `queued` are ordered, each reading the one before: if `returned`'s comes first, this
+        // one reads it and so synchronizes with it, and `try_take` below sees the permit given
+        // back before it; if this one comes first, `returned`'s reads a count with this waiter in
+        // it. That needs acquire-release, no more. A plain load in `returned` would break it
+        // (each side could read the other's old value: store buffering); the loom models
+        // (`loom_models`) fail when that bug is planted.
         self.queued.fetch_add(1, SeqCst);
         self.dispatch(&mut lanes, permits);
         drop(lanes);
@@ -204,7 +213,13 @@ impl ClassQueue {
     #[inline]
     pub(crate) fn returned(&self, permits: &LocalPermits) {
         // A read-modify-write, not a load: see `join`.
-        if self.queued.fetch_add(0, SeqCst) == 0 {
+        #[cfg(not(inflight_planted_lost_waiter))]
+        let queued = self.queued.fetch_add(0, SeqCst);
+        // The bug the loom models must catch, planted by `--cfg inflight_planted_lost_waiter`
+        // (scripts/test.sh checks that they do).
+        #[cfg(inflight_planted_lost_waiter)]
+        let queued = self.queued.load(SeqCst);
+        if queued == 0 {
             return;
         }
         self.dispatch_now(permits);
@@ -342,7 +357,7 @@ impl Drop for Ticket<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

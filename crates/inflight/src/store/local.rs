@@ -12,13 +12,14 @@
 //!
 //! Permits are taken with `forget` and given back by hand, so that a shrink can keep a permit
 //! that comes back instead of handing it on: the limit never takes a permit from a caller that
-//! holds one.
+//! holds one. (Under loom, the word is loom's and the semaphore a model of tokio's with the same
+//! memory orderings: see `crate::sync`.)
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
-
-use tokio::sync::Semaphore;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 
 use crate::padded::CachePadded;
+use crate::sync::atomic::{AtomicU64, AtomicUsize};
+use crate::sync::Semaphore;
 
 /// The fast lane's word: free permits in the low half, callers waiting in the semaphore in the
 /// high half.
@@ -195,7 +196,7 @@ impl Drop for Registered<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::pin::pin;
 
@@ -350,5 +351,61 @@ mod tests {
         assert_eq!(p.in_flight(), 3);
         assert!(p.try_take() && p.try_take() && p.try_take());
         assert!(!p.try_take());
+    }
+}
+
+/// Loom models of the two lanes (see `budget::class_queue::loom_models` for how they run): a
+/// permit given back while a caller registers to wait reaches it in every interleaving, never
+/// left in the fast lane beside a sleeping waiter.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use loom::thread;
+
+    use super::*;
+
+    /// Polls `f` to its end, letting the other threads run between polls.
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                return out;
+            }
+            thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_permit_given_back_as_a_caller_starts_waiting_reaches_it() {
+        loom::model(|| {
+            let p: &'static LocalPermits = Box::leak(Box::new(LocalPermits::new(1)));
+            assert!(p.try_take());
+            let waiter = thread::spawn(move || block_on(p.take()));
+            p.give_back();
+            waiter.join().unwrap();
+            assert_eq!((p.in_flight(), p.available()), (1, 0));
+            assert_eq!(p.lane.load(Relaxed), 0, "nobody waits and nothing is free");
+        });
+    }
+
+    #[test]
+    fn a_newcomer_racing_a_waiter_takes_the_permit_once() {
+        loom::model(|| {
+            let p: &'static LocalPermits = Box::leak(Box::new(LocalPermits::new(1)));
+            assert!(p.try_take());
+            let waiter = thread::spawn(move || block_on(p.take()));
+            let newcomer = thread::spawn(move || p.try_take());
+            p.give_back();
+            let took = newcomer.join().unwrap();
+            if took {
+                // The newcomer came before the waiter registered; it hands the permit on.
+                p.give_back();
+            }
+            waiter.join().unwrap();
+            assert_eq!((p.in_flight(), p.available()), (1, 0));
+        });
     }
 }

@@ -1,0 +1,49 @@
+local seen_epoch = tonumber(ARGV[1])
+local seen_version = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+local epoch, version, learn, behind = fence(KEYS[5], seen_epoch, seen_version, lease)
+local function bump()
+  version = redis.call('HINCRBY', KEYS[5], 'version', 1)
+end
+local function learn_more()
+  if learn < now + lease then
+    learn = now + lease
+    redis.call('HSET', KEYS[5], 'learn', learn)
+  end
+end
+local function learn_left()
+  return math.max(learn - now, 0)
+end
+local function promote()
+  local queued = redis.call('ZCARD', KEYS[2])
+  if queued > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+    for _, id in ipairs(gone) do
+      queued = queued - redis.call('ZREM', KEYS[2], id)
+      redis.call('ZREM', KEYS[3], id)
+    end
+  end
+  local reclaimed = 0
+  local n = redis.call('ZCARD', KEYS[1])
+  if n >= limit then
+    reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    n = n - reclaimed
+  end
+  if now < learn then
+    return n, reclaimed
+  end
+  local granted = 0
+  while n < limit and queued > 0 do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not head then break end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+    n = n + redis.call('ZADD', KEYS[1], now + lease, head)
+    queued = queued - 1
+    granted = granted + 1
+    tell(head)
+  end
+  if granted > 0 then bump() end
+  return n, reclaimed
+end

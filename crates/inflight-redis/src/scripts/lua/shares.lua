@@ -1,0 +1,157 @@
+local me = ARGV[1]
+local wants = tonumber(ARGV[2])
+local holding = tonumber(ARGV[3])
+local seq = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local lease = tonumber(ARGV[6])
+local epoch, version, learn, behind = fence(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), lease)
+local learning = now < learn
+local term = math.max(math.floor(lease / 6), 1)
+local sums = redis.call('HMGET', KEYS[7], 'reserved', 'wants', 'n')
+local reserved, total, n = tonumber(sums[1]) or 0, tonumber(sums[2]) or 0, tonumber(sums[3]) or 0
+local function parse(raw)
+  local h, w, e, q = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  return tonumber(h), tonumber(w), tonumber(e), tonumber(q)
+end
+local function forget(id)
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('ZREM', KEYS[8], id)
+  redis.call('ZREM', KEYS[9], id)
+end
+-- Expired entries go, a few per report.
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 20)) do
+  if id ~= me then
+    local raw = redis.call('HGET', KEYS[1], id)
+    if raw then
+      local h, w = parse(raw)
+      reserved, total, n = reserved - h, total - w, n - 1
+    end
+    forget(id)
+  end
+end
+local raw = redis.call('HGET', KEYS[1], me)
+local before = 0
+if raw then
+  local h, w, e, q = parse(raw)
+  if e > now and seq <= q and not behind then
+    return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0}
+  end
+  if e > now then before = h end
+  reserved, total, n = reserved - h, total - w, n - 1
+end
+if ARGV[7] == '1' then wants = 0 end
+-- The water level: the wants in ascending order (a sorted set), walked only as far as the
+-- first want at or above its fair part of what is left; every want below the level is one
+-- permit or more, so the walk is never longer than the limit.
+if wants > 0 then
+  redis.call('ZADD', KEYS[8], wants, me)
+else
+  redis.call('ZREM', KEYS[8], me)
+end
+local nw = redis.call('ZCARD', KEYS[8])
+local level = limit
+local left, k = limit, 0
+while k < nw do
+  local chunk = redis.call('ZRANGE', KEYS[8], k, k + 63, 'WITHSCORES')
+  if #chunk == 0 then break end
+  local found = false
+  for i = 2, #chunk, 2 do
+    local w = tonumber(chunk[i])
+    local share = left / (nw - k)
+    if w >= share then
+      level, found = share, true
+      break
+    end
+    left, k = left - w, k + 1
+  end
+  if found then break end
+end
+local base = math.min(wants, math.floor(level))
+local mhas = math.min(holding, math.max(limit - reserved, 0))
+if learning or behind then mhas = holding end
+local free = math.max(limit - reserved - mhas, 0)
+if not learning and mhas < base then
+  local grow = math.min(base - mhas, free)
+  mhas, free = mhas + grow, free - grow
+end
+-- When it began to hold what it holds: its term at any permit beyond its base runs from then.
+if mhas > 0 then
+  redis.call('ZADD', KEYS[5], 'NX', now, me)
+else
+  redis.call('ZREM', KEYS[5], me)
+end
+local others_below = redis.call('ZCARD', KEYS[6]) - (redis.call('ZSCORE', KEYS[6], me) and 1 or 0)
+local others_waiting = redis.call('ZCARD', KEYS[4]) - (redis.call('ZSCORE', KEYS[4], me) and 1 or 0)
+local cap = mhas
+local told = {}
+-- When to report again to give back what is beyond the base, others waiting (0: no need).
+local recheck = 0
+if mhas > base then
+  local since = tonumber(redis.call('ZSCORE', KEYS[5], me) or now)
+  if others_waiting > 0 and now < since + term then recheck = since + term - now end
+  if others_below > 0 or (others_waiting > 0 and now >= since + term) then
+    -- Others are short: the extras go back as their calls end; drained, this process queues
+    -- again at the back (its next term runs from when it takes a permit again).
+    cap = base
+  end
+elseif wants > mhas and not learning and mhas == base then
+  -- A turn at a permit beyond the base: the head of the queue takes one when one is free.
+  if not redis.call('ZSCORE', KEYS[4], me) then redis.call('ZADD', KEYS[4], now, me) end
+  local rank = redis.call('ZRANK', KEYS[4], me)
+  if free > rank and others_below == 0 then
+    -- One permit beyond the base at most: what the bases leave over is fewer permits than
+    -- the processes at the level.
+    if mhas == 0 then redis.call('ZADD', KEYS[5], now, me) end
+    mhas, free, cap = mhas + 1, free - 1, mhas + 1
+    redis.call('ZREM', KEYS[4], me)
+    if redis.call('ZCARD', KEYS[4]) > 0 then
+      recheck = tonumber(redis.call('ZSCORE', KEYS[5], me)) + term - now
+    end
+  else
+    -- Its turn is not yet: the holder of extras whose term ran out first gives them back.
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - term, 'LIMIT', 0, 5)) do
+      if id ~= me and tonumber(redis.call('ZSCORE', KEYS[9], id) or 0) > math.floor(level) then
+        told[#told + 1] = id
+        break
+      end
+    end
+  end
+else
+  redis.call('ZREM', KEYS[4], me)
+end
+if mhas < base and not learning then
+  -- Below its base: those holding more than any base are told to report (and capped).
+  redis.call('ZADD', KEYS[6], now, me)
+  local over = redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. math.floor(level), '+inf', 'LIMIT', 0, base - mhas)
+  for _, id in ipairs(over) do
+    if id ~= me then told[#told + 1] = id end
+  end
+else
+  redis.call('ZREM', KEYS[6], me)
+end
+if wants <= mhas or mhas > base then redis.call('ZREM', KEYS[4], me) end
+if mhas < before and free > 0 then
+  -- Permits went back: to those below their base first, then the turns queue.
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[6], 0, free - 1)) do
+    if id ~= me then told[#told + 1] = id end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+    if id ~= me then told[#told + 1] = id end
+  end
+end
+if ARGV[7] == '1' and holding == 0 then
+  forget(me)
+else
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+  redis.call('ZADD', KEYS[3], now + lease, me)
+  redis.call('ZADD', KEYS[9], mhas, me)
+  reserved, total, n = reserved + mhas, total + wants, n + 1
+end
+redis.call('HSET', KEYS[7], 'reserved', reserved, 'wants', total, 'n', n)
+version = redis.call('HINCRBY', KEYS[2], 'version', 1)
+for _, id in ipairs(told) do tell(id) end
+return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0)}

@@ -1,0 +1,555 @@
+//! The fleet's Lua scripts on a real `redis-server` (on a free loopback port; each test says it
+//! skipped where none is installed): the limit and the queue's hand-off, the shares, the GCRA,
+//! the epochs after a loss of state, and the keys' hash tag.
+//!
+//! The scripts are the crate's own business, so this test builds the crate's `scripts` module
+//! itself, from its source: the module uses nothing else of the crate, and the Lua and the
+//! putting together of the scripts under test are those the crate ships.
+
+// Only part of the module is used here.
+#[allow(dead_code, unused_imports)]
+#[path = "../src/scripts/mod.rs"]
+mod scripts;
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Script;
+
+use scripts::keys::holders_key;
+use scripts::{
+    budget_keys, grants_channel, lease_keys, rate_key, sharded_grants_channel, share_keys,
+    shares_key, Scripts, GCRA,
+};
+use support::RedisServer;
+
+/// A `redis-server` on a free loopback port (killed on drop), and a connection to it.
+fn server() -> Option<(RedisServer, redis::Connection)> {
+    let server = RedisServer::start()?;
+    let conn = server.conn();
+    Some((server, conn))
+}
+
+/// A lease script's call on budget "b", by a caller that has seen `seen`.
+fn call(
+    script: &'static Script,
+    seen: (u64, u64),
+    limit: u64,
+    lease_ms: u64,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = script.prepare_invoke();
+    for key in lease_keys("b") {
+        call.key(key);
+    }
+    call.arg(seen.0).arg(seen.1).arg(limit).arg(lease_ms);
+    call
+}
+
+fn scripts() -> &'static Scripts {
+    Scripts::for_node()
+}
+
+/// `(epoch, version, learning ms, granted, holders, reclaimed, wait, ahead)`.
+type Acquire = (u64, u64, u64, u8, u64, u64, i64, u64);
+
+fn acquire_seen(
+    conn: &mut redis::Connection,
+    id: &str,
+    seen: (u64, u64),
+    limit: u64,
+    lease_ms: u64,
+) -> Acquire {
+    call(&scripts().acquire, seen, limit, lease_ms)
+        .arg(id)
+        .arg(2000)
+        .invoke(conn)
+        .unwrap()
+}
+
+/// `(granted, holders, reclaimed, wait, ahead)` for a caller that has seen nothing.
+fn acquire(
+    conn: &mut redis::Connection,
+    id: &str,
+    limit: u64,
+    lease_ms: u64,
+) -> (u8, u64, u64, i64, u64) {
+    let r = acquire_seen(conn, id, (0, 0), limit, lease_ms);
+    (r.3, r.4, r.5, r.6, r.7)
+}
+
+fn release(conn: &mut redis::Connection, ids: &[&str], limit: u64, lease_ms: u64) -> u64 {
+    let mut call = call(&scripts().release, (0, 0), limit, lease_ms);
+    for id in ids {
+        call.arg(*id);
+    }
+    let (_, _, _, removed): (u64, u64, u64, u64) = call.invoke(conn).unwrap();
+    removed
+}
+
+/// `(epoch, version, learning ms, added back, lost)`.
+type Renew = (u64, u64, u64, u64, Vec<String>);
+
+fn renew_seen(
+    conn: &mut redis::Connection,
+    ids: &[&str],
+    locals: &[&str],
+    seen: (u64, u64),
+    lease_ms: u64,
+) -> Renew {
+    let mut call = call(&scripts().renew, seen, 2, lease_ms);
+    call.arg(ids.len());
+    for id in ids.iter().chain(locals) {
+        call.arg(*id);
+    }
+    call.invoke(conn).unwrap()
+}
+
+fn renew(conn: &mut redis::Connection, ids: &[&str], lease_ms: u64) -> Vec<String> {
+    renew_seen(conn, ids, &[], (0, 0), lease_ms).4
+}
+
+#[test]
+fn the_scripts_keep_the_limit_and_touch_only_their_own_lease() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    assert_eq!(acquire(conn, "a", 2, 200).0, 1);
+    // A retry with the same id (a reply lost) is granted again, not twice.
+    assert_eq!(acquire(conn, "a", 2, 200), (1, 1, 0, 0, 0));
+    assert_eq!(acquire(conn, "b", 2, 200).0, 1);
+    let (granted, holders, _, wait, ahead) = acquire(conn, "c", 2, 200);
+    assert_eq!((granted, holders, ahead), (0, 2, 0));
+    assert!(wait > 0 && wait <= 200, "{wait}");
+    // Full, but a holder retrying is still granted.
+    assert_eq!(acquire(conn, "b", 2, 200).0, 1);
+    // A limit of 0 grants nothing, and says so.
+    let mut zero = scripts().acquire.prepare_invoke();
+    for key in lease_keys("none") {
+        zero.key(key);
+    }
+    let zero: Acquire = zero
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg(200)
+        .arg("a")
+        .arg(2000)
+        .invoke(conn)
+        .unwrap();
+    assert_eq!((zero.3, zero.4, zero.5, zero.6, zero.7), (0, 0, 0, 0, 0));
+    // Releasing someone else's id, or one not held, removes nothing.
+    assert_eq!(release(conn, &["zzz"], 2, 200), 0);
+    // Renew keeps "a"; "gone" was never held and is reported lost.
+    assert_eq!(renew(conn, &["a", "gone"], 200), ["gone"]);
+    // "c" gave up waiting: its release takes it out of the queue.
+    assert_eq!(release(conn, &["c"], 2, 200), 0);
+    // After a lease with no renewal, both expire: the next acquirer reclaims them.
+    std::thread::sleep(Duration::from_millis(250));
+    let (granted, holders, reclaimed, _, _) = acquire(conn, "c", 2, 200);
+    assert_eq!((granted, holders, reclaimed), (1, 1, 2));
+    assert_eq!(
+        renew(conn, &["a", "c"], 200),
+        ["a"],
+        "an expired lease is lost"
+    );
+    assert_eq!(release(conn, &["c"], 2, 200), 1);
+}
+
+#[test]
+fn a_release_hands_its_permit_to_the_earliest_waiter_and_tells_its_process() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let client = redis::Client::open(server.0.url()).unwrap();
+    let mut listener = client.get_connection().unwrap();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(grants_channel("00000000000000p2"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let conn = &mut server.1;
+    let p1 = |n: u8| format!("00000000000000p1{n:016x}");
+    let p2 = |n: u8| format!("00000000000000p2{n:016x}");
+    assert_eq!(acquire(conn, &p1(0), 1, 5000).0, 1);
+    // Queued in arrival order, whichever process they come from.
+    let queued = acquire(conn, &p2(1), 1, 5000);
+    assert_eq!((queued.0, queued.4), (0, 0));
+    assert_eq!(acquire(conn, &p1(2), 1, 5000).4, 1);
+    assert_eq!(acquire(conn, &p1(3), 1, 5000).4, 2);
+    // A newcomer never overtakes them, even the moment a permit frees.
+    assert_eq!(release(conn, &[&p1(0)], 1, 5000), 1);
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(
+        message.get_channel_name(),
+        grants_channel("00000000000000p2")
+    );
+    assert_eq!(message.get_payload::<String>().unwrap(), p2(1));
+    assert_eq!(
+        acquire(conn, &p1(9), 1, 5000).4,
+        2,
+        "behind the two still waiting"
+    );
+    // The head was granted by the release itself; asking again confirms it.
+    assert_eq!(acquire(conn, &p2(1), 1, 5000).0, 1);
+    // The next waiter gave up; the release of the holder skips it.
+    assert_eq!(release(conn, &[&p1(2)], 1, 5000), 0);
+    assert_eq!(release(conn, &[&p2(1)], 1, 5000), 1);
+    assert_eq!(acquire(conn, &p1(3), 1, 5000).0, 1, "granted in its turn");
+    assert_eq!(acquire(conn, &p1(9), 1, 5000).4, 0);
+}
+
+#[test]
+fn a_waiter_that_stops_asking_leaves_the_queue_when_its_entry_expires() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    assert_eq!(acquire(conn, "h", 1, 5000).0, 1);
+    // "dead" queues with an entry of 100 ms and never asks again.
+    let _: Acquire = call(&scripts().acquire, (0, 0), 1, 5000)
+        .arg("dead")
+        .arg(100)
+        .invoke(conn)
+        .unwrap();
+    assert_eq!(acquire(conn, "alive", 1, 5000).4, 1);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(release(conn, &["h"], 1, 5000), 1);
+    assert_eq!(
+        acquire(conn, "alive", 1, 5000).0,
+        1,
+        "the dead waiter was skipped"
+    );
+}
+
+/// One report of `process` to the shares script: `(applied, cap, has, target, processes)`.
+fn shares(
+    conn: &mut redis::Connection,
+    process: &str,
+    (wants, holding, seq): (u64, u64, u64),
+    lease_ms: u64,
+    leaving: bool,
+) -> (u8, u64, u64, u64, u64) {
+    let r = shares_seen(
+        conn,
+        process,
+        (wants, holding, seq),
+        lease_ms,
+        leaving,
+        (0, 0),
+    );
+    (r.0, r.1, r.2, r.3, r.4)
+}
+
+/// `(applied, cap, has, target, processes, epoch, version, learning ms, recheck ms)`.
+type Shares = (u8, u64, u64, u64, u64, u64, u64, u64, u64);
+
+fn shares_seen(
+    conn: &mut redis::Connection,
+    process: &str,
+    (wants, holding, seq): (u64, u64, u64),
+    lease_ms: u64,
+    leaving: bool,
+    seen: (u64, u64),
+) -> Shares {
+    scripts()
+        .shares
+        .key(&share_keys("s")[..])
+        .arg(process)
+        .arg(wants)
+        .arg(holding)
+        .arg(seq)
+        .arg(512)
+        .arg(lease_ms)
+        .arg(u8::from(leaving))
+        .arg(seen.0)
+        .arg(seen.1)
+        .invoke(conn)
+        .unwrap()
+}
+
+#[test]
+fn the_shares_script_splits_max_min_and_grows_only_from_free_permits() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let client = redis::Client::open(server.0.url()).unwrap();
+    let mut listener = client.get_connection().unwrap();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(grants_channel("00000000000000p1"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let conn = &mut server.1;
+    let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+    // Alone, p1 gets all it wants.
+    assert_eq!(
+        shares(conn, p1, (900, 0, 1), 5000, false),
+        (1, 512, 512, 512, 1)
+    );
+    // p2 wants 100: its fair share is 100, but nothing is free while p1 holds 512, and p1
+    // is told to report.
+    assert_eq!(
+        shares(conn, p2, (100, 0, 1), 5000, false),
+        (1, 0, 0, 100, 2)
+    );
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), p1);
+    // p1 still runs 450: it keeps 450 reserved, and may admit up to its share of 412.
+    assert_eq!(
+        shares(conn, p1, (900, 450, 2), 5000, false),
+        (1, 412, 450, 412, 2)
+    );
+    assert_eq!(
+        shares(conn, p2, (100, 0, 2), 5000, false),
+        (1, 62, 62, 100, 2)
+    );
+    // Drained to 412, p1 gives the rest back; p2 takes it up.
+    assert_eq!(
+        shares(conn, p1, (900, 412, 3), 5000, false),
+        (1, 412, 412, 412, 2)
+    );
+    assert_eq!(
+        shares(conn, p2, (100, 62, 3), 5000, false),
+        (1, 100, 100, 100, 2)
+    );
+    // A late duplicate of an older report changes nothing.
+    assert_eq!(shares(conn, p1, (900, 0, 2), 5000, false).0, 0);
+    // p1 leaves: its entry goes, and p2 may grow into the whole limit.
+    assert_eq!(shares(conn, p1, (0, 0, 4), 5000, true).0, 1);
+    assert_eq!(
+        shares(conn, p2, (600, 100, 4), 5000, false),
+        (1, 512, 512, 512, 1)
+    );
+}
+
+#[test]
+fn permits_beyond_every_base_go_in_turns() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    let (p1, p2, p3) = (
+        "00000000000000p1-a",
+        "00000000000000p2-b",
+        "00000000000000p3-c",
+    );
+    // A limit of 2 (the tests' helper says 512: use a budget of its own) among three
+    // processes that want one each: every base is 0, the two permits go in turns.
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        let r: Shares = scripts()
+            .shares
+            .key(&share_keys("turns")[..])
+            .arg(p)
+            .arg(1)
+            .arg(holding)
+            .arg(seq)
+            .arg(2)
+            .arg(300)
+            .arg(0)
+            .arg(0)
+            .arg(0)
+            .invoke(conn)
+            .unwrap();
+        (r.1, r.2, r.3)
+    };
+    // Alone, then two of them: a base of 1 each.
+    assert_eq!(report(conn, p1, 0, 1), (1, 1, 1), "cap 1, has 1, base 1");
+    assert_eq!(report(conn, p2, 0, 1), (1, 1, 1));
+    assert_eq!(
+        report(conn, p3, 0, 1),
+        (0, 0, 0),
+        "none free: p3 waits its turn"
+    );
+    // At their next reports, p1 and p2 learn their base is 0: their permits are extras,
+    // held for a term from now.
+    assert_eq!(report(conn, p1, 1, 2), (1, 1, 0));
+    assert_eq!(report(conn, p2, 1, 2), (1, 1, 0));
+    // After a term (a third of the lease), p3 asks again: p1's term ran out...
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(report(conn, p3, 0, 2), (0, 0, 0));
+    // ...so p1, still running its call, is capped at its base and queues again...
+    assert_eq!(report(conn, p1, 1, 3), (0, 1, 0));
+    // ...gives its permit back once its call ends, and p3 takes it.
+    assert_eq!(report(conn, p1, 0, 4), (0, 0, 0));
+    assert_eq!(report(conn, p3, 0, 3), (1, 1, 0));
+    let held: Vec<String> = redis::cmd("HVALS")
+        .arg(shares_key("turns"))
+        .query(conn)
+        .unwrap();
+    let reserved: u64 = held
+        .iter()
+        .map(|v| v.split(':').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(reserved, 2, "never past the limit: {held:?}");
+}
+
+#[test]
+fn a_process_that_stops_reporting_frees_its_share_one_lease_later() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    assert_eq!(shares(conn, "dead", (512, 0, 1), 100, false).2, 512);
+    assert_eq!(shares(conn, "alive", (512, 0, 1), 5000, false).2, 0);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(
+        shares(conn, "alive", (512, 0, 2), 5000, false),
+        (1, 512, 512, 512, 1),
+        "the dead one's entry expired"
+    );
+}
+
+#[test]
+fn gcra_lets_a_burst_through_then_spaces_calls() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    let mut check = || -> (u8, i64) {
+        GCRA.key(rate_key("r"))
+            .arg(100_000) // 100 ms
+            .arg(2)
+            .invoke(conn)
+            .unwrap()
+    };
+    assert_eq!(check(), (1, 0));
+    assert_eq!(check(), (1, 0));
+    let (allowed, wait) = check();
+    assert_eq!(allowed, 0);
+    assert!(wait > 0 && wait <= 100_000, "{wait}");
+}
+
+#[test]
+fn keys_share_the_budget_hash_tag() {
+    assert_eq!(holders_key("records"), "inflight:{records}:holders");
+    assert_eq!(
+        budget_keys("records"),
+        [
+            "inflight:{records}:holders",
+            "inflight:{records}:queue",
+            "inflight:{records}:queue_expiry",
+            "inflight:{records}:arrivals",
+            "inflight:{records}:epoch",
+            "inflight:{records}:rate",
+            "inflight:{records}:shares",
+            "inflight:{records}:shares_expiry",
+            "inflight:{records}:shares_turns",
+            "inflight:{records}:shares_extra",
+            "inflight:{records}:shares_below",
+            "inflight:{records}:shares_sums",
+            "inflight:{records}:shares_wants",
+            "inflight:{records}:shares_has"
+        ]
+    );
+    assert_eq!(rate_key("records"), "inflight:{records}:rate");
+    assert_eq!(
+        grants_channel("0123456789abcdef"),
+        "inflight:grants:0123456789abcdef"
+    );
+    assert_eq!(
+        sharded_grants_channel("records", "0123456789abcdef"),
+        "inflight:{records}:grants:0123456789abcdef"
+    );
+}
+
+#[test]
+fn a_lost_state_learns_for_one_lease_and_takes_back_the_calls_still_running() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    // A fresh budget, first met by a process that has seen nothing: no learning.
+    let first = acquire_seen(conn, "a", (0, 0), 2, 400);
+    assert_eq!((first.2, first.3), (0, 1), "granted at once");
+    let seen = (first.0, first.1);
+    assert!(seen.0 > 0 && seen.1 > 0);
+    // The state is lost (a restart without persistence, a flush).
+    redis::cmd("FLUSHALL").exec(conn).unwrap();
+    // A newcomer is not granted while the old holder's lease is unknown...
+    let b = acquire_seen(conn, "b", seen, 2, 400);
+    assert_ne!(b.0, seen.0, "a new epoch");
+    assert_eq!(b.3, 0, "nothing new is granted while learning");
+    assert!(b.2 > 300 && b.2 <= 400, "learning for one lease: {}", b.2);
+    assert!(b.6 > 0 && b.6 <= 400, "told when to ask again: {}", b.6);
+    // ...the holder re-registers its lease and a local call at its next renewal...
+    let renewed = renew_seen(conn, &["a"], &["a-local"], seen, 400);
+    assert_eq!((renewed.3, renewed.4.len()), (1, 0), "added back, not lost");
+    let mut holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg(holders_key("b"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    holders.sort();
+    assert_eq!(holders, ["a", "a-local"]);
+    // ...and once learning ends, the two running calls (renewed meanwhile) fill the limit.
+    std::thread::sleep(Duration::from_millis(250));
+    let seen = (renewed.0, renewed.1);
+    assert_eq!(renew_seen(conn, &["a"], &["a-local"], seen, 400).3, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let c = acquire_seen(conn, "c", seen, 2, 400);
+    assert_eq!((c.2, c.3), (0, 0), "learning over, but the limit is held");
+    // A running call ends: its permit goes to the earliest waiter, "b", queued while the
+    // budget learned.
+    assert_eq!(release(conn, &["a-local"], 2, 400), 1);
+    assert_eq!(acquire_seen(conn, "b", seen, 2, 400).3, 1);
+    assert_eq!(acquire_seen(conn, "c", seen, 2, 400).3, 0);
+}
+
+#[test]
+fn writes_lost_by_a_failover_are_seen_by_the_process_that_saw_them() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    let a = acquire_seen(conn, "a", (0, 0), 3, 5000);
+    // A process saw a later version than the server holds: the writes it saw are gone.
+    let later = (a.0, a.1 + 5);
+    let b = acquire_seen(conn, "b", later, 3, 5000);
+    assert!(b.0 > a.0, "a new epoch");
+    assert_eq!(b.3, 0, "learning: nothing new granted");
+    // A process that saw only the old epoch is behind: its lease is renewed, and one the
+    // server lost is added back.
+    let r = renew_seen(conn, &["a", "gone"], &[], (a.0, a.1), 5000);
+    assert_eq!((r.3, r.4.len()), (1, 0));
+    // With the epoch unchanged, a lease the server does not hold was taken back: lost.
+    let r = renew_seen(conn, &["never"], &[], (r.0, r.1), 5000);
+    assert_eq!(r.4, ["never"]);
+}
+
+#[test]
+fn shares_keep_what_each_process_runs_while_the_budget_learns() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+    let r1 = shares_seen(conn, p1, (300, 0, 1), 400, false, (0, 0));
+    let r2 = shares_seen(conn, p2, (300, 0, 1), 400, false, (0, 0));
+    assert_eq!(
+        (r1.2, r2.2),
+        (300, 212),
+        "p2 grows only from what p1 left free"
+    );
+    redis::cmd("FLUSHALL").exec(conn).unwrap();
+    // After the loss, p2 reports first with its 212 running: kept whole, and it does not
+    // grow into the permits p1 still runs.
+    let a2 = shares_seen(conn, p2, (300, 212, 3), 400, false, (r2.5, r2.6));
+    assert_eq!((a2.0, a2.2), (1, 212));
+    assert!(a2.7 > 300, "learning: {}", a2.7);
+    let a1 = shares_seen(conn, p1, (300, 300, 3), 400, false, (r1.5, r1.6));
+    assert_eq!(a1.2, 300, "p1's running calls count whole too");
+    assert!(a1.2 + a2.2 <= 512);
+    std::thread::sleep(Duration::from_millis(250));
+    let b1 = shares_seen(conn, p1, (300, 300, 4), 400, false, (a1.5, a1.6));
+    assert_eq!(b1.2, 300);
+    std::thread::sleep(Duration::from_millis(200));
+    let b2 = shares_seen(conn, p2, (300, 212, 4), 400, false, (a2.5, a2.6));
+    assert_eq!((b2.2, b2.7), (212, 0), "nothing free to grow into");
+}
