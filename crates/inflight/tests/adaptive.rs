@@ -365,3 +365,93 @@ async fn limit_changes_are_recorded_for_plotting() {
         .limit_changes()
         .is_empty());
 }
+
+/// Drives `limit` against a dependency with no queue that serves `capacity` calls of `latency`
+/// at once and refuses the rest, closed loop, for `rounds` round trips: each round the limit's
+/// worth of calls goes out together and ends together. Returns (calls, refused).
+async fn no_queue(
+    limit: &mut dyn Limit,
+    capacity: usize,
+    latency: Duration,
+    rounds: usize,
+) -> (usize, usize) {
+    let (mut calls, mut refused) = (0, 0);
+    for _ in 0..rounds {
+        sleep(latency).await;
+        let n = limit.current();
+        for in_flight in 1..=n {
+            let outcome = if in_flight > capacity {
+                refused += 1;
+                Outcome::Overload
+            } else {
+                Outcome::Success
+            };
+            limit.on_sample(&Sample::new(latency, in_flight, outcome));
+        }
+        calls += n;
+    }
+    (calls, refused)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_hold_keeps_refusals_from_a_dependency_with_no_queue_rare() {
+    let latency = ms(20);
+    let mut plain = Aimd::new(1, 16, 32);
+    let (calls, refused) = no_queue(&mut plain, 6, latency, 2_000).await;
+    let plain_share = refused as f64 / calls as f64;
+    assert!(plain_share > 0.03, "AIMD's sawtooth: {refused} of {calls}");
+
+    let mut held = Aimd::new(1, 16, 32).probe_hold(64);
+    let (calls, refused) = no_queue(&mut held, 6, latency, 2_000).await;
+    let held_share = refused as f64 / calls as f64;
+    assert!(held_share < 0.01, "held: {refused} of {calls}");
+    // And it still fills the capacity: the calls per round stay at 6 nearly all the time.
+    assert!(
+        calls as f64 >= 0.95 * 6.0 * 2_000.0,
+        "{calls} calls in 2000 rounds"
+    );
+
+    // When the capacity grows, a held limit finds it within its longest hold.
+    let (_, _) = no_queue(&mut held, 12, latency, 64 + 40).await;
+    assert!(
+        held.current() >= 12,
+        "{} after the capacity grew to 12",
+        held.current()
+    );
+}
+
+#[test]
+fn a_probe_hold_is_aimds_and_checked() {
+    let ok = Budgets::from_toml_str(
+        "[budgets.r]\nlimit = \"adaptive\"\nalgorithm = \"aimd\"\nmax = 8\nprobe_hold = 64\n",
+    )
+    .unwrap();
+    let adaptive = ok.get("r").unwrap().config().adaptive_limit().unwrap();
+    assert_eq!(adaptive.probe_hold_round_trips(), 64);
+    for (text, says) in [
+        (
+            "algorithm = \"vegas\"\nprobe_hold = 8",
+            "only algorithm = \"aimd\"",
+        ),
+        (
+            "algorithm = \"aimd\"\nprobe_hold = -1",
+            "must not be negative",
+        ),
+        ("algorithm = \"aimd\"\nprobe_hold = 20000", "at most 10000"),
+        ("algorithm = \"aimd\"\nprobe_hold = \"64\"", "whole number"),
+    ] {
+        let err = Budgets::from_toml_str(&format!(
+            "[budgets.r]\nlimit = \"adaptive\"\nmax = 8\n{text}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("budgets.r.probe_hold") && err.contains(says),
+            "{err}"
+        );
+    }
+    let err = Budgets::from_toml_str("[budgets.r]\nmax_concurrent = 8\nprobe_hold = 4\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("budgets.r.probe_hold"), "{err}");
+}

@@ -749,6 +749,7 @@ fn adaptive_json(c: &BudgetConfig) -> Value {
             "max": c.max_concurrent(),
             "backoff": a.backoff_factor(),
             "cold_start_ms": a.cold_start_spread().as_nanos() as f64 / 1e6,
+            "probe_hold": a.probe_hold_round_trips(),
         }),
         None => Value::Null,
     }
@@ -764,8 +765,12 @@ fn adaptive_line(c: &BudgetConfig) -> Option<String> {
             humantime::format_duration(a.cold_start_spread())
         )
     };
+    let hold = match a.probe_hold_round_trips() {
+        0 => String::new(),
+        n => format!(", probes held up to {n} round trips after an overload"),
+    };
     Some(format!(
-        "adaptive ({}), from {} within {}..={} (cold start {start}): learnt from how calls end",
+        "adaptive ({}), from {} within {}..={} (cold start {start}{hold}): learnt from how calls end",
         a.algorithm(),
         a.initial_limit(),
         a.min_limit(),

@@ -566,7 +566,8 @@ const VERDICTS_JSON: &str = r#"{
         "initial": 4,
         "max": 32,
         "backoff": null,
-        "cold_start_ms": 8.0
+        "cold_start_ms": 8.0,
+        "probe_hold": 0
       },
       "rate_per_s": 100.0,
       "burst": 1,
@@ -1116,6 +1117,38 @@ fn a_grpc_budget_speaks_http2_to_its_upstream_and_refuses_to_be_told_otherwise()
     assert!(
         err.contains("budgets.records.upstream_http2")
             && err.contains("protocol = \"grpc\" needs HTTP/2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_probe_hold_is_shown_and_a_vegas_one_refused() {
+    let f = file(
+        "[budgets.export]\nlimit = \"adaptive\"\nalgorithm = \"aimd\"\nmax = 32\nprobe_hold = 64\n",
+    );
+    let (code, text) = check_config_output(&[f.path().to_str().unwrap()], "");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("probes held up to 64 round trips after an overload"),
+        "{text}"
+    );
+    let doc = run_json([
+        "check-config".as_ref(),
+        f.path().as_os_str(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(doc["budgets"][0]["adaptive"]["probe_hold"], 64);
+
+    let f = file("[budgets.export]\nlimit = \"adaptive\"\nmax = 32\nprobe_hold = 64\n");
+    let out = inflight()
+        .args(["check-config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("budgets.export.probe_hold") && err.contains("only algorithm = \"aimd\""),
         "{err}"
     );
 }

@@ -24,6 +24,7 @@
 //! initial = 4               # where it starts, default 4
 //! backoff = 0.75            # the cut on overload, 0.5 to 0.95, default 0.5 (vegas), 0.75 (aimd)
 //! cold_start = "8ms"        # the start spreads the initial limit over this (at most 1s; "0s": at once)
+//! probe_hold = 0            # aimd: after an overload, hold below its level up to this many round trips (0: off)
 //! ```
 //!
 //! A budget may also limit how fast calls start, next to how many run at once (feature `rate`,

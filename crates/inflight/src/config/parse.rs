@@ -23,6 +23,7 @@ const FIELDS: &[&str] = &[
     "initial",
     "backoff",
     "cold_start",
+    "probe_hold",
     "rate",
     "burst",
     "scope",
@@ -43,6 +44,7 @@ const ADAPTIVE_FIELDS: &[&str] = &[
     "initial",
     "backoff",
     "cold_start",
+    "probe_hold",
 ];
 
 /// The most calls at once an adaptive limit may reach when the file gives no `max`.
@@ -451,6 +453,10 @@ fn adaptive_limit(
             )
         })?;
         adaptive = adaptive.backoff(b);
+    }
+    if let Some(v) = table.get("probe_hold") {
+        let rounds = integer(&field("probe_hold"), v, 0)?;
+        adaptive = adaptive.probe_hold(u32::try_from(rounds).unwrap_or(u32::MAX));
     }
     if let Some(v) = table.get("cold_start") {
         // "0s" is taken: the whole initial limit at once.

@@ -94,6 +94,7 @@ pub struct Adaptive {
     initial: usize,
     backoff: Option<f64>,
     cold_start: Duration,
+    probe_hold: u32,
 }
 
 impl Adaptive {
@@ -103,6 +104,9 @@ impl Adaptive {
     pub const MAX_COLD_START: Duration = Duration::from_secs(1);
     /// The calls a cold start lets out at once, before it spaces the others.
     pub const COLD_START_BURST: u32 = 4;
+
+    /// The most round trips a budgets file's `probe_hold` may give.
+    pub const MAX_PROBE_HOLD: u32 = 10_000;
 
     /// The default floor.
     pub const DEFAULT_MIN: usize = 1;
@@ -117,6 +121,7 @@ impl Adaptive {
             initial: Adaptive::DEFAULT_INITIAL,
             backoff: None,
             cold_start: Adaptive::DEFAULT_COLD_START,
+            probe_hold: 0,
         }
     }
 
@@ -154,6 +159,19 @@ impl Adaptive {
     pub fn cold_start(mut self, spread: Duration) -> Adaptive {
         self.cold_start = spread;
         self
+    }
+
+    /// For [`Aimd`]: the most round trips an overload holds the limit below the calls in
+    /// flight that drew it ([`Aimd::probe_hold`]); 0, the default, holds nothing. At most
+    /// [`MAX_PROBE_HOLD`](Adaptive::MAX_PROBE_HOLD).
+    pub fn probe_hold(mut self, max_round_trips: u32) -> Adaptive {
+        self.probe_hold = max_round_trips;
+        self
+    }
+
+    /// The probe hold's most round trips (0: none).
+    pub fn probe_hold_round_trips(&self) -> u32 {
+        self.probe_hold
     }
 
     /// The algorithm.
@@ -216,6 +234,22 @@ impl Adaptive {
                 return Err(("backoff", format!("must be between 0.5 and 0.95, got {b}")));
             }
         }
+        if self.probe_hold > 0 && self.algorithm != Algorithm::Aimd {
+            return Err((
+                "probe_hold",
+                "only algorithm = \"aimd\" takes this (vegas already probes by latency)".into(),
+            ));
+        }
+        if self.probe_hold > Adaptive::MAX_PROBE_HOLD {
+            return Err((
+                "probe_hold",
+                format!(
+                    "must be at most {} round trips, got {}",
+                    Adaptive::MAX_PROBE_HOLD,
+                    self.probe_hold
+                ),
+            ));
+        }
         if self.cold_start > Adaptive::MAX_COLD_START {
             return Err((
                 "cold_start",
@@ -233,7 +267,7 @@ impl Adaptive {
     pub(crate) fn build(&self, max: usize) -> Box<dyn Limit> {
         match self.algorithm {
             Algorithm::Aimd => {
-                let l = Aimd::new(self.min, self.initial, max);
+                let l = Aimd::new(self.min, self.initial, max).probe_hold(self.probe_hold);
                 Box::new(match self.backoff {
                     Some(b) => l.backoff(b),
                     None => l,
