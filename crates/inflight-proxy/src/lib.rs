@@ -773,12 +773,26 @@ impl From<FleetLoadError> for ReloadError {
     }
 }
 
+/// The queue of connections the kernel completes before the proxy accepts them. tokio's (and
+/// std's) 128 overflows when clients connect faster than a busy proxy accepts, and each client
+/// that overflows it waits a second for its SYN to be sent again; nginx uses 511, HAProxy its
+/// `maxconn`. The kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
 async fn bind(field: &str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind {
-            field: field.to_string(),
-            addr,
-            source,
-        })
+    let listen = || -> std::io::Result<TcpListener> {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| StartError::Bind {
+        field: field.to_string(),
+        addr,
+        source,
+    })
 }
