@@ -13,8 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::matrix::Cell;
 use crate::numbers::fmt_num;
 
+mod metric;
+mod registry;
 pub mod summary;
 
+pub use self::metric::{Chart, MetricDef, Shown, Terminal, Unit};
+pub use self::registry::{Metric, SummaryRow};
 pub use self::summary::summarize;
 
 /// Everything one `inflight lab run` measured: written to `results.json`, read by the report.
@@ -432,7 +436,7 @@ pub struct Timeline {
     pub records_limit: Vec<u32>,
 }
 
-fn is_false(b: &bool) -> bool {
+pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }
 
@@ -490,51 +494,6 @@ pub(crate) fn sample_run(
 
 /// Median, min and max of one metric over the repeats (the benchmarks' type, one definition).
 pub use inflight_bench::spread::Spread;
-
-/// The repeats of one (strategy, scenario, cpus) cell, summarised.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SummaryRow {
-    pub strategy: String,
-    pub scenario: String,
-    /// As in [`RunResult::cpus`].
-    pub cpus: f64,
-    /// No CPU quota was enforced for these runs ([`RunResult::unlimited`]). Written only when true.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub unlimited: bool,
-    pub repeats: u32,
-    pub completion_s: Spread,
-    pub accepted_per_s: Spread,
-    pub complete: Spread,
-    pub incomplete: Spread,
-    pub rejected: Spread,
-    pub failed: Spread,
-    pub write_503s: Spread,
-    pub peak_writes_offered: Spread,
-    pub peak_enrichment_in_flight: Spread,
-    /// Fraction of records marked incomplete (median over repeats).
-    pub incomplete_fraction: Spread,
-    /// Writes answered 503, as a fraction of the records started.
-    #[serde(default)]
-    pub write_503_fraction: Spread,
-    /// Enrichment calls answered 429 (over the enrichment API's quota).
-    #[serde(default)]
-    pub enrichment_429s: Spread,
-    /// Records complete, as a fraction of the records started.
-    #[serde(default)]
-    pub complete_fraction: Spread,
-    /// Enrichment calls answered 429, as a fraction of the enrichment calls made (every attempt).
-    #[serde(default)]
-    pub enrichment_429_fraction: Spread,
-    /// Retries of enrichment calls.
-    #[serde(default)]
-    pub enrichment_retries: Spread,
-    /// Retries of writes.
-    #[serde(default)]
-    pub write_retries: Spread,
-    /// The records of each priority class apart, by class name ([`RunResult::classes`]).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub classes: BTreeMap<String, ClassSummary>,
-}
 
 /// The repeats of one priority class in one cell, summarised.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -607,7 +566,7 @@ impl ClassMetric {
     pub fn to_full_time(self, time_scale: f64) -> f64 {
         match self {
             ClassMetric::CompletionP50S | ClassMetric::CompletionP99S => {
-                Metric::CompletionS.to_full_time(time_scale)
+                Unit::Seconds.to_full_time(time_scale)
             }
             _ => 1.0,
         }
@@ -615,126 +574,6 @@ impl ClassMetric {
 }
 
 impl std::fmt::Display for ClassMetric {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl SummaryRow {
-    /// The spread of `metric` in this row.
-    pub fn get(&self, metric: Metric) -> Spread {
-        match metric {
-            Metric::CompletionS => self.completion_s,
-            Metric::AcceptedPerS => self.accepted_per_s,
-            Metric::Complete => self.complete,
-            Metric::Incomplete => self.incomplete,
-            Metric::Rejected => self.rejected,
-            Metric::Failed => self.failed,
-            Metric::Write503s => self.write_503s,
-            Metric::PeakWritesOffered => self.peak_writes_offered,
-            Metric::PeakEnrichmentInFlight => self.peak_enrichment_in_flight,
-            Metric::IncompleteFraction => self.incomplete_fraction,
-            Metric::Write503Fraction => self.write_503_fraction,
-            Metric::Enrichment429s => self.enrichment_429s,
-            Metric::CompleteFraction => self.complete_fraction,
-            Metric::Enrichment429Fraction => self.enrichment_429_fraction,
-            Metric::EnrichmentRetries => self.enrichment_retries,
-            Metric::WriteRetries => self.write_retries,
-        }
-    }
-}
-
-/// A summary metric: the name of a [`SummaryRow`] field, as hypotheses, reference figures and
-/// charts name it (`completion_s`, `write_503s`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    CompletionS,
-    AcceptedPerS,
-    Complete,
-    Incomplete,
-    Rejected,
-    Failed,
-    #[serde(rename = "write_503s")]
-    Write503s,
-    PeakWritesOffered,
-    PeakEnrichmentInFlight,
-    IncompleteFraction,
-    #[serde(rename = "write_503_fraction")]
-    Write503Fraction,
-    #[serde(rename = "enrichment_429s")]
-    Enrichment429s,
-    CompleteFraction,
-    #[serde(rename = "enrichment_429_fraction")]
-    Enrichment429Fraction,
-    EnrichmentRetries,
-    WriteRetries,
-}
-
-impl Metric {
-    /// What a value of this metric measured at `time_scale` is multiplied by to give it at time
-    /// scale 1: seconds shrink and rates grow with the time scale, counts do not change. A
-    /// `time_scale` that is not above 0 (an old document without one) is taken as 1.
-    pub fn to_full_time(self, time_scale: f64) -> f64 {
-        if !(time_scale.is_finite() && time_scale > 0.0) {
-            return 1.0;
-        }
-        match self {
-            Metric::CompletionS => 1.0 / time_scale,
-            Metric::AcceptedPerS => time_scale,
-            _ => 1.0,
-        }
-    }
-
-    /// Every metric, in the order of the [`SummaryRow`] fields.
-    pub const ALL: [Metric; 16] = [
-        Metric::CompletionS,
-        Metric::AcceptedPerS,
-        Metric::Complete,
-        Metric::Incomplete,
-        Metric::Rejected,
-        Metric::Failed,
-        Metric::Write503s,
-        Metric::PeakWritesOffered,
-        Metric::PeakEnrichmentInFlight,
-        Metric::IncompleteFraction,
-        Metric::Write503Fraction,
-        Metric::Enrichment429s,
-        Metric::CompleteFraction,
-        Metric::Enrichment429Fraction,
-        Metric::EnrichmentRetries,
-        Metric::WriteRetries,
-    ];
-
-    /// The field name, e.g. `accepted_per_s`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::CompletionS => "completion_s",
-            Metric::AcceptedPerS => "accepted_per_s",
-            Metric::Complete => "complete",
-            Metric::Incomplete => "incomplete",
-            Metric::Rejected => "rejected",
-            Metric::Failed => "failed",
-            Metric::Write503s => "write_503s",
-            Metric::PeakWritesOffered => "peak_writes_offered",
-            Metric::PeakEnrichmentInFlight => "peak_enrichment_in_flight",
-            Metric::IncompleteFraction => "incomplete_fraction",
-            Metric::Write503Fraction => "write_503_fraction",
-            Metric::Enrichment429s => "enrichment_429s",
-            Metric::CompleteFraction => "complete_fraction",
-            Metric::Enrichment429Fraction => "enrichment_429_fraction",
-            Metric::EnrichmentRetries => "enrichment_retries",
-            Metric::WriteRetries => "write_retries",
-        }
-    }
-
-    /// The metric called `name`, if there is one.
-    pub fn from_name(name: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == name)
-    }
-}
-
-impl std::fmt::Display for Metric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
@@ -821,18 +660,6 @@ mod tests {
         assert_eq!(cpus_cell(1.0, false), "unlimited (1 planned)");
         assert_eq!(cpus_words(2.0, true), "2 CPUs");
         assert_eq!(cpus_words(1.0, true), "1 CPU");
-    }
-
-    #[test]
-    fn metric_names_are_the_summary_field_names() {
-        let row = serde_json::to_value(SummaryRow::default()).unwrap();
-        for metric in Metric::ALL {
-            assert!(row.get(metric.name()).is_some(), "{metric}");
-            let json = serde_json::to_value(metric).unwrap();
-            assert_eq!(json, metric.name());
-            assert_eq!(Metric::from_name(metric.name()), Some(metric));
-        }
-        assert_eq!(Metric::from_name("nope"), None);
     }
 
     #[test]
