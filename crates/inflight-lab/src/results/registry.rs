@@ -186,4 +186,50 @@ metrics! {
         read: |r| r.write_retries as f64,
         shown: Shown::NOWHERE,
     }
+    /// Records the system of record refused (503), as a fraction of the records started: the
+    /// share of the load a strategy turned into refusals.
+    RejectedFraction => rejected_fraction {
+        unit: Unit::Fraction,
+        label: "rejected %",
+        read: |r| fraction(r.rejected, r.records),
+        shown: Shown::NOWHERE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{sample_run, summarize, Spread};
+
+    #[test]
+    fn rejected_fraction_is_the_share_of_records_refused() {
+        let runs: Vec<_> = [1, 3, 0]
+            .into_iter()
+            .enumerate()
+            .map(|(i, rejected)| {
+                let mut run = sample_run("c2", "slow-write", 1.0, i as u32 + 1, 2.0);
+                (run.rejected, run.complete) = (rejected, 7 - rejected);
+                run
+            })
+            .collect();
+        assert_eq!(Metric::RejectedFraction.read(&runs[1]), 0.3);
+        let row = &summarize(&runs)[0];
+        assert_eq!(
+            row.rejected_fraction,
+            Spread {
+                median: 0.1,
+                min: 0.0,
+                max: 0.3
+            }
+        );
+        assert_eq!(
+            Metric::from_name("rejected_fraction"),
+            Some(Metric::RejectedFraction)
+        );
+        // A summary written before the metric existed still reads; `lab report` computes it again.
+        let mut old = serde_json::to_value(row).unwrap();
+        old.as_object_mut().unwrap().remove("rejected_fraction");
+        let old: crate::results::SummaryRow = serde_json::from_value(old).unwrap();
+        assert_eq!(old.rejected_fraction, Spread::default());
+    }
 }
