@@ -6,23 +6,36 @@
 //! a CPU quota (`inflight lab runner`), so the CPU-derived default sees the limit as a container
 //! would. The run's clock starts once a connection per record in flight is open, so that a run's
 //! time is its calls' and not their set-up's, at any time scale.
+//!
+//! [`run`] here starts the tasks and measures the run; around it, one file per job: `record`
+//! (a record's way through the dependencies, and the tasks that take records), `calls` (one call
+//! through a dependency's gate, counted), `gates` (the gates built from the strategy's budgets),
+//! `tally` (each record's [`Outcome`], counted and checked), `timeline` (the calls in flight,
+//! sampled) and `args` (the `inflight lab runner` command line).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inflight_bench::gauge::PeakGauge;
-use serde::Serialize;
-
 mod args;
+mod calls;
+mod gates;
+mod record;
+mod tally;
+mod timeline;
 
 pub use self::args::{RunnerArgs, RUNNER_SUBCOMMAND};
+pub use self::tally::{Outcome, Tally};
 
-use crate::gate::{Answer, CallFailure, Gate, MakeCall, RetryCounts, Retrying};
-use crate::results::{ClassResult, RunResult, Timeline};
+use self::calls::Calls;
+use self::gates::Gates;
+use self::record::{worker, Shared};
+use self::timeline::sample_timeline;
+
+use crate::results::{ClassResult, RunResult};
 use crate::scenario::{time_scale_ok, RecordClasses, MAX_TIME_SCALE};
-use crate::strategy::{available_parallelism, BudgetPlan, GateSpec, Strategy};
+use crate::strategy::{available_parallelism, BudgetPlan, Strategy};
 
 /// The client's timeout for each call at time scale 1, as in the reference experiment's lab.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -88,355 +101,6 @@ pub enum RunnerError {
     Accounting(String),
     #[error("strategy `{0}` is enforced by a proxy (enforce = \"proxy\"): give the runner --enrichment-url and --records-url of the proxy (`inflight lab run` starts one)")]
     NoProxy(String),
-}
-
-/// How one record ended. Every record started ends in exactly one of these.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// All enrichment calls answered and the write was accepted.
-    Complete,
-    /// At least one enrichment call timed out; the record was written, marked incomplete, and the
-    /// write was accepted.
-    Incomplete,
-    /// The system of record answered 503.
-    Rejected,
-    /// Any other error; the string is its kind (`enrich_status_500`, `write_timeout`, ...).
-    Failed(String),
-}
-
-/// The outcome counts of a run, kept so they can be checked against the records started.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Tally {
-    pub started: u64,
-    pub complete: u64,
-    pub incomplete: u64,
-    pub rejected: u64,
-    pub failed: u64,
-    pub failed_by_kind: BTreeMap<String, u64>,
-}
-
-impl Tally {
-    pub fn start(&mut self) {
-        self.started += 1;
-    }
-
-    pub fn end(&mut self, outcome: Outcome) {
-        match outcome {
-            Outcome::Complete => self.complete += 1,
-            Outcome::Incomplete => self.incomplete += 1,
-            Outcome::Rejected => self.rejected += 1,
-            Outcome::Failed(kind) => {
-                self.failed += 1;
-                *self.failed_by_kind.entry(kind).or_default() += 1;
-            }
-        }
-    }
-
-    /// Records that ended, whatever the outcome.
-    pub fn ended(&self) -> u64 {
-        self.complete + self.incomplete + self.rejected + self.failed
-    }
-
-    /// Checks that the four outcomes add up to the records started and the failures by kind add
-    /// up to the failures.
-    pub fn check(&self) -> Result<(), String> {
-        if self.ended() != self.started {
-            return Err(format!(
-                "{} records started but complete {} + incomplete {} + rejected {} + failed {} = {}",
-                self.started,
-                self.complete,
-                self.incomplete,
-                self.rejected,
-                self.failed,
-                self.ended()
-            ));
-        }
-        let by_kind: u64 = self.failed_by_kind.values().sum();
-        if by_kind != self.failed {
-            return Err(format!(
-                "{} records failed but the failures by kind add up to {by_kind}",
-                self.failed
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// The gates of each dependency; with a shared budget both are clones of one budget. Each
-/// budget's call timeout is the client's, so it starts once the permit is held. A strategy with
-/// a `retry` table retries through each dependency's gate.
-#[derive(Clone)]
-struct Gates {
-    enrichment: Option<Retrying>,
-    records: Option<Retrying>,
-}
-
-impl Gates {
-    fn new(
-        strategy: &Strategy,
-        budgets: &BudgetPlan,
-        call_timeout: Duration,
-        time_scale: f64,
-        fleet: Option<&inflight_redis::RedisFleet>,
-        measured: &BTreeMap<String, usize>,
-    ) -> Result<Gates, RunnerError> {
-        let make = |name: &str, spec: &GateSpec| {
-            let spec = match (spec, measured.get(name)) {
-                (GateSpec::Measured, Some(&n)) => GateSpec::Fixed(n),
-                _ => spec.clone(),
-            };
-            let gate = Gate::new(name, &spec, call_timeout, time_scale, fleet)
-                .map_err(RunnerError::Budget)?;
-            Retrying::new(gate, strategy.retry.as_ref(), time_scale)
-                .map_err(|e| RunnerError::Budget(format!("{name}: {e}")))
-        };
-        Ok(match budgets {
-            BudgetPlan::None => Gates {
-                enrichment: None,
-                records: None,
-            },
-            BudgetPlan::Shared(n) => {
-                let shared = make("shared", &GateSpec::Fixed(*n))?;
-                Gates {
-                    enrichment: Some(shared.clone()),
-                    records: Some(shared),
-                }
-            }
-            BudgetPlan::PerDependency {
-                enrichment,
-                records,
-            } => Gates {
-                enrichment: enrichment
-                    .as_ref()
-                    .map(|g| make("enrichment", g))
-                    .transpose()?,
-                records: records.as_ref().map(|g| make("records", g)).transpose()?,
-            },
-        })
-    }
-}
-
-impl Gates {
-    /// The distinct `inflight` budgets among the gates (a shared budget once).
-    fn budgets(&self) -> Vec<inflight::Budget> {
-        let mut out: Vec<inflight::Budget> = Vec::new();
-        for gate in [&self.enrichment, &self.records].into_iter().flatten() {
-            if let Gate::Budget(b) = gate.gate() {
-                if !out.iter().any(|o| o.name() == b.name()) {
-                    out.push(b.clone());
-                }
-            }
-        }
-        out
-    }
-
-    /// The retries each dependency's gate made and was denied.
-    fn retries(gate: &Option<Retrying>) -> RetryCounts {
-        gate.as_ref().map(Retrying::retries).unwrap_or_default()
-    }
-}
-
-/// The calls to one dependency, counted attempt by attempt.
-#[derive(Default)]
-struct Calls {
-    /// Attempts in flight.
-    gauge: Arc<PeakGauge>,
-    /// Attempts made (a retry is one more).
-    made: Arc<AtomicU64>,
-    /// Answers by status, for the overload answers: 429 and 503.
-    status_429: Arc<AtomicU64>,
-    status_503: Arc<AtomicU64>,
-}
-
-impl Calls {
-    fn peak(&self) -> u64 {
-        self.gauge.peak()
-    }
-
-    fn current(&self) -> u64 {
-        self.gauge.current()
-    }
-
-    fn count(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::SeqCst)
-    }
-}
-
-/// What the record tasks share.
-struct Shared {
-    client: reqwest::Client,
-    /// The sim's base URL, for the warm-up.
-    base: String,
-    /// Where enrichment calls and writes go: the sim, or the proxy in front of it.
-    enrichment_base: String,
-    records_base: String,
-    /// Whether a proxy enforces the budgets, so that its 504 is the call timeout.
-    proxied: bool,
-    gates: Gates,
-    call_timeout: Duration,
-    enrichment: Calls,
-    writes: Calls,
-    enrichment_timeouts: AtomicU64,
-    next_id: AtomicU64,
-    /// One past the last record id this runner takes.
-    end_id: u64,
-    tally: Mutex<Tally>,
-    /// The records' classes and the run's seed they are drawn from.
-    classes: Option<(RecordClasses, u64)>,
-    /// Per class: the records started, and the completion times of those accepted.
-    by_class: Mutex<BTreeMap<String, (u64, Vec<f64>)>>,
-}
-
-fn transport_kind(err: &reqwest::Error) -> &'static str {
-    if err.is_connect() {
-        "connect"
-    } else if err.is_body() || err.is_decode() {
-        "body"
-    } else if err.is_request() {
-        "request"
-    } else {
-        "transport"
-    }
-}
-
-/// Runs the call through the dependency's gate (permit or peer limiter, then the client timeout,
-/// which starts only once the call is admitted; retried if the strategy says so), or under the
-/// client timeout alone when the dependency has no gate. `request` makes each attempt's request;
-/// every attempt is counted in `calls`, and its answer's `Retry-After` (or `retry-after-ms`) read
-/// with `inflight::RetryAfter` for the gate.
-async fn gated<R>(
-    shared: &Shared,
-    gate: Option<&Retrying>,
-    class: Option<&str>,
-    calls: &Calls,
-    request: R,
-) -> Result<u16, CallFailure>
-where
-    R: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
-{
-    let (gauge, made) = (calls.gauge.clone(), calls.made.clone());
-    let (status_429, status_503) = (calls.status_429.clone(), calls.status_503.clone());
-    let make = MakeCall::new(move || {
-        let sent = request().send();
-        let (gauge, made) = (gauge.clone(), made.clone());
-        let (status_429, status_503) = (status_429.clone(), status_503.clone());
-        Box::pin(async move {
-            let _in_flight = gauge.enter();
-            made.fetch_add(1, Ordering::Relaxed);
-            let response = sent
-                .await
-                .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
-            let status = response.status().as_u16();
-            match status {
-                429 => status_429.fetch_add(1, Ordering::Relaxed),
-                503 => status_503.fetch_add(1, Ordering::Relaxed),
-                _ => 0,
-            };
-            // A malformed value is no retry-after: the answer is still an overload.
-            let retry_after = inflight::RetryAfter::from_headers(response.headers())
-                .ok()
-                .flatten();
-            // Read the whole answer so the call counts as done only when the server is done
-            // with it.
-            response
-                .bytes()
-                .await
-                .map_err(|e| CallFailure::Transport(transport_kind(&e)))?;
-            Ok(Answer {
-                status,
-                retry_after,
-            })
-        })
-    });
-    let timeout = shared.call_timeout;
-    match gate {
-        Some(gate) => gate.call(make, timeout, class).await,
-        // The proxy ends a call at its call timeout with a 504 (it never forwards before it
-        // holds a permit, so the wait in its queue is not part of the timeout).
-        None if shared.proxied => {
-            match tokio::time::timeout(timeout * PROXIED_TIMEOUT_FACTOR, make.attempt()).await {
-                Ok(Ok(Answer { status: 504, .. })) | Err(_) => Err(CallFailure::Timeout),
-                Ok(answer) => answer.map(|a| a.status),
-            }
-        }
-        None => tokio::time::timeout(timeout, make.attempt())
-            .await
-            .map_err(|_| CallFailure::Timeout)?
-            .map(|a| a.status),
-    }
-}
-
-/// Processes record `id`, of priority class `class` if the scenario gives it one.
-async fn process(shared: &Shared, id: u64, class: Option<&str>) -> Outcome {
-    let mut timed_out = false;
-    for _ in 0..ENRICHMENT_CALLS {
-        let url = format!("{}/enrich/{id}", shared.enrichment_base);
-        let client = shared.client.clone();
-        let result = gated(
-            shared,
-            shared.gates.enrichment.as_ref(),
-            class,
-            &shared.enrichment,
-            move || client.get(&url),
-        )
-        .await;
-        match result {
-            Ok(200) => {}
-            Ok(code) => return Outcome::Failed(CallFailure::Status(code).kind("enrich")),
-            Err(CallFailure::Timeout) => {
-                // As in the reference experiment: the record is still written, marked incomplete.
-                shared.enrichment_timeouts.fetch_add(1, Ordering::Relaxed);
-                timed_out = true;
-            }
-            Err(other) => return Outcome::Failed(other.kind("enrich")),
-        }
-    }
-    let body = serde_json::json!({ "id": id, "complete": !timed_out });
-    let url = format!("{}/records", shared.records_base);
-    let client = shared.client.clone();
-    let result = gated(
-        shared,
-        shared.gates.records.as_ref(),
-        class,
-        &shared.writes,
-        move || client.post(&url).json(&body),
-    )
-    .await;
-    match result {
-        Ok(200) if timed_out => Outcome::Incomplete,
-        Ok(200) => Outcome::Complete,
-        Ok(503) => Outcome::Rejected,
-        Ok(code) => Outcome::Failed(CallFailure::Status(code).kind("write")),
-        Err(failure) => Outcome::Failed(failure.kind("write")),
-    }
-}
-
-/// Takes record ids until none are left, like one slot of `Parallel.ForEachAsync`.
-async fn worker(shared: Arc<Shared>) {
-    loop {
-        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
-        if id >= shared.end_id {
-            return;
-        }
-        let class = shared
-            .classes
-            .as_ref()
-            .map(|(classes, seed)| classes.class_of(*seed, id));
-        // The record's own clock: the run's (`completion_s`), from when the record is taken.
-        let taken = Instant::now();
-        shared.tally.lock().expect("tally lock").start();
-        let outcome = process(&shared, id, class).await;
-        let took = taken.elapsed().as_secs_f64();
-        if let Some(class) = class {
-            let mut by_class = shared.by_class.lock().expect("class lock");
-            let (started, accepted) = by_class.entry(class.to_string()).or_default();
-            *started += 1;
-            if matches!(outcome, Outcome::Complete | Outcome::Incomplete) {
-                accepted.push(took);
-            }
-        }
-        shared.tally.lock().expect("tally lock").end(outcome);
-    }
 }
 
 /// Checks that the sim URL is on loopback and returns it without a trailing slash.
@@ -689,61 +353,9 @@ async fn warm_up(client: &reqwest::Client, base: &str, connections: usize) {
     .await;
 }
 
-/// Samples the calls in flight every [`TIMELINE_INTERVAL`] until told to stop or full.
-async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Timeline {
-    let mut timeline = Timeline {
-        interval_ms: TIMELINE_INTERVAL.as_secs_f64() * 1000.0,
-        ..Timeline::default()
-    };
-    let limit_of = |gate: &Option<Retrying>| gate.as_ref().and_then(|g| g.gate().limit());
-    let mut ticks = tokio::time::interval(TIMELINE_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
-        ticks.tick().await;
-        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        timeline.enrichment.push(clamp(shared.enrichment.current()));
-        timeline.records.push(clamp(shared.writes.current()));
-        if let Some(limit) = limit_of(&shared.gates.enrichment) {
-            timeline.enrichment_limit.push(clamp(limit as u64));
-        }
-        if let Some(limit) = limit_of(&shared.gates.records) {
-            timeline.records_limit.push(clamp(limit as u64));
-        }
-    }
-    timeline
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tally_adds_up_and_notices_when_it_does_not() {
-        let mut t = Tally::default();
-        for outcome in [
-            Outcome::Complete,
-            Outcome::Incomplete,
-            Outcome::Rejected,
-            Outcome::Failed("write_timeout".into()),
-            Outcome::Failed("write_timeout".into()),
-            Outcome::Failed("enrich_status_500".into()),
-        ] {
-            t.start();
-            t.end(outcome);
-        }
-        assert_eq!(t.check(), Ok(()));
-        assert_eq!(
-            (t.complete, t.incomplete, t.rejected, t.failed),
-            (1, 1, 1, 3)
-        );
-        assert_eq!(t.failed_by_kind["write_timeout"], 2);
-        t.start();
-        let err = t.check().unwrap_err();
-        assert!(
-            err.contains("7 records started") && err.contains("= 6"),
-            "{err}"
-        );
-    }
 
     #[test]
     fn only_loopback_sim_urls() {
