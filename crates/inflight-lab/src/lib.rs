@@ -52,3 +52,11 @@ pub mod scenario;
 pub mod sim;
 pub mod stats;
 pub mod strategy;
+
+// The guide's chapter on the lab (`docs/guide/lab.md`) runs its Rust snippets as doctests here, the
+// crate they use; the other chapters run in `inflight-redis`. The include reads a link under
+// `tests/` (`tests/guide/lab.md`) rather than a path outside the crate, so that the packaged crate
+// has the text.
+#[cfg(doctest)]
+#[doc = include_str!("../tests/guide/lab.md")]
+pub struct GuideLabDoctests;

@@ -149,7 +149,7 @@ pub use store::RedisStore;
 
 // Every Rust snippet in the workspace README and in the guide (`docs/guide/`) compiles (and, but
 // for those that need a Redis, runs) as a doctest here: the crate that sees the library with every
-// feature on, and the fleet. The includes read links under `tests/` (`tests/workspace-README.md`,
+// feature on, and the fleet. The lab's chapter runs in `inflight-lab`, whose API it shows. The includes read links under `tests/` (`tests/workspace-README.md`,
 // `tests/guide/*.md`) rather than paths outside the crate: those are missing from the packaged
 // crate, while the links are packaged with their text, so the doctests run there too.
 #[cfg(doctest)]
@@ -187,10 +187,6 @@ pub struct GuideProxyDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../tests/guide/cli.md")]
 pub struct GuideCliDoctests;
-
-#[cfg(doctest)]
-#[doc = include_str!("../tests/guide/lab.md")]
-pub struct GuideLabDoctests;
 
 // This crate's own README (its page in the registry) runs as doctests too.
 #[cfg(doctest)]

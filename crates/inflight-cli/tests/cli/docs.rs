@@ -1,7 +1,7 @@
 //! The docs hold what they show: every budgets file in the README, the guide, the lab's results
 //! and ARCHITECTURE.md passes `inflight check-config`, and the README's quick starts run as
 //! written, with the `inflight` of this build first on `PATH`. (Every Rust snippet of the README
-//! and the guide runs as a doctest of `inflight-redis`.)
+//! and the guide runs as a doctest of `inflight-redis`, the lab chapter's of `inflight-lab`.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

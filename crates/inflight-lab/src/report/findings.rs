@@ -6,28 +6,26 @@
 //! least a tenth of its writes refused; C1 "follows the CPU quota" only if its time scales with
 //! the CPUs. Otherwise the sentence gives the numbers alone. Numbers are the summary's medians,
 //! written as the tables write them; ratios are of medians.
+//!
+//! Each kind of sentence is built in a file of its own: `cpu` (the CPU-derived default),
+//! `protection` (who protects the system of record), `budgets` (budgets told the capacity against
+//! an adaptive one) and `leaders` (when nothing else can be said). This file orders them, and
+//! writes the lead line and the hypotheses' sentence.
 
 use super::table::{hypotheses_tally, lacks_cells};
-use super::{cpu_limited, fmt_num, scale_note, scenarios, strategies, strategy_label, wrap};
+use super::{cpu_limited, fmt_num, scale_note, wrap};
 use crate::hypothesis::find_row;
 use crate::results::{cpus_words, ResultsDoc, SummaryRow};
 
-/// What C2/C1 accepted/s must reach before a sentence says the CPU-derived default starves the
-/// work: below it, the two are only compared.
-const STARVED_RATIO: f64 = 2.0;
+mod budgets;
+mod cpu;
+mod leaders;
+mod protection;
 
-/// The share of the ideal speed-up (2x for twice the CPUs) C1 must reach before a sentence says
-/// its time follows the CPU quota; H1 asks 1.8x of 2x.
-const FOLLOWS_SHARE: f64 = 0.9;
-
-/// The share of its writes a strategy must have had refused (median) before a sentence says the
-/// others, which had none refused, protect the system of record: below it, a refusal is a tail
-/// event (C2 in healthy), and the sentence only gives the counts.
-const OVERLOAD_SHARE: f64 = 0.1;
-
-/// The least share of the best refused strategy's accepted/s at which a strategy that drew no
-/// 503 is said to protect the system of record (rather than to have sent it little).
-const PROTECT_RATE_SHARE: f64 = 0.8;
+use self::budgets::{answer, fixed_budget_cost};
+use self::cpu::cpu_default;
+use self::leaders::leaders;
+use self::protection::protection;
 
 /// Failed hypotheses named in the summary; more are counted.
 const NAMED_FAILURES: usize = 4;
@@ -162,74 +160,6 @@ fn list(items: &[String]) -> String {
     }
 }
 
-/// C1, the CPU-derived default, against C2 and against itself at more CPUs: the seed's problem.
-fn cpu_default(doc: &ResultsDoc) -> Option<String> {
-    let names = scenarios(doc);
-    let ran = |s: &&String| !cpu_counts(doc, s, "c1").is_empty();
-    let scenario = names
-        .iter()
-        .filter(ran)
-        .find(|s| *s == "healthy")
-        .or_else(|| names.iter().find(ran))?;
-    let mut clauses = Vec::new();
-    let mut starved = false;
-    if let Some((c1, c2)) = pair(doc, scenario, "c1", "c2") {
-        let (a, b) = (c1.accepted_per_s.median, c2.accepted_per_s.median);
-        if let Some(r) = ratio(b, a) {
-            starved = r >= STARVED_RATIO;
-            clauses.push(format!(
-                "C1 (records in flight = its CPU count) accepts {} records/s {} and C2 {}/s, {}x as many",
-                fmt_num(a),
-                cpus_phrase(c1),
-                fmt_num(b),
-                fmt_ratio(r)
-            ));
-        }
-    }
-    let counts = cpu_counts(doc, scenario, "c1");
-    if let (true, [lo, .., hi]) = (cpu_limited(doc), counts.as_slice()) {
-        let rows = (
-            find_row(doc, scenario, "c1", *lo),
-            find_row(doc, scenario, "c1", *hi),
-        );
-        if let (Some(slow), Some(fast)) = rows {
-            let (a, b) = (slow.completion_s.median, fast.completion_s.median);
-            if let Some(r) = ratio(a, b) {
-                let subject = if clauses.is_empty() {
-                    "C1's completion time (records in flight = its CPU count)"
-                } else {
-                    "its completion time"
-                };
-                let verb = if r >= FOLLOWS_SHARE * hi / lo {
-                    "follows the CPU quota,"
-                } else {
-                    "is"
-                };
-                clauses.push(format!(
-                    "{subject} {verb} {} s at {} and {} s at {} ({}x)",
-                    fmt_num(a),
-                    cpus_words(*lo, true),
-                    fmt_num(b),
-                    cpus_words(*hi, true),
-                    fmt_ratio(r)
-                ));
-            }
-        }
-    }
-    if clauses.is_empty() {
-        return None;
-    }
-    let (lead, in_) = if starved {
-        (
-            "The CPU-derived default starves this I/O-bound work: ",
-            "in",
-        )
-    } else {
-        ("", "In")
-    };
-    Some(format!("{lead}{in_} {scenario}, {}.", clauses.join("; ")))
-}
-
 /// A ratio as the sentences write it: `2.06`, `1.00`, `29`.
 fn fmt_ratio(r: f64) -> String {
     if r >= 10.0 {
@@ -237,302 +167,6 @@ fn fmt_ratio(r: f64) -> String {
     } else {
         format!("{r:.2}")
     }
-}
-
-/// Per scenario and CPU count where some strategy drew 503s: which strategies drew none in any
-/// repeat, against which did, and at what rate.
-fn protection(doc: &ResultsDoc) -> Vec<String> {
-    let mut out = Vec::new();
-    for scenario in scenarios(doc) {
-        let rows: Vec<&SummaryRow> = doc
-            .summary
-            .iter()
-            .filter(|r| r.scenario == scenario)
-            .collect();
-        let mut groups: Vec<f64> = rows.iter().map(|r| r.cpus).collect();
-        groups.sort_by(f64::total_cmp);
-        groups.dedup();
-        for cpus in groups {
-            let group: Vec<&&SummaryRow> = rows.iter().filter(|r| r.cpus == cpus).collect();
-            // A median of 0 with a 503 in some repeat is neither: no claim is made about it.
-            let refused: Vec<&&SummaryRow> = group
-                .iter()
-                .copied()
-                .filter(|r| r.write_503s.median > 0.0)
-                .collect();
-            let clean: Vec<&&SummaryRow> = group
-                .iter()
-                .copied()
-                .filter(|r| r.write_503s.max == 0.0)
-                .collect();
-            if refused.is_empty() {
-                continue;
-            }
-            let unlimited = group.iter().any(|r| r.unlimited);
-            let place = scenario_phrase(&scenario, cpus, unlimited);
-            let refused_counts: Vec<String> = refused
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} for {}",
-                        fmt_num(r.write_503s.median),
-                        strategy_label(&r.strategy)
-                    )
-                })
-                .collect();
-            if clean.is_empty() {
-                out.push(format!(
-                    "In {place}, no strategy kept the system of record from refusing writes: 503s per run (median) were {}.",
-                    list(&refused_counts)
-                ));
-                continue;
-            }
-            let clean_names: Vec<String> =
-                clean.iter().map(|r| strategy_label(&r.strategy)).collect();
-            if !refused
-                .iter()
-                .any(|r| refused_share(doc, r) >= OVERLOAD_SHARE)
-            {
-                out.push(format!(
-                    "In {place}, the system of record refused a few writes: {} (503s per run, medians); {} drew none in any repeat.",
-                    list(&refused_counts),
-                    list(&clean_names)
-                ));
-                continue;
-            }
-            let best = refused
-                .iter()
-                .max_by(|a, b| a.accepted_per_s.median.total_cmp(&b.accepted_per_s.median))
-                .expect("refused is not empty");
-            let share = |r: &SummaryRow| ratio(r.accepted_per_s.median, best.accepted_per_s.median);
-            // Drawing no 503 by doing little (a starved strategy) is not protection: only a
-            // strategy that kept most of the rate of the best refused one is said to protect.
-            let (protect, slow): (Vec<&&SummaryRow>, Vec<&&SummaryRow>) = clean
-                .iter()
-                .copied()
-                .partition(|r| share(r).is_some_and(|s| s >= PROTECT_RATE_SHARE));
-            let at = |rows: &[&&SummaryRow]| -> String {
-                let ratios: Vec<String> = rows
-                    .iter()
-                    .filter_map(|r| share(r))
-                    .map(|r| format!("{}x", fmt_ratio(r)))
-                    .collect();
-                if ratios.len() == rows.len() {
-                    format!(
-                        ", at {} {}'s accepted/s",
-                        list(&ratios),
-                        strategy_label(&best.strategy)
-                    )
-                } else {
-                    String::new()
-                }
-            };
-            let names = |rows: &[&&SummaryRow]| -> Vec<String> {
-                rows.iter().map(|r| strategy_label(&r.strategy)).collect()
-            };
-            if protect.is_empty() {
-                out.push(format!(
-                    "In {place}, {} drew no 503 in any repeat, against {} (medians per run), but only{}.",
-                    list(&names(&slow)),
-                    list(&refused_counts),
-                    at(&slow).trim_start_matches(','),
-                ));
-                continue;
-            }
-            let verb = if protect.len() == 1 {
-                "protects"
-            } else {
-                "protect"
-            };
-            let also = if slow.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; {} drew none too, but only{}",
-                    list(&names(&slow)),
-                    at(&slow).trim_start_matches(',')
-                )
-            };
-            out.push(format!(
-                "In {place}, {} {verb} the system of record: no write refused (503) in any repeat, against {} (medians per run){}{also}.",
-                list(&names(&protect)),
-                list(&refused_counts),
-                at(&protect),
-            ));
-        }
-    }
-    out
-}
-
-/// The share of a row's writes refused (503), median over its repeats; from the run's records
-/// for documents written before the summary kept it.
-fn refused_share(doc: &ResultsDoc, row: &SummaryRow) -> f64 {
-    if row.write_503_fraction.median > 0.0 || doc.meta.records == 0 {
-        row.write_503_fraction.median
-    } else {
-        row.write_503s.median / doc.meta.records as f64
-    }
-}
-
-/// C5, adaptive and told nothing, against C4 and C4-64, which were told the capacity.
-fn answer(doc: &ResultsDoc) -> Option<String> {
-    // (ratio, scenario) of C5's accepted/s over the other's, per scenario both ran.
-    let against = |other: &str| -> Vec<(String, String)> {
-        scenarios(doc)
-            .iter()
-            .filter_map(|scenario| {
-                let (c5, o) = pair(doc, scenario, "c5", other)?;
-                let r = ratio(c5.accepted_per_s.median, o.accepted_per_s.median)?;
-                Some((
-                    format!("{}x", fmt_ratio(r)),
-                    scenario_phrase(scenario, c5.cpus, c5.unlimited),
-                ))
-            })
-            .collect()
-    };
-    // `2.06x C4's records/s in healthy, 1.00x in slow-write and 2.29x in slow-enrichment`
-    let each = |pairs: &[(String, String)], whose: &str| -> String {
-        let items: Vec<String> = pairs
-            .iter()
-            .enumerate()
-            .map(|(i, (r, place))| match i {
-                0 => format!("{r} {whose} in {place}"),
-                _ => format!("{r} in {place}"),
-            })
-            .collect();
-        list(&items)
-    };
-    let (c4, c4_64) = (against("c4"), against("c4-64"));
-    let told = "C4-64's (told the capacity)";
-    let parts = match (c4.is_empty(), c4_64.is_empty()) {
-        (true, true) => return None,
-        (false, true) => each(&c4, "C4's records/s"),
-        (true, false) => each(&c4_64, &format!("{told} records/s")),
-        (false, false) => {
-            let same_places = c4.iter().map(|p| &p.1).eq(c4_64.iter().map(|p| &p.1));
-            let second = if same_places {
-                let ratios: Vec<String> = c4_64.iter().map(|p| p.0.clone()).collect();
-                format!(
-                    "{} those of C4-64, which was told the capacity",
-                    list(&ratios)
-                )
-            } else {
-                each(&c4_64, told)
-            };
-            format!("{}, and {second}", each(&c4, "C4's records/s"))
-        }
-    };
-    let refused: Vec<String> = doc
-        .summary
-        .iter()
-        .filter(|r| r.strategy.eq_ignore_ascii_case("c5") && r.write_503s.max > 0.0)
-        .map(|r| {
-            let place = scenario_phrase(&r.scenario, r.cpus, r.unlimited);
-            if r.write_503s.median > 0.0 {
-                format!(
-                    "{} a run in {place} (median, at most {})",
-                    fmt_num(r.write_503s.median),
-                    fmt_num(r.write_503s.max)
-                )
-            } else {
-                // A median of 0: refusals in some repeats only, said as such.
-                format!(
-                    "none in most repeats of {place}, at most {} in one",
-                    fmt_num(r.write_503s.max)
-                )
-            }
-        })
-        .collect();
-    let writes = if refused.is_empty() {
-        "with no write refused (503) in any repeat".to_string()
-    } else {
-        format!("with writes refused (503): {}", list(&refused))
-    };
-    Some(format!(
-        "Told nothing about capacity, C5 accepts {parts}, {writes}."
-    ))
-}
-
-/// Without C5: what C4's fixed budgets cost against C2 where nothing is overloaded.
-fn fixed_budget_cost(doc: &ResultsDoc) -> Option<String> {
-    let (c4, c2) = pair(doc, "healthy", "c4", "c2")?;
-    let (a, b) = (c4.accepted_per_s.median, c2.accepted_per_s.median);
-    let r = ratio(a, b)?;
-    let place = scenario_phrase("healthy", c4.cpus, c4.unlimited);
-    Some(if r < 1.0 {
-        format!(
-            "In {place}, C4's fixed budgets give up {:.1}% of C2's accepted/s ({} against {}).",
-            (1.0 - r) * 100.0,
-            fmt_num(a),
-            fmt_num(b)
-        )
-    } else {
-        format!(
-            "In {place}, C4 accepts {}x C2's records/s ({} against {}).",
-            fmt_ratio(r),
-            fmt_num(a),
-            fmt_num(b)
-        )
-    })
-}
-
-/// When nothing else can be said: per scenario, who accepted the most records/s, and whether
-/// writes were refused.
-fn leaders(doc: &ResultsDoc) -> Vec<String> {
-    let order = strategies(doc);
-    let mut out = Vec::new();
-    for scenario in scenarios(doc) {
-        let best = doc
-            .summary
-            .iter()
-            .filter(|r| r.scenario == scenario)
-            .max_by(|a, b| {
-                a.accepted_per_s
-                    .median
-                    .total_cmp(&b.accepted_per_s.median)
-                    // The first in the run's order wins a tie.
-                    .then_with(|| position(&order, b).cmp(&position(&order, a)))
-            });
-        let Some(best) = best else { continue };
-        let others = doc
-            .summary
-            .iter()
-            .filter(|r| r.scenario == scenario)
-            .count()
-            - 1;
-        let refused = if best.write_503s.max == 0.0 {
-            "no write refused (503) in any repeat".to_string()
-        } else {
-            format!(
-                "{} writes refused (503) per run (median)",
-                fmt_num(best.write_503s.median)
-            )
-        };
-        let who = if others == 0 {
-            format!(
-                "{} accepts {} records/s {}",
-                strategy_label(&best.strategy),
-                fmt_num(best.accepted_per_s.median),
-                cpus_phrase(best)
-            )
-        } else {
-            format!(
-                "{} accepts the most records/s, {} {}",
-                strategy_label(&best.strategy),
-                fmt_num(best.accepted_per_s.median),
-                cpus_phrase(best)
-            )
-        };
-        out.push(format!("In {scenario}, {who}, with {refused}."));
-    }
-    out
-}
-
-fn position(order: &[String], row: &SummaryRow) -> usize {
-    order
-        .iter()
-        .position(|s| *s == row.strategy)
-        .unwrap_or(usize::MAX)
 }
 
 /// The hypotheses' outcomes, the failures named.
@@ -575,6 +209,7 @@ fn hypotheses(doc: &ResultsDoc) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::strategy_label;
     use crate::results::{sample_run, HypothesisResult, RunMeta, SkipReason, Spread};
 
     fn spread(median: f64, min: f64, max: f64) -> Spread {

@@ -428,26 +428,32 @@ fn slug(s: &str) -> String {
         .collect()
 }
 
-/// The report's figures: accepted/s and 503s bars, and one timeline figure per scenario.
+/// The report's figures: a bar chart of each metric the registry charts
+/// ([`Shown::chart`](crate::results::Shown::chart)), accepted/s and 503s, then one timeline
+/// figure per scenario.
 pub fn figures(doc: &ResultsDoc) -> Vec<Figure> {
     // Said under the figures whose numbers the time scale changes (rates, seconds).
     let scaled = scale_note(doc)
         .map(|note| format!(" {note}"))
         .unwrap_or_default();
-    let mut out = vec![
-        Figure {
-            file: "accepted_per_s.svg".into(),
-            title: "Accepted records per second".into(),
-            caption: format!("Median accepted records/s (complete + incomplete, divided by completion time) per strategy and scenario; whiskers span the min and max over the repeats.{scaled}"),
-            svg: bar_chart(doc, Metric::AcceptedPerS, "Accepted records per second", "accepted records/s"),
-        },
-        Figure {
-            file: "write_503s.svg".into(),
-            title: "503s from the system of record".into(),
-            caption: "Median writes answered 503 per run, per strategy and scenario; whiskers span the min and max over the repeats.".into(),
-            svg: bar_chart(doc, Metric::Write503s, "503s from the system of record per run", "write 503s per run"),
-        },
-    ];
+    let mut out: Vec<Figure> = Metric::ALL
+        .into_iter()
+        .filter_map(|metric| {
+            let def = metric.def();
+            let chart = def.shown.chart?;
+            let note = if def.unit.scales_with_time() {
+                scaled.as_str()
+            } else {
+                ""
+            };
+            Some(Figure {
+                file: format!("{}.svg", def.name),
+                title: chart.title.into(),
+                caption: format!("{}{note}", chart.caption),
+                svg: bar_chart(doc, metric, chart.heading, chart.axis),
+            })
+        })
+        .collect();
     for scenario in scenarios(doc) {
         if let Some(svg) = timeline_chart(doc, &scenario) {
             out.push(Figure {

@@ -7,7 +7,9 @@ use super::{
     cpu_limited, esc_html, fmt_pct, fmt_spread, limit_note, scale_note, scenarios, strategy_label,
     wrap,
 };
-use crate::results::{cpus_cell, HypothesisResult, ResultsDoc, SkipReason, SummaryRow};
+use crate::results::{
+    cpus_cell, HypothesisResult, Metric, ResultsDoc, SkipReason, SummaryRow, Terminal, Unit,
+};
 
 /// How wide the terminal's tables and notes may be, in characters.
 pub const TERMINAL_WIDTH: usize = 100;
@@ -161,38 +163,44 @@ fn num_class(right: bool) -> &'static str {
     }
 }
 
-const SUMMARY_HEADERS: &[(&str, bool)] = &[
-    ("strategy", false),
-    ("scenario", false),
-    ("CPUs", true),
-    ("repeats", true),
-    ("completion s", true),
-    ("accepted/s", true),
-    ("complete", true),
-    ("incomplete", true),
-    ("rejected", true),
-    ("failed", true),
-    ("write 503s", true),
-    ("peak writes offered", true),
-    ("peak enrichment in flight", true),
-];
+/// A metric's cell: its spread, a fraction's as percentages.
+fn metric_cell(row: &SummaryRow, metric: Metric) -> String {
+    let spread = row.get(metric);
+    match metric.def().unit {
+        Unit::Fraction => fmt_pct(spread),
+        Unit::Count | Unit::Seconds | Unit::PerSecond => fmt_spread(spread),
+    }
+}
 
+/// The columns of the summary's tables in the files: the cell, then each metric the registry
+/// shows in tables ([`Shown::table`](crate::results::Shown::table)), as (header, right-aligned).
+fn summary_headers() -> Vec<(&'static str, bool)> {
+    let cell = [
+        ("strategy", false),
+        ("scenario", false),
+        ("CPUs", true),
+        ("repeats", true),
+    ];
+    cell.into_iter()
+        .chain(table_metrics().map(|m| (m.def().label, true)))
+        .collect()
+}
+
+/// The cells of `row` under [`summary_headers`].
 fn summary_cells(row: &SummaryRow) -> Vec<String> {
-    vec![
+    let cell = [
         strategy_label(&row.strategy),
         row.scenario.clone(),
         cpus_cell(row.cpus, !row.unlimited),
         row.repeats.to_string(),
-        fmt_spread(row.completion_s),
-        fmt_spread(row.accepted_per_s),
-        fmt_spread(row.complete),
-        fmt_spread(row.incomplete),
-        fmt_spread(row.rejected),
-        fmt_spread(row.failed),
-        fmt_spread(row.write_503s),
-        fmt_spread(row.peak_writes_offered),
-        fmt_spread(row.peak_enrichment_in_flight),
-    ]
+    ];
+    cell.into_iter()
+        .chain(table_metrics().map(|m| metric_cell(row, m)))
+        .collect()
+}
+
+fn table_metrics() -> impl Iterator<Item = Metric> {
+    Metric::ALL.into_iter().filter(|m| m.def().shown.table)
 }
 
 /// A column of the terminal's summary table.
@@ -200,67 +208,58 @@ struct TermColumn {
     header: &'static str,
     /// Columns are left out for width, highest rank first; 0 is never left out.
     drop_rank: u8,
-    cell: fn(&SummaryRow) -> String,
+    cell: TermCell,
 }
 
-/// The terminal's columns, in order; the files have them all, and more.
-const TERM_COLUMNS: &[TermColumn] = &[
-    TermColumn {
-        header: "strategy",
-        drop_rank: 0,
-        cell: |r| format!("  {}", strategy_label(&r.strategy)),
-    },
-    TermColumn {
-        header: "CPUs",
-        drop_rank: 0,
-        cell: |r| cpus_cell(r.cpus, !r.unlimited),
-    },
-    TermColumn {
-        header: "runs",
-        drop_rank: 0,
-        cell: |r| r.repeats.to_string(),
-    },
-    TermColumn {
-        header: "completion s",
-        drop_rank: 0,
-        cell: |r| fmt_spread(r.completion_s),
-    },
-    TermColumn {
-        header: "accepted/s",
-        drop_rank: 0,
-        cell: |r| fmt_spread(r.accepted_per_s),
-    },
-    TermColumn {
-        header: "incomplete %",
-        drop_rank: 2,
-        cell: |r| fmt_pct(r.incomplete_fraction),
-    },
-    TermColumn {
-        header: "write 503s",
-        drop_rank: 1,
-        cell: |r| fmt_spread(r.write_503s),
-    },
-    TermColumn {
-        header: "failed",
-        drop_rank: 3,
-        cell: |r| fmt_spread(r.failed),
-    },
-    TermColumn {
-        header: "rejected",
-        drop_rank: 4,
-        cell: |r| fmt_spread(r.rejected),
-    },
-    TermColumn {
-        header: "peak writes offered",
-        drop_rank: 5,
-        cell: |r| fmt_spread(r.peak_writes_offered),
-    },
-    TermColumn {
-        header: "peak enrichment in flight",
-        drop_rank: 6,
-        cell: |r| fmt_spread(r.peak_enrichment_in_flight),
-    },
-];
+/// What a terminal column shows of a row.
+enum TermCell {
+    Cell(fn(&SummaryRow) -> String),
+    Metric(Metric),
+}
+
+/// The terminal's columns, in order: the cell's, then each metric the registry shows on the
+/// terminal ([`Shown::terminal`](crate::results::Shown::terminal)) in its order. The files have
+/// them all, and more.
+fn term_columns() -> Vec<TermColumn> {
+    let mut metrics: Vec<(Metric, Terminal)> = Metric::ALL
+        .into_iter()
+        .filter_map(|m| m.def().shown.terminal.map(|t| (m, t)))
+        .collect();
+    metrics.sort_by_key(|(_, t)| t.order);
+    let cell = [
+        TermColumn {
+            header: "strategy",
+            drop_rank: 0,
+            cell: TermCell::Cell(|r| format!("  {}", strategy_label(&r.strategy))),
+        },
+        TermColumn {
+            header: "CPUs",
+            drop_rank: 0,
+            cell: TermCell::Cell(|r| cpus_cell(r.cpus, !r.unlimited)),
+        },
+        TermColumn {
+            header: "runs",
+            drop_rank: 0,
+            cell: TermCell::Cell(|r| r.repeats.to_string()),
+        },
+    ];
+    cell.into_iter()
+        .chain(metrics.into_iter().map(|(m, t)| TermColumn {
+            header: m.def().label,
+            drop_rank: t.drop_rank,
+            cell: TermCell::Metric(m),
+        }))
+        .collect()
+}
+
+impl TermColumn {
+    fn cell(&self, row: &SummaryRow) -> String {
+        match &self.cell {
+            TermCell::Cell(cell) => cell(row),
+            TermCell::Metric(m) => metric_cell(row, *m),
+        }
+    }
+}
 
 /// The summary's rows in `columns`, grouped by scenario: a line naming each before its rows.
 fn terminal_model(doc: &ResultsDoc, columns: &[&TermColumn]) -> Table {
@@ -274,7 +273,7 @@ fn terminal_model(doc: &ResultsDoc, columns: &[&TermColumn]) -> Table {
         for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
             table
                 .rows
-                .push(columns.iter().map(|c| (c.cell)(row)).collect());
+                .push(columns.iter().map(|c| c.cell(row)).collect());
         }
         if table.rows.len() > at {
             table.sections.push((at, scenario));
@@ -292,7 +291,8 @@ pub fn summary_table(doc: &ResultsDoc) -> String {
     }
     let repeats = doc.summary[0].repeats;
     let same_repeats = doc.summary.iter().all(|r| r.repeats == repeats);
-    let mut columns: Vec<&TermColumn> = TERM_COLUMNS
+    let all = term_columns();
+    let mut columns: Vec<&TermColumn> = all
         .iter()
         .filter(|c| c.header != "runs" || !same_repeats)
         .collect();
@@ -561,7 +561,7 @@ fn runs_line(doc: &ResultsDoc) -> String {
     }
 }
 
-/// One scenario's summary rows, without the scenario column, with the incomplete share.
+/// One scenario's summary rows, without the scenario column.
 pub(crate) fn scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
     scenario_table_without(doc, scenario, &["scenario"])
 }
@@ -580,21 +580,16 @@ pub(crate) fn page_scenario_table(doc: &ResultsDoc, scenario: &str) -> Table {
 
 fn scenario_table_without(doc: &ResultsDoc, scenario: &str, left_out: &[&str]) -> Table {
     let keep = |h: &str| !left_out.contains(&h);
-    let headers: Vec<(&str, bool)> = SUMMARY_HEADERS
-        .iter()
-        .copied()
-        .filter(|(h, _)| keep(h))
-        .chain([("incomplete %", true)])
-        .collect();
+    let all = summary_headers();
+    let headers: Vec<(&str, bool)> = all.iter().copied().filter(|(h, _)| keep(h)).collect();
     let mut table = Table::new(&headers);
     for row in doc.summary.iter().filter(|r| r.scenario == scenario) {
-        let mut cells: Vec<String> = SUMMARY_HEADERS
+        let cells: Vec<String> = all
             .iter()
             .zip(summary_cells(row))
             .filter(|((h, _), _)| keep(h))
             .map(|(_, cell)| cell)
             .collect();
-        cells.push(fmt_pct(row.incomplete_fraction));
         table.rows.push(cells);
     }
     table
@@ -844,7 +839,7 @@ mod tests {
 
     /// The width of the summary with every column, as the files have it.
     fn summary_table_width(doc: &ResultsDoc) -> usize {
-        let mut table = Table::new(SUMMARY_HEADERS);
+        let mut table = Table::new(&summary_headers());
         for row in &doc.summary {
             table.rows.push(summary_cells(row));
         }

@@ -1,8 +1,9 @@
-//! The repeats of each cell summarised: median, min and max of every metric.
+//! The repeats of each cell summarised: median, min and max of every metric (each read from a
+//! run as its definition says, `registry.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::results::{ClassResult, ClassSummary, RunResult, Spread, SummaryRow};
+use crate::results::{ClassResult, ClassSummary, Metric, RunResult, Spread, SummaryRow};
 
 /// One summary row per (strategy, scenario, cpus), in the order the cells first appear.
 pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
@@ -23,35 +24,20 @@ pub fn summarize(runs: &[RunResult]) -> Vec<SummaryRow> {
         .into_iter()
         .map(|key| {
             let group = &groups[&key];
-            let metric = |f: &dyn Fn(&RunResult) -> f64| {
-                Spread::of(&group.iter().map(|r| f(r)).collect::<Vec<_>>())
-            };
-            SummaryRow {
+            let mut row = SummaryRow {
                 strategy: key.0.clone(),
                 scenario: key.1.clone(),
                 cpus: f64::from_bits(key.2),
                 unlimited: group.iter().any(|r| r.unlimited),
                 repeats: group.len() as u32,
-                completion_s: metric(&|r| r.completion_s),
-                accepted_per_s: metric(&|r| r.accepted_per_s),
-                complete: metric(&|r| r.complete as f64),
-                incomplete: metric(&|r| r.incomplete as f64),
-                rejected: metric(&|r| r.rejected as f64),
-                failed: metric(&|r| r.failed as f64),
-                write_503s: metric(&|r| r.write_503s as f64),
-                peak_writes_offered: metric(&|r| r.peak_writes_offered as f64),
-                peak_enrichment_in_flight: metric(&|r| r.peak_enrichment_in_flight as f64),
-                incomplete_fraction: metric(&|r| fraction(r.incomplete, r.records)),
-                write_503_fraction: metric(&|r| fraction(r.write_503s, r.records)),
-                enrichment_429s: metric(&|r| r.enrichment_429s as f64),
-                complete_fraction: metric(&|r| fraction(r.complete, r.records)),
-                enrichment_429_fraction: metric(&|r| {
-                    fraction(r.enrichment_429s, r.enrichment_calls)
-                }),
-                enrichment_retries: metric(&|r| r.enrichment_retries as f64),
-                write_retries: metric(&|r| r.write_retries as f64),
                 classes: classes(group),
+                ..SummaryRow::default()
+            };
+            for metric in Metric::ALL {
+                let values: Vec<f64> = group.iter().map(|r| metric.read(r)).collect();
+                *row.get_mut(metric) = Spread::of(&values);
             }
+            row
         })
         .collect()
 }
@@ -85,14 +71,6 @@ fn classes(group: &[&RunResult]) -> BTreeMap<String, ClassSummary> {
             (name.clone(), summary)
         })
         .collect()
-}
-
-fn fraction(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::matrix::Cell;
-use crate::results::RunResult;
+use crate::results::{Metric, RunResult, Unit};
 
 /// What the lab reports while it runs.
 #[derive(Debug)]
@@ -201,23 +201,28 @@ impl Drop for ProgressReporter {
     }
 }
 
-/// One line about a finished run: its cell, times, outcome counts and peaks.
+/// One line about a finished run: its cell, then each metric the registry puts on the progress
+/// line ([`Shown::progress`](crate::results::Shown::progress)): times, outcome counts and peaks.
 pub fn describe(r: &RunResult) -> String {
+    let metrics: Vec<String> = Metric::ALL
+        .into_iter()
+        .filter_map(|m| {
+            let label = m.def().shown.progress?;
+            let value = m.read(r);
+            Some(match m.def().unit {
+                Unit::Count => format!("{label} {value}"),
+                Unit::Seconds | Unit::PerSecond => format!("{value:.2} {label}"),
+                Unit::Fraction => format!("{label} {:.1}%", value * 100.0),
+            })
+        })
+        .collect();
     let mut s = format!(
-        "{} {} {} repeat {}: {:.2} s, {:.2} accepted/s, complete {} incomplete {} rejected {} failed {}, 503s {}, peak writes offered {}, peak enrichment {}",
+        "{} {} {} repeat {}: {}",
         r.strategy,
         r.scenario,
         crate::results::cpus_words(r.cpus, !r.unlimited),
         r.repeat,
-        r.completion_s,
-        r.accepted_per_s,
-        r.complete,
-        r.incomplete,
-        r.rejected,
-        r.failed,
-        r.write_503s,
-        r.peak_writes_offered,
-        r.peak_enrichment_in_flight
+        metrics.join(", ")
     );
     if !r.failed_by_kind.is_empty() {
         let kinds: Vec<String> = r

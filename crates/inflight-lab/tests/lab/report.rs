@@ -1,16 +1,12 @@
-//! The report written from a fixed results file: every file exists and is well-formed.
-//!
-//! The fixture is the `results.json` of a real `inflight lab run --quick --repeats 2 --records 100`.
+//! The report written from a fixed results file (the support's `fixture`): every file exists and
+//! is well-formed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use inflight_lab::report;
 use inflight_lab::results::ResultsDoc;
 
-fn fixture() -> ResultsDoc {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results-quick.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use crate::support::fixture;
 
 /// Parses `text` as XML (roxmltree): tags nest and close, attributes are quoted, `&` starts an
 /// entity, and there is one root element. Elements in `void` (HTML's `meta`, ...) need no closing

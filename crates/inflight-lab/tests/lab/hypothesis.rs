@@ -1,20 +1,10 @@
-//! The preregistered hypotheses (`lab/hypotheses.toml`) evaluated on a fixed results file.
-//!
-//! The fixture is the `results.json` of a real `inflight lab run --quick --repeats 2 --records 100`.
-
-use std::path::PathBuf;
+//! The preregistered hypotheses (`lab/hypotheses.toml`) evaluated on a fixed results file (the
+//! support's `fixture`).
 
 use inflight_lab::hypothesis;
 use inflight_lab::results::ResultsDoc;
 
-fn repo_file(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn fixture() -> ResultsDoc {
-    let text = std::fs::read_to_string(repo_file("tests/fixtures/results-quick.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
+use crate::support::{fixture, repo_file};
 
 fn outcomes(results: &[inflight_lab::results::HypothesisResult]) -> Vec<(String, String)> {
     results

@@ -2,18 +2,12 @@
 //! and lays its tables out within a 1280 px window; the default matrix is what the hypotheses the
 //! README cites are about.
 
-use std::path::PathBuf;
-
 use inflight_lab::hypothesis;
 use inflight_lab::report;
 use inflight_lab::results::{ResultsDoc, RunMeta, RunResult};
 use inflight_lab::run::Matrix;
 
-/// The `results.json` of a real `inflight lab run --quick --repeats 2 --records 100` (C1-C4).
-fn fixture() -> ResultsDoc {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/results-quick.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use crate::support::fixture;
 
 /// One repeat of every cell of the default matrix, made-up figures that add up, with the built-in
 /// hypotheses evaluated.
