@@ -14,7 +14,7 @@ use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 use tokio::task::JoinHandle;
 
-use crate::metrics::{grpc_ended, GrpcTally};
+use crate::grpc::{grpc_ended, GrpcTally};
 
 /// The error a streamed body ends with: the upstream's, or the call timeout.
 pub type BodyError = Box<dyn StdError + Send + Sync>;

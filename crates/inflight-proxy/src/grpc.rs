@@ -60,6 +60,21 @@ pub(crate) fn judge(headers: &HeaderMap, overload: &[u32]) -> Option<(bool, Verd
     Some((code == OK, Outcome::Success.into()))
 }
 
+/// One gRPC method's counters of calls that ended (`inflight_proxy_grpc_calls_total`): one per
+/// status code (0 to 16), then `none`.
+pub(crate) type GrpcTally = std::sync::Arc<[metrics::Counter; 18]>;
+
+/// Counts a gRPC call that ended with `status` (`None`: its answer carried no status); a code
+/// past the 17 gRPC defines counts as `UNKNOWN`, as gRPC clients read it.
+pub(crate) fn grpc_ended(tally: &GrpcTally, status: Option<u32>) {
+    let i = match status {
+        Some(code) if code <= 16 => code as usize,
+        Some(_) => 2,
+        None => 17,
+    };
+    tally[i].increment(1);
+}
+
 /// `text` as a `grpc-message` value: percent-encoded outside printable ASCII, and `%` itself
 /// (gRPC's HTTP/2 protocol).
 pub(crate) fn message(text: &str) -> String {

@@ -26,6 +26,7 @@ use metrics::{
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::config::GRPC_STATUS_NAMES;
+use crate::grpc::GrpcTally;
 use crate::refusal::Reason;
 
 /// Responses sent, by budget and status class (counter).
@@ -150,9 +151,6 @@ pub(crate) struct RouteMetrics {
     grpc: GrpcMethods,
 }
 
-/// One gRPC method's counters of calls that ended: one per status code (0 to 16), then `none`.
-pub(crate) type GrpcTally = Arc<[Counter; 18]>;
-
 /// The counters of one budget's gRPC methods, registered as methods are first seen.
 struct GrpcMethods {
     recorder: Arc<PrometheusRecorder>,
@@ -198,17 +196,6 @@ fn grpc_method(path: &str) -> bool {
         && !method.is_empty()
         && !method.contains('/')
         && path.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// Counts a gRPC call that ended with `status` (`None`: its answer carried no status); a code
-/// past the 17 gRPC defines counts as `UNKNOWN`, as gRPC clients read it.
-pub(crate) fn grpc_ended(tally: &GrpcTally, status: Option<u32>) {
-    let i = match status {
-        Some(code) if code <= 16 => code as usize,
-        Some(_) => 2,
-        None => 17,
-    };
-    tally[i].increment(1);
 }
 
 /// At most one log line per [`LOG_INTERVAL`]: an upstream that is down fails every request,
@@ -358,6 +345,7 @@ impl ConnMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::grpc_ended;
 
     #[test]
     fn log_lines_are_paced_and_the_ones_left_out_counted() {

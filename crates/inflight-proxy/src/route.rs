@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use crate::body::ProxyBody;
 use crate::grpc;
+use crate::grpc::GrpcTally;
 use crate::headers;
-use crate::metrics::{GrpcTally, Registry, RouteMetrics};
+use crate::metrics::{Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::{tls, Log};
 
@@ -374,7 +375,7 @@ async fn forward_held(
     // A status in the headers (a trailers-only answer, the upstream's or the proxy's own) is
     // counted now; one in the trailers is counted by the body.
     if let (Some(tally), Some(status)) = (&tally, grpc::status(response.headers())) {
-        crate::metrics::grpc_ended(tally, Some(status));
+        grpc::grpc_ended(tally, Some(status));
     }
     (state, response)
 }
