@@ -24,6 +24,7 @@ fn plan(url: &str, connections: usize, mode: Loop, duration: Duration) -> LoadPl
         duration,
         request_timeout: Duration::from_secs(10),
         pids: Vec::new(),
+        count_instructions: false,
     }
 }
 
