@@ -164,14 +164,21 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
                     signed(r.added_p99_ms, 3),
                     cell(r.send_lag_p99_ms.map(|s| s.map(|v| v * 1000.0)), 0),
                     r.runs.to_string(),
-                    r.discarded.to_string(),
+                    match r.discarded_send_lag_p99_ms {
+                        Some(lag) if r.discarded > 0 => format!(
+                            "{} (lag {})",
+                            r.discarded,
+                            cell(Some(lag.map(|v| v * 1000.0)), 0)
+                        ),
+                        _ => r.discarded.to_string(),
+                    },
                     (r.non_2xx + r.errors).to_string(),
                 ]);
             }
         }
         t.render(&mut out);
         out.push_str(&format!(
-            "send lag: how late the generator itself sent after the schedule; a run whose p99 is over {} µs is discarded and run again (discarded: how many)\n\n",
+            "send lag: how late the generator itself sent after the schedule, p99 in µs; a run whose p99 is over {} µs is discarded and run again (discarded: how many, with their send lag)\n\n",
             super::plan::MAX_SEND_LAG.as_micros()
         ));
     }

@@ -109,10 +109,10 @@ pub async fn run(
         meta.insert(format!("{who}_version"), json!(version));
     }
     let any_proxy = settings.targets.iter().any(|w| w.is_proxy());
-    // Children inherit the limit: HAProxy wants two descriptors per connection of its maxconn
-    // (and does not raise the hard limit itself), the generator one per connection it holds.
+    // The generator holds every idle connection at once, and so does the proxy measured, which
+    // inherits the limit.
     let needed = if any_proxy {
-        2 * servers::connection_room(settings) as u64 + 1024
+        servers::connection_room(settings) as u64 + 1024
     } else {
         1024
     };

@@ -125,8 +125,8 @@ impl Ports {
     }
 }
 
-/// Client connections a proxy must hold at once: the idle ones, the load's and its own to the
-/// upstream, with room to spare.
+/// Connections a proxy must hold at once: the idle ones, the load's and its own to the
+/// upstream, with room to spare; one descriptor each.
 pub(crate) fn connection_room(settings: &Settings) -> usize {
     settings.idle_connections + 2 * settings.connections + 1024
 }
@@ -164,12 +164,16 @@ listen = "127.0.0.1:{six}"
 }
 
 /// HAProxy's configuration: one thread, `maxconn` for the idle connections, the budget case
-/// as `server ... maxconn 6` with a queue.
+/// as `server ... maxconn 6` with a queue. HAProxy asks for two descriptors per connection of
+/// its `maxconn` (one to the client, one to a server) and by default refuses to start when the
+/// hard limit on open files is lower; idle clients hold one each, so a limit that fits them is
+/// enough (`no strict-limits`: a warning in its log instead).
 pub(crate) fn haproxy_config(ports: &Ports, settings: &Settings) -> String {
     format!(
         r#"global
     nbthread 1
     maxconn {room}
+    no strict-limits
 
 defaults
     mode http
@@ -260,7 +264,7 @@ http {{
     }}
 }}
 "#,
-        files = 2 * room + 64,
+        files = room + 64,
         user = if root { "user root;\n" } else { "" },
         up = ports.upstream,
         wide = ports.nginx,

@@ -154,6 +154,8 @@ pub struct LatencyRow {
     pub added_p99_ms: Option<Spread>,
     /// The generator's send lag p99 in the runs kept, milliseconds.
     pub send_lag_p99_ms: Option<Spread>,
+    /// And in the runs discarded: why they were.
+    pub discarded_send_lag_p99_ms: Option<Spread>,
     /// Non-2xx answers and requests with no answer in the runs kept.
     pub non_2xx: u64,
     pub errors: u64,
@@ -358,6 +360,12 @@ fn latency_row(records: &[Record], target: Who, point: &str) -> LatencyRow {
         added_p50_ms,
         added_p99_ms,
         send_lag_p99_ms: pick(&|l| l.send_lag_ms.map(|s| s.p99)),
+        discarded_send_lag_p99_ms: spread_of(
+            &all.iter()
+                .filter(|r| !r.kept())
+                .filter_map(|r| Some(r.load.as_ref()?.send_lag_ms?.p99))
+                .collect::<Vec<_>>(),
+        ),
         non_2xx: kept.iter().map(|(_, l)| non_2xx(l)).sum(),
         errors: kept.iter().map(|(_, l)| l.errors).sum(),
     }

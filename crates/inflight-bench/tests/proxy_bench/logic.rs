@@ -314,7 +314,7 @@ fn the_tables_say_what_was_discarded_and_what_was_not_measured() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     // load, target, offered, p50, p99, added p50, added p99, lag, kept, discarded, errors
     assert_eq!(cells[0..5], ["10%", "direct", "1000", "0.250", "1.000"]);
-    assert_eq!(cells[cells.len() - 3..], ["1", "1", "0"]);
+    assert_eq!(cells[cells.len() - 5..], ["1", "1", "(lag", "500)", "0"]);
     assert!(text.contains("n/a     instructions per answer at saturation ≤ HAProxy's: not measured (perf stat unsupported here)"), "{text}");
 }
 
