@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use inflight_bench::proxy_bench::host::Pinning;
+use inflight_bench::proxy_bench::instructions;
 use inflight_bench::proxy_bench::plan::{LoadPoint, Settings, Who};
 use inflight_bench::proxy_bench::report::Completion;
 use inflight_bench::proxy_bench::run::{self, Progress, RunConfig};
@@ -39,7 +40,8 @@ direct, inflight, haproxy, nginx:
   - memory per idle connection: --idle-connections keep-alive connections (one request each,
     then idle) on a fresh proxy;
   - saturation: closed loop, --connections connections: 2xx/s, CPU µs and instructions per
-    answer (instructions where `perf stat -e instructions` works; else said, and null);
+    answer (instructions where `perf stat -e instructions` works; else said, and null; or,
+    with --instructions callgrind, counted in a step of their own under valgrind);
   - latency: open loop at 10%, 25% and 50% of the target's saturation in that repeat (or at
     --rate for all), from each request's scheduled send; a run whose generator sent late (send
     lag p99 over 100 µs) is discarded and run again (--retries);
@@ -173,6 +175,9 @@ struct RunArgs {
     /// How to count the instructions each proxy executes per answer.
     #[arg(long, value_enum, default_value_t = Instructions::Perf)]
     instructions: Instructions,
+    /// Requests counted in each callgrind step (with --instructions callgrind).
+    #[arg(long, default_value_t = 2000, value_parser = at_least_one)]
+    callgrind_requests: usize,
     /// The first of 7 consecutive loopback ports to use [default: any free ones].
     #[arg(long)]
     base_port: Option<u16>,
@@ -180,8 +185,12 @@ struct RunArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Instructions {
-    /// `perf stat -e instructions`, where the machine supports it (the output says when not).
+    /// `perf stat -e instructions` over each saturation step, where the machine supports it
+    /// (the output says when not).
     Perf,
+    /// A step of its own per proxy and repeat: a fresh proxy under valgrind's callgrind (user
+    /// space only), --callgrind-requests requests on 4 connections after 200 to warm it.
+    Callgrind,
     /// Do not count them.
     Off,
 }
@@ -307,6 +316,7 @@ fn try_run(args: RunArgs, pinning: Pinning) -> anyhow::Result<ExitCode> {
         idle_connections: args.idle_connections,
         idle_settle: Duration::from_secs_f64(args.idle_settle),
         request_timeout: Duration::from_secs(10),
+        callgrind_requests: args.callgrind_requests,
     };
     settings.check()?;
     let json_path = match &args.json {
@@ -339,7 +349,11 @@ fn try_run(args: RunArgs, pinning: Pinning) -> anyhow::Result<ExitCode> {
         tools,
         cgroup: !args.no_cgroup,
         pinning,
-        instructions: matches!(args.instructions, Instructions::Perf),
+        instructions: match args.instructions {
+            Instructions::Perf => instructions::Mode::Perf,
+            Instructions::Callgrind => instructions::Mode::Callgrind,
+            Instructions::Off => instructions::Mode::Off,
+        },
         base_port: args.base_port,
         work_dir: work.path().to_path_buf(),
     };

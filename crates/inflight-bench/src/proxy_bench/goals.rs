@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::instructions::InstructionsStatus;
 use super::plan::{Who, BUDGET_LIMIT};
 use super::summary::Summary;
 use crate::spread::Spread;
@@ -61,8 +62,9 @@ fn figure(s: &Spread, digits: usize, unit: &str) -> String {
 /// more than HAProxy's, at most [`MAX_KIB_PER_IDLE_CONNECTION`] per idle connection, added p50
 /// and p99 no more than HAProxy's at each load point; and, kept from the first version of the
 /// benchmark, throughput at saturation at least HAProxy's and exactly [`BUDGET_LIMIT`] at the
-/// upstream. `instructions_unmeasured` is why instructions were not counted, if they were not.
-pub fn judge(summary: &Summary, instructions_unmeasured: Option<&str>) -> Vec<Goal> {
+/// upstream. `instructions` says whether and how instructions were counted: at saturation by
+/// `perf`, or by callgrind in steps of their own.
+pub fn judge(summary: &Summary, instructions: &InstructionsStatus) -> Vec<Goal> {
     let mut goals = Vec::new();
     let sat = |w: Who| summary.saturation_of(w);
 
@@ -89,12 +91,23 @@ pub fn judge(summary: &Summary, instructions_unmeasured: Option<&str>) -> Vec<Go
         1,
         &|w| sat(w)?.cpu_us_per_answer,
     ));
-    let instructions_goal = "instructions per answer at saturation ≤ HAProxy's";
-    goals.push(match instructions_unmeasured {
-        Some(why) => Goal::not_measured(instructions_goal.into(), why),
-        None => per_answer(instructions_goal, "", 0, &|w| {
-            sat(w)?.instructions_per_answer
-        }),
+    goals.push(match (instructions.measured, instructions.tool) {
+        (false, _) => Goal::not_measured(
+            "instructions per answer at saturation ≤ HAProxy's".into(),
+            instructions.reason.as_deref().unwrap_or("not counted"),
+        ),
+        (true, "callgrind") => per_answer(
+            "instructions per answer (callgrind, user space) ≤ HAProxy's",
+            "",
+            0,
+            &|w| summary.callgrind_of(w)?.per_answer,
+        ),
+        (true, _) => per_answer(
+            "instructions per answer at saturation ≤ HAProxy's",
+            "",
+            0,
+            &|w| sat(w)?.instructions_per_answer,
+        ),
     });
 
     let idle_goal = format!("KiB per idle connection ≤ {MAX_KIB_PER_IDLE_CONNECTION}");

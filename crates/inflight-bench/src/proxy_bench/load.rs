@@ -338,6 +338,57 @@ impl Tally {
     }
 }
 
+/// What [`send_count`] got back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CountReport {
+    /// Requests sent.
+    pub sent: usize,
+    /// Answers with a 2xx status.
+    pub ok: u64,
+    /// Answers with another status.
+    pub other: u64,
+    /// Requests that got no answer.
+    pub errors: u64,
+}
+
+/// Sends exactly `count` GETs to `target` over `connections` keep-alive connections, each
+/// sending its next request once the last is answered, and counts the answers: a fixed amount
+/// of work, whatever it takes, for counting what each request costs.
+pub async fn send_count(
+    target: &Target,
+    connections: usize,
+    count: usize,
+    timeout: Duration,
+) -> CountReport {
+    let connections = connections.clamp(1, count.max(1));
+    let mut tasks = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let share = count / connections + usize::from(i < count % connections);
+        let mut conn = Connection::new(target.clone(), timeout);
+        tasks.push(tokio::spawn(async move {
+            let mut report = CountReport::default();
+            for _ in 0..share {
+                report.sent += 1;
+                match conn.get().await {
+                    Some((status, _)) if (200..300).contains(&status) => report.ok += 1,
+                    Some(_) => report.other += 1,
+                    None => report.errors += 1,
+                }
+            }
+            report
+        }));
+    }
+    let mut total = CountReport::default();
+    for task in tasks {
+        let r = task.await.expect("a counting task does not panic");
+        total.sent += r.sent;
+        total.ok += r.ok;
+        total.other += r.other;
+        total.errors += r.errors;
+    }
+    total
+}
+
 /// One keep-alive client connection, opened again when it breaks.
 pub(crate) struct Connection {
     target: Target,

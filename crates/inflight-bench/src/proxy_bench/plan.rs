@@ -23,6 +23,10 @@ pub const BUDGET_SERVICE_MS: f64 = 20.0;
 /// throughput, measured in the same repeat.
 pub const DEFAULT_FRACTIONS: [f64; 3] = [0.10, 0.25, 0.50];
 
+/// Keep-alive connections of a callgrind step, and the requests sent before its count starts.
+pub const CALLGRIND_CONNECTIONS: usize = 4;
+pub const CALLGRIND_WARMUP_REQUESTS: usize = 200;
+
 /// An open-loop run whose generator sent its requests later than this after their scheduled
 /// time, at p99, measured its own lag rather than the proxy's latency: it is discarded.
 pub const MAX_SEND_LAG: Duration = Duration::from_micros(100);
@@ -210,6 +214,8 @@ pub struct Settings {
     pub idle_settle: Duration,
     /// A request with no answer after this counts as an error.
     pub request_timeout: Duration,
+    /// Requests counted in each callgrind step (with `--instructions callgrind`).
+    pub callgrind_requests: usize,
 }
 
 impl Default for Settings {
@@ -225,6 +231,7 @@ impl Default for Settings {
             idle_connections: 10_000,
             idle_settle: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            callgrind_requests: 2000,
         }
     }
 }
@@ -251,6 +258,9 @@ impl Settings {
         }
         if self.targets.iter().any(|w| w.is_proxy()) && self.idle_connections == 0 {
             return bad("idle connections must be at least 1");
+        }
+        if self.callgrind_requests == 0 {
+            return bad("callgrind requests must be at least 1");
         }
         for p in &self.points {
             let ok = match *p {

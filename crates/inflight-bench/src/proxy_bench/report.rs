@@ -245,6 +245,26 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
         out.push('\n');
     }
 
+    if let Some(first) = summary.callgrind.first() {
+        out.push_str(&format!(
+            "5. instructions under callgrind: {} requests on {} keep-alive connections to a fresh proxy, after {} to warm it; user space only\n",
+            first.requests,
+            super::plan::CALLGRIND_CONNECTIONS,
+            super::plan::CALLGRIND_WARMUP_REQUESTS
+        ));
+        let mut t = Table::new(&["target", "instructions/answer", "not 2xx", "runs"]);
+        for r in &summary.callgrind {
+            t.row(vec![
+                r.target.to_string(),
+                cell(r.per_answer, 0),
+                r.failed.to_string(),
+                r.runs.to_string(),
+            ]);
+        }
+        t.render(&mut out);
+        out.push('\n');
+    }
+
     out.push_str("goals (judged on the medians):\n");
     for g in goals {
         out.push_str(&format!("  {:<7} {}\n", g.verdict(), g.text));

@@ -13,9 +13,12 @@ use serde_json::{json, Map, Value};
 use super::goals::{self, Goal};
 use super::host::{self, Pinning};
 use super::idle::{self, IdlePlan};
-use super::instructions::{self, InstructionsStatus};
+use super::instructions::{self, Callgrind, CallgrindReport, InstructionsStatus};
 use super::load::{self, LoadPlan, LoadReport, Loop};
-use super::plan::{self, Settings, Who, BUDGET_LIMIT, MAX_SEND_LAG};
+use super::plan::{
+    self, Settings, Who, BUDGET_LIMIT, CALLGRIND_CONNECTIONS, CALLGRIND_WARMUP_REQUESTS,
+    MAX_SEND_LAG,
+};
 use super::report::{self, Completion, Conditions};
 use super::servers::{self, Configs, Ports, Process, Tools};
 use super::summary::{Case, Record, Summary, Throttled};
@@ -41,8 +44,9 @@ pub struct RunConfig {
     pub cgroup: bool,
     /// The CPUs of the proxies and of the load side, as pinned by the caller.
     pub pinning: Pinning,
-    /// Count instructions with `perf stat` where it works (`false`: do not try).
-    pub instructions: bool,
+    /// How to count instructions: `perf stat` over the saturation steps where it works, or
+    /// callgrind in steps of their own, or not at all.
+    pub instructions: instructions::Mode,
     /// The first of seven loopback ports, or `None` for any free ones.
     pub base_port: Option<u16>,
     /// The folder for configuration files and logs.
@@ -119,12 +123,13 @@ pub async fn run(
     let open_files = host::raise_open_files(needed)?;
     meta.insert("open_files_limit".into(), json!(open_files));
 
-    let instructions = if !config.instructions {
-        InstructionsStatus::not_measured("not asked for (--instructions off)")
-    } else if any_proxy {
-        instructions::probe()
-    } else {
-        InstructionsStatus::not_measured("no proxy measured")
+    let instructions = match config.instructions {
+        _ if !any_proxy => InstructionsStatus::not_measured("no proxy measured"),
+        instructions::Mode::Off => {
+            InstructionsStatus::not_measured("not asked for (--instructions off)")
+        }
+        instructions::Mode::Perf => instructions::probe(),
+        instructions::Mode::Callgrind => instructions::probe_callgrind(),
     };
     progress.line(&format!("  {}", instructions.describe()));
     meta.insert("instructions".into(), json!(instructions));
@@ -176,7 +181,9 @@ pub async fn run(
         pinning.load_cpu,
         None,
     )?;
-    upstream.wait_ready(&[ports.upstream], None).await?;
+    upstream
+        .wait_ready(&[ports.upstream], None, servers::START_PATIENCE)
+        .await?;
     progress.line(&format!(
         "  upstream on 127.0.0.1:{} (/ at once, /slow after {} ms); about {} to go",
         ports.upstream,
@@ -191,14 +198,12 @@ pub async fn run(
         groups,
         records: Vec::new(),
         meta,
-        count_instructions: instructions.measured,
-        instructions_unmeasured: (!instructions.measured)
-            .then(|| instructions.reason.clone().unwrap_or_default()),
         conditions: vec![
             cpu_limit_line(&cpu_limit),
             pinning_text,
             instructions.describe(),
         ],
+        instructions,
         started,
         planned,
         done: 0.0,
@@ -326,8 +331,7 @@ struct Bench<'a> {
     configs: Configs,
     records: Vec<Record>,
     meta: Map<String, Value>,
-    count_instructions: bool,
-    instructions_unmeasured: Option<String>,
+    instructions: InstructionsStatus,
     conditions: Vec<String>,
     started: Instant,
     planned: f64,
@@ -345,7 +349,7 @@ impl Bench<'_> {
     fn render(&self, completion: &Completion) -> (Value, String) {
         let points: Vec<String> = self.settings().points.iter().map(|p| p.label()).collect();
         let summary = Summary::of(&self.records, &self.settings().targets, &points);
-        let goals: Vec<Goal> = goals::judge(&summary, self.instructions_unmeasured.as_deref());
+        let goals: Vec<Goal> = goals::judge(&summary, &self.instructions);
         let document = report::document(
             self.meta.clone(),
             completion,
@@ -400,11 +404,25 @@ impl Bench<'_> {
         self.groups.iter().find(|(w, _)| *w == who).map(|(_, g)| g)
     }
 
+    fn command(&self, who: Who, single: bool) -> std::process::Command {
+        self.configs
+            .command(&self.config.tools, who, single)
+            .expect("a proxy has a command")
+    }
+
     async fn start(&mut self, who: Who) -> Result<Process, ProxyBenchError> {
-        let cmd = self
-            .configs
-            .command(&self.config.tools, who)
-            .expect("a proxy has a command");
+        let cmd = self.command(who, false);
+        self.start_with(who, cmd, servers::START_PATIENCE).await
+    }
+
+    /// Starts `cmd`, which runs `who`, on the proxies' CPU and in `who`'s quota group, and
+    /// waits until it serves.
+    async fn start_with(
+        &mut self,
+        who: Who,
+        cmd: std::process::Command,
+        patience: Duration,
+    ) -> Result<Process, ProxyBenchError> {
         let log = self.config.work_dir.join(format!("{who}.log"));
         let mut process = Process::spawn(
             &format!("{who}"),
@@ -418,7 +436,7 @@ impl Bench<'_> {
         let mut ports = vec![wide];
         ports.extend(six);
         let ready = (who == Who::Inflight).then_some("inflight proxy: ready");
-        process.wait_ready(&ports, ready).await?;
+        process.wait_ready(&ports, ready, patience).await?;
         let key = format!("{who}_process");
         if !self.meta.contains_key(&key) {
             self.meta.insert(
@@ -452,7 +470,10 @@ impl Bench<'_> {
             duration: s.duration,
             request_timeout: s.request_timeout,
             pids: pids.to_vec(),
-            count_instructions: instructions && self.count_instructions && !pids.is_empty(),
+            count_instructions: instructions
+                && self.instructions.measured
+                && self.instructions.tool == "perf"
+                && !pids.is_empty(),
         }
     }
 
@@ -494,6 +515,10 @@ impl Bench<'_> {
             self.idle(repeat, who, process.pid(), progress).await?;
             drop(process);
             self.checkpoint(progress);
+            if self.instructions.measured && self.instructions.tool == "callgrind" {
+                self.callgrind(repeat, who, progress).await?;
+                self.checkpoint(progress);
+            }
         }
         let process = match who.is_proxy() {
             true => Some(self.start(who).await?),
@@ -581,6 +606,68 @@ impl Bench<'_> {
             self.records.push(record);
             self.checkpoint(progress);
         }
+        Ok(())
+    }
+
+    /// A fresh `who` under callgrind: warmed with a few requests, then its instructions over a
+    /// fixed number of requests, between two dumps of its counters.
+    async fn callgrind(
+        &mut self,
+        repeat: usize,
+        who: Who,
+        progress: &mut dyn Progress,
+    ) -> Result<(), ProxyBenchError> {
+        let callgrind = Callgrind::new(&self.config.work_dir, &format!("callgrind.{who}"));
+        let cmd = callgrind.wrap(&self.command(who, true));
+        let process = self
+            .start_with(who, cmd, servers::VALGRIND_START_PATIENCE)
+            .await?;
+        let target = self.url(who, false);
+        let timeout = self.settings().request_timeout * 20;
+        let requests = self.settings().callgrind_requests;
+        load::send_count(
+            &target,
+            CALLGRIND_CONNECTIONS,
+            CALLGRIND_WARMUP_REQUESTS,
+            timeout,
+        )
+        .await;
+        let pids = super::procs::members_of_trees(&[process.pid()])?;
+        let counted = async {
+            callgrind.dump(&pids)?;
+            let sent = load::send_count(&target, CALLGRIND_CONNECTIONS, requests, timeout).await;
+            callgrind.dump(&pids)?;
+            Ok::<_, String>((sent, callgrind.last_totals(&pids)?))
+        }
+        .await;
+        drop(process);
+        let mut record = Record::new(repeat, who, Case::Instructions);
+        match counted {
+            Ok((sent, instructions)) => {
+                let report = CallgrindReport {
+                    requests: sent.sent,
+                    ok: sent.ok,
+                    instructions,
+                    per_answer: (sent.ok > 0).then(|| instructions as f64 / sent.ok as f64),
+                    processes: pids.len(),
+                };
+                progress.line(&format!(
+                    "    instructions (callgrind): {} per answer over {} answers{}",
+                    report.per_answer.map_or("-".into(), |n| format!("{n:.0}")),
+                    report.ok,
+                    match sent.other + sent.errors {
+                        0 => String::new(),
+                        n => format!(", {n} requests not answered 2xx"),
+                    }
+                ));
+                record.callgrind = Some(report);
+            }
+            Err(why) => {
+                progress.line(&format!("    instructions (callgrind): not counted: {why}"));
+                record.discarded = Some(format!("callgrind could not count: {why}"));
+            }
+        }
+        self.records.push(record);
         Ok(())
     }
 

@@ -15,8 +15,10 @@ use super::host::Pinning;
 use super::plan::{Settings, Who, BUDGET_LIMIT, BUDGET_SERVICE_MS};
 use super::ProxyBenchError;
 
-/// How long a process has to start listening, and to stop before it is killed.
-const START_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a process has to start listening (under valgrind: some fifty times slower), and to
+/// stop before it is killed.
+pub(crate) const START_PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const VALGRIND_START_PATIENCE: Duration = Duration::from_secs(120);
 const STOP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The programs a run starts.
@@ -211,14 +213,22 @@ backend six
 
 /// nginx's configuration, with its files under `dir`: one worker, keep-alive to the upstream,
 /// the budget case as `max_conns=6` (no queue in open-source nginx: the rest get 502 at once).
-pub(crate) fn nginx_config(ports: &Ports, settings: &Settings, dir: &Path, root: bool) -> String {
+/// Without `master`, one process does the worker's work (`master_process off`): callgrind can
+/// be asked for the counts of a process it started, not of one forked from it.
+pub(crate) fn nginx_config(
+    ports: &Ports,
+    settings: &Settings,
+    dir: &Path,
+    root: bool,
+    master: bool,
+) -> String {
     let room = connection_room(settings);
     let d = dir.display();
     format!(
         r#"worker_processes 1;
 worker_rlimit_nofile {files};
 daemon off;
-master_process on;
+master_process {master};
 {user}pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 
@@ -265,6 +275,7 @@ http {{
 }}
 "#,
         files = room + 64,
+        master = if master { "on" } else { "off" },
         user = if root { "user root;\n" } else { "" },
         up = ports.upstream,
         wide = ports.nginx,
@@ -311,11 +322,15 @@ impl Configs {
                     let nginx = configs.nginx_dir();
                     std::fs::create_dir_all(nginx.join("tmp"))?;
                     std::fs::write(
-                        configs.nginx_conf(),
-                        nginx_config(ports, settings, &nginx, root),
+                        configs.nginx_conf(false),
+                        nginx_config(ports, settings, &nginx, root, true),
+                    )?;
+                    std::fs::write(
+                        configs.nginx_conf(true),
+                        nginx_config(ports, settings, &nginx, root, false),
                     )?;
                     let mut c = Command::new(&tools.nginx);
-                    c.args(["-t", "-q"]).args(configs.nginx_args());
+                    c.args(["-t", "-q"]).args(configs.nginx_args(false));
                     c
                 }
             };
@@ -354,23 +369,26 @@ impl Configs {
         self.dir.join("nginx")
     }
 
-    fn nginx_conf(&self) -> PathBuf {
-        self.nginx_dir().join("nginx.conf")
+    /// `nginx.conf`, or `single.conf` (`master_process off`) for a single process.
+    fn nginx_conf(&self, single: bool) -> PathBuf {
+        self.nginx_dir()
+            .join(if single { "single.conf" } else { "nginx.conf" })
     }
 
-    fn nginx_args(&self) -> Vec<PathBuf> {
+    fn nginx_args(&self, single: bool) -> Vec<PathBuf> {
         vec![
             "-p".into(),
             self.nginx_dir(),
             "-c".into(),
-            self.nginx_conf(),
+            self.nginx_conf(single),
             "-e".into(),
             self.nginx_dir().join("error.log"),
         ]
     }
 
-    /// The command that runs `who` (a proxy) in the foreground.
-    pub(crate) fn command(&self, tools: &Tools, who: Who) -> Option<Command> {
+    /// The command that runs `who` (a proxy) in the foreground; `single`: in one process (only
+    /// nginx has a master and a worker otherwise).
+    pub(crate) fn command(&self, tools: &Tools, who: Who, single: bool) -> Option<Command> {
         let program = tools.of(who)?;
         let mut cmd = Command::new(program);
         match who {
@@ -382,7 +400,7 @@ impl Configs {
                 cmd.arg("-db").arg("-f").arg(self.haproxy());
             }
             Who::Nginx => {
-                cmd.args(self.nginx_args());
+                cmd.args(self.nginx_args(single));
             }
         }
         Some(cmd)
@@ -437,13 +455,15 @@ impl Process {
     ///
     /// # Errors
     ///
-    /// When the process exits first or does not get ready in 10 s, with the end of its log.
+    /// When the process exits first or does not get ready within `patience`, with the end of
+    /// its log.
     pub(crate) async fn wait_ready(
         &mut self,
         ports: &[u16],
         ready: Option<&str>,
+        patience: Duration,
     ) -> Result<(), ProxyBenchError> {
-        let deadline = Instant::now() + START_PATIENCE;
+        let deadline = Instant::now() + patience;
         let mut pending: Vec<u16> = ports.to_vec();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -470,7 +490,7 @@ impl Process {
             if Instant::now() >= deadline {
                 return Err(self.failed(&format!(
                     "not ready after {} s (ports not listening: {pending:?})",
-                    START_PATIENCE.as_secs()
+                    patience.as_secs()
                 )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -557,7 +577,7 @@ mod tests {
         let room = 10_000 + 2 * 64 + 1024;
         assert!(inflight_config(&ports(), &settings).contains(&format!("max_connections = {room}")));
         assert!(haproxy_config(&ports(), &settings).contains(&format!("maxconn {room}")));
-        let nginx = nginx_config(&ports(), &settings, Path::new("/tmp/x"), false);
+        let nginx = nginx_config(&ports(), &settings, Path::new("/tmp/x"), false, true);
         assert!(nginx.contains(&format!("worker_connections {room};")));
         assert!(!nginx.contains("user root"));
     }
@@ -567,7 +587,7 @@ mod tests {
         let s = Settings::default();
         assert!(inflight_config(&ports(), &s).contains("max_concurrent = 6\nmax_queued = 64"));
         assert!(haproxy_config(&ports(), &s).contains("server up 127.0.0.1:9000 maxconn 6"));
-        assert!(nginx_config(&ports(), &s, Path::new("/x"), true)
+        assert!(nginx_config(&ports(), &s, Path::new("/x"), true, false)
             .contains("server 127.0.0.1:9000 max_conns=6;"));
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::idle::IdleReport;
+use super::instructions::CallgrindReport;
 use super::load::LoadReport;
 use super::plan::{Who, BUDGET_SERVICE_MS};
 use super::UpstreamStats;
@@ -25,6 +26,8 @@ pub enum Case {
     Budget,
     /// Idle keep-alive connections: each proxy's memory.
     Idle,
+    /// A fixed number of requests to a proxy under callgrind: its instructions per answer.
+    Instructions,
 }
 
 /// How a proxy's CPU quota group throttled it over a load step's measured time.
@@ -66,6 +69,9 @@ pub struct Record {
     /// The idle step's measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleReport>,
+    /// The callgrind step's count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callgrind: Option<CallgrindReport>,
 }
 
 impl Record {
@@ -82,6 +88,7 @@ impl Record {
             upstream: None,
             throttled: None,
             idle: None,
+            callgrind: None,
         }
     }
 
@@ -101,6 +108,8 @@ pub struct Summary {
     pub budget: Vec<BudgetRow>,
     /// Idle connections, per proxy.
     pub idle: Vec<IdleRow>,
+    /// Instructions counted by callgrind, per proxy.
+    pub callgrind: Vec<CallgrindRow>,
 }
 
 /// One target at saturation, over the repeats.
@@ -193,6 +202,19 @@ pub struct IdleRow {
     pub kib_per_connection: Option<Spread>,
 }
 
+/// One proxy's instructions under callgrind, over the repeats.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallgrindRow {
+    pub target: Who,
+    pub runs: usize,
+    /// Requests counted in each run.
+    pub requests: usize,
+    /// Instructions (user space) per 2xx answer.
+    pub per_answer: Option<Spread>,
+    /// Requests that got no 2xx answer, summed over the runs.
+    pub failed: u64,
+}
+
 /// Median, min and max of `values`; `None` when there are none.
 pub fn spread_of(values: &[f64]) -> Option<Spread> {
     (!values.is_empty()).then(|| Spread::of(values))
@@ -267,11 +289,21 @@ impl Summary {
             })
             .map(|&target| idle_row(records, target))
             .collect();
+        let callgrind = targets
+            .iter()
+            .filter(|w| {
+                records
+                    .iter()
+                    .any(|r| r.case == Case::Instructions && r.target == **w)
+            })
+            .map(|&target| callgrind_row(records, target))
+            .collect();
         Summary {
             saturation,
             latency,
             budget,
             idle,
+            callgrind,
         }
     }
 
@@ -298,6 +330,11 @@ impl Summary {
     /// The idle row of `target`, if measured.
     pub fn idle_of(&self, target: Who) -> Option<&IdleRow> {
         self.idle.iter().find(|r| r.target == target)
+    }
+
+    /// The callgrind row of `target`, if measured.
+    pub fn callgrind_of(&self, target: Who) -> Option<&CallgrindRow> {
+        self.callgrind.iter().find(|r| r.target == target)
     }
 }
 
@@ -407,5 +444,23 @@ fn idle_row(records: &[Record], target: Who) -> IdleRow {
         rss_before_kib: pick(&|i| i.rss_before_kib as f64),
         rss_after_kib: pick(&|i| i.rss_after_kib as f64),
         kib_per_connection: pick(&|i| i.kib_per_connection),
+    }
+}
+
+fn callgrind_row(records: &[Record], target: Who) -> CallgrindRow {
+    let runs: Vec<&CallgrindReport> = records
+        .iter()
+        .filter(|r| r.case == Case::Instructions && r.target == target && r.kept())
+        .filter_map(|r| r.callgrind.as_ref())
+        .collect();
+    CallgrindRow {
+        target,
+        runs: runs.len(),
+        requests: runs.iter().map(|c| c.requests).max().unwrap_or(0),
+        per_answer: spread_of(&runs.iter().filter_map(|c| c.per_answer).collect::<Vec<_>>()),
+        failed: runs
+            .iter()
+            .map(|c| c.requests as u64 - c.ok.min(c.requests as u64))
+            .sum(),
     }
 }

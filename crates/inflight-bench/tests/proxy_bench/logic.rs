@@ -3,6 +3,7 @@
 
 use inflight_bench::proxy_bench::goals::{judge, MAX_KIB_PER_IDLE_CONNECTION};
 use inflight_bench::proxy_bench::idle::IdleReport;
+use inflight_bench::proxy_bench::instructions::InstructionsStatus;
 use inflight_bench::proxy_bench::plan::{
     eta, rotation, send_lag_verdict, LoadPoint, Settings, Who,
 };
@@ -54,6 +55,18 @@ fn budget(repeat: usize, who: Who, peak: u64) -> Record {
         peak,
     });
     r
+}
+
+fn unsupported() -> InstructionsStatus {
+    InstructionsStatus::not_measured("perf stat unsupported here")
+}
+
+fn perf() -> InstructionsStatus {
+    InstructionsStatus {
+        measured: true,
+        tool: "perf",
+        reason: None,
+    }
 }
 
 fn points() -> Vec<String> {
@@ -183,7 +196,7 @@ fn goals_are_judged_on_the_medians_and_never_on_what_was_not_measured() {
         records.push(latency(repeat, Who::Haproxy, "10%", 0.3, h, 0.05));
     }
     let s = Summary::of(&records, &Who::ALL, &points());
-    let goals = judge(&s, Some("perf stat unsupported here"));
+    let goals = judge(&s, &unsupported());
     let verdict = |start: &str| {
         goals
             .iter()
@@ -219,7 +232,7 @@ fn goals_are_judged_on_the_medians_and_never_on_what_was_not_measured() {
         &Who::ALL,
         &[],
     );
-    for g in judge(&alone, None) {
+    for g in judge(&alone, &perf()) {
         assert_eq!(g.met, None, "{} without HAProxy", g.goal);
         assert!(g.text.contains("not measured"), "{}", g.text);
     }
@@ -235,7 +248,7 @@ fn the_json_document_has_every_measurement_the_summary_and_the_goals() {
     ];
     let points = points();
     let s = Summary::of(&records, &Who::ALL, &points);
-    let goals = judge(&s, Some("perf stat unsupported here"));
+    let goals = judge(&s, &unsupported());
     let mut meta = Map::new();
     meta.insert("commit".into(), json!("abc1234"));
     let doc = document(
@@ -294,7 +307,7 @@ fn the_tables_say_what_was_discarded_and_what_was_not_measured() {
         latency(1, Who::Direct, "10%", 0.25, 1.0, 0.05),
     ];
     let s = Summary::of(&records, &Who::ALL, &points());
-    let goals = judge(&s, Some("perf stat unsupported here"));
+    let goals = judge(&s, &unsupported());
     let text = tables(
         &s,
         &goals,

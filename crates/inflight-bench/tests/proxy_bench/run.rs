@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::support::{inflight, installed, is_root, proxy_bench};
+use super::support::{inflight, installed, installed_with, is_root, proxy_bench};
 
 /// `proxy-bench run` of `only` with `duration` seconds per load step, writing `json`.
 fn run_args(json: &Path, only: &str, duration: &str) -> Command {
@@ -228,6 +228,50 @@ fn haproxy_and_nginx_run_beside_inflight_where_installed() {
         .find(|r| r["target"] == "haproxy" && r["case"] == "budget")
         .unwrap();
     assert_eq!(haproxy_budget["upstream"]["peak"], 6);
+    assert_cleaned_up(&doc);
+}
+
+#[test]
+fn callgrind_counts_instructions_in_a_step_of_their_own_where_installed() {
+    if !installed_with("valgrind", "--version") || !installed_with("callgrind_control", "--version")
+    {
+        eprintln!("skipping: valgrind is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = run_args(&json, "inflight", "0.2")
+        .args(["--repeats", "1", "--retries", "0"])
+        .args(["--instructions", "callgrind", "--callgrind-requests", "50"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read(&json);
+    assert_eq!(doc["meta"]["instructions"]["tool"], "callgrind");
+    assert_eq!(doc["meta"]["instructions"]["measured"], true);
+    let counted: Vec<&Value> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["case"] == "instructions")
+        .collect();
+    assert_eq!(counted.len(), 1);
+    let c = &counted[0]["callgrind"];
+    assert_eq!(
+        (c["requests"].clone(), c["ok"].clone()),
+        (50.into(), 50.into()),
+        "{c}"
+    );
+    assert!(c["per_answer"].as_f64().unwrap() > 1000.0, "{c}");
+    assert!(
+        stdout.contains("5. instructions under callgrind"),
+        "{stdout}"
+    );
     assert_cleaned_up(&doc);
 }
 

@@ -108,8 +108,13 @@ pub fn inflight() -> &'static Path {
 
 /// Whether `program -v` runs (HAProxy and nginx are optional for these tests).
 pub fn installed(program: &str) -> bool {
+    installed_with(program, "-v")
+}
+
+/// Whether `program arg` runs and succeeds.
+pub fn installed_with(program: &str, arg: &str) -> bool {
     Command::new(program)
-        .arg("-v")
+        .arg(arg)
         .output()
         .is_ok_and(|o| o.status.success())
 }
