@@ -5,6 +5,7 @@
 use std::fs::OpenOptions;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -82,37 +83,57 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// Seven free ports: `base` and the six after it, each checked free, or (without a base)
-    /// seven the system hands out.
+    /// Seven free consecutive ports: from `base`, or (without one) a block found free below the
+    /// system's range of ephemeral ports. Not in that range: the generator's own connections
+    /// take their local ports from it, and one of them could hold a port while the proxy that
+    /// listens on it restarts.
     pub fn pick(base: Option<u16>) -> Result<Ports, ProxyBenchError> {
-        // Kept bound until all seven are chosen, so no port is handed out twice.
-        let mut held = Vec::new();
-        for i in 0..7u16 {
-            let port = match base {
-                Some(b) => b.checked_add(i).ok_or_else(|| {
-                    ProxyBenchError::Plan(format!("base port {b} leaves no room for 7 ports"))
-                })?,
-                None => 0,
-            };
-            let listener = TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+        if let Some(base) = base {
+            return Ports::block(base).map_err(|(port, e)| {
                 ProxyBenchError::Plan(format!(
                     "127.0.0.1:{port} is not free ({e}): stop what listens there, or choose another --base-port"
                 ))
-            })?;
-            held.push(listener);
+            });
         }
-        let held = held
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<io::Result<Vec<u16>>>()?;
+        let (low, high) = ephemeral_range();
+        // Blocks of 7 in 10000..low, or above high when the range starts too low.
+        let (first, last) = if low >= 10_000 + 7 {
+            (10_000u32, u32::from(low))
+        } else {
+            (u32::from(high) + 1, 65_536)
+        };
+        let blocks = ((last.saturating_sub(first)) / 7).max(1);
+        let start = std::process::id() % blocks;
+        for i in 0..blocks.min(500) {
+            let base = first + (start + i) % blocks * 7;
+            if let Ok(ports) = Ports::block(u16::try_from(base).unwrap_or(u16::MAX - 7)) {
+                return Ok(ports);
+            }
+        }
+        Err(ProxyBenchError::Plan(format!(
+            "no 7 consecutive free ports on 127.0.0.1 in {first}-{last}: choose them with --base-port"
+        )))
+    }
+
+    /// `base` and the six after it, each checked free; else the first that is not, and why.
+    fn block(base: u16) -> Result<Ports, (u32, io::Error)> {
+        let mut held = Vec::new();
+        for i in 0..7u32 {
+            let port = u32::from(base) + i;
+            let p =
+                u16::try_from(port).map_err(|_| (port, io::Error::other("past the last port")))?;
+            // Kept bound until all seven are checked.
+            held.push(TcpListener::bind(("127.0.0.1", p)).map_err(|e| (port, e))?);
+        }
+        let p = |i: u16| base + i;
         Ok(Ports {
-            upstream: held[0],
-            inflight: held[1],
-            inflight_six: held[2],
-            haproxy: held[3],
-            haproxy_six: held[4],
-            nginx: held[5],
-            nginx_six: held[6],
+            upstream: p(0),
+            inflight: p(1),
+            inflight_six: p(2),
+            haproxy: p(3),
+            haproxy_six: p(4),
+            nginx: p(5),
+            nginx_six: p(6),
         })
     }
 
@@ -124,6 +145,19 @@ impl Ports {
             Who::Haproxy => (self.haproxy, Some(self.haproxy_six)),
             Who::Nginx => (self.nginx, Some(self.nginx_six)),
         }
+    }
+}
+
+/// The system's range of ephemeral ports (`net.ipv4.ip_local_port_range`), or Linux's default.
+fn ephemeral_range() -> (u16, u16) {
+    let text =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = text
+        .split_whitespace()
+        .filter_map(|v| v.parse::<u16>().ok());
+    match (it.next(), it.next()) {
+        (Some(low), Some(high)) if low <= high => (low, high),
+        _ => (32_768, 60_999),
     }
 }
 
@@ -431,6 +465,9 @@ impl Process {
         let out = OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        // A group of its own: Ctrl-C in a terminal reaches this process only, which then stops
+        // the others in order, rather than each of them at once, mid-step.
+        cmd.process_group(0);
         pinning.prepare(&mut cmd, cpu);
         if let Some(group) = group {
             group.prepare_command(&mut cmd);
@@ -607,5 +644,11 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 7);
         assert_eq!(p.of(Who::Direct), (p.upstream, None));
+        let (low, high) = ephemeral_range();
+        assert!(
+            p.upstream < low || p.upstream > high,
+            "{p:?} in {low}-{high}"
+        );
+        assert_eq!(p.nginx_six, p.upstream + 6);
     }
 }

@@ -68,7 +68,7 @@ fn a_short_run_measures_inflight_against_direct_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let started = Instant::now();
-    let out = run_args(&json, "inflight,direct", "0.3")
+    let out = run_args(&json, "inflight,direct", "0.2")
         .args(["--repeats", "2", "--retries", "1"])
         .output()
         .unwrap();
@@ -193,7 +193,7 @@ fn haproxy_and_nginx_run_beside_inflight_where_installed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
-    let out = run_args(&json, "haproxy,nginx", "0.3")
+    let out = run_args(&json, "haproxy,nginx", "0.2")
         .args(["--repeats", "1", "--retries", "0"])
         .output()
         .unwrap();
