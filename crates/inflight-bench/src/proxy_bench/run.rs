@@ -1,8 +1,9 @@
 //! A whole benchmark run ([`run`]): the upstream started once, then for each repeat each
 //! target in the repeat's [`rotation`](super::plan::rotation): a proxy is started fresh for its
-//! idle connections, then again for the load steps (saturation, the latency load points, the
-//! budget case), and stopped. Every step's measurement is kept as a [`Record`]; after each
-//! step the caller gets the JSON document so far, and a signal stops the run with what finished.
+//! idle connections, fresh again under callgrind if instructions are counted that way, then
+//! once more for the load steps (saturation, the latency load points, the budget case), and
+//! stopped. Every step's measurement is kept as a [`Record`]; after each step the caller gets
+//! the JSON document so far, and a signal stops the run with what finished.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -47,7 +48,8 @@ pub struct RunConfig {
     /// How to count instructions: `perf stat` over the saturation steps where it works, or
     /// callgrind in steps of their own, or not at all.
     pub instructions: instructions::Mode,
-    /// The first of seven loopback ports, or `None` for any free ones.
+    /// The first of seven consecutive loopback ports, or `None` for a free block below the
+    /// ephemeral range ([`Ports::pick`]).
     pub base_port: Option<u16>,
     /// The folder for configuration files and logs.
     pub work_dir: PathBuf,
@@ -310,6 +312,7 @@ fn settings_json(s: &Settings) -> Value {
         "max_send_lag_us": MAX_SEND_LAG.as_micros() as u64,
         "idle_connections": s.idle_connections,
         "idle_settle_s": s.idle_settle.as_secs_f64(),
+        "callgrind_requests": s.callgrind_requests,
         "budget": BUDGET_LIMIT,
         "slow_ms": plan::BUDGET_SERVICE_MS,
     })
