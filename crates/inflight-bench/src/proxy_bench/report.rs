@@ -165,11 +165,14 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
                     cell(r.send_lag_p99_ms.map(|s| s.map(|v| v * 1000.0)), 0),
                     r.runs.to_string(),
                     match r.discarded_send_lag_p99_ms {
-                        Some(lag) if r.discarded > 0 => format!(
-                            "{} (lag {})",
-                            r.discarded,
-                            cell(Some(lag.map(|v| v * 1000.0)), 0)
-                        ),
+                        Some(lag) if r.discarded > 0 => {
+                            let us = lag.map(|v| v * 1000.0);
+                            if us.min == us.max {
+                                format!("{} (lag {:.0})", r.discarded, us.min)
+                            } else {
+                                format!("{} (lag {:.0}-{:.0})", r.discarded, us.min, us.max)
+                            }
+                        }
                         _ => r.discarded.to_string(),
                     },
                     (r.non_2xx + r.errors).to_string(),
@@ -178,7 +181,7 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
         }
         t.render(&mut out);
         out.push_str(&format!(
-            "send lag: how late the generator itself sent after the schedule, p99 in µs; a run whose p99 is over {} µs is discarded and run again (discarded: how many, with their send lag)\n\n",
+            "send lag: how late the generator itself sent after the schedule, p99 in µs; a run whose p99 is over {} µs is discarded and run again (discarded: how many, with the lowest and highest send lag p99 among them)\n\n",
             super::plan::MAX_SEND_LAG.as_micros()
         ));
     }
