@@ -28,8 +28,9 @@
 //!
 //! - [`fanout`]: the fan-out benchmark (`inflight fanout`).
 //! - [`pool`]: the CPU-bound pool benchmark (`inflight pool-bench`).
-//! - [`proxy_bench`]: `inflight proxy` against HAProxy and nginx (`proxy-bench`, run by
-//!   `scripts/bench-proxy.sh`): the upstream, the load generator, idle connections, the report.
+//! - [`proxy_bench`]: `inflight proxy` against HAProxy and nginx (`proxy-bench run`, or
+//!   `scripts/bench-proxy.sh`): the whole run (processes pinned and under quotas, interleaved
+//!   repeats, medians and goals), the upstream, the load generator, idle connections.
 //! - [`gauge`]: [`PeakGauge`](gauge::PeakGauge), calls in flight and the most at once.
 //! - [`timer`]: [`PreciseTimer`](timer::PreciseTimer), sleeps that end within microseconds of
 //!   their deadline.

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::TcpStream;
 
-use super::{procs, Latency, ProxyBenchError, Target};
+use super::{instructions, procs, Latency, ProxyBenchError, Target};
 use crate::timer::PreciseTimer;
 
 /// How long a closed-loop connection waits after a request that got no answer.
@@ -55,6 +55,9 @@ pub struct LoadPlan {
     /// The proxy's processes (each with its descendants), whose CPU time over the measured
     /// time is reported; none to report none.
     pub pids: Vec<u32>,
+    /// Whether to count the instructions those processes execute over the measured time, with
+    /// `perf stat` (see [`super::instructions::probe`]).
+    pub count_instructions: bool,
 }
 
 /// What a load run measured.
@@ -92,6 +95,14 @@ pub struct LoadReport {
     pub proxy_cpu_s: Option<f64>,
     /// That per answer, microseconds.
     pub proxy_cpu_us_per_answer: Option<f64>,
+    /// The instructions the proxy's processes executed in the measured time (`perf stat`
+    /// attaches as it starts, so the few milliseconds it takes to attach are not counted).
+    pub proxy_instructions: Option<u64>,
+    /// That per answer.
+    pub proxy_instructions_per_answer: Option<f64>,
+    /// Why instructions asked for were not counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions_error: Option<String>,
 }
 
 #[derive(Default)]
@@ -187,21 +198,39 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
         }));
     }
     let pids = plan.pids.clone();
+    let count_instructions = plan.count_instructions;
     let cpu = tokio::spawn(async move {
         if pids.is_empty() {
-            return Ok(None);
+            return Ok((None, None));
         }
         tokio::time::sleep_until(measure_from.into()).await;
         let before = procs::cpu_of_trees(&pids)?;
+        let counter = if count_instructions {
+            Some(procs::members_of_trees(&pids).and_then(|members| {
+                instructions::Counter::start(&members).map_err(ProxyBenchError::Io)
+            }))
+        } else {
+            None
+        };
         tokio::time::sleep_until(end.into()).await;
         let after = procs::cpu_of_trees(&pids)?;
-        Ok::<_, ProxyBenchError>(Some(after.saturating_sub(before)))
+        let counted = match counter {
+            None => None,
+            Some(Err(e)) => Some(Err(e.to_string())),
+            Some(Ok(counter)) => Some(
+                tokio::task::spawn_blocking(move || counter.stop())
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string())),
+            ),
+        };
+        Ok::<_, ProxyBenchError>((Some(after.saturating_sub(before)), counted))
     });
     let mut tally = Tally::new();
     for task in tasks {
         tally.merge(task.await.expect("a load task does not panic"));
     }
-    let cpu = cpu.await.expect("the CPU reading does not panic")?;
+    let (cpu, counted) = cpu.await.expect("the CPU reading does not panic")?;
+    let instructions = counted.as_ref().and_then(|c| c.as_ref().ok().copied());
     let seconds = plan.duration.as_secs_f64();
     let answers: u64 = tally.statuses.values().sum();
     let ok: u64 = tally
@@ -232,6 +261,11 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
         proxy_cpu_us_per_answer: cpu
             .filter(|_| answers > 0)
             .map(|c| c.as_secs_f64() * 1e6 / answers as f64),
+        proxy_instructions: instructions,
+        proxy_instructions_per_answer: instructions
+            .filter(|_| answers > 0)
+            .map(|n| n as f64 / answers as f64),
+        instructions_error: counted.and_then(Result::err),
     })
 }
 
@@ -302,6 +336,57 @@ impl Tally {
             }
         }
     }
+}
+
+/// What [`send_count`] got back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CountReport {
+    /// Requests sent.
+    pub sent: usize,
+    /// Answers with a 2xx status.
+    pub ok: u64,
+    /// Answers with another status.
+    pub other: u64,
+    /// Requests that got no answer.
+    pub errors: u64,
+}
+
+/// Sends exactly `count` GETs to `target` over `connections` keep-alive connections, each
+/// sending its next request once the last is answered, and counts the answers: a fixed amount
+/// of work, whatever it takes, for counting what each request costs.
+pub async fn send_count(
+    target: &Target,
+    connections: usize,
+    count: usize,
+    timeout: Duration,
+) -> CountReport {
+    let connections = connections.clamp(1, count.max(1));
+    let mut tasks = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let share = count / connections + usize::from(i < count % connections);
+        let mut conn = Connection::new(target.clone(), timeout);
+        tasks.push(tokio::spawn(async move {
+            let mut report = CountReport::default();
+            for _ in 0..share {
+                report.sent += 1;
+                match conn.get().await {
+                    Some((status, _)) if (200..300).contains(&status) => report.ok += 1,
+                    Some(_) => report.other += 1,
+                    None => report.errors += 1,
+                }
+            }
+            report
+        }));
+    }
+    let mut total = CountReport::default();
+    for task in tasks {
+        let r = task.await.expect("a counting task does not panic");
+        total.sent += r.sent;
+        total.ok += r.ok;
+        total.other += r.other;
+        total.errors += r.errors;
+    }
+    total
 }
 
 /// One keep-alive client connection, opened again when it breaks.

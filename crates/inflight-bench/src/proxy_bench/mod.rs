@@ -1,16 +1,36 @@
-//! The proxy benchmark behind `scripts/bench-proxy.sh`: `inflight proxy`, HAProxy and nginx in
-//! front of one [`upstream::Upstream`], driven by one load generator ([`load`]), with the memory
-//! of idle client connections measured by [`idle`] and the results tabled by [`report`].
+//! The proxy benchmark (`proxy-bench run`, or `scripts/bench-proxy.sh`): `inflight proxy`,
+//! HAProxy and nginx in front of one [`upstream::Upstream`], each pinned to its own CPU and held
+//! to a quota of one, driven by one load generator ([`load`]) pinned to the other CPU, with the
+//! memory of idle client connections measured by [`idle`]. [`run`] repeats every case for every
+//! target in a rotating order; [`summary`] gives the medians and spreads, [`goals`] the
+//! verdicts, [`report`] the tables and the JSON document.
 //!
 //! The load generator is this crate's own rather than `wrk` or `oha`: one tool serves every
 //! case (closed loop at saturation, open loop at a fixed rate with latency from the scheduled
-//! send, idle keep-alive connections held open while the proxies' memory is read), so each
-//! proxy meets the same client.
+//! send and the generator's own send lag, idle keep-alive connections held open while the
+//! proxies' memory is read), so each proxy meets the same client.
+//!
+//! # Modules
+//!
+//! - [`run`]: a whole run, from the upstream's start to the document.
+//! - [`plan`]: the targets, the load points, the settings, the rotation, the discard rule.
+//! - [`servers`]: the processes started, their configuration files, ports and logs.
+//! - [`load`], [`idle`], [`upstream`]: the load generator, the idle connections, the upstream.
+//! - [`host`]: the CPU pinning, the open-files limit, the load average.
+//! - [`instructions`]: instructions counted with `perf stat`, where the machine counts them.
+//! - [`summary`], [`goals`], [`report`]: medians and spreads, verdicts, tables and JSON.
 
+pub mod goals;
+pub mod host;
 pub mod idle;
+pub mod instructions;
 pub mod load;
+pub mod plan;
 mod procs;
 pub mod report;
+pub mod run;
+pub mod servers;
+pub mod summary;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -37,6 +57,9 @@ pub enum ProxyBenchError {
     /// An answer was not what the benchmark expects.
     #[error("unexpected answer from {what}: {reason}")]
     Answer { what: String, reason: String },
+    /// A program the benchmark runs could not be run, refused its configuration, or exited.
+    #[error("{what}: {reason}")]
+    Process { what: String, reason: String },
 }
 
 /// Where requests go: an `http://IP:PORT/path` URL, split for the client.

@@ -26,6 +26,11 @@ pub(crate) fn rss_of_trees(pids: &[u32]) -> Result<(usize, u64), ProxyBenchError
     Ok((members.len(), kib))
 }
 
+/// The running processes of the trees rooted at `pids`: the roots and all their descendants.
+pub(crate) fn members_of_trees(pids: &[u32]) -> Result<Vec<u32>, ProxyBenchError> {
+    trees(Path::new("/proc"), pids)
+}
+
 /// The running processes among `roots` and all their descendants, from `proc`'s `stat` files.
 fn trees(proc: &Path, roots: &[u32]) -> Result<Vec<u32>, ProxyBenchError> {
     let mut parents = Vec::new();

@@ -24,6 +24,7 @@ fn plan(url: &str, connections: usize, mode: Loop, duration: Duration) -> LoadPl
         duration,
         request_timeout: Duration::from_secs(10),
         pids: Vec::new(),
+        count_instructions: false,
     }
 }
 
@@ -166,4 +167,18 @@ async fn the_cpu_time_of_the_named_processes_is_reported() {
     let cpu = report.proxy_cpu_s.unwrap();
     assert!(cpu > 0.0, "{cpu}");
     assert!(report.proxy_cpu_us_per_answer.unwrap() > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_count_sends_exactly_that_many() {
+    let up = upstream(Duration::ZERO).await;
+    let target = Target::parse(&format!("http://{}/", up.local_addr())).unwrap();
+    let report = load::send_count(&target, 4, 103, Duration::from_secs(10)).await;
+    assert_eq!(
+        (report.sent, report.ok, report.other, report.errors),
+        (103, 103, 0, 0)
+    );
+    assert_eq!(up.requests(), 103);
+    // Four connections, one request at a time each.
+    assert!(up.peak() <= 4, "peak {}", up.peak());
 }
