@@ -178,6 +178,10 @@ struct RunArgs {
     /// Requests counted in each callgrind step (with --instructions callgrind).
     #[arg(long, default_value_t = 2000, value_parser = at_least_one)]
     callgrind_requests: usize,
+    /// Routes in front of inflight's listener that no request matches, each request checked
+    /// against all of them: what a routing table costs, next to a run without (0).
+    #[arg(long, default_value_t = 0)]
+    inflight_routes: usize,
     /// The first of 7 consecutive loopback ports to use [default: any free ones].
     #[arg(long)]
     base_port: Option<u16>,
@@ -317,6 +321,7 @@ fn try_run(args: RunArgs, pinning: Pinning) -> anyhow::Result<ExitCode> {
         idle_settle: Duration::from_secs_f64(args.idle_settle),
         request_timeout: Duration::from_secs(10),
         callgrind_requests: args.callgrind_requests,
+        inflight_routes: args.inflight_routes,
     };
     settings.check()?;
     let json_path = match &args.json {

@@ -216,6 +216,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Requests counted in each callgrind step (with `--instructions callgrind`).
     pub callgrind_requests: usize,
+    /// Path-prefix routes in front of `inflight proxy`'s listener, none of which the
+    /// benchmark's requests match: each request is checked against all of them and goes to the
+    /// listener's own budget, which measures what a routing table costs (0: no table).
+    pub inflight_routes: usize,
 }
 
 impl Default for Settings {
@@ -232,6 +236,7 @@ impl Default for Settings {
             idle_settle: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             callgrind_requests: 2000,
+            inflight_routes: 0,
         }
     }
 }

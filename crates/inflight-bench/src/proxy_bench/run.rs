@@ -313,6 +313,7 @@ fn settings_json(s: &Settings) -> Value {
         "idle_connections": s.idle_connections,
         "idle_settle_s": s.idle_settle.as_secs_f64(),
         "callgrind_requests": s.callgrind_requests,
+        "inflight_routes": s.inflight_routes,
         "budget": BUDGET_LIMIT,
         "slow_ms": plan::BUDGET_SERVICE_MS,
     })

@@ -168,9 +168,10 @@ pub(crate) fn connection_room(settings: &Settings) -> usize {
 }
 
 /// `inflight proxy`'s budgets file: `wide` (1024 at once, a queue of 1024) and `six` (the
-/// budget case, a queue for every client).
+/// budget case, a queue for every client); with `inflight_routes`, that many routes on `wide`'s
+/// listener to a budget of their own, which no request of the benchmark matches.
 pub(crate) fn inflight_config(ports: &Ports, settings: &Settings) -> String {
-    format!(
+    let mut text = format!(
         r#"[proxy]
 max_connections = {room}
 idle_timeout = "120s"
@@ -196,7 +197,20 @@ listen = "127.0.0.1:{six}"
         wide = ports.inflight,
         six = ports.inflight_six,
         queue = settings.connections,
-    )
+    );
+    if settings.inflight_routes > 0 {
+        text.push_str(&format!(
+            "\n[budgets.routed]\nmax_concurrent = 1024\nupstream = \"http://127.0.0.1:{}\"\n",
+            ports.upstream
+        ));
+        for i in 0..settings.inflight_routes {
+            text.push_str(&format!(
+                "\n[[proxy.routes]]\nlisten = \"127.0.0.1:{}\"\nprefix = \"/routed/{i}/\"\nbudget = \"routed\"\n",
+                ports.inflight
+            ));
+        }
+    }
+    text
 }
 
 /// HAProxy's configuration: one thread, `maxconn` for the idle connections, the budget case
@@ -626,6 +640,20 @@ mod tests {
         assert!(haproxy_config(&ports(), &s).contains("server up 127.0.0.1:9000 maxconn 6"));
         assert!(nginx_config(&ports(), &s, Path::new("/x"), true, false)
             .contains("server 127.0.0.1:9000 max_conns=6;"));
+    }
+
+    #[test]
+    fn a_routing_table_sits_in_front_of_the_wide_listener_and_matches_no_request() {
+        let s = Settings {
+            inflight_routes: 16,
+            ..Settings::default()
+        };
+        let text = inflight_config(&ports(), &s);
+        assert_eq!(text.matches("[[proxy.routes]]").count(), 16);
+        assert!(text.contains("[budgets.routed]"));
+        // The benchmark's requests go to `/` and `/slow`: no route's prefix is a prefix of them.
+        assert!(!text.contains("prefix = \"/\"") && !text.contains("prefix = \"/slow"));
+        assert!(!inflight_config(&ports(), &Settings::default()).contains("[[proxy.routes]]"));
     }
 
     #[test]
