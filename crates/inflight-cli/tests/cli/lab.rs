@@ -738,6 +738,94 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
     );
 }
 
+/// The hypotheses of a resumed run are those its first part read, kept in its plan: a lab
+/// folder whose hypotheses file changed in between is not read for them, and naming it with
+/// `--lab-dir` is refused, as changed strategies are.
+#[test]
+fn a_resumed_run_evaluates_the_hypotheses_it_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = dir.path().join("lab");
+    std::fs::create_dir(&lab).unwrap();
+    for name in ["strategies.toml", "scenarios.toml"] {
+        std::fs::copy(lab_dir().join(name), lab.join(name)).unwrap();
+    }
+    let hypothesis = |claim: &str, compare: &str| {
+        format!(
+            "[[hypothesis]]\nid = \"K1\"\nclaim = \"{claim}\"\nmetric = \"complete\"\nscenario = \"healthy\"\nstrategies = [\"c4\"]\ncompare = \"{compare}\"\nthreshold = 0\n"
+        )
+    };
+    let first = hypothesis("C4 completes records in healthy", ">");
+    std::fs::write(lab.join("hypotheses.toml"), &first).unwrap();
+    let out = dir.path().join("r");
+    let mut args = resumable_run_args(&out);
+    let i = args.iter().position(|a| a == "--lab-dir").unwrap();
+    args[i + 1] = lab.display().to_string();
+    let (mut child, mut stderr, lines) = start_until_second_run(&args);
+    send_signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGINT");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert_eq!(status.code(), Some(130), "stderr: {lines:?} {rest}");
+    let partial = read_doc(&out);
+    assert!(partial.meta.partial);
+    let plan = partial.meta.plan.as_ref().unwrap();
+    assert_eq!(plan.hypotheses_toml, first);
+    assert_eq!(
+        plan.hypotheses_origin,
+        lab.join("hypotheses.toml").display().to_string()
+    );
+
+    // The lab folder's file now claims the opposite, which C4's runs fail.
+    std::fs::write(
+        lab.join("hypotheses.toml"),
+        hypothesis("C4 completes no record in healthy", "<"),
+    )
+    .unwrap();
+    let output = inflight()
+        .args(["lab", "run", "--resume"])
+        .arg(&out)
+        .arg("--lab-dir")
+        .arg(&lab)
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        &format!(
+            "--lab-dir asks for the hypotheses of {}, but the run in",
+            lab.join("hypotheses.toml").display()
+        ),
+        "",
+    );
+
+    // Resumed where `lab/` is that folder: its strategies are the plan's, its hypotheses not.
+    let output = inflight()
+        .current_dir(dir.path())
+        .args(["lab", "run", "--json", "--resume"])
+        .arg(&out)
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("lab files from lab/ in the current directory"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("note:"), "{stderr}");
+    let doc = read_doc(&out);
+    assert!(!doc.meta.partial);
+    let hypotheses: Vec<(&str, &str, &str)> = doc
+        .hypotheses
+        .iter()
+        .map(|h| (h.id.as_str(), h.claim.as_str(), h.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        hypotheses,
+        [("K1", "C4 completes records in healthy", "pass")]
+    );
+    assert_eq!(doc.meta.plan.unwrap().hypotheses_toml, first);
+}
+
 #[test]
 fn resume_refuses_what_it_cannot_resume_and_flags_that_change_the_plan() {
     let dir = tempfile::tempdir().unwrap();
