@@ -361,6 +361,77 @@ fn proxied_strategies_put_their_budgets_in_a_proxy_in_front_of_the_sim() {
     assert!(!stderr.contains("the proxy"), "no proxy trouble: {stderr}");
 }
 
+/// The limits of a proxied strategy's budgets live in the proxy, not the runner: the lab reads
+/// them from the proxy's `/budgets.json` while the run lasts, into the run's timeline, lined up
+/// with the runner's samples. C5-PROXY's Vegas limit on writes moves as the system of record
+/// degrades, and the report's timeline draws it; C4-PROXY's fixed budgets keep none, as C4's.
+#[test]
+fn a_proxied_adaptive_strategy_records_the_proxys_limits_over_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let mut args = small_run_args(&out);
+    for (from, to) in [
+        ("c1,c4", "c5-proxy,c4-proxy"),
+        ("healthy,slow-write", "degrading"),
+        ("24", "96"),
+        ("0.05", "0.2"),
+    ] {
+        let i = args.iter().position(|a| a == from).unwrap();
+        args[i] = to.into();
+    }
+    run_lab(&args);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    let timeline = |name: &str| {
+        &runs
+            .iter()
+            .find(|r| r["strategy"] == name)
+            .unwrap_or_else(|| panic!("a run of {name}"))["timeline"]
+    };
+    let series = |t: &serde_json::Value, key: &str| -> Vec<u64> {
+        t[key]
+            .as_array()
+            .map(|v| v.iter().map(|x| x.as_u64().unwrap()).collect())
+            .unwrap_or_default()
+    };
+    let c5 = timeline("c5-proxy");
+    let samples = series(c5, "records").len();
+    assert!(samples > 10, "{c5}");
+    let records_limit = series(c5, "records_limit");
+    let enrichment_limit = series(c5, "enrichment_limit");
+    assert_eq!(records_limit.len(), samples, "one limit per sample: {c5}");
+    assert_eq!(enrichment_limit.len(), samples, "{c5}");
+    let mut levels = records_limit.clone();
+    levels.sort_unstable();
+    levels.dedup();
+    assert!(levels.len() >= 2, "the writes' limit moves: {levels:?}");
+    assert!(levels[0] >= 1, "{levels:?}");
+    // AIMD on enrichment, started open at 64, never above it.
+    assert!(
+        enrichment_limit.iter().all(|l| (1..=64).contains(l)),
+        "{c5}"
+    );
+    // Lined up by the runner's clock, which is not kept.
+    assert!(c5.get("started_unix_s").is_none(), "{c5}");
+    let failed = c5["limit_samples_failed"].as_u64().unwrap_or(0);
+    assert!(
+        failed * 4 < samples as u64,
+        "{failed} of {samples} reads failed"
+    );
+
+    let c4 = timeline("c4-proxy");
+    assert!(!series(c4, "records").is_empty());
+    assert!(c4.get("records_limit").is_none(), "a fixed budget: {c4}");
+    assert!(c4.get("enrichment_limit").is_none(), "{c4}");
+
+    let svg = std::fs::read_to_string(out.join("timeline-degrading.svg")).unwrap();
+    assert!(
+        svg.contains("dashed: the adaptive limit of the calls of its colour"),
+        "the proxy's limit is drawn"
+    );
+}
+
 #[test]
 fn without_json_the_summary_goes_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
