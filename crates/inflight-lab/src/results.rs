@@ -27,6 +27,7 @@ pub use self::class::{ClassMetric, ClassSummary};
 pub use self::meta::{RunMeta, RunPlan};
 pub use self::metric::{Chart, MetricDef, Shown, Terminal, Unit};
 pub use self::registry::{Metric, SummaryRow};
+pub(crate) use self::run::unix_now_s;
 pub use self::run::{ClassResult, RunResult, Timeline};
 pub use self::summary::summarize;
 /// Median, min and max of one metric over the repeats (the benchmarks' type, one definition).

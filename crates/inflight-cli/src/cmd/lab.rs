@@ -109,8 +109,8 @@ struct RunArgs {
     #[arg(long)]
     replace: bool,
     /// Continue the partial run in DIR (one stopped by Ctrl-C, SIGTERM or a kill): run only the
-    /// runs it lacks, with its plan (cells, repeats, records, time scale, strategies and
-    /// scenarios as they were) and seeds, and write the complete report there. Flags that set
+    /// runs it lacks, with its plan (cells, repeats, records, time scale, strategies, scenarios
+    /// and hypotheses as they were) and seeds, and write the complete report there. Flags that set
     /// the plan may be given only with the plan's values; the runs must be measured by the same
     /// build of inflight (release or debug) as the first part's, which the partial report names.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "replace"])]
@@ -246,6 +246,9 @@ fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = LabRequest::resolve(args.into(), exe)?;
     eprintln!("lab: lab files from {}", request.lab().files.origin());
     eprintln!("{}", request.describe());
+    for note in request.notes() {
+        eprintln!("lab: note: {note}");
+    }
     let mut lab_run = request.open()?;
     let result = rt.block_on(async {
         let mut reporter = ProgressReporter::new();
@@ -255,8 +258,7 @@ fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
         reporter.finish();
         result
     });
-    let lab = request.lab();
-    let end = lab_run.conclude(result, &lab.hypotheses, &lab.reference)?;
+    let end = lab_run.conclude(result, request.hypotheses(), &request.lab().reference)?;
     if end.interrupted() {
         let by = shutdown.signal_name().unwrap_or("a signal");
         // On its own line, whatever the progress bar left on the terminal.

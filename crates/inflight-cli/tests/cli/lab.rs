@@ -361,6 +361,77 @@ fn proxied_strategies_put_their_budgets_in_a_proxy_in_front_of_the_sim() {
     assert!(!stderr.contains("the proxy"), "no proxy trouble: {stderr}");
 }
 
+/// The limits of a proxied strategy's budgets live in the proxy, not the runner: the lab reads
+/// them from the proxy's `/budgets.json` while the run lasts, into the run's timeline, lined up
+/// with the runner's samples. C5-PROXY's Vegas limit on writes moves as the system of record
+/// degrades, and the report's timeline draws it; C4-PROXY's fixed budgets keep none, as C4's.
+#[test]
+fn a_proxied_adaptive_strategy_records_the_proxys_limits_over_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let mut args = small_run_args(&out);
+    for (from, to) in [
+        ("c1,c4", "c5-proxy,c4-proxy"),
+        ("healthy,slow-write", "degrading"),
+        ("24", "96"),
+        ("0.05", "0.2"),
+    ] {
+        let i = args.iter().position(|a| a == from).unwrap();
+        args[i] = to.into();
+    }
+    run_lab(&args);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    let timeline = |name: &str| {
+        &runs
+            .iter()
+            .find(|r| r["strategy"] == name)
+            .unwrap_or_else(|| panic!("a run of {name}"))["timeline"]
+    };
+    let series = |t: &serde_json::Value, key: &str| -> Vec<u64> {
+        t[key]
+            .as_array()
+            .map(|v| v.iter().map(|x| x.as_u64().unwrap()).collect())
+            .unwrap_or_default()
+    };
+    let c5 = timeline("c5-proxy");
+    let samples = series(c5, "records").len();
+    assert!(samples > 10, "{c5}");
+    let records_limit = series(c5, "records_limit");
+    let enrichment_limit = series(c5, "enrichment_limit");
+    assert_eq!(records_limit.len(), samples, "one limit per sample: {c5}");
+    assert_eq!(enrichment_limit.len(), samples, "{c5}");
+    let mut levels = records_limit.clone();
+    levels.sort_unstable();
+    levels.dedup();
+    assert!(levels.len() >= 2, "the writes' limit moves: {levels:?}");
+    assert!(levels[0] >= 1, "{levels:?}");
+    // AIMD on enrichment, started open at 64, never above it.
+    assert!(
+        enrichment_limit.iter().all(|l| (1..=64).contains(l)),
+        "{c5}"
+    );
+    // Lined up by the runner's clock, which is not kept.
+    assert!(c5.get("started_unix_s").is_none(), "{c5}");
+    let failed = c5["limit_samples_failed"].as_u64().unwrap_or(0);
+    assert!(
+        failed * 4 < samples as u64,
+        "{failed} of {samples} reads failed"
+    );
+
+    let c4 = timeline("c4-proxy");
+    assert!(!series(c4, "records").is_empty());
+    assert!(c4.get("records_limit").is_none(), "a fixed budget: {c4}");
+    assert!(c4.get("enrichment_limit").is_none(), "{c4}");
+
+    let svg = std::fs::read_to_string(out.join("timeline-degrading.svg")).unwrap();
+    assert!(
+        svg.contains("dashed: the adaptive limit of the calls of its colour"),
+        "the proxy's limit is drawn"
+    );
+}
+
 #[test]
 fn without_json_the_summary_goes_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
@@ -736,6 +807,94 @@ fn a_killed_lab_leaves_a_folder_that_resumes() {
         Vec::<String>::new(),
         "the killed lab's cgroups"
     );
+}
+
+/// The hypotheses of a resumed run are those its first part read, kept in its plan: a lab
+/// folder whose hypotheses file changed in between is not read for them, and naming it with
+/// `--lab-dir` is refused, as changed strategies are.
+#[test]
+fn a_resumed_run_evaluates_the_hypotheses_it_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = dir.path().join("lab");
+    std::fs::create_dir(&lab).unwrap();
+    for name in ["strategies.toml", "scenarios.toml"] {
+        std::fs::copy(lab_dir().join(name), lab.join(name)).unwrap();
+    }
+    let hypothesis = |claim: &str, compare: &str| {
+        format!(
+            "[[hypothesis]]\nid = \"K1\"\nclaim = \"{claim}\"\nmetric = \"complete\"\nscenario = \"healthy\"\nstrategies = [\"c4\"]\ncompare = \"{compare}\"\nthreshold = 0\n"
+        )
+    };
+    let first = hypothesis("C4 completes records in healthy", ">");
+    std::fs::write(lab.join("hypotheses.toml"), &first).unwrap();
+    let out = dir.path().join("r");
+    let mut args = resumable_run_args(&out);
+    let i = args.iter().position(|a| a == "--lab-dir").unwrap();
+    args[i + 1] = lab.display().to_string();
+    let (mut child, mut stderr, lines) = start_until_second_run(&args);
+    send_signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(30), "lab after SIGINT");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert_eq!(status.code(), Some(130), "stderr: {lines:?} {rest}");
+    let partial = read_doc(&out);
+    assert!(partial.meta.partial);
+    let plan = partial.meta.plan.as_ref().unwrap();
+    assert_eq!(plan.hypotheses_toml, first);
+    assert_eq!(
+        plan.hypotheses_origin,
+        lab.join("hypotheses.toml").display().to_string()
+    );
+
+    // The lab folder's file now claims the opposite, which C4's runs fail.
+    std::fs::write(
+        lab.join("hypotheses.toml"),
+        hypothesis("C4 completes no record in healthy", "<"),
+    )
+    .unwrap();
+    let output = inflight()
+        .args(["lab", "run", "--resume"])
+        .arg(&out)
+        .arg("--lab-dir")
+        .arg(&lab)
+        .output()
+        .unwrap();
+    assert_refused(
+        &output,
+        &format!(
+            "--lab-dir asks for the hypotheses of {}, but the run in",
+            lab.join("hypotheses.toml").display()
+        ),
+        "",
+    );
+
+    // Resumed where `lab/` is that folder: its strategies are the plan's, its hypotheses not.
+    let output = inflight()
+        .current_dir(dir.path())
+        .args(["lab", "run", "--json", "--resume"])
+        .arg(&out)
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("lab files from lab/ in the current directory"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("note:"), "{stderr}");
+    let doc = read_doc(&out);
+    assert!(!doc.meta.partial);
+    let hypotheses: Vec<(&str, &str, &str)> = doc
+        .hypotheses
+        .iter()
+        .map(|h| (h.id.as_str(), h.claim.as_str(), h.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        hypotheses,
+        [("K1", "C4 completes records in healthy", "pass")]
+    );
+    assert_eq!(doc.meta.plan.unwrap().hypotheses_toml, first);
 }
 
 #[test]

@@ -47,7 +47,8 @@ pub struct RunMeta {
 }
 
 /// The plan of a lab run besides the settings already in [`RunMeta`] (records, repeats, time
-/// scale, seed, enforcement): its cells, and the strategies and scenarios as the runs read them.
+/// scale, seed, enforcement): its cells, the strategies and scenarios as the runs read them, and
+/// the hypotheses as the run read them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RunPlan {
     /// The cells in the order they run; every repeat runs them all in this order.
@@ -60,6 +61,14 @@ pub struct RunPlan {
     pub scenarios_origin: String,
     /// The scenarios file's text, as the sim read it.
     pub scenarios_toml: String,
+    /// Where the hypotheses came from: a file's path, or `built-in`; empty in documents written
+    /// before they were kept, whose resumed runs evaluate the lab folder's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hypotheses_origin: String,
+    /// The hypotheses file's text, as the run read it when it started: the hypotheses a resumed
+    /// run evaluates.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hypotheses_toml: String,
     /// Where the lab's files came from: `--lab-dir DIR`, `lab/ in the current directory`, the
     /// lab folder of the workspace inflight was built in, or the copies built into inflight
     /// ([`crate::files::Origin`]); empty in documents written before it was kept.
@@ -69,6 +78,14 @@ pub struct RunPlan {
     /// documents written before it was kept.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub exe: String,
+}
+
+impl RunPlan {
+    /// Whether the plan keeps the hypotheses (it does from when a run starts; documents written
+    /// before they were kept do not).
+    pub fn keeps_hypotheses(&self) -> bool {
+        !self.hypotheses_origin.is_empty()
+    }
 }
 
 pub(super) fn one() -> u32 {

@@ -157,6 +157,28 @@ pub struct Timeline {
     /// The records gate's limit at each sample, when it moves (an adaptive limit).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub records_limit: Vec<u32>,
+    /// For a strategy whose budgets a proxy enforces (`enforce = "proxy"`), whose limits the lab
+    /// reads from the proxy's `/budgets.json` every `interval_ms`: the reads that failed or took
+    /// too long, over which the limit read before is kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub limit_samples_failed: u64,
+    /// When the runner took the first sample, in seconds since the Unix epoch: what a runner
+    /// sends the lab, so that limits sampled elsewhere (a proxy's) are lined up with its
+    /// samples. The lab drops it once it has, so a kept run has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_s: Option<f64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The wall clock now, in seconds since the Unix epoch, as [`Timeline::started_unix_s`] holds
+/// it: one clock for the runner and the lab, which run on one host.
+pub(crate) fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]

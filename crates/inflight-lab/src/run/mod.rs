@@ -21,7 +21,8 @@
 //! - `measure`: budgets measured by a capacity sweep before the runs.
 //! - `runner_process`: one runner process in its cgroup.
 //! - `sidecar`: the `inflight proxy` in front of the sim, in its own cgroup, for a strategy whose
-//!   budgets a proxy enforces (`enforce = "proxy"`).
+//!   budgets a proxy enforces (`enforce = "proxy"`), and its budgets' limits read for the run's
+//!   timeline.
 //! - `rewrite`: `inflight lab report`, the report of a results document written again.
 //! - `session`: [`LabRun`], which ties them together, and how a session ended ([`LabEnd`]).
 //!

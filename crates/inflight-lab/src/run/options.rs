@@ -20,6 +20,9 @@ pub struct LabOptions {
     pub strategies_file: Option<PathBuf>,
     /// The scenarios file the sim reads; its built-in copy when `None`.
     pub scenarios_file: Option<PathBuf>,
+    /// The hypotheses file whose text a new run's plan keeps; their built-in copy when `None`. A
+    /// resumed run evaluates the hypotheses its plan kept, not this file's.
+    pub hypotheses_file: Option<PathBuf>,
     /// Use this running sim instead of starting one.
     pub sim_url: Option<String>,
     /// Run without a CPU quota when none can be enforced.

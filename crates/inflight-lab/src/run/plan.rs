@@ -1,11 +1,13 @@
 //! The plan of a lab run, kept in its `results.json` so that an interrupted run can be resumed:
-//! the runs it holds ([`planned_runs`]), the partial results folder to continue ([`Resume`]), and
-//! whether settings given next to `--resume` agree with the plan ([`Setting`]).
+//! the runs it holds ([`planned_runs`]), the partial results folder to continue ([`Resume`]) with
+//! the files and hypotheses its plan kept, and whether settings given next to `--resume` agree
+//! with the plan ([`Setting`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::out_dir::RESULTS_JSON;
+use crate::hypothesis::{Hypothesis, HypothesisError};
 use crate::matrix::Cell;
 use crate::results::{ResultsDoc, RunPlan, RunResult};
 
@@ -161,6 +163,11 @@ pub enum Setting {
         origin: String,
         text: String,
     },
+    /// The hypotheses file's text, and where it was read.
+    HypothesesFile {
+        origin: String,
+        text: String,
+    },
 }
 
 impl Setting {
@@ -196,6 +203,12 @@ impl Setting {
                 origin: plan.scenarios_origin.clone(),
                 text: plan.scenarios_toml.clone(),
             },
+            // A plan that kept no hypotheses evaluates the lab folder's: any agrees.
+            Setting::HypothesesFile { .. } if !plan.keeps_hypotheses() => self.clone(),
+            Setting::HypothesesFile { .. } => Setting::HypothesesFile {
+                origin: plan.hypotheses_origin.clone(),
+                text: plan.hypotheses_toml.clone(),
+            },
         }
     }
 
@@ -218,6 +231,22 @@ impl Setting {
         Ok([strategies, Setting::ScenariosFile { origin, text }])
     }
 
+    /// The hypotheses file of the lab folder `files`, as a setting to check.
+    ///
+    /// # Errors
+    ///
+    /// If the file cannot be read.
+    pub fn hypotheses_of(files: &crate::files::LabFiles) -> std::io::Result<Setting> {
+        let (origin, text) = match files.path(crate::files::HYPOTHESES) {
+            Some(path) => (path.display().to_string(), std::fs::read_to_string(&path)?),
+            None => (
+                "built-in".to_string(),
+                crate::hypothesis::BUILTIN_HYPOTHESES.to_string(),
+            ),
+        };
+        Ok(Setting::HypothesesFile { origin, text })
+    }
+
     /// Whether two values of the same setting agree; lists as sets (their order only changes
     /// the order of the runs, not their seeds).
     fn agrees(&self, other: &Setting) -> bool {
@@ -229,7 +258,8 @@ impl Setting {
             | (Setting::Scenarios(a), Setting::Scenarios(b)) => same_set(a, b),
             (Setting::Cpus(a), Setting::Cpus(b)) => same_set(a, b),
             (Setting::StrategiesFile { text: a, .. }, Setting::StrategiesFile { text: b, .. })
-            | (Setting::ScenariosFile { text: a, .. }, Setting::ScenariosFile { text: b, .. }) => {
+            | (Setting::ScenariosFile { text: a, .. }, Setting::ScenariosFile { text: b, .. })
+            | (Setting::HypothesesFile { text: a, .. }, Setting::HypothesesFile { text: b, .. }) => {
                 a == b
             }
             _ => self == other,
@@ -252,6 +282,7 @@ impl fmt::Display for Setting {
             Setting::Seed(s) => write!(f, "seed {s}"),
             Setting::StrategiesFile { origin, .. } => write!(f, "the strategies of {origin}"),
             Setting::ScenariosFile { origin, .. } => write!(f, "the scenarios of {origin}"),
+            Setting::HypothesesFile { origin, .. } => write!(f, "the hypotheses of {origin}"),
         }
     }
 }
@@ -371,7 +402,9 @@ impl Resume {
             if !setting.agrees(&planned) {
                 let planned = match &planned {
                     // The same origin may hold another text by now.
-                    Setting::StrategiesFile { .. } | Setting::ScenariosFile { .. } => {
+                    Setting::StrategiesFile { .. }
+                    | Setting::ScenariosFile { .. }
+                    | Setting::HypothesesFile { .. } => {
                         format!("{planned} as it read when the run started")
                     }
                     _ => planned.to_string(),
@@ -385,6 +418,22 @@ impl Resume {
             }
         }
         Ok(())
+    }
+
+    /// The hypotheses the plan kept, read as a hypotheses file is, for the resumed run to
+    /// evaluate what the first part did; `None` when the document was written before plans kept
+    /// them. An error names this folder's `results.json`.
+    pub fn hypotheses(&self) -> Option<Result<Vec<Hypothesis>, HypothesisError>> {
+        let plan = self.plan();
+        if !plan.keeps_hypotheses() {
+            return None;
+        }
+        let origin = format!(
+            "{} (meta.plan.hypotheses_toml, kept from {})",
+            self.dir.join(RESULTS_JSON).display(),
+            plan.hypotheses_origin
+        );
+        Some(crate::hypothesis::parse(&plan.hypotheses_toml, &origin))
     }
 
     /// The plan's strategies and scenarios files, for the runners and the sim, so that the
@@ -471,6 +520,8 @@ mod tests {
             strategies_toml: crate::strategy::BUILTIN_STRATEGIES.into(),
             scenarios_origin: "built-in".into(),
             scenarios_toml: crate::scenario::BUILTIN_SCENARIOS.into(),
+            hypotheses_origin: "built-in".into(),
+            hypotheses_toml: crate::hypothesis::BUILTIN_HYPOTHESES.into(),
             lab_files: "the copies built into inflight".into(),
             exe: "inflight".into(),
         }
@@ -659,8 +710,13 @@ mod tests {
         resume.check(&agreeing).unwrap();
         let [strategies, scenarios] =
             Setting::files_of(&crate::files::LabFiles::builtin()).unwrap();
+        let hypotheses = Setting::hypotheses_of(&crate::files::LabFiles::builtin()).unwrap();
         resume
-            .check(&[("--lab-dir", strategies), ("--lab-dir", scenarios)])
+            .check(&[
+                ("--lab-dir", strategies),
+                ("--lab-dir", scenarios),
+                ("--lab-dir", hypotheses),
+            ])
             .unwrap();
         for (flag, setting, needle) in [
             (
@@ -696,10 +752,77 @@ mod tests {
                 },
                 "--lab-dir asks for the strategies of lab2/strategies.toml, but the run in",
             ),
+            (
+                "--lab-dir",
+                Setting::HypothesesFile {
+                    origin: "lab2/hypotheses.toml".into(),
+                    text: "[[hypothesis]]\n".into(),
+                },
+                "--lab-dir asks for the hypotheses of lab2/hypotheses.toml, but the run in",
+            ),
         ] {
             let err = resume.check(&[(flag, setting)]).unwrap_err().to_string();
             assert!(err.contains(needle), "{needle:?} not in {err:?}");
         }
+    }
+
+    #[test]
+    fn a_resumed_run_evaluates_the_hypotheses_its_plan_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = "[[hypothesis]]\nid = \"K1\"\nclaim = \"c4 completes\"\nmetric = \"complete\"\nscenario = \"healthy\"\nstrategies = [\"c4\"]\ncompare = \">\"\nthreshold = 0\n";
+        let mut doc = partial_doc(Vec::new());
+        let plan = doc.meta.plan.as_mut().unwrap();
+        plan.hypotheses_origin = "lab/hypotheses.toml".into();
+        plan.hypotheses_toml = kept.into();
+        write(dir.path(), &doc);
+        let resume = Resume::open(dir.path()).unwrap();
+        let ids: Vec<String> = resume
+            .hypotheses()
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, ["K1"]);
+        // The lab folder's file, changed since, is refused next to --resume.
+        let changed = Setting::HypothesesFile {
+            origin: "lab/hypotheses.toml".into(),
+            text: kept.replace("K1", "K2"),
+        };
+        let err = resume
+            .check(&[("--lab-dir", changed.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("was planned with the hypotheses of lab/hypotheses.toml as it read when the run started; leave --lab-dir out"),
+            "{err}"
+        );
+
+        // Text the parser refuses: the error names the document that kept it.
+        doc.meta.plan.as_mut().unwrap().hypotheses_toml = "[[hypothesis]]\nid = 1\n".into();
+        write(dir.path(), &doc);
+        let err = Resume::open(dir.path())
+            .unwrap()
+            .hypotheses()
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        let named = format!(
+            "invalid hypotheses file {} (meta.plan.hypotheses_toml, kept from lab/hypotheses.toml): ",
+            dir.path().join(RESULTS_JSON).display()
+        );
+        assert!(err.starts_with(&named), "{err}");
+
+        // A document from before plans kept them: the lab folder's, whatever they are.
+        let plan = doc.meta.plan.as_mut().unwrap();
+        plan.hypotheses_origin.clear();
+        plan.hypotheses_toml.clear();
+        write(dir.path(), &doc);
+        let json = std::fs::read_to_string(dir.path().join(RESULTS_JSON)).unwrap();
+        assert!(!json.contains("hypotheses_"), "nothing written for them");
+        let resume = Resume::open(dir.path()).unwrap();
+        assert!(resume.hypotheses().is_none());
+        resume.check(&[("--lab-dir", changed)]).unwrap();
     }
 
     #[test]

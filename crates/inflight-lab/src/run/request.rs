@@ -11,7 +11,8 @@ use super::options::LabOptions;
 use super::out_dir::{default_out_dir, OutDir};
 use super::plan::{PlanFiles, Resume, Setting};
 use super::session::LabRun;
-use crate::files::{LabConfig, LabFiles, SCENARIOS, STRATEGIES};
+use crate::files::{LabConfig, LabFiles, HYPOTHESES, SCENARIOS, STRATEGIES};
+use crate::hypothesis::Hypothesis;
 use crate::runner::loopback_base;
 use crate::scenario::{time_scale_ok, MAX_TIME_SCALE};
 
@@ -74,13 +75,18 @@ enum Start {
 }
 
 /// A lab run's request, resolved and checked: its [`LabOptions`], the lab files it reads (for
-/// the hypotheses and the reference figures), and the folder it writes, new or resumed.
-/// [`open`](LabRequest::open) then makes (or reopens) the folder.
+/// the reference figures), the hypotheses it evaluates, and the folder it writes, new or
+/// resumed. [`open`](LabRequest::open) then makes (or reopens) the folder.
 #[derive(Debug)]
 pub struct LabRequest {
     options: LabOptions,
     lab: LabConfig,
     start: Start,
+    /// The lab folder's for a new run; the plan's for a resumed one.
+    hypotheses: Vec<Hypothesis>,
+    /// What the user should know before the run, said once (a resumed plan that kept no
+    /// hypotheses).
+    notes: Vec<String>,
 }
 
 impl LabRequest {
@@ -110,9 +116,23 @@ impl LabRequest {
         &self.options
     }
 
-    /// The lab files: the hypotheses to evaluate and the reference figures to compare with.
+    /// The lab files: the reference figures to compare with, and the lab folder's hypotheses
+    /// (a resumed run evaluates its plan's instead: see [`hypotheses`](LabRequest::hypotheses)).
     pub fn lab(&self) -> &LabConfig {
         &self.lab
+    }
+
+    /// The hypotheses to evaluate: the lab folder's for a new run, and for a resumed one those
+    /// its plan kept when it started, whatever the lab folder holds now (the lab folder's only
+    /// for a document written before plans kept them, which [`notes`](LabRequest::notes) says).
+    pub fn hypotheses(&self) -> &[Hypothesis] {
+        &self.hypotheses
+    }
+
+    /// What to tell the user once before the run starts, each a sentence without the `lab: `
+    /// prefix.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Whether this continues a partial folder.
@@ -306,6 +326,7 @@ fn new_request(args: LabArgs, lab: LabConfig, exe: PathBuf) -> anyhow::Result<La
         seed: args.seed.unwrap_or(DEFAULT_SEED),
         strategies_file: lab.files.path(STRATEGIES),
         scenarios_file: lab.files.path(SCENARIOS),
+        hypotheses_file: lab.files.path(HYPOTHESES),
         sim_url: args.sim_url,
         no_limit: args.no_limit,
         metrics_addr: args.metrics_addr,
@@ -319,8 +340,10 @@ fn new_request(args: LabArgs, lab: LabConfig, exe: PathBuf) -> anyhow::Result<La
     };
     Ok(LabRequest {
         options,
+        hypotheses: lab.hypotheses.clone(),
         lab,
         start,
+        notes: Vec::new(),
     })
 }
 
@@ -360,6 +383,8 @@ fn resumed_request(
     if args.lab_dir.is_some() {
         let files = Setting::files_of(&lab.files).context("cannot read the lab files")?;
         given.extend(files.map(|s| ("--lab-dir", s)));
+        let hypotheses = Setting::hypotheses_of(&lab.files).context("cannot read the lab files")?;
+        given.push(("--lab-dir", hypotheses));
     }
     resume.check(&given)?;
     let meta = &resume.doc().meta;
@@ -370,6 +395,26 @@ fn resumed_request(
             meta.replicas
         );
     }
+    let mut notes = Vec::new();
+    let hypotheses = match resume.hypotheses() {
+        Some(kept) => kept.with_context(|| {
+            format!(
+                "--resume {}: cannot use the hypotheses its plan kept",
+                dir.display()
+            )
+        })?,
+        None => {
+            let now = match lab.files.path(HYPOTHESES) {
+                Some(path) => format!("those of {} as it reads now", path.display()),
+                None => "the built-in ones".to_string(),
+            };
+            notes.push(format!(
+                "{} was written before plans kept their hypotheses: evaluating {now}",
+                dir.join(super::out_dir::RESULTS_JSON).display(),
+            ));
+            lab.hypotheses.clone()
+        }
+    };
     let files = resume
         .files()
         .context("cannot write the plan's strategies and scenarios for the runners")?;
@@ -383,6 +428,7 @@ fn resumed_request(
         seed: meta.seed,
         strategies_file: files.strategies.clone(),
         scenarios_file: files.scenarios.clone(),
+        hypotheses_file: lab.files.path(HYPOTHESES),
         sim_url: args.sim_url,
         no_limit: args.no_limit,
         metrics_addr: args.metrics_addr,
@@ -397,6 +443,8 @@ fn resumed_request(
             resume: Box::new(resume),
             _files: files,
         },
+        hypotheses,
+        notes,
     })
 }
 
@@ -471,6 +519,83 @@ mod tests {
             );
         }
         assert!(time_scale_ok(MAX_TIME_SCALE));
+    }
+
+    /// A resumed run evaluates the hypotheses its plan kept, whatever the lab folder holds by
+    /// then; the lab folder's only for a document from before plans kept them, and says so.
+    #[test]
+    fn a_resumed_run_evaluates_its_plans_hypotheses() {
+        let dir = tempfile::tempdir().unwrap();
+        let lab = dir.path().join("lab");
+        std::fs::create_dir(&lab).unwrap();
+        for name in [STRATEGIES, SCENARIOS] {
+            std::fs::copy(repo_lab().join(name), lab.join(name)).unwrap();
+        }
+        let one = |id: &str| {
+            format!("[[hypothesis]]\nid = \"{id}\"\nclaim = \"c4 completes\"\nmetric = \"complete\"\nscenario = \"slow-write\"\nstrategies = [\"c4\"]\ncompare = \">\"\nthreshold = 0\n")
+        };
+        std::fs::write(lab.join(HYPOTHESES), one("K1")).unwrap();
+        let out = dir.path().join("r");
+        let fresh = LabRequest::resolve(
+            LabArgs {
+                lab_dir: Some(lab.clone()),
+                ..quick(&out)
+            },
+            "inflight".into(),
+        )
+        .unwrap();
+        let ids = |r: &LabRequest| -> Vec<String> {
+            r.hypotheses().iter().map(|h| h.id.clone()).collect()
+        };
+        assert_eq!(ids(&fresh), ["K1"]);
+        let first = fresh.open().unwrap();
+        let plan = first.doc().meta.plan.clone().unwrap();
+        assert_eq!(
+            plan.hypotheses_origin,
+            lab.join(HYPOTHESES).display().to_string()
+        );
+        assert_eq!(plan.hypotheses_toml, one("K1"));
+        let json = serde_json::to_string(first.doc()).unwrap();
+        std::fs::write(out.join(RESULTS_JSON), &json).unwrap();
+
+        std::fs::write(lab.join(HYPOTHESES), one("K2")).unwrap();
+        let resume = |lab_dir: Option<&Path>| {
+            let args = LabArgs {
+                resume: Some(out.clone()),
+                lab_dir: lab_dir.map(Path::to_path_buf),
+                ..LabArgs::default()
+            };
+            LabRequest::resolve(args, "inflight".into())
+        };
+        let resumed = resume(None).unwrap();
+        assert_eq!(ids(&resumed), ["K1"]);
+        assert!(resumed.notes().is_empty(), "{:?}", resumed.notes());
+        // The changed file is refused, as changed strategies are.
+        let err = resume(Some(&lab)).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "--lab-dir asks for the hypotheses of {}",
+                lab.join(HYPOTHESES).display()
+            )),
+            "{err}"
+        );
+
+        // From before plans kept them: the lab folder's, said once.
+        let mut doc: ResultsDoc = serde_json::from_str(&json).unwrap();
+        let plan = doc.meta.plan.as_mut().unwrap();
+        plan.hypotheses_origin.clear();
+        plan.hypotheses_toml.clear();
+        std::fs::write(out.join(RESULTS_JSON), serde_json::to_string(&doc).unwrap()).unwrap();
+        let resumed = resume(Some(&lab)).unwrap();
+        assert_eq!(ids(&resumed), ["K2"]);
+        assert_eq!(
+            resumed.notes(),
+            [format!(
+                "{} was written before plans kept their hypotheses: evaluating those of {} as it reads now",
+                out.join(RESULTS_JSON).display(),
+                lab.join(HYPOTHESES).display()
+            )]
+        );
     }
 
     /// The first part of a quick run and its resumed rest start the sim and every runner with

@@ -15,7 +15,7 @@ use super::progress::Progress;
 use super::redis::LabRedis;
 use super::replicas::{self, SimPeaks};
 use super::runner_process::{RunnerEnd, RunnerProcess};
-use super::sidecar::{self, Sidecar, PROXY_CPUS};
+use super::sidecar::{self, LimitSampler, Sidecar, PROXY_CPUS};
 use crate::matrix::Cell;
 use crate::results::{MeasuredBudget, RunResult};
 use crate::runner::RunnerArgs;
@@ -185,6 +185,20 @@ async fn run_one(
     repeat: u32,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<RunResult, LabError> {
+    let mut result = run_with_proxy(ctx, cell, repeat, progress).await?;
+    // Used to line the proxy's limits up with the runner's samples; not kept.
+    result.timeline.started_unix_s = None;
+    Ok(result)
+}
+
+/// [`run_one`]'s run, and the proxy's: the budgets' limits read from its admin address while
+/// the runners run, into the run's timeline.
+async fn run_with_proxy(
+    ctx: &Context<'_>,
+    cell: &Cell,
+    repeat: u32,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<RunResult, LabError> {
     let label = format!(
         "{} {} {} CPU repeat {repeat}",
         cell.strategy, cell.scenario, cell.cpus
@@ -216,14 +230,44 @@ async fn run_one(
     let proxy = Sidecar::start(&ctx.opts.exe, &budgets, group)
         .await
         .map_err(proxy_err)?;
+    let sampler = match proxy.admin_url.as_deref().map(LimitSampler::start) {
+        Some(Ok(sampler)) => Some(sampler),
+        Some(Err(e)) => {
+            progress(Progress::Warning(format!("{label}: {e}")));
+            None
+        }
+        None => {
+            progress(Progress::Warning(format!(
+                "{label}: the proxy said no admin address, so its limits are not in the timeline"
+            )));
+            None
+        }
+    };
     let result = run_runners(ctx, cell, repeat, &label, Some(&proxy), progress).await;
+    let samples = match sampler {
+        Some(sampler) => Some(sampler.finish().await),
+        None => None,
+    };
     let said = proxy.stop().await;
     if result.is_err() && !said.is_empty() {
         progress(Progress::Warning(format!(
             "the proxy of {label} said: {said}"
         )));
     }
-    result
+    let mut result = result?;
+    if let Some(samples) = samples {
+        samples.fill(&mut result.timeline);
+        if samples.failed() > 0 {
+            progress(Progress::Warning(format!(
+                "{label}: {} of {} reads of the proxy's limits failed or took over {:?} ({}); the timeline keeps the limit read before each",
+                samples.failed(),
+                samples.tried(),
+                sidecar::limits::READ_WITHIN,
+                samples.first_failure().unwrap_or("no reason given"),
+            )));
+        }
+    }
+    Ok(result)
 }
 
 /// The runs of `cell`: its replicas' runner processes, each in a fresh cgroup, against the sim

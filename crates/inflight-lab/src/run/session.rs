@@ -95,7 +95,8 @@ pub struct LabRun {
 
 impl LabRun {
     /// A new run of `opts` into `out` (from [`OutDir::create`]); nothing is written yet. The
-    /// plan keeps the strategies and scenarios files' text, so a resumed run reads the same.
+    /// plan keeps the strategies, scenarios and hypotheses files' text, so a resumed run reads
+    /// and evaluates the same.
     pub fn new(opts: &LabOptions, out: OutDir) -> anyhow::Result<LabRun> {
         if opts.cells.is_empty() || opts.repeats == 0 || opts.records == 0 {
             anyhow::bail!("nothing to run: need at least one cell, one repeat and one record");
@@ -121,6 +122,8 @@ impl LabRun {
             text(&opts.strategies_file, crate::strategy::BUILTIN_STRATEGIES)?;
         let (scenarios_origin, scenarios_toml) =
             text(&opts.scenarios_file, crate::scenario::BUILTIN_SCENARIOS)?;
+        let (hypotheses_origin, hypotheses_toml) =
+            text(&opts.hypotheses_file, crate::hypothesis::BUILTIN_HYPOTHESES)?;
         let todo = planned_runs(&opts.cells, opts.repeats);
         let doc = ResultsDoc {
             meta: RunMeta {
@@ -145,6 +148,8 @@ impl LabRun {
                     strategies_toml,
                     scenarios_origin,
                     scenarios_toml,
+                    hypotheses_origin,
+                    hypotheses_toml,
                     lab_files: opts.lab_files.clone(),
                     exe: opts.exe.display().to_string(),
                 }),
@@ -720,6 +725,7 @@ threshold = 0
             seed: 7,
             strategies_file: None,
             scenarios_file: None,
+            hypotheses_file: None,
             sim_url: None,
             no_limit: true,
             metrics_addr: None,
@@ -737,6 +743,8 @@ threshold = 0
         let plan = meta.plan.as_ref().unwrap();
         assert_eq!(plan.strategies_origin, "built-in");
         assert_eq!(plan.strategies_toml, crate::strategy::BUILTIN_STRATEGIES);
+        assert_eq!(plan.hypotheses_origin, "built-in");
+        assert_eq!(plan.hypotheses_toml, crate::hypothesis::BUILTIN_HYPOTHESES);
         assert_eq!(plan.exe, "inflight");
         assert_eq!(meta.inflight_build, INFLIGHT_BUILD);
         assert!(run.is_empty());

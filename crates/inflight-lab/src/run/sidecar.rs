@@ -1,7 +1,10 @@
 //! The `inflight proxy` sidecar of a strategy whose budgets a proxy enforces (`enforce =
 //! "proxy"`): its budgets file, written from the strategy's budgets, and its process, started for
 //! one run in front of the sim, in a CPU quota of its own outside the runner's, as a sidecar
-//! container would be.
+//! container would be. Its budgets' limits over the run are sampled from its admin address
+//! (`limits`) for the run's timeline.
+
+pub(crate) mod limits;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -15,6 +18,8 @@ use tokio::task::JoinHandle;
 use super::runner_process::spawn_in;
 use crate::runner::CLIENT_TIMEOUT;
 use crate::strategy::{BudgetPlan, GateSpec, Strategy};
+
+pub(crate) use self::limits::LimitSampler;
 
 /// The CPU quota of the proxy's own cgroup: one CPU, as a sidecar is commonly given.
 pub(crate) const PROXY_CPUS: f64 = 1.0;
@@ -35,6 +40,7 @@ const KEPT_STDERR: usize = 4096;
 /// treat it (the sim's hangs are drawn per call, whatever the load). A dependency the strategy
 /// leaves unlimited is proxied too, with a budget as large as the records in flight, which never
 /// binds: the runner sends every call to the proxy, as an application behind a sidecar does.
+/// The admin server listens on a free loopback port, for the lab to read the budgets' limits.
 ///
 /// # Errors
 ///
@@ -56,7 +62,7 @@ pub(crate) fn budgets_file(
     };
     let unbounded = strategy.records_in_flight.resolve();
     let call_timeout = CLIENT_TIMEOUT.mul_f64(time_scale);
-    let mut out = String::from("[proxy]\ndrain = \"1s\"\n");
+    let mut out = String::from("[proxy]\ndrain = \"1s\"\nadmin = \"127.0.0.1:0\"\n");
     for (dependency, gate) in [("enrichment", enrichment), ("records", records)] {
         let mut table: toml::Table = match gate {
             None => toml::Table::from_iter([("max_concurrent".into(), (unbounded as i64).into())]),
@@ -104,6 +110,8 @@ pub(crate) struct Sidecar {
     group: Option<QuotaGroup>,
     pub(crate) enrichment_url: String,
     pub(crate) records_url: String,
+    /// The admin server's loopback URL (`/budgets.json`), if the proxy said where it listens.
+    pub(crate) admin_url: Option<String>,
 }
 
 impl Sidecar {
@@ -156,6 +164,7 @@ impl Sidecar {
             group,
             enrichment_url: String::new(),
             records_url: String::new(),
+            admin_url: None,
         };
         let ready = tokio::time::timeout(READY_WITHIN, sidecar.read_listeners(stdout)).await;
         match ready {
@@ -165,7 +174,8 @@ impl Sidecar {
         }
     }
 
-    /// Reads the proxy's stdout up to `inflight proxy: ready`, taking each listener's address.
+    /// Reads the proxy's stdout up to `inflight proxy: ready`, taking each listener's address and
+    /// the admin server's.
     async fn read_listeners(&mut self, stdout: tokio::process::ChildStdout) -> Result<(), String> {
         let mut lines = BufReader::new(stdout).lines();
         while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
@@ -188,6 +198,7 @@ impl Sidecar {
             match name {
                 "enrichment" => self.enrichment_url = url,
                 "records" => self.records_url = url,
+                "admin" => self.admin_url = Some(url),
                 _ => {}
             }
         }
@@ -262,6 +273,12 @@ mod tests {
             assert_eq!(route.listen().port(), 0);
             assert!(!route.overload_on_timeout());
         }
+        // An admin server on a free loopback port, where the lab reads the limits.
+        let admin = file
+            .proxy()
+            .and_then(|p| p.admin())
+            .expect("an admin address");
+        assert!(admin.ip().is_loopback() && admin.port() == 0, "{admin}");
     }
 
     #[test]

@@ -20,6 +20,10 @@ pub(super) async fn sample_timeline(shared: Arc<Shared>, stop: Arc<AtomicBool>) 
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::SeqCst) && timeline.enrichment.len() < MAX_TIMELINE_SAMPLES {
         ticks.tick().await;
+        if timeline.started_unix_s.is_none() {
+            // The first tick is now: the lab lines a proxy's limits up with the samples from it.
+            timeline.started_unix_s = Some(crate::results::unix_now_s());
+        }
         let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         timeline.enrichment.push(clamp(shared.enrichment.current()));
         timeline.records.push(clamp(shared.writes.current()));
