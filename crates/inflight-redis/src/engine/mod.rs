@@ -16,6 +16,11 @@
 //! from one this process had seen, Redis lost the state this process's leases were granted in:
 //! a renewal round goes at once, adding back the leases still running and registering the calls
 //! the local fallback admitted, while the budget learns and grants nothing new.
+//!
+//! One file per job: this one holds the engine's state, the acquire, the release and what reads
+//! the state; `renew` the renewal of the leases held, and what it finds lost.
+
+mod renew;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -672,136 +677,6 @@ impl Engine {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the renewal task once, on the runtime of the first acquire.
-    fn start_renewing(self: &Arc<Self>) {
-        if self.renewing.load(Relaxed) || self.renewing.swap(true, Relaxed) {
-            return;
-        }
-        let Ok(runtime) = Handle::try_current() else {
-            self.renewing.store(false, Relaxed);
-            return;
-        };
-        let _ = self.runtime.set(runtime.clone());
-        runtime.spawn(renew(Arc::downgrade(self), self.renew_now.clone()));
-    }
-
-    /// One renewal round: leases whose confirmation is older than a lease are lost without
-    /// asking; the others are renewed, and the local calls registered, one script call per
-    /// budget. Leases the server no longer holds (with its epoch unchanged) are lost.
-    async fn renew_once(&self) {
-        let now = Instant::now();
-        // Per budget: the leases to renew, and the local calls to register.
-        let mut by_budget: HashMap<Arc<str>, Round> = HashMap::new();
-        {
-            let held = self.lock_held();
-            let mut expired = Vec::new();
-            for (id, h) in held.iter() {
-                if h.watch.is_lost() {
-                    continue;
-                }
-                if now.duration_since(h.confirmed) >= self.settings.lease {
-                    expired.push(id.clone());
-                } else {
-                    by_budget
-                        .entry(h.budget.clone())
-                        .or_default()
-                        .0
-                        .push(id.clone());
-                }
-            }
-            for id in expired {
-                if let Some(h) = held.get(&id) {
-                    self.lose(h, &id, "its lease expired before it could be renewed");
-                }
-            }
-        }
-        if self.skipping().is_none() {
-            for local in self
-                .locals
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-            {
-                by_budget
-                    .entry(local.budget.clone())
-                    .or_default()
-                    .1
-                    .push(local.id.clone());
-            }
-        }
-        for (budget, (ids, locals)) in by_budget {
-            let asked = Instant::now();
-            let answer = tokio::time::timeout(
-                self.settings.op_timeout.min(self.settings.lease / 3),
-                self.server.renew(
-                    &budget,
-                    ids.clone(),
-                    locals.clone(),
-                    self.terms(),
-                    self.seen(&budget),
-                ),
-            )
-            .await;
-            let answered = Instant::now();
-            let renewed = match answer {
-                Ok(Ok(renewed)) => renewed,
-                Ok(Err(error)) => {
-                    self.mark_down(&budget, &error);
-                    continue;
-                }
-                Err(_) => {
-                    let error: ServerError = Arc::new(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "a renewal had no answer within its round-trip timeout",
-                    ));
-                    self.mark_down(&budget, &error);
-                    continue;
-                }
-            };
-            self.round_trip(answered - asked);
-            self.recovered();
-            self.saw(&budget, renewed.fence);
-            if renewed.readded > 0 {
-                self.counters.readded.fetch_add(renewed.readded, Relaxed);
-                tracing::warn!(
-                    budget = %budget,
-                    leases = renewed.readded,
-                    "fleet budget: leases this process still runs were gone from redis; added back"
-                );
-            }
-            {
-                let mut held = self.lock_held();
-                for id in &ids {
-                    if renewed.lost.iter().any(|l| **l == **id) {
-                        if let Some(h) = held.get(id) {
-                            self.lose(h, id, "the server no longer holds its lease");
-                        }
-                    } else if let Some(h) = held.get_mut(id) {
-                        h.confirmed = h.confirmed.max(asked);
-                    }
-                }
-            }
-            let mut all = self.locals.lock().unwrap_or_else(PoisonError::into_inner);
-            for local in all.values_mut() {
-                if locals.contains(&local.id) && !local.registered {
-                    local.registered = true;
-                    self.counters.registered.fetch_add(1, Relaxed);
-                }
-            }
-        }
-    }
-
-    /// Tells the holder of `held` that its lease is lost. The entry stays until the call ends,
-    /// so that its release is not sent and the fallback still counts it as running.
-    fn lose(&self, held: &Held, id: &str, why: &str) {
-        if held.watch.is_lost() {
-            return;
-        }
-        held.watch.mark_lost();
-        self.counters.lost.fetch_add(1, Relaxed);
-        tracing::warn!(budget = %held.budget, lease = id, "fleet budget: lease lost: {why}");
-    }
-
     pub(crate) fn snapshot(&self) -> FleetSnapshot {
         let c = &self.counters;
         let round_trips = c.round_trips.load(Relaxed);
@@ -848,9 +723,6 @@ impl Engine {
 
 /// Releases not sent yet: lease ids by budget.
 type Unsent = HashMap<Arc<str>, Vec<Arc<str>>>;
-
-/// One budget's part of a renewal round: the leases to renew, and the local calls to register.
-type Round = (Vec<Arc<str>>, Vec<Arc<str>>);
 
 /// The wall clock in milliseconds, for the learning deadline a snapshot shows.
 fn now_ms() -> u64 {
@@ -901,27 +773,6 @@ impl Drop for Engine {
                 );
             }
         }
-    }
-}
-
-/// Renews this process's leases every third of a lease, and at once when asked (an epoch
-/// moved, Redis is back), until the store is dropped.
-async fn renew(engine: Weak<Engine>, now: Arc<Notify>) {
-    let every = match engine.upgrade() {
-        Some(e) => (e.settings.lease / 3).max(Duration::from_millis(1)),
-        None => return,
-    };
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            () = now.notified() => {}
-        }
-        let Some(engine) = engine.upgrade() else {
-            return;
-        };
-        engine.renew_once().await;
     }
 }
 
