@@ -200,7 +200,12 @@ async fn local_fallback_across_a_restart(shares: bool) {
         tokio::time::sleep(ms(400)).await;
     }
     let (_, _permit, call) = newcomer.await.unwrap();
-    assert!(observer.served().in_service <= limit);
+    let served = observer.served();
+    assert!(
+        served.in_service <= limit,
+        "the newcomer started with {} at the dependency, {ended} of A's calls ended: {served:?}",
+        served.in_service
+    );
     call.end().await;
     assert_eq!(observer.served().peak, limit + 2 * local, "never more");
     for running in a_calls {
