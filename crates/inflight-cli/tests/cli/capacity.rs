@@ -529,46 +529,7 @@ fn a_4xx_on_the_first_call_is_exit_2() {
 
 /// An HTTP/1.1 server on loopback that answers every request 503 and counts them.
 fn always_503() -> (u16, Arc<AtomicU64>) {
-    always("503 Service Unavailable", "overloaded")
-}
-
-/// An HTTP/1.1 server on loopback that answers every request (without a body) with `status` and
-/// `body` at once, over keep-alive connections, and counts them.
-fn always(status: &'static str, body: &'static str) -> (u16, Arc<AtomicU64>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let count = Arc::new(AtomicU64::new(0));
-    let seen = count.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let seen = seen.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut stream = stream;
-                loop {
-                    // A request without a body: lines up to the blank one.
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) if line == "\r\n" => break,
-                            Ok(_) => {}
-                        }
-                    }
-                    seen.fetch_add(1, Ordering::SeqCst);
-                    let reply = format!(
-                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if stream.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (port, count)
+    support::always("503 Service Unavailable", "overloaded")
 }
 
 #[test]
@@ -609,7 +570,7 @@ fn a_server_that_answers_503_to_everything_stops_the_climb_at_once() {
 /// One call is "1 call" and one request "1 request", in the plan line and in a level's progress.
 #[test]
 fn one_is_singular() {
-    let (port, count) = always("200 OK", "ok");
+    let (port, count) = support::always("200 OK", "ok");
     let url = format!("http://127.0.0.1:{port}/");
     let run = |total: &str| {
         inflight()

@@ -1107,17 +1107,9 @@ fn a_grpc_budget_speaks_http2_to_its_upstream_and_refuses_to_be_told_otherwise()
     assert_eq!(doc["budgets"][0]["proxy"]["protocol"], "grpc");
 
     let f = file(&format!("{grpc}upstream_http2 = false\n"));
-    let out = inflight()
-        .args(["check-config"])
-        .arg(f.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("budgets.records.upstream_http2")
-            && err.contains("protocol = \"grpc\" needs HTTP/2"),
-        "{err}"
+    exits_2(
+        ["check-config".as_ref(), f.path().as_os_str()],
+        "budgets.records.upstream_http2: a budget with protocol = \"grpc\" needs HTTP/2",
     );
 }
 
@@ -1140,15 +1132,8 @@ fn a_probe_hold_is_shown_and_a_vegas_one_refused() {
     assert_eq!(doc["budgets"][0]["adaptive"]["probe_hold"], 64);
 
     let f = file("[budgets.export]\nlimit = \"adaptive\"\nmax = 32\nprobe_hold = 64\n");
-    let out = inflight()
-        .args(["check-config"])
-        .arg(f.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("budgets.export.probe_hold") && err.contains("only algorithm = \"aimd\""),
-        "{err}"
+    exits_2(
+        ["check-config".as_ref(), f.path().as_os_str()],
+        "budgets.export.probe_hold: only algorithm = \"aimd\"",
     );
 }

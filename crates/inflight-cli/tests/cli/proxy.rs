@@ -417,38 +417,6 @@ fn raise_open_files(want: u64) -> u64 {
     }
 }
 
-/// A keep-alive upstream on 127.0.0.1 that answers every request `200 ok` at once.
-fn ok_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { break };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut writer = stream;
-                loop {
-                    // Headers up to the blank line; the proxy sends no body on a GET.
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) if line == "\r\n" => break,
-                            Ok(_) => {}
-                        }
-                    }
-                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// `n` GETs, one after another, on one keep-alive connection; each one's time.
 fn timed_gets(addr: SocketAddr, n: usize) -> Vec<Duration> {
     let stream = TcpStream::connect(addr).unwrap();
@@ -515,7 +483,8 @@ fn twenty_thousand_idle_and_slow_clients_are_held_then_closed_and_a_normal_one_i
             2 * each
         );
     }
-    let upstream = ok_upstream();
+    let (port, _) = crate::support::always("200 OK", "ok");
+    let upstream = format!("127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         &dir,
