@@ -21,6 +21,8 @@ use crate::padded::CachePadded;
 use crate::store::local::LocalPermits;
 use crate::sync::{atomic, oneshot, Mutex, MutexGuard};
 
+#[cfg(test)]
+mod bench;
 #[cfg(all(test, loom))]
 mod loom_models;
 
@@ -359,42 +361,11 @@ impl Drop for Ticket<'_> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::bench::Bench;
     use super::*;
 
     /// One permit, held; the queue's waiters are `tickets`.
-    struct Bench {
-        q: ClassQueue,
-        permits: LocalPermits,
-        waiting: AtomicUsize,
-        class_waiting: AtomicUsize,
-    }
-
     impl Bench {
-        fn new(classes: &Classes) -> Bench {
-            let b = Bench {
-                q: ClassQueue::new(classes),
-                permits: LocalPermits::new(1),
-                waiting: AtomicUsize::new(0),
-                class_waiting: AtomicUsize::new(0),
-            };
-            assert!(b.permits.try_take());
-            b
-        }
-
-        fn join(&self, class: usize) -> Ticket<'_> {
-            self.q
-                .join(
-                    class,
-                    &self.permits,
-                    &self.waiting,
-                    &self.class_waiting,
-                    None,
-                )
-                .ok()
-                .expect("an unbounded queue has room")
-                .0
-        }
-
         /// Gives the permit back `grants` times; each time, the waiter granted keeps it. The
         /// classes granted, in order.
         fn grant(&self, tickets: &mut Vec<(usize, Ticket<'_>)>, grants: usize) -> Vec<usize> {

@@ -25,48 +25,21 @@
 //! only never happens on x86, where every read-modify-write is a full fence, which is why stress
 //! tests there cannot catch it.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::Waker;
 
 use loom::thread;
 
+use super::bench::Bench;
 use super::*;
 
-/// A queue and its budget's counters, with one permit, held. Leaked, as loom's own tests do, so
-/// that tickets (which borrow it) can move between threads.
-struct Bench {
-    q: ClassQueue,
-    permits: LocalPermits,
-    waiting: AtomicUsize,
-    class_waiting: AtomicUsize,
+/// A queue and its budget's counters, with one permit, held (see `bench`). Leaked, as loom's own
+/// tests do, so that tickets (which borrow it) can move between threads.
+fn leaked(classes: Classes) -> &'static Bench {
+    Box::leak(Box::new(Bench::new(&classes)))
 }
 
 impl Bench {
-    fn leaked(classes: Classes) -> &'static Bench {
-        let b = Box::leak(Box::new(Bench {
-            q: ClassQueue::new(&classes),
-            permits: LocalPermits::new(1),
-            waiting: AtomicUsize::new(0),
-            class_waiting: AtomicUsize::new(0),
-        }));
-        assert!(b.permits.try_take());
-        b
-    }
-
-    fn join(&self, class: usize) -> Ticket<'_> {
-        self.q
-            .join(
-                class,
-                &self.permits,
-                &self.waiting,
-                &self.class_waiting,
-                None,
-            )
-            .ok()
-            .expect("an unbounded queue has room")
-            .0
-    }
-
     /// The end of a call that held a permit: what `Engine::give_back` does.
     fn give_back(&self) {
         self.permits.give_back();
@@ -89,7 +62,7 @@ fn granted(ticket: &mut Ticket<'_>) -> bool {
 #[test]
 fn a_waiter_that_joins_as_the_permit_comes_back_is_granted() {
     loom::model(|| {
-        let b = Bench::leaked(Classes::new().class("a", 1));
+        let b = leaked(Classes::new().class("a", 1));
         let holder = thread::spawn(move || b.give_back());
         let mut ticket = b.join(0);
         holder.join().unwrap();
@@ -107,7 +80,7 @@ fn a_waiter_that_joins_as_the_permit_comes_back_is_granted() {
 #[test]
 fn one_permit_back_reaches_two_waiters_of_different_classes_in_turn() {
     loom::model(|| {
-        let b = Bench::leaked(Classes::new().class("light", 1).class("heavy", 2));
+        let b = leaked(Classes::new().class("light", 1).class("heavy", 2));
         let joiners = [0, 1].map(|class| thread::spawn(move || b.join(class)));
         b.give_back();
         let mut tickets = joiners.map(|j| j.join().unwrap());
@@ -135,7 +108,7 @@ fn one_permit_back_reaches_two_waiters_of_different_classes_in_turn() {
 #[test]
 fn a_waiter_that_leaves_as_the_permit_comes_back_passes_it_on() {
     loom::model(|| {
-        let b = Bench::leaked(Classes::new().class("light", 1).class("heavy", 2));
+        let b = leaked(Classes::new().class("light", 1).class("heavy", 2));
         let mut stays = b.join(0);
         // Heavier: the permit goes to it first if both wait when it comes back, and its ticket,
         // dropped before it took its turn, must hand the permit on.
