@@ -499,10 +499,10 @@ async fn forward_call(
     } else {
         (status < 500, Outcome::Success.into())
     };
-    // Else a gRPC call's status comes in its trailers, read as the body ends.
-    let in_trailers = grpc && crate::grpc::status(response.headers()).is_none();
-    let trailers = (in_trailers && judged.is_none())
-        .then(|| Arc::<[u32]>::from(state.route.overload_grpc_status()));
+    // Else a gRPC call's status comes in its trailers, read as the body ends (`judge` found
+    // none in the headers).
+    let in_trailers = grpc && judged.is_none();
+    let trailers = in_trailers.then(|| Arc::<[u32]>::from(state.route.overload_grpc_status()));
     let tally = tally.filter(|_| in_trailers);
     headers::remove_hop_by_hop(response.headers_mut());
     let (parts, body) = response.into_parts();
