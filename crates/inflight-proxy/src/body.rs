@@ -15,6 +15,7 @@ use inflight::tower::HeldCall;
 use tokio::task::JoinHandle;
 
 use crate::grpc::{grpc_ended, GrpcTally};
+use crate::upstream::Checkout;
 
 /// The error a streamed body ends with: the upstream's, or the call timeout.
 pub type BodyError = Box<dyn StdError + Send + Sync>;
@@ -33,19 +34,91 @@ struct Streamed {
     inner: Incoming,
     /// The call still under way, if this body holds one.
     call: Option<Arc<CallSlot>>,
-    /// Ends the call at its deadline. A task of its own, not a timer polled with the body:
-    /// hyper stops polling a body while the client does not read (its write buffer full, or an
-    /// HTTP/2 stream without window), and a client that never reads must not keep the permit.
-    timer: Option<JoinHandle<()>>,
+    /// Ends the call at its deadline, or when its fleet lease is lost. Not a timer polled with
+    /// the body: hyper stops polling a body while the client does not read (its write buffer
+    /// full, or an HTTP/2 stream without window), and a client that never reads must not keep
+    /// the permit. Run by the body's connection ([`ProxyBody::take_timer`]) or, if no one took
+    /// it by the body's first poll, by a task of its own.
+    timer: Option<Timer>,
     ended: bool,
     /// For a gRPC call: the status codes that mean overload, read from the trailers.
     grpc: Option<Arc<[u32]>>,
     /// For a gRPC call whose status is still to come: its method's counters, which count it
     /// once, at its trailers or, without them, as it ends.
     tally: Option<GrpcTally>,
+    /// The pooled connection the body comes on, given back once the body has been read to its
+    /// end.
+    checkout: Option<Checkout>,
 }
 
-/// The call a streamed body holds, shared with the task that ends it at its deadline.
+/// A body's call timer: not started yet, or running in a task of its own.
+enum Timer {
+    Waiting(CallTimer),
+    Spawned(JoinHandle<()>),
+}
+
+/// What ends a streamed body's call at its deadline (or when its fleet lease is lost), if the
+/// body has not ended it first.
+pub(crate) struct CallTimer {
+    deadline: Option<tokio::time::Instant>,
+    watched: Option<inflight::store::Lease>,
+    slot: Arc<CallSlot>,
+}
+
+impl CallTimer {
+    /// When the call's time is up; `None` when only a lost lease ends it.
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
+    }
+
+    /// Whether a lost fleet lease ends the call too (then only [`CallTimer::run`] serves).
+    pub(crate) fn watches_lease(&self) -> bool {
+        self.watched.is_some()
+    }
+
+    /// Waits for the deadline or the lease's loss, and ends the call then.
+    pub(crate) async fn run(self) {
+        let until_deadline = async {
+            match self.deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = async {
+            match &self.watched {
+                Some(lease) => lease.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let timed_out = tokio::select! {
+            () = until_deadline => true,
+            () = lost => false,
+        };
+        self.expire(timed_out);
+    }
+
+    /// Ends the call, if the body has not: as timed out (`timed_out`), or as cancelled for a
+    /// lost lease. The body, if it waits, is woken to be cut.
+    pub(crate) fn expire(&self, timed_out: bool) {
+        let slot = &self.slot;
+        if let Some(held) = slot.take() {
+            if timed_out {
+                slot.timed_out.store(true, Ordering::Release);
+                held.call.timed_out_as(held.on_timeout);
+            } else {
+                // Counted as cancelled: nothing is learned of the upstream.
+                slot.lease_lost.store(true, Ordering::Release);
+                drop(held);
+            }
+            let waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// The call a streamed body holds, shared with the timer that ends it at its deadline.
 struct CallSlot {
     held: Mutex<Option<Held>>,
     timed_out: AtomicBool,
@@ -128,6 +201,7 @@ impl ProxyBody {
                 ended: false,
                 grpc: None,
                 tally,
+                checkout: None,
             })),
         }
     }
@@ -160,38 +234,10 @@ impl ProxyBody {
             waker: Mutex::new(None),
         });
         let timer = (deadline.is_some() || watched.is_some()).then(|| {
-            let slot = Arc::clone(&slot);
-            tokio::spawn(async move {
-                let until_deadline = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let lost = async {
-                    match &watched {
-                        Some(lease) => lease.lost().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let timed_out = tokio::select! {
-                    () = until_deadline => true,
-                    () = lost => false,
-                };
-                if let Some(held) = slot.take() {
-                    if timed_out {
-                        slot.timed_out.store(true, Ordering::Release);
-                        held.call.timed_out_as(held.on_timeout);
-                    } else {
-                        // Counted as cancelled: nothing is learned of the upstream.
-                        slot.lease_lost.store(true, Ordering::Release);
-                        drop(held);
-                    }
-                    let waker = slot.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let Some(waker) = waker {
-                        waker.wake();
-                    }
-                }
+            Timer::Waiting(CallTimer {
+                deadline,
+                watched,
+                slot: Arc::clone(&slot),
             })
         });
         ProxyBody {
@@ -202,7 +248,34 @@ impl ProxyBody {
                 ended: false,
                 grpc,
                 tally,
+                checkout: None,
             })),
+        }
+    }
+}
+
+impl ProxyBody {
+    /// This body, with the pooled connection it comes on (`None`: not pooled), given back once
+    /// the body has been read to its end.
+    pub(crate) fn on_connection(mut self, checkout: Option<Checkout>) -> ProxyBody {
+        if let Kind::Streamed(streamed) = &mut self.kind {
+            streamed.checkout = checkout;
+        }
+        self
+    }
+
+    /// The timer that ends this body's call at its deadline, for the caller to run; `None` if
+    /// the body holds no call with a deadline or lease, or its timer runs already.
+    pub(crate) fn take_timer(&mut self) -> Option<CallTimer> {
+        let Kind::Streamed(streamed) = &mut self.kind else {
+            return None;
+        };
+        match streamed.timer.take() {
+            Some(Timer::Waiting(timer)) => Some(timer),
+            other => {
+                streamed.timer = other;
+                None
+            }
         }
     }
 }
@@ -211,6 +284,9 @@ impl Streamed {
     /// The body was sent in full: the call ends as it went.
     fn end(&mut self) {
         self.ended = true;
+        if let Some(checkout) = &mut self.checkout {
+            checkout.reusable();
+        }
         self.count(None);
         if let Some(held) = self.take() {
             held.call.finish(held.ok, held.outcome);
@@ -241,8 +317,8 @@ impl Streamed {
 
     /// The call, if it is still under way (not ended, not timed out); its timer stops.
     fn take(&mut self) -> Option<Held> {
-        if let Some(timer) = self.timer.take() {
-            timer.abort();
+        if let Some(Timer::Spawned(task)) = self.timer.take() {
+            task.abort();
         }
         self.call.as_ref().and_then(|slot| slot.take())
     }
@@ -274,6 +350,11 @@ impl Body for ProxyBody {
         };
         if streamed.ended {
             return Poll::Ready(None);
+        }
+        if let Some(Timer::Waiting(_)) = &streamed.timer {
+            if let Some(Timer::Waiting(timer)) = streamed.timer.take() {
+                streamed.timer = Some(Timer::Spawned(tokio::spawn(timer.run())));
+            }
         }
         if streamed.timed_out() {
             // The timer ended the call (and gave the permit back); the body is cut.

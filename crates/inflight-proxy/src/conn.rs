@@ -22,8 +22,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::body::{BodyError, ProxyBody};
+use crate::body::{BodyError, CallTimer, ProxyBody};
 use crate::config::ClientLimits;
+use crate::headers::Peer;
 use crate::metrics::{Closed, ConnMetrics};
 
 /// The first bytes of every HTTP/2 connection with prior knowledge (RFC 9113 section 3.4).
@@ -53,6 +54,9 @@ pub(crate) struct Conn {
     last_read: AtomicU64,
     /// Whether the connection was asked to close, or is closing on its own.
     closing: std::sync::atomic::AtomicBool,
+    /// HTTP/1.1: the timer of the call whose answer was last given, handed to the connection's
+    /// loop, which runs one timer at a time (a connection answers one request at a time).
+    timer: std::sync::Mutex<Option<CallTimer>>,
 }
 
 impl Conn {
@@ -65,6 +69,7 @@ impl Conn {
             client_ended: std::sync::atomic::AtomicBool::new(false),
             last_read: AtomicU64::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
+            timer: std::sync::Mutex::new(None),
         }
     }
 
@@ -208,7 +213,7 @@ pub(crate) async fn serve<F, Fut>(
     metrics: Arc<ConnMetrics>,
     handle: F,
 ) where
-    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let protocol = tokio::select! {
@@ -227,13 +232,24 @@ pub(crate) async fn serve<F, Fut>(
             return;
         }
     };
+    let peer = Peer::new(peer);
     let service = {
         let conn = conn.clone();
         service_fn(move |request| {
             let busy = conn.started();
-            let response = handle(request, peer);
+            let response = handle(request, peer.clone());
+            let conn = conn.clone();
             async move {
-                let response = response.await;
+                let mut response = response.await;
+                if let Some(timer) = response.body_mut().take_timer() {
+                    if protocol == Protocol::Http1 && !timer.watches_lease() {
+                        // The connection's loop runs it: no task of its own per answer.
+                        *conn.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(timer);
+                    } else {
+                        // HTTP/2 answers many calls at once.
+                        tokio::spawn(timer.run());
+                    }
+                }
                 Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
             }
         })
@@ -307,12 +323,16 @@ async fn run<C>(
         pinged,
     } = timing;
     let mut connection = std::pin::pin!(connection);
+    let mut timer = ConnTimer::default();
     let mut closing = false;
     // Without an idle timeout (HTTP/1.1: hyper times idle connections) the watchdog never runs.
     let watchdog = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(3600)));
     let mut watchdog = std::pin::pin!(watchdog);
     loop {
         tokio::select! {
+            // In this order: a call timer handed over while the connection was polled is
+            // armed in the same pass.
+            biased;
             ended = connection.as_mut() => {
                 let why = match (ended, protocol) {
                     _ if closing => None,
@@ -359,7 +379,45 @@ async fn run<C>(
                     None => watchdog.as_mut().reset(Instant::now() + idle),
                 }
             }
+            () = timer.expired(conn) => {}
         }
+    }
+}
+
+/// An HTTP/1.1 connection's call timer: ends the call of the answer being sent at its deadline
+/// (see [`CallTimer`]), with one timer entry per connection, moved on each answer, in place of
+/// a task per answer.
+#[derive(Default)]
+struct ConnTimer {
+    current: Option<CallTimer>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl ConnTimer {
+    /// Takes the timer handed over (the one before it is done with: its answer was sent, or a
+    /// newer answer could not start), and when its deadline passes ends its call. Never ready.
+    fn expired<'a>(&'a mut self, conn: &'a Conn) -> impl Future<Output = ()> + 'a {
+        std::future::poll_fn(move |cx| {
+            let handed = conn.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(timer) = handed {
+                let at = timer
+                    .deadline()
+                    .expect("a connection runs timers with a deadline");
+                match &mut self.sleep {
+                    Some(sleep) => sleep.as_mut().reset(at),
+                    None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+                self.current = Some(timer);
+            }
+            if let (Some(sleep), Some(_)) = (&mut self.sleep, &self.current) {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    if let Some(timer) = self.current.take() {
+                        timer.expire(true);
+                    }
+                }
+            }
+            Poll::Pending
+        })
     }
 }
 

@@ -2,8 +2,6 @@
 //! 7.6.1), `Host` for the upstream, `X-Forwarded-For` appended; and the priority class a
 //! request's `class_header` names.
 
-use std::net::IpAddr;
-
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), beyond
@@ -31,9 +29,27 @@ pub(crate) fn class_of<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<
     (!value.is_empty() && value.len() <= inflight::config::MAX_CLASS_NAME).then_some(value)
 }
 
+/// Whether `name` is a hop-by-hop header of the fixed list ([`HOP_BY_HOP`]), compared
+/// without parsing or hashing: most requests and answers have none, and are then left as they
+/// are after one pass over their names.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TE
+        || name == header::TRANSFER_ENCODING
+        || name == header::TRAILER
+        || name == header::UPGRADE
+        || name == header::PROXY_AUTHORIZATION
+        || name == header::PROXY_AUTHENTICATE
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
+
 /// Removes the hop-by-hop headers of `headers`: the fixed list and every header the
 /// `Connection` header names.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // A header named by `Connection` goes only with `Connection`, which is on the list.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -49,6 +65,25 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// `X-Forwarded-For`.
+const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The client at the other end of a connection, as the upstream is told of it: its address,
+/// and the `X-Forwarded-For` value that names it, written once per connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    forwarded: HeaderValue,
+}
+
+impl Peer {
+    pub(crate) fn new(addr: std::net::SocketAddr) -> Peer {
+        let text = addr.ip().to_canonical().to_string();
+        Peer {
+            forwarded: HeaderValue::from_str(&text).expect("an IP address is a header value"),
+        }
+    }
+}
+
 /// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out (the
 /// proxy answered it), `Host` set to `authority` unless `preserve_host` (and the client sent
 /// one), and `peer` appended to `X-Forwarded-For`.
@@ -56,16 +91,17 @@ pub(crate) fn for_upstream(
     headers: &mut HeaderMap,
     authority: &HeaderValue,
     preserve_host: bool,
-    peer: IpAddr,
+    peer: &Peer,
 ) {
     // `TE: trailers` says the client takes trailers (gRPC needs it said): it holds for the
     // upstream hop too, since the proxy passes trailers through.
-    let trailers = headers
-        .get_all(header::TE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
+    let trailers = headers.contains_key(header::TE)
+        && headers
+            .get_all(header::TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
     remove_hop_by_hop(headers);
     if trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
@@ -74,9 +110,12 @@ pub(crate) fn for_upstream(
     if !preserve_host || !headers.contains_key(header::HOST) {
         headers.insert(header::HOST, authority.clone());
     }
-    let forwarded_for = HeaderName::from_static("x-forwarded-for");
+    if !headers.contains_key(&FORWARDED_FOR) {
+        headers.insert(FORWARDED_FOR, peer.forwarded.clone());
+        return;
+    }
     let earlier: Vec<String> = headers
-        .get_all(&forwarded_for)
+        .get_all(&FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .map(|v| v.trim().to_string())
@@ -86,9 +125,13 @@ pub(crate) fn for_upstream(
     if !chain.is_empty() {
         chain.push_str(", ");
     }
-    chain.push_str(&peer.to_canonical().to_string());
+    chain.push_str(
+        peer.forwarded
+            .to_str()
+            .expect("an IP address is visible ASCII"),
+    );
     if let Ok(value) = HeaderValue::from_str(&chain) {
-        headers.insert(forwarded_for, value);
+        headers.insert(FORWARDED_FOR, value);
     }
 }
 
@@ -154,10 +197,10 @@ mod tests {
     #[test]
     fn host_is_the_upstreams_unless_preserved_and_forwarded_for_is_appended() {
         let authority = HeaderValue::from_static("127.0.0.1:7070");
-        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let peer = Peer::new("10.0.0.9:4000".parse().unwrap());
 
         let mut h = headers(&[("host", "proxy:7002"), ("expect", "100-continue")]);
-        for_upstream(&mut h, &authority, false, peer);
+        for_upstream(&mut h, &authority, false, &peer);
         assert_eq!(h["host"], "127.0.0.1:7070");
         assert_eq!(h["x-forwarded-for"], "10.0.0.9");
         assert!(!h.contains_key("expect"));
@@ -167,7 +210,7 @@ mod tests {
             ("x-forwarded-for", "1.1.1.1"),
             ("x-forwarded-for", "2.2.2.2, 3.3.3.3"),
         ]);
-        for_upstream(&mut h, &authority, true, peer);
+        for_upstream(&mut h, &authority, true, &peer);
         assert_eq!(h["host"], "proxy:7002");
         assert_eq!(
             h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
@@ -176,16 +219,16 @@ mod tests {
 
         // `TE: trailers` is the one TE the upstream hop gets.
         let mut h = headers(&[("te", "gzip, trailers"), ("proxy-authorization", "x")]);
-        for_upstream(&mut h, &authority, false, peer);
+        for_upstream(&mut h, &authority, false, &peer);
         assert_eq!(h["te"], "trailers");
         assert!(!h.contains_key("proxy-authorization"));
         let mut h = headers(&[("te", "gzip")]);
-        for_upstream(&mut h, &authority, false, peer);
+        for_upstream(&mut h, &authority, false, &peer);
         assert!(!h.contains_key("te"));
 
         // A request without Host (HTTP/1.0) still names the upstream.
         let mut h = HeaderMap::new();
-        for_upstream(&mut h, &authority, true, peer);
+        for_upstream(&mut h, &authority, true, &peer);
         assert_eq!(h["host"], "127.0.0.1:7070");
     }
 }

@@ -128,6 +128,7 @@ mod refusal;
 mod route;
 mod server;
 mod tls;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use inflight::config::Scope;
 
@@ -23,24 +23,48 @@ use tokio::time::Instant;
 use crate::body::ProxyBody;
 use crate::grpc;
 use crate::grpc::GrpcTally;
-use crate::headers;
+use crate::headers::{self, Peer};
 use crate::metrics::{Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
+use crate::upstream::{Checkout, Http1Pool, UpstreamError};
 use crate::{tls, Log};
 
-/// The pooled client to one upstream: over plain TCP (`http://`) or TLS (`https://`).
+/// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
+/// own, HTTP/2 with prior knowledge, or TLS (`https://`).
 #[derive(Clone)]
 pub(crate) enum UpstreamClient {
+    Http1(Arc<Http1Pool>),
     Plain(Client<HttpConnector, Incoming>),
     Tls(Client<tls::Connector, Incoming>),
 }
 
 impl UpstreamClient {
-    fn request(&self, request: Request<Incoming>) -> ResponseFuture {
+    /// Sends `request`; with the answer, the pooled connection it came on, to be given back
+    /// when the answer has been read to its end.
+    async fn request(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Option<Checkout>), UpstreamError> {
         match self {
-            UpstreamClient::Plain(client) => client.request(request),
-            UpstreamClient::Tls(client) => client.request(request),
+            UpstreamClient::Http1(pool) => Box::pin(pool.request(request))
+                .await
+                .map(|(response, checkout)| (response, Some(checkout))),
+            UpstreamClient::Plain(client) => client
+                .request(request)
+                .await
+                .map(|response| (response, None))
+                .map_err(UpstreamError::Client),
+            UpstreamClient::Tls(client) => client
+                .request(request)
+                .await
+                .map(|response| (response, None))
+                .map_err(UpstreamError::Client),
         }
+    }
+
+    /// Whether requests go out with an origin-form target (`/path?query`); else absolute.
+    fn origin_form(&self) -> bool {
+        matches!(self, UpstreamClient::Http1(_))
     }
 }
 
@@ -59,6 +83,9 @@ pub(crate) struct RouteState {
     pub(crate) route: Route,
     scope: Scope,
     authority: HeaderValue,
+    /// The upstream's scheme and authority, as the URIs sent to it start.
+    scheme: hyper::http::uri::Scheme,
+    authority_uri: hyper::http::uri::Authority,
     /// The header that names a request's class (`class_header`), if the route has one.
     class_header: Option<HeaderName>,
     client: UpstreamClient,
@@ -92,6 +119,10 @@ impl RouteState {
     ) -> RouteState {
         let authority = HeaderValue::from_str(route.upstream().authority())
             .expect("a checked upstream's authority is a valid header value");
+        let scheme = hyper::http::uri::Scheme::try_from(route.upstream().scheme())
+            .expect("a checked upstream's scheme is http or https");
+        let authority_uri = hyper::http::uri::Authority::try_from(route.upstream().authority())
+            .expect("a checked upstream's authority is a valid authority");
         let class_header = route.class_header().map(|name| {
             HeaderName::from_bytes(name.as_bytes())
                 .expect("a checked class_header is a valid header name")
@@ -102,6 +133,8 @@ impl RouteState {
             route,
             scope,
             authority,
+            scheme,
+            authority_uri,
             class_header,
             client,
             metrics,
@@ -148,6 +181,15 @@ impl RouteState {
 /// connection as streams.
 fn client(route: &Route) -> UpstreamClient {
     let http2 = route.upstream_http2();
+    if !http2 && !route.upstream().is_tls() {
+        let authority = hyper::http::uri::Authority::try_from(route.upstream().authority())
+            .expect("a checked upstream's authority is a valid authority");
+        return UpstreamClient::Http1(Arc::new(Http1Pool::new(
+            &authority,
+            POOL_IDLE,
+            CONNECT_TIMEOUT,
+        )));
+    }
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -299,7 +341,7 @@ impl Table {
 pub(crate) async fn forward(
     slot: &RouteSlot,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peer: Peer,
     log: &Log,
 ) -> Response<ProxyBody> {
     let arrived = Instant::now();
@@ -345,7 +387,7 @@ async fn acquire(
 async fn forward_held(
     slot: &RouteSlot,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peer: Peer,
     log: &Log,
 ) -> (Arc<RouteState>, Response<ProxyBody>) {
     if request.method() == Method::CONNECT {
@@ -374,8 +416,10 @@ async fn forward_held(
     };
     // A status in the headers (a trailers-only answer, the upstream's or the proxy's own) is
     // counted now; one in the trailers is counted by the body.
-    if let (Some(tally), Some(status)) = (&tally, grpc::status(response.headers())) {
-        grpc::grpc_ended(tally, Some(status));
+    if let Some(tally) = &tally {
+        if let Some(status) = grpc::status(response.headers()) {
+            grpc::grpc_ended(tally, Some(status));
+        }
     }
     (state, response)
 }
@@ -384,7 +428,7 @@ async fn forward_call(
     state: &RouteState,
     call: HeldCall,
     mut request: Request<Incoming>,
-    peer: SocketAddr,
+    peer: Peer,
     log: &Log,
     tally: Option<GrpcTally>,
 ) -> Response<ProxyBody> {
@@ -415,7 +459,7 @@ async fn forward_call(
         request.headers_mut(),
         &state.authority,
         state.route.preserve_host(),
-        peer.ip(),
+        &peer,
     );
     let sent = state.client.request(request);
     // With on_lost = "cancel", a request whose fleet lease is lost before the upstream answers
@@ -446,8 +490,8 @@ async fn forward_call(
         drop(call);
         return replied(state, Reason::LeaseLost);
     };
-    let mut response = match result {
-        Ok(response) => response,
+    let (mut response, checkout) = match result {
+        Ok(answered) => answered,
         Err(e) if from_client_body(&e) => {
             // The client's request body failed, not the upstream: nothing for the limit to learn.
             call.finish(false, Outcome::Ignore);
@@ -520,7 +564,8 @@ async fn forward_call(
             trailers,
             tally,
         ),
-    };
+    }
+    .on_connection(checkout);
     Response::from_parts(parts, body)
 }
 
@@ -568,16 +613,25 @@ fn target_refused() -> Response<ProxyBody> {
     )
 }
 
-/// The URI to send to the upstream: its authority, the request's path and query.
+/// The URI to send to the upstream: the request's path and query, after the upstream's scheme
+/// and authority (parsed once, with the route) unless the client sends origin-form targets.
 fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    if !path.starts_with('/') {
-        return None;
+    let path = match uri.path_and_query() {
+        Some(path) if path.as_str().starts_with('/') => path.clone(),
+        Some(_) => return None,
+        None => hyper::http::uri::PathAndQuery::from_static("/"),
+    };
+    if state.client.origin_form() {
+        if uri.scheme().is_none() && uri.authority().is_none() {
+            return Some(uri.clone());
+        }
+        return Some(Uri::from(path));
     }
-    let upstream = state.route.upstream();
-    format!("{}://{}{}", upstream.scheme(), upstream.authority(), path)
-        .parse()
-        .ok()
+    let mut parts = hyper::http::uri::Parts::default();
+    parts.scheme = Some(state.scheme.clone());
+    parts.authority = Some(state.authority_uri.clone());
+    parts.path_and_query = Some(path);
+    Uri::from_parts(parts).ok()
 }
 
 /// Whether the request failed because its body, read from the client, did (hyper's "user body"

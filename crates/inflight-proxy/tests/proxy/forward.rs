@@ -157,3 +157,120 @@ async fn sixty_four_clients_through_a_budget_of_six_see_six_at_the_upstream() {
         total / direct.as_secs_f64(),
     );
 }
+
+/// A plain-TCP upstream that answers each request on a connection with `200` and a body that
+/// names the connection (`conn N`), and closes each connection after `per_connection` answers.
+/// Returns its address and the count of connections it accepted.
+async fn counting_upstream(
+    per_connection: usize,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for _ in 0..per_connection {
+                    // One request head (the tests send no bodies).
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let mut chunk = [0u8; 1024];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    buf.drain(..end);
+                    let body = format!("conn {n}");
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                // Closed without a word, as an upstream whose keep-alive timeout passed.
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn requests_in_turn_share_one_upstream_connection() {
+    let (upstream, accepted) = counting_upstream(usize::MAX).await;
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 4",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = client();
+    for _ in 0..5 {
+        let (status, _, body) = crate::support::get(&client, addr, "/").await;
+        assert_eq!((status, body.as_str()), (200, "conn 1"));
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_replaced_without_a_502() {
+    let (upstream, accepted) = counting_upstream(1).await;
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 4",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = client();
+    for n in 1..=3 {
+        let (status, _, body) = crate::support::get(&client, addr, "/").await;
+        assert_eq!((status, body), (200, format!("conn {n}")));
+        // The upstream's close reaches the pooled connection before the next request.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_connection_whose_answer_was_cut_is_not_used_again() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 4")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    // A streamed answer whose client leaves before its end.
+    let body = upstream.next_stream();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET /stream HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    body.send(bytes::Bytes::from_static(b"part")).await.unwrap();
+    crate::support::until("the answer to start", || {
+        crate::support::metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 1.0
+    })
+    .await;
+    drop(socket);
+    crate::support::until("the call to end", || {
+        crate::support::metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+    })
+    .await;
+    // The next request is answered in full, on another connection.
+    let (status, _, text) = crate::support::get(&client(), addr, "/after").await;
+    assert_eq!((status, text.as_str()), (200, "GET /after"));
+    drop(body);
+}

@@ -1,0 +1,284 @@
+//! The connections to one plain-HTTP/1.1 upstream: a pool of hyper's `client::conn` senders,
+//! taken last-in first-out, each given back when the answer it carried has been read to its
+//! end. A request goes out on a connection's sender directly, with its origin-form target, not
+//! through a general client's boxed future, pool keys and hand-off task.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// An HTTP/1.1 upstream's pooled connections.
+pub(crate) struct Http1Pool {
+    host: String,
+    port: u16,
+    idle: Mutex<Vec<Idle>>,
+    /// Whether the task that closes connections idle past [`Http1Pool::idle_timeout`] runs.
+    reaping: std::sync::atomic::AtomicBool,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+/// A connection waiting for its next request.
+struct Idle {
+    sender: SendRequest<Incoming>,
+    since: Instant,
+}
+
+/// A connection taken from the pool for one request; given back on drop if the answer was read
+/// to its end ([`Checkout::reusable`]), else closed.
+pub(crate) struct Checkout {
+    pool: Weak<Http1Pool>,
+    sender: Option<SendRequest<Incoming>>,
+    reusable: bool,
+}
+
+impl Checkout {
+    /// The answer was read to its end: the connection can carry another request.
+    pub(crate) fn reusable(&mut self) {
+        self.reusable = true;
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if let (true, Some(sender), Some(pool)) =
+            (self.reusable, self.sender.take(), self.pool.upgrade())
+        {
+            pool.put(sender);
+        }
+    }
+}
+
+impl fmt::Debug for Checkout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checkout")
+            .field("reusable", &self.reusable)
+            .finish()
+    }
+}
+
+/// How a request's first try went.
+enum First {
+    Answered(Response<Incoming>),
+    Failed(hyper::Error),
+    /// It did not go out: the connection had closed.
+    Unsent(Request<Incoming>),
+}
+
+/// Why a request got no answer from the upstream.
+#[derive(Debug)]
+pub(crate) enum UpstreamError {
+    /// No connection could be made (or none within the connect timeout).
+    Connect(std::io::Error),
+    /// The connection failed, or the request's body did.
+    Http(hyper::Error),
+    /// From hyper-util's client (HTTP/2 and TLS upstreams).
+    Client(hyper_util::client::legacy::Error),
+}
+
+impl UpstreamError {
+    /// Whether no connection could be made.
+    pub(crate) fn is_connect(&self) -> bool {
+        match self {
+            UpstreamError::Connect(_) => true,
+            UpstreamError::Http(_) => false,
+            UpstreamError::Client(e) => e.is_connect(),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamError::Connect(_) => f.write_str("tcp connect error"),
+            UpstreamError::Http(_) => f.write_str("request failed"),
+            UpstreamError::Client(e) => e.fmt(f),
+        }
+    }
+}
+
+impl StdError for UpstreamError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            UpstreamError::Connect(e) => Some(e),
+            UpstreamError::Http(e) => Some(e),
+            UpstreamError::Client(e) => e.source(),
+        }
+    }
+}
+
+impl Http1Pool {
+    /// The pool of `authority` (`host[:port]`, port 80 when not given).
+    pub(crate) fn new(
+        authority: &hyper::http::uri::Authority,
+        idle_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Http1Pool {
+        let host = authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        Http1Pool {
+            host: host.to_string(),
+            port: authority.port_u16().unwrap_or(80),
+            idle: Mutex::new(Vec::new()),
+            reaping: std::sync::atomic::AtomicBool::new(false),
+            idle_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// Sends `request` on an idle connection, or on a new one, and returns the answer's head
+    /// with the connection it came on.
+    pub(crate) async fn request(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Checkout), UpstreamError> {
+        let mut sender = match self.take() {
+            Some(sender) => sender,
+            // Boxed: the connect future is large, and the request's own future stays small.
+            None => Box::pin(self.connect()).await?,
+        };
+        // A connection given back is ready once its last answer's end has been read; a new
+        // one once its handshake is done. One that closed while idle, or that closes before
+        // the request goes out on it, is replaced by a new one, once.
+        let first = match sender.ready().await {
+            Ok(()) => match sender.try_send_request(request).await {
+                Ok(response) => First::Answered(response),
+                Err(mut e) => match e.take_message() {
+                    Some(request) => First::Unsent(request),
+                    None => First::Failed(e.into_error()),
+                },
+            },
+            Err(_) => First::Unsent(request),
+        };
+        let response = match first {
+            First::Answered(response) => response,
+            First::Failed(e) => return Err(UpstreamError::Http(e)),
+            First::Unsent(request) => {
+                sender = Box::pin(self.connect()).await?;
+                sender.ready().await.map_err(UpstreamError::Http)?;
+                sender
+                    .send_request(request)
+                    .await
+                    .map_err(UpstreamError::Http)?
+            }
+        };
+        let checkout = Checkout {
+            pool: Arc::downgrade(self),
+            sender: Some(sender),
+            reusable: false,
+        };
+        Ok((response, checkout))
+    }
+
+    /// The connection given back last that is still open, if any.
+    fn take(&self) -> Option<SendRequest<Incoming>> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(Idle { sender, .. }) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put(self: Arc<Self>, sender: SendRequest<Incoming>) {
+        if sender.is_closed() {
+            return;
+        }
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+    }
+
+    /// A new connection, its task spawned.
+    async fn connect(self: &Arc<Self>) -> Result<SendRequest<Incoming>, UpstreamError> {
+        let stream = tokio::time::timeout(self.connect_timeout, self.open())
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {:?}", self.connect_timeout),
+                ))
+            })
+            .map_err(UpstreamError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(UpstreamError::Http)?;
+        tokio::spawn(async move {
+            // Its errors reach the request it carried.
+            let _ = connection.await;
+        });
+        self.reap();
+        Ok(sender)
+    }
+
+    /// A TCP connection to the first of the upstream's addresses that takes one.
+    async fn open(&self) -> std::io::Result<TcpStream> {
+        let mut last = None;
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await?
+            .collect();
+        for addr in addrs {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} has no address", self.host),
+            )
+        }))
+    }
+
+    /// Starts, once, the task that closes connections idle past the idle timeout; it ends with
+    /// the pool.
+    fn reap(self: &Arc<Self>) {
+        if self
+            .reaping
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let every = self.idle_timeout / 2;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = pool.upgrade() else { return };
+                let now = Instant::now();
+                pool.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|i| !i.sender.is_closed() && now - i.since < pool.idle_timeout);
+            }
+        });
+    }
+}
+
+impl fmt::Debug for Http1Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http1Pool")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish()
+    }
+}
