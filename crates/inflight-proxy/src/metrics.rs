@@ -44,6 +44,8 @@ pub const MAX_GRPC_METHODS: usize = 100;
 
 /// Client connections open now, by listener (gauge).
 pub const CONNECTIONS: &str = "inflight_proxy_connections";
+/// Client HTTP/1.1 connections parked now, by listener: idle, holding no buffers (gauge).
+pub const CONNECTIONS_PARKED: &str = "inflight_proxy_connections_parked";
 /// Client connections the proxy closed, by listener and reason (counter).
 pub const CONNECTIONS_CLOSED: &str = "inflight_proxy_connections_closed_total";
 
@@ -108,6 +110,11 @@ impl Registry {
                 CONNECTIONS,
                 Unit::Count,
                 "Client connections open now, by listener (a budget's name, or admin)."
+            );
+            describe_gauge!(
+                CONNECTIONS_PARKED,
+                Unit::Count,
+                "Client HTTP/1.1 connections parked now, by listener: idle past 10 ms, holding no buffers, watched for their next request."
             );
             describe_counter!(
                 CONNECTIONS_CLOSED,
@@ -298,6 +305,20 @@ impl Closed {
         Closed::MaxConnections,
     ];
 
+    /// One more than its place in [`Closed::ALL`]: never 0.
+    pub(crate) fn code(self) -> u8 {
+        Closed::ALL
+            .iter()
+            .position(|c| *c == self)
+            .expect("every reason is in ALL") as u8
+            + 1
+    }
+
+    /// The reason whose [`Closed::code`] is `code`.
+    pub(crate) fn from_code(code: u8) -> Option<Closed> {
+        Closed::ALL.get(usize::from(code.checked_sub(1)?)).copied()
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Closed::FirstByteTimeout => "first_byte_timeout",
@@ -311,6 +332,7 @@ impl Closed {
 /// The connection gauges and counters of one listener.
 pub(crate) struct ConnMetrics {
     open: Gauge,
+    parked: Gauge,
     closed: [Counter; Closed::ALL.len()],
 }
 
@@ -320,6 +342,7 @@ impl ConnMetrics {
             let l = listener.to_string();
             ConnMetrics {
                 open: gauge!(CONNECTIONS, "listener" => l.clone()),
+                parked: gauge!(CONNECTIONS_PARKED, "listener" => l.clone()),
                 closed: Closed::ALL.map(
                     |c| counter!(CONNECTIONS_CLOSED, "listener" => l.clone(), "reason" => c.as_str()),
                 ),
@@ -333,6 +356,15 @@ impl ConnMetrics {
 
     pub(crate) fn ended(&self) {
         self.open.decrement(1.0);
+    }
+
+    /// A connection parked (`true`) or served again, or closed, from parked (`false`).
+    pub(crate) fn parked(&self, parked: bool) {
+        if parked {
+            self.parked.increment(1.0);
+        } else {
+            self.parked.decrement(1.0);
+        }
     }
 
     pub(crate) fn closed(&self, why: Closed) {

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::body::ProxyBody;
 use crate::config::ClientLimits;
 use crate::conn::{self, Conn};
-use crate::metrics::ConnMetrics;
+use crate::metrics::{Closed, ConnMetrics};
 use crate::Log;
 
 /// When a full listener's closing connection has not made room yet, how long until another
@@ -46,7 +46,7 @@ pub(crate) fn spawn<F, Fut>(
     handle: F,
 ) -> JoinHandle<()>
 where
-    F: Fn(Request<Incoming>, crate::headers::Peer) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>, crate::headers::Peer) -> Fut + Clone + Send + Sync + Unpin + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     tokio::spawn(async move {
@@ -55,11 +55,17 @@ where
         let epoch = Instant::now();
         let mut next_id = 0u64;
         let mut connections = JoinSet::new();
+        let mut sweep = tokio::time::interval(sweep_every(limits.idle_timeout));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 _ = stop.wait_for(|stop| *stop) => break,
                 Some(_) = connections.join_next() => continue,
+                _ = sweep.tick() => {
+                    close_idle(&open, limits.idle_timeout);
+                    continue;
+                }
             };
             let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
@@ -77,7 +83,7 @@ where
                     // that turned busy) does not hold the listener: another idle one is asked.
                     let slot = loop {
                         if let Some(idlest) = idle_longest(&open) {
-                            idlest.close();
+                            idlest.close(Some(Closed::MaxConnections));
                         }
                         tokio::select! {
                             slot = slots.clone().acquire_owned() => break Some(slot.expect("never closed")),
@@ -99,20 +105,74 @@ where
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(id, conn.clone());
             metrics.opened();
-            let (open, metrics, stop, handle) =
-                (open.clone(), metrics.clone(), stop.clone(), handle.clone());
-            connections.spawn(async move {
-                conn::serve(stream, peer, conn, limits, stop, metrics.clone(), handle).await;
-                open.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-                metrics.ended();
-                drop(slot);
-            });
+            let accounted = Accounted {
+                open: open.clone(),
+                id,
+                metrics: metrics.clone(),
+                _slot: slot,
+            };
+            // The connection's future alone: its task holds nothing else while it idles.
+            connections.spawn(conn::serve(
+                stream,
+                peer,
+                conn,
+                limits,
+                stop.clone(),
+                accounted,
+                handle.clone(),
+            ));
         }
         drop(listener);
+        // Parked connections wait for no signal but their own: each is told.
+        let open: Vec<Arc<Conn>> = open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for conn in open {
+            conn.close(None);
+        }
         while connections.join_next().await.is_some() {}
     })
+}
+
+/// How often a listener looks for connections idle past `idle_timeout`: an eighth of it,
+/// between 10 ms and 1 s. A parked HTTP/1.1 connection is closed by this sweep, up to that
+/// late, instead of by a timer of its own.
+fn sweep_every(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// Asks every connection idle for `idle_timeout` or longer to close.
+fn close_idle(open: &Open, idle_timeout: Duration) {
+    let limit = idle_timeout.as_millis() as u64;
+    let open = open.lock().unwrap_or_else(PoisonError::into_inner);
+    for conn in open.values() {
+        if conn.idle_for().is_some_and(|idle| idle >= limit) {
+            conn.close(Some(Closed::IdleTimeout));
+        }
+    }
+}
+
+/// A connection's place among the listener's open ones, its slot under `max_connections`, and
+/// its count in the metrics: given up when its task ends, however it ends (aborted when a drain
+/// runs out included).
+pub(crate) struct Accounted {
+    open: Open,
+    id: u64,
+    pub(crate) metrics: Arc<ConnMetrics>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Accounted {
+    fn drop(&mut self) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+        self.metrics.ended();
+    }
 }
 
 /// The open connection that has had no request in progress for longest, if one has been idle

@@ -191,3 +191,98 @@ async fn the_drain_cuts_what_still_runs_when_its_time_is_over() {
     let waited = closed_within(&mut hung).await;
     assert!(waited < Duration::from_secs(5), "cut after {waited:?}");
 }
+
+/// How many connections of listener `r` are parked.
+fn parked(proxy: &inflight_proxy::Proxy) -> f64 {
+    metrics(proxy)
+        .get("inflight_proxy_connections_parked{listener=r}")
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Reads one HTTP/1.1 answer with a `content-length` from `stream`: its status and body.
+async fn answer(stream: &mut TcpStream, pending: &mut Vec<u8>) -> (u16, String) {
+    let head_end = loop {
+        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = within(stream.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "the proxy closed the connection");
+        pending.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&pending[..head_end]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap();
+    while pending.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        let n = within(stream.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "the proxy closed the connection");
+        pending.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8_lossy(&pending[head_end..head_end + length]).into_owned();
+    pending.drain(..head_end + length);
+    (status, body)
+}
+
+#[tokio::test]
+async fn an_idle_http1_connection_is_parked_and_serves_its_next_requests_as_before() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"30s\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut pending = Vec::new();
+    stream
+        .write_all(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        answer(&mut stream, &mut pending).await,
+        (200, "GET /one".into())
+    );
+    until("the idle connection to be parked", || parked(&proxy) == 1.0).await;
+    // Parked, it is served again at its next request, on the same connection.
+    stream
+        .write_all(b"GET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        answer(&mut stream, &mut pending).await,
+        (200, "GET /two".into())
+    );
+    until("parked again", || parked(&proxy) == 1.0).await;
+    // Two requests in one write (pipelined): both answered, in order.
+    stream
+        .write_all(b"GET /three HTTP/1.1\r\nHost: x\r\n\r\nGET /four HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        answer(&mut stream, &mut pending).await,
+        (200, "GET /three".into())
+    );
+    assert_eq!(
+        answer(&mut stream, &mut pending).await,
+        (200, "GET /four".into())
+    );
+    until("parked once more", || parked(&proxy) == 1.0).await;
+    // A parked connection is closed at a drain, and counted no more.
+    drop(stream);
+    until("the closed connection no longer parked", || {
+        parked(&proxy) == 0.0
+    })
+    .await;
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /five HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(answer(&mut idle, &mut pending).await.0, 200);
+    until("parked", || parked(&proxy) == 1.0).await;
+    let drained = within(proxy.drain()).await;
+    assert!(drained.in_time);
+    closed_within(&mut idle).await;
+}

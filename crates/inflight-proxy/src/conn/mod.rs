@@ -26,6 +26,14 @@ use crate::body::{BodyError, CallTimer, ProxyBody};
 use crate::config::ClientLimits;
 use crate::headers::Peer;
 use crate::metrics::{Closed, ConnMetrics};
+use crate::server::Accounted;
+
+mod http1;
+
+use http1::serve_http1;
+
+/// What hyper serves an HTTP/1.1 or HTTP/2 request with: the proxy's answer, boxed.
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Tracked>, Infallible>> + Send + 'static>>;
 
 /// The first bytes of every HTTP/2 connection with prior knowledge (RFC 9113 section 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -39,6 +47,9 @@ enum Protocol {
     Http1,
     Http2,
 }
+
+/// [`Conn::close`]'s code for a drain.
+const DRAIN: u8 = u8::MAX;
 
 /// What the accept loop and a connection share: whether a request is in progress, since when
 /// the connection idles, and the word to close.
@@ -54,6 +65,13 @@ pub(crate) struct Conn {
     last_read: AtomicU64,
     /// Whether the connection was asked to close, or is closing on its own.
     closing: std::sync::atomic::AtomicBool,
+    /// How many requests it has answered (their answers sent, or dropped).
+    answered: AtomicU64,
+    /// Why the connection was asked to close (a [`Closed`] as `u8`, [`DRAIN`] for a drain;
+    /// 0 until then): the first reason given wins.
+    reason: std::sync::atomic::AtomicU8,
+    /// The task of a parked HTTP/1.1 connection, woken when it is asked to close.
+    parked: std::sync::Mutex<Option<std::task::Waker>>,
     /// HTTP/1.1: the timer of the call whose answer was last given, handed to the connection's
     /// loop, which runs one timer at a time (a connection answers one request at a time).
     timer: std::sync::Mutex<Option<CallTimer>>,
@@ -70,6 +88,9 @@ impl Conn {
             last_read: AtomicU64::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
             timer: std::sync::Mutex::new(None),
+            answered: AtomicU64::new(0),
+            reason: std::sync::atomic::AtomicU8::new(0),
+            parked: std::sync::Mutex::new(None),
         }
     }
 
@@ -95,10 +116,28 @@ impl Conn {
             && now.saturating_sub(self.last_read.load(Ordering::Relaxed)) >= long.as_millis() as u64
     }
 
-    /// Asks the connection to close once its request in progress, if any, is answered.
-    pub(crate) fn close(&self) {
+    /// Asks the connection to close once its request in progress, if any, is answered, for
+    /// `why` (counted when it closes), or for a drain (`None`: not counted).
+    pub(crate) fn close(&self, why: Option<Closed>) {
+        let code = why.map_or(DRAIN, Closed::code);
+        let _ = self
+            .reason
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
         self.closing.store(true, Ordering::Relaxed);
         self.close.notify_one();
+        let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(waker) = parked {
+            waker.wake();
+        }
+    }
+
+    /// Why the connection was asked to close: `None` if it was not, `Some(None)` for a drain.
+    fn close_reason(&self) -> Option<Option<Closed>> {
+        match self.reason.load(Ordering::Acquire) {
+            0 => None,
+            DRAIN => Some(None),
+            code => Some(Closed::from_code(code)),
+        }
     }
 
     fn started(self: &Arc<Self>) -> Busy {
@@ -115,6 +154,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let now = self.0.epoch.elapsed().as_millis() as u64;
         self.0.idle_since.store(now, Ordering::Relaxed);
+        self.0.answered.fetch_add(1, Ordering::AcqRel);
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -210,14 +250,20 @@ pub(crate) async fn serve<F, Fut>(
     conn: Arc<Conn>,
     limits: ClientLimits,
     mut stop: watch::Receiver<bool>,
-    metrics: Arc<ConnMetrics>,
+    accounted: Accounted,
     handle: F,
 ) where
-    F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + Unpin + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    let metrics = &*accounted.metrics;
+    // Boxed: its room is needed only until the protocol is known.
+    let sniffed = Box::pin(tokio::time::timeout(
+        limits.first_byte_timeout,
+        sniff(&stream),
+    ));
     let protocol = tokio::select! {
-        sniffed = tokio::time::timeout(limits.first_byte_timeout, sniff(&stream)) => match sniffed {
+        sniffed = sniffed => match sniffed {
             Ok(Some(protocol)) => protocol,
             // Closed, or an error, before a byte: nothing to serve.
             Ok(None) => return,
@@ -228,7 +274,9 @@ pub(crate) async fn serve<F, Fut>(
         },
         _ = stop.wait_for(|stop| *stop) => return,
         _ = conn.close.notified() => {
-            metrics.closed(Closed::MaxConnections);
+            if let Some(Some(why)) = conn.close_reason() {
+                metrics.closed(why);
+            }
             return;
         }
     };
@@ -239,7 +287,9 @@ pub(crate) async fn serve<F, Fut>(
             let busy = conn.started();
             let response = handle(request, peer.clone());
             let conn = conn.clone();
-            async move {
+            // Boxed: hyper keeps an HTTP/1.1 connection's request future in place while it
+            // serves, and hands the connection back (to park it) only with an `Unpin` one.
+            let answer: Answer = Box::pin(async move {
                 let mut response = response.await;
                 if let Some(timer) = response.body_mut().take_timer() {
                     if protocol == Protocol::Http1 && !timer.watches_lease() {
@@ -251,26 +301,12 @@ pub(crate) async fn serve<F, Fut>(
                     }
                 }
                 Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
-            }
+            });
+            answer
         })
     };
     match protocol {
-        Protocol::Http1 => {
-            let io = TokioIo::new(stream);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.idle_timeout);
-            let connection = builder.serve_connection(io, service);
-            let shut =
-                |c: Pin<&mut _>| hyper::server::conn::http1::Connection::graceful_shutdown(c);
-            let timing = Timing {
-                protocol: Protocol::Http1,
-                idle: None,
-                pinged: Duration::MAX,
-            };
-            run(connection, shut, &conn, &mut stop, &metrics, timing).await;
-        }
+        Protocol::Http1 => serve_http1(stream, &conn, &limits, &mut stop, metrics, service).await,
         Protocol::Http2 => {
             // Only HTTP/2 needs to know when the client last spoke: to tell an unanswered ping.
             let io = TokioIo::new(Watched {
@@ -288,45 +324,59 @@ pub(crate) async fn serve<F, Fut>(
             let timing = Timing {
                 protocol: Protocol::Http2,
                 idle: Some(limits.idle_timeout),
+                park: None,
                 pinged: limits.http2_keepalive_timeout,
             };
-            run(connection, shut, &conn, &mut stop, &metrics, timing).await;
+            // Boxed: the HTTP/2 connection's room is not kept in every connection's task.
+            Box::pin(run(connection, shut, &conn, &mut stop, metrics, timing)).await;
         }
     }
 }
 
 /// How a connection's protocol is timed: the idle timeout the proxy keeps itself (HTTP/2; hyper
-/// keeps HTTP/1.1's), and how long an unanswered HTTP/2 ping waits.
+/// keeps HTTP/1.1's while it serves), how long an HTTP/1.1 connection idles before it is
+/// parked, and how long an unanswered HTTP/2 ping waits.
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     protocol: Protocol,
     idle: Option<Duration>,
+    park: Option<Duration>,
     pinged: Duration,
 }
 
 /// Polls `connection` to its end (`shut` asks it to finish what it serves and close): closed
-/// gracefully when the proxy drains, when the accept loop
-/// asks, or (with `idle`, for HTTP/2) when no stream has been open for that long.
-async fn run<C>(
+/// gracefully when the proxy drains, when the accept loop asks, or (with `idle`, for HTTP/2)
+/// when no stream has been open for that long. With `park` (HTTP/1.1), a connection idle that
+/// long is asked to finish too, and what it gives back is returned: `Some` only then.
+async fn run<C, T>(
     connection: C,
     shut: impl Fn(Pin<&mut C>),
     conn: &Conn,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
     timing: Timing,
-) where
-    C: Future<Output = Result<(), hyper::Error>>,
+) -> Option<T>
+where
+    C: Future<Output = Result<T, hyper::Error>>,
 {
     let Timing {
         protocol,
         idle,
+        park,
         pinged,
     } = timing;
     let mut connection = std::pin::pin!(connection);
+    // A connection is parked only once it has answered a request here: one given back with a
+    // part of a request read (slow headers, say) is served until that request is answered,
+    // or hyper's header timeout or the idle sweep ends it.
+    let answered_before = conn.answered.load(Ordering::Acquire);
     let mut timer = ConnTimer::default();
     let mut closing = false;
-    // Without an idle timeout (HTTP/1.1: hyper times idle connections) the watchdog never runs.
-    let watchdog = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(3600)));
+    let mut parking = false;
+    // How long the connection may idle before the watchdog acts: it closes an idle HTTP/2
+    // connection, and parks an idle HTTP/1.1 one (hyper closes it at the idle timeout).
+    let idle_limit = idle.or(park);
+    let watchdog = tokio::time::sleep(idle_limit.unwrap_or(Duration::from_secs(3600)));
     let mut watchdog = std::pin::pin!(watchdog);
     loop {
         tokio::select! {
@@ -334,8 +384,15 @@ async fn run<C>(
             // armed in the same pass.
             biased;
             ended = connection.as_mut() => {
+                let ended = match ended {
+                    Ok(given_back) if parking => return Some(given_back),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
                 let why = match (ended, protocol) {
-                    _ if closing => None,
+                    // Closed as asked (and counted then); a connection being parked that
+                    // ends otherwise is counted as it ended.
+                    _ if closing && !parking => None,
                     // hyper times the next request's headers from the moment the connection
                     // can take one: an idle HTTP/1.1 connection ends here.
                     (Err(e), Protocol::Http1) if e.is_timeout() => Some(Closed::IdleTimeout),
@@ -350,7 +407,7 @@ async fn run<C>(
                 if let Some(why) = why {
                     metrics.closed(why);
                 }
-                return;
+                return None;
             }
             _ = stop.wait_for(|stop| *stop), if !closing => {
                 closing = true;
@@ -359,17 +416,28 @@ async fn run<C>(
             }
             _ = conn.close.notified(), if !closing => {
                 closing = true;
-                metrics.closed(Closed::MaxConnections);
+                if let Some(Some(why)) = conn.close_reason() {
+                    metrics.closed(why);
+                }
                 shut(connection.as_mut());
             }
-            _ = watchdog.as_mut(), if idle.is_some() && !closing => {
-                let idle = idle.expect("the branch runs only with an idle timeout");
+            _ = watchdog.as_mut(), if idle_limit.is_some() && !closing => {
+                let idle = idle_limit.expect("the branch runs only with an idle limit");
                 let now = conn.epoch.elapsed().as_millis() as u64;
                 match conn.idle_since() {
+                    Some(_) if park.is_some()
+                        && conn.answered.load(Ordering::Acquire) == answered_before =>
+                    {
+                        watchdog.as_mut().reset(Instant::now() + idle);
+                    }
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
                         closing = true;
-                        conn.closing.store(true, Ordering::Relaxed);
-                        metrics.closed(Closed::IdleTimeout);
+                        if park.is_some() {
+                            parking = true;
+                        } else {
+                            conn.closing.store(true, Ordering::Relaxed);
+                            metrics.closed(Closed::IdleTimeout);
+                        }
                         shut(connection.as_mut());
                     }
                     Some(since) => {

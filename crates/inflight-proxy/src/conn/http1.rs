@@ -1,0 +1,255 @@
+//! An HTTP/1.1 client connection: served by hyper while it is in use, and parked once it has
+//! idled for [`PARK_AFTER`]: hyper's state and its read and write buffers (8 KiB and more)
+//! are freed, and the socket alone is watched for the next request, which a new hyper
+//! connection then serves. An idle keep-alive connection costs its socket and a small task.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use hyper::body::{Body, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::HttpService;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::{run, Conn, Protocol, Timing};
+use crate::config::ClientLimits;
+use crate::metrics::{Closed, ConnMetrics};
+
+/// How long an HTTP/1.1 connection idles inside hyper before it is parked. Long enough that a
+/// client sending requests back to back stays in hyper (parking and serving again cost a new
+/// hyper connection), short enough that idle clients hold no buffers.
+pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
+
+/// Serves an HTTP/1.1 connection until it closes: by hyper while requests come, parked between
+/// them once idle for [`PARK_AFTER`], and closed at the idle timeout (by hyper, or while
+/// parked), when the proxy drains, or when the accept loop asks.
+pub(crate) async fn serve_http1<S, B>(
+    stream: TcpStream,
+    conn: &Conn,
+    limits: &ClientLimits,
+    stop: &mut watch::Receiver<bool>,
+    metrics: &ConnMetrics,
+    service: S,
+) where
+    S: HttpService<Incoming, ResBody = B> + Clone + Unpin,
+    S::Future: Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut io = Rewound {
+        front: Bytes::new(),
+        stream,
+    };
+    loop {
+        let connection = {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.idle_timeout);
+            Served {
+                inner: Some(builder.serve_connection(TokioIo::new(io), service.clone())),
+            }
+        };
+        let timing = Timing {
+            protocol: Protocol::Http1,
+            idle: None,
+            park: Some(PARK_AFTER),
+            pinged: Duration::MAX,
+        };
+        // Boxed: hyper's connection takes room only while it serves, not while parked.
+        let shut = |c: Pin<&mut Served<S>>| c.graceful_shutdown();
+        let served = Box::pin(run(connection, shut, conn, stop, metrics, timing)).await;
+        let Some((given_back, read)) = served else {
+            return;
+        };
+        io = given_back;
+        if !read.is_empty() || !io.front.is_empty() {
+            // The client has sent more already: served again at once.
+            io.front = join(read, std::mem::take(&mut io.front));
+            continue;
+        }
+        drop(read);
+        // Parked: the task holds its socket, and waits for it to be readable or for the word
+        // to close (at the idle timeout, from the listener's sweep; to make room; to drain).
+        let woken = {
+            let _parked = Parked::new(metrics);
+            until_readable(&io.stream, conn).await
+        };
+        if let Some(why) = woken {
+            if let Some(why) = why {
+                metrics.closed(why);
+            }
+            return;
+        }
+    }
+}
+
+/// Waits, holding nothing of its own, until `stream` is readable (`None`) or `conn` is asked
+/// to close (`Some` with the reason; `Some(None)` for a drain).
+fn until_readable<'a>(
+    stream: &'a TcpStream,
+    conn: &'a Conn,
+) -> impl Future<Output = Option<Option<Closed>>> + 'a {
+    std::future::poll_fn(move |cx| {
+        if let Some(why) = conn.close_reason() {
+            return Poll::Ready(Some(why));
+        }
+        *conn.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        // Asked between the look above and the waker's registration: seen now.
+        if let Some(why) = conn.close_reason() {
+            return Poll::Ready(Some(why));
+        }
+        match stream.poll_read_ready(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+}
+
+/// A connection counted as parked while this lives.
+struct Parked<'a>(&'a ConnMetrics);
+
+impl<'a> Parked<'a> {
+    fn new(metrics: &'a ConnMetrics) -> Parked<'a> {
+        metrics.parked(true);
+        Parked(metrics)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.parked(false);
+    }
+}
+
+/// `first` then `then`, in one buffer.
+fn join(first: Bytes, then: Bytes) -> Bytes {
+    if then.is_empty() {
+        return first;
+    }
+    if first.is_empty() {
+        return then;
+    }
+    let mut both = BytesMut::with_capacity(first.len() + then.len());
+    both.extend_from_slice(&first);
+    both.extend_from_slice(&then);
+    both.freeze()
+}
+
+/// hyper's HTTP/1.1 connection, giving back its socket (and the bytes it read past its last
+/// request) when it finishes without closing it: after [`Served::graceful_shutdown`] on an idle
+/// connection, or when the client closed.
+struct Served<S: HttpService<Incoming>> {
+    inner: Option<http1::Connection<TokioIo<Rewound>, S>>,
+}
+
+impl<S, B> Served<S>
+where
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful_shutdown(mut self: Pin<&mut Self>) {
+        if let Some(inner) = self.inner.as_mut() {
+            Pin::new(inner).graceful_shutdown();
+        }
+    }
+}
+
+impl<S, B> Future for Served<S>
+where
+    S: HttpService<Incoming, ResBody = B> + Unpin,
+    S::Future: Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Output = Result<(Rewound, Bytes), hyper::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self
+            .inner
+            .as_mut()
+            .expect("a served connection is not polled after it ends");
+        match inner.poll_without_shutdown(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => {
+                let parts = self
+                    .inner
+                    .take()
+                    .expect("taken once, as it ends")
+                    .into_parts();
+                Poll::Ready(Ok((parts.io.into_inner(), parts.read_buf)))
+            }
+        }
+    }
+}
+
+/// A client's socket with the bytes read from it before, but not yet served, in front.
+pub(crate) struct Rewound {
+    front: Bytes,
+    stream: TcpStream,
+}
+
+impl Drop for Rewound {
+    fn drop(&mut self) {
+        // As hyper ends a connection: the client reads what was sent and then its end, not a
+        // reset for bytes of its own that were not read.
+        let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl AsyncRead for Rewound {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.front.is_empty() {
+            let n = self.front.len().min(buf.remaining());
+            buf.put_slice(&self.front[..n]);
+            self.front.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewound {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
