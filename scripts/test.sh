@@ -121,7 +121,7 @@ step "loom models (a permit that comes back reaches a waiter in every interleavi
 loom_models() {
     RUSTFLAGS="--cfg loom -C debug_assertions $*" \
         CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/loom" \
-        cargo test -p inflight --lib --release --no-default-features --locked -- loom_models
+        cargo test -p inflight --lib --profile loom --no-default-features --locked -- loom_models
 }
 loom_models
 planted_log=$(mktemp)

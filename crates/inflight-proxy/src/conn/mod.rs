@@ -258,27 +258,9 @@ pub(crate) async fn serve<F, Fut>(
 {
     let metrics = &*accounted.metrics;
     // Boxed: its room is needed only until the protocol is known.
-    let sniffed = Box::pin(tokio::time::timeout(
-        limits.first_byte_timeout,
-        sniff(&stream),
-    ));
-    let protocol = tokio::select! {
-        sniffed = sniffed => match sniffed {
-            Ok(Some(protocol)) => protocol,
-            // Closed, or an error, before a byte: nothing to serve.
-            Ok(None) => return,
-            Err(_) => {
-                metrics.closed(Closed::FirstByteTimeout);
-                return;
-            }
-        },
-        _ = stop.wait_for(|stop| *stop) => return,
-        _ = conn.close.notified() => {
-            if let Some(Some(why)) = conn.close_reason() {
-                metrics.closed(why);
-            }
-            return;
-        }
+    let Some(protocol) = Box::pin(first_bytes(&stream, &conn, &limits, &mut stop, metrics)).await
+    else {
+        return;
     };
     let peer = Peer::new(peer);
     let service = {
@@ -308,27 +290,77 @@ pub(crate) async fn serve<F, Fut>(
     match protocol {
         Protocol::Http1 => serve_http1(stream, &conn, &limits, &mut stop, metrics, service).await,
         Protocol::Http2 => {
-            // Only HTTP/2 needs to know when the client last spoke: to tell an unanswered ping.
-            let io = TokioIo::new(Watched {
-                stream,
-                conn: conn.clone(),
-            });
-            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            builder
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(limits.http2_keepalive_interval))
-                .keep_alive_timeout(limits.http2_keepalive_timeout);
-            let connection = builder.serve_connection(io, service);
-            let shut =
-                |c: Pin<&mut _>| hyper::server::conn::http2::Connection::graceful_shutdown(c);
-            let timing = Timing {
-                protocol: Protocol::Http2,
-                idle: Some(limits.idle_timeout),
-                park: None,
-                pinged: limits.http2_keepalive_timeout,
-            };
             // Boxed: the HTTP/2 connection's room is not kept in every connection's task.
-            Box::pin(run(connection, shut, &conn, &mut stop, metrics, timing)).await;
+            Box::pin(serve_http2(
+                stream, &conn, &limits, &mut stop, metrics, service,
+            ))
+            .await;
+        }
+    }
+}
+
+/// Serves an HTTP/2 connection until it closes.
+async fn serve_http2<S, B>(
+    stream: TcpStream,
+    conn: &Arc<Conn>,
+    limits: &ClientLimits,
+    stop: &mut watch::Receiver<bool>,
+    metrics: &ConnMetrics,
+    service: S,
+) where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // Only HTTP/2 needs to know when the client last spoke: to tell an unanswered ping.
+    let io = TokioIo::new(Watched {
+        stream,
+        conn: conn.clone(),
+    });
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.http2_keepalive_interval))
+        .keep_alive_timeout(limits.http2_keepalive_timeout);
+    let connection = builder.serve_connection(io, service);
+    let shut = |c: Pin<&mut _>| hyper::server::conn::http2::Connection::graceful_shutdown(c);
+    let timing = Timing {
+        protocol: Protocol::Http2,
+        idle: Some(limits.idle_timeout),
+        park: None,
+        pinged: limits.http2_keepalive_timeout,
+    };
+    run(connection, shut, conn, stop, metrics, timing).await;
+}
+
+/// The protocol of a new connection, told within `first_byte_timeout`; `None` when it closed
+/// first, sent nothing in time (counted), or was asked to close.
+async fn first_bytes(
+    stream: &TcpStream,
+    conn: &Conn,
+    limits: &ClientLimits,
+    stop: &mut watch::Receiver<bool>,
+    metrics: &ConnMetrics,
+) -> Option<Protocol> {
+    tokio::select! {
+        sniffed = tokio::time::timeout(limits.first_byte_timeout, sniff(stream)) => match sniffed {
+            Ok(Some(protocol)) => Some(protocol),
+            // Closed, or an error, before a byte: nothing to serve.
+            Ok(None) => None,
+            Err(_) => {
+                metrics.closed(Closed::FirstByteTimeout);
+                None
+            }
+        },
+        _ = stop.wait_for(|stop| *stop) => None,
+        _ = conn.close.notified() => {
+            if let Some(Some(why)) = conn.close_reason() {
+                metrics.closed(why);
+            }
+            None
         }
     }
 }
