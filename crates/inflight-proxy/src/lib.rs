@@ -55,10 +55,13 @@
 //!   large 431.
 //! - Client connections are bounded on every listener (see
 //!   [`ClientLimits`](config::ClientLimits)): first bytes within `first_byte_timeout`, no
-//!   request for `idle_timeout` closes a connection (for HTTP/1.1, from the moment it can take a
-//!   request until that request's headers are in), unanswered HTTP/2 pings close it, and at
+//!   request for `idle_timeout` closes a connection (for HTTP/1.1, from its last answer, or its
+//!   start, until a request's headers are in), unanswered HTTP/2 pings close it, and at
 //!   `max_connections` a new connection closes the one idle longest. A drain that runs out cuts
 //!   what still runs.
+//! - An HTTP/1.1 connection idle for 10 ms is parked: hyper's state and its buffers are freed,
+//!   and the connection's task holds its socket alone until the next request, which a new hyper
+//!   connection serves (`inflight_proxy_connections_parked`).
 //!
 //! # Example
 //!

@@ -144,12 +144,16 @@ fn sweep_every(idle_timeout: Duration) -> Duration {
     (idle_timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-/// Asks every connection idle for `idle_timeout` or longer to close.
+/// Asks every connection idle for `idle_timeout` or longer to close (one still to send its
+/// first bytes is `first_byte_timeout`'s).
 fn close_idle(open: &Open, idle_timeout: Duration) {
     let limit = idle_timeout.as_millis() as u64;
     let open = open.lock().unwrap_or_else(PoisonError::into_inner);
     for conn in open.values() {
-        if conn.idle_for().is_some_and(|idle| idle >= limit) {
+        if conn
+            .idle_after_first_bytes()
+            .is_some_and(|idle| idle >= limit)
+        {
             conn.close(Some(Closed::IdleTimeout));
         }
     }

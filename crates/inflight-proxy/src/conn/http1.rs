@@ -48,6 +48,7 @@ pub(crate) async fn serve_http1<S, B>(
         stream,
     };
     loop {
+        let read_ahead = !io.front.is_empty();
         let connection = {
             let mut builder = http1::Builder::new();
             builder
@@ -61,6 +62,7 @@ pub(crate) async fn serve_http1<S, B>(
             protocol: Protocol::Http1,
             idle: None,
             park: Some(PARK_AFTER),
+            park_needs_answer: read_ahead,
             pinged: Duration::MAX,
         };
         // Boxed: hyper's connection takes room only while it serves, not while parked.

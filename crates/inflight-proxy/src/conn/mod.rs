@@ -67,6 +67,9 @@ pub(crate) struct Conn {
     closing: std::sync::atomic::AtomicBool,
     /// How many requests it has answered (their answers sent, or dropped).
     answered: AtomicU64,
+    /// Whether its protocol is known: until then `first_byte_timeout`, not `idle_timeout`,
+    /// bounds it.
+    told: std::sync::atomic::AtomicBool,
     /// Why the connection was asked to close (a [`Closed`] as `u8`, [`DRAIN`] for a drain;
     /// 0 until then): the first reason given wins.
     reason: std::sync::atomic::AtomicU8,
@@ -89,6 +92,7 @@ impl Conn {
             closing: std::sync::atomic::AtomicBool::new(false),
             timer: std::sync::Mutex::new(None),
             answered: AtomicU64::new(0),
+            told: std::sync::atomic::AtomicBool::new(false),
             reason: std::sync::atomic::AtomicU8::new(0),
             parked: std::sync::Mutex::new(None),
         }
@@ -107,6 +111,16 @@ impl Conn {
         }
         let since = self.idle_since()?;
         Some((self.epoch.elapsed().as_millis() as u64).saturating_sub(since))
+    }
+
+    /// For how many milliseconds the connection has had no request in progress, once its
+    /// protocol is known (`idle_timeout` applies then); `None` before, while it has a request,
+    /// or once it is closing.
+    pub(crate) fn idle_after_first_bytes(&self) -> Option<u64> {
+        self.told
+            .load(Ordering::Relaxed)
+            .then(|| self.idle_for())
+            .flatten()
     }
 
     /// Whether the client is still there and has sent nothing for at least `long`.
@@ -262,6 +276,7 @@ pub(crate) async fn serve<F, Fut>(
     else {
         return;
     };
+    conn.told.store(true, Ordering::Relaxed);
     let peer = Peer::new(peer);
     let service = {
         let conn = conn.clone();
@@ -331,6 +346,7 @@ async fn serve_http2<S, B>(
         protocol: Protocol::Http2,
         idle: Some(limits.idle_timeout),
         park: None,
+        park_needs_answer: false,
         pinged: limits.http2_keepalive_timeout,
     };
     run(connection, shut, conn, stop, metrics, timing).await;
@@ -373,6 +389,9 @@ struct Timing {
     protocol: Protocol,
     idle: Option<Duration>,
     park: Option<Duration>,
+    /// Whether the connection may be parked only after it has answered a request (it was
+    /// served again with bytes read ahead).
+    park_needs_answer: bool,
     pinged: Duration,
 }
 
@@ -395,12 +414,13 @@ where
         protocol,
         idle,
         park,
+        park_needs_answer,
         pinged,
     } = timing;
     let mut connection = std::pin::pin!(connection);
-    // A connection is parked only once it has answered a request here: one given back with a
-    // part of a request read (slow headers, say) is served until that request is answered,
-    // or hyper's header timeout or the idle sweep ends it.
+    // A connection served again with a part of a request read ahead (slow headers, say) is
+    // parked only once it has answered a request here, not given back again and again: it is
+    // served until that request is answered, or hyper's header timeout or the idle sweep ends it.
     let answered_before = conn.answered.load(Ordering::Acquire);
     let mut timer = ConnTimer::default();
     let mut closing = false;
@@ -458,6 +478,7 @@ where
                 let now = conn.epoch.elapsed().as_millis() as u64;
                 match conn.idle_since() {
                     Some(_) if park.is_some()
+                        && park_needs_answer
                         && conn.answered.load(Ordering::Acquire) == answered_before =>
                     {
                         watchdog.as_mut().reset(Instant::now() + idle);
