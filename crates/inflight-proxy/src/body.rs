@@ -72,7 +72,7 @@ impl CallTimer {
     }
 
     /// Whether a lost fleet lease ends the call too (then only [`CallTimer::run`] serves).
-    pub(crate) fn watches_lease(&self) -> bool {
+    fn watches_lease(&self) -> bool {
         self.watched.is_some()
     }
 
@@ -264,23 +264,46 @@ impl ProxyBody {
         self
     }
 
-    /// The timer that ends this body's call at its deadline, for the caller to run; `None` if
-    /// the body holds no call with a deadline or lease, or its timer runs already.
+    /// The timer that ends this body's call at its deadline, for the caller to run (an
+    /// HTTP/1.1 connection's loop); `None` if the body holds no call with a deadline, or its
+    /// timer runs already. A timer that also watches a fleet lease is started in a task of its
+    /// own instead, stopped when the body ends.
     pub(crate) fn take_timer(&mut self) -> Option<CallTimer> {
         let Kind::Streamed(streamed) = &mut self.kind else {
             return None;
         };
         match streamed.timer.take() {
-            Some(Timer::Waiting(timer)) => Some(timer),
+            Some(Timer::Waiting(timer)) if !timer.watches_lease() => Some(timer),
+            Some(Timer::Waiting(timer)) => {
+                streamed.timer = Some(Timer::Spawned(tokio::spawn(timer.run())));
+                None
+            }
             other => {
                 streamed.timer = other;
                 None
             }
         }
     }
+
+    /// Starts this body's timer, if it has one not yet running, in a task of its own, stopped
+    /// when the body ends (an HTTP/2 stream's, whose connection answers many at once).
+    pub(crate) fn start_timer(&mut self) {
+        if let Kind::Streamed(streamed) = &mut self.kind {
+            streamed.start_timer();
+        }
+    }
 }
 
 impl Streamed {
+    /// Starts a timer not yet running in a task of its own.
+    fn start_timer(&mut self) {
+        if let Some(Timer::Waiting(_)) = &self.timer {
+            if let Some(Timer::Waiting(timer)) = self.timer.take() {
+                self.timer = Some(Timer::Spawned(tokio::spawn(timer.run())));
+            }
+        }
+    }
+
     /// The body was sent in full: the call ends as it went.
     fn end(&mut self) {
         self.ended = true;
@@ -351,11 +374,7 @@ impl Body for ProxyBody {
         if streamed.ended {
             return Poll::Ready(None);
         }
-        if let Some(Timer::Waiting(_)) = &streamed.timer {
-            if let Some(Timer::Waiting(timer)) = streamed.timer.take() {
-                streamed.timer = Some(Timer::Spawned(tokio::spawn(timer.run())));
-            }
-        }
+        streamed.start_timer();
         if streamed.timed_out() {
             // The timer ended the call (and gave the permit back); the body is cut.
             streamed.ended = true;

@@ -115,6 +115,7 @@
 //! - `metrics`
 //! - `refusal`
 //! - `body`, `headers`, `error`, `tls`
+//! - `upstream`
 //! - `grpc`
 //! - `config`
 

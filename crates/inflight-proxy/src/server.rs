@@ -3,9 +3,8 @@
 //! stops; then it stops accepting, lets each connection finish the request it is serving, and
 //! ends when all have closed. Aborting its task aborts every connection's.
 
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -17,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::body::ProxyBody;
 use crate::config::ClientLimits;
-use crate::conn::{self, Conn};
+use crate::conn::{self, Accounted, Conn, Open};
 use crate::metrics::{Closed, ConnMetrics};
 use crate::Log;
 
@@ -31,9 +30,6 @@ const IDLE_ENOUGH_MS: u64 = 1000;
 
 /// After an accept error (out of file descriptors), how long to wait before accepting again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// The open connections of one listener, by the order they were accepted.
-type Open = Arc<Mutex<BTreeMap<u64, Arc<Conn>>>>;
 
 /// Serves `listener` with `handle` until `stop` turns true, within `limits`; see the module
 /// docs. Malformed requests are answered by hyper itself: 400, or 431 for headers too large.
@@ -105,12 +101,7 @@ where
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(id, conn.clone());
             metrics.opened();
-            let accounted = Accounted {
-                open: open.clone(),
-                id,
-                metrics: metrics.clone(),
-                _slot: slot,
-            };
+            let accounted = Accounted::new(open.clone(), id, metrics.clone(), slot);
             // The connection's future alone: its task holds nothing else while it idles.
             connections.spawn(conn::serve(
                 stream,
@@ -156,26 +147,6 @@ fn close_idle(open: &Open, idle_timeout: Duration) {
         {
             conn.close(Some(Closed::IdleTimeout));
         }
-    }
-}
-
-/// A connection's place among the listener's open ones, its slot under `max_connections`, and
-/// its count in the metrics: given up when its task ends, however it ends (aborted when a drain
-/// runs out included).
-pub(crate) struct Accounted {
-    open: Open,
-    id: u64,
-    pub(crate) metrics: Arc<ConnMetrics>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for Accounted {
-    fn drop(&mut self) {
-        self.open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
-        self.metrics.ended();
     }
 }
 

@@ -182,15 +182,13 @@ impl Http1Pool {
         Ok((response, checkout))
     }
 
-    /// The connection given back last that is still open, if any.
+    /// The connection given back last that can take a request now, if any. One whose last
+    /// request is still being sent (its answer came first, and the request's body still
+    /// streams) waits in the pool until it can; closed ones wait for the reaper.
     fn take(&self) -> Option<SendRequest<Incoming>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(Idle { sender, .. }) = idle.pop() {
-            if !sender.is_closed() {
-                return Some(sender);
-            }
-        }
-        None
+        let ready = idle.iter().rposition(|i| i.sender.is_ready())?;
+        Some(idle.remove(ready).sender)
     }
 
     fn put(self: Arc<Self>, sender: SendRequest<Incoming>) {

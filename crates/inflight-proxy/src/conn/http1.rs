@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::{run, Conn, Protocol, Timing};
+use super::{run, Conn, Protocol, Shut, Timing};
 use crate::config::ClientLimits;
 use crate::metrics::{Closed, ConnMetrics};
 
@@ -27,11 +27,11 @@ use crate::metrics::{Closed, ConnMetrics};
 pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 
 /// Serves an HTTP/1.1 connection until it closes: by hyper while requests come, parked between
-/// them once idle for [`PARK_AFTER`], and closed at the idle timeout (by hyper, or while
-/// parked), when the proxy drains, or when the accept loop asks.
+/// them once idle for [`PARK_AFTER`], and closed at the idle timeout (by the listener's sweep,
+/// or hyper's header timer), when the proxy drains, or when the accept loop asks.
 pub(crate) async fn serve_http1<S, B>(
     stream: TcpStream,
-    conn: &Conn,
+    conn: &std::sync::Arc<Conn>,
     limits: &ClientLimits,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
@@ -46,6 +46,7 @@ pub(crate) async fn serve_http1<S, B>(
     let mut io = Rewound {
         front: Bytes::new(),
         stream,
+        conn: conn.clone(),
     };
     loop {
         let read_ahead = !io.front.is_empty();
@@ -56,6 +57,7 @@ pub(crate) async fn serve_http1<S, B>(
                 .header_read_timeout(limits.idle_timeout);
             Served {
                 inner: Some(builder.serve_connection(TokioIo::new(io), service.clone())),
+                keep_io: false,
             }
         };
         let timing = Timing {
@@ -66,9 +68,9 @@ pub(crate) async fn serve_http1<S, B>(
             pinged: Duration::MAX,
         };
         // Boxed: hyper's connection takes room only while it serves, not while parked.
-        let shut = |c: Pin<&mut Served<S>>| c.graceful_shutdown();
+        let shut = |c: Pin<&mut Served<S>>, how: Shut| c.shut(how);
         let served = Box::pin(run(connection, shut, conn, stop, metrics, timing)).await;
-        let Some((given_back, read)) = served else {
+        let Some(Some((given_back, read))) = served else {
             return;
         };
         io = given_back;
@@ -145,11 +147,13 @@ fn join(first: Bytes, then: Bytes) -> Bytes {
     both.freeze()
 }
 
-/// hyper's HTTP/1.1 connection, giving back its socket (and the bytes it read past its last
-/// request) when it finishes without closing it: after [`Served::graceful_shutdown`] on an idle
-/// connection, or when the client closed.
+/// hyper's HTTP/1.1 connection. It ends as hyper ends it (its last bytes flushed, the socket
+/// shut down: `None`), or, once asked to park ([`Shut::Park`]), by giving back its socket and
+/// the bytes read past its last request without closing it.
 struct Served<S: HttpService<Incoming>> {
     inner: Option<http1::Connection<TokioIo<Rewound>, S>>,
+    /// Whether it gives its socket back when it ends.
+    keep_io: bool,
 }
 
 impl<S, B> Served<S>
@@ -159,7 +163,10 @@ where
     B: Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    fn graceful_shutdown(mut self: Pin<&mut Self>) {
+    /// Asks hyper to finish what it serves: keep-alive off, so that an idle connection ends
+    /// at once and a busy one after its request.
+    fn shut(mut self: Pin<&mut Self>, how: Shut) {
+        self.keep_io = how == Shut::Park;
         if let Some(inner) = self.inner.as_mut() {
             Pin::new(inner).graceful_shutdown();
         }
@@ -174,13 +181,17 @@ where
     B: Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Output = Result<(Rewound, Bytes), hyper::Error>;
+    type Output = Result<Option<(Rewound, Bytes)>, hyper::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let keep_io = self.keep_io;
         let inner = self
             .inner
             .as_mut()
             .expect("a served connection is not polled after it ends");
+        if !keep_io {
+            return Pin::new(inner).poll(cx).map_ok(|()| None);
+        }
         match inner.poll_without_shutdown(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -190,7 +201,7 @@ where
                     .take()
                     .expect("taken once, as it ends")
                     .into_parts();
-                Poll::Ready(Ok((parts.io.into_inner(), parts.read_buf)))
+                Poll::Ready(Ok(Some((parts.io.into_inner(), parts.read_buf))))
             }
         }
     }
@@ -200,6 +211,17 @@ where
 pub(crate) struct Rewound {
     front: Bytes,
     stream: TcpStream,
+    /// Told whether the socket last refused bytes ([`Conn`]'s `write_blocked`).
+    conn: std::sync::Arc<Conn>,
+}
+
+impl Rewound {
+    fn wrote<T>(&self, written: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        self.conn
+            .write_blocked
+            .store(written.is_pending(), std::sync::atomic::Ordering::Relaxed);
+        written
+    }
 }
 
 impl Drop for Rewound {
@@ -232,7 +254,8 @@ impl AsyncWrite for Rewound {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let written = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.wrote(written)
     }
 
     fn poll_write_vectored(
@@ -240,7 +263,8 @@ impl AsyncWrite for Rewound {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.wrote(written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -26,7 +26,6 @@ use crate::body::{BodyError, CallTimer, ProxyBody};
 use crate::config::ClientLimits;
 use crate::headers::Peer;
 use crate::metrics::{Closed, ConnMetrics};
-use crate::server::Accounted;
 
 mod http1;
 
@@ -48,6 +47,46 @@ enum Protocol {
     Http2,
 }
 
+/// A listener's open connections, by the order they were accepted in.
+pub(crate) type Open = Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Arc<Conn>>>>;
+
+/// A connection's place among the listener's open ones, its slot under `max_connections`, and
+/// its count in the metrics: given up when its task ends, however it ends (aborted when a drain
+/// runs out included).
+pub(crate) struct Accounted {
+    open: Open,
+    id: u64,
+    metrics: Arc<ConnMetrics>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Accounted {
+    /// Connection `id` of `open`, holding `slot`, counted in `metrics` (as opened already).
+    pub(crate) fn new(
+        open: Open,
+        id: u64,
+        metrics: Arc<ConnMetrics>,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) -> Accounted {
+        Accounted {
+            open,
+            id,
+            metrics,
+            _slot: slot,
+        }
+    }
+}
+
+impl Drop for Accounted {
+    fn drop(&mut self) {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+        self.metrics.ended();
+    }
+}
+
 /// [`Conn::close`]'s code for a drain.
 const DRAIN: u8 = u8::MAX;
 
@@ -67,6 +106,9 @@ pub(crate) struct Conn {
     closing: std::sync::atomic::AtomicBool,
     /// How many requests it has answered (their answers sent, or dropped).
     answered: AtomicU64,
+    /// HTTP/1.1: whether the socket last refused bytes (the client is not reading), so that
+    /// hyper holds some it has yet to send.
+    write_blocked: std::sync::atomic::AtomicBool,
     /// Whether its protocol is known: until then `first_byte_timeout`, not `idle_timeout`,
     /// bounds it.
     told: std::sync::atomic::AtomicBool,
@@ -92,6 +134,7 @@ impl Conn {
             closing: std::sync::atomic::AtomicBool::new(false),
             timer: std::sync::Mutex::new(None),
             answered: AtomicU64::new(0),
+            write_blocked: std::sync::atomic::AtomicBool::new(false),
             told: std::sync::atomic::AtomicBool::new(false),
             reason: std::sync::atomic::AtomicU8::new(0),
             parked: std::sync::Mutex::new(None),
@@ -288,14 +331,15 @@ pub(crate) async fn serve<F, Fut>(
             // serves, and hands the connection back (to park it) only with an `Unpin` one.
             let answer: Answer = Box::pin(async move {
                 let mut response = response.await;
-                if let Some(timer) = response.body_mut().take_timer() {
-                    if protocol == Protocol::Http1 && !timer.watches_lease() {
-                        // The connection's loop runs it: no task of its own per answer.
+                let body = response.body_mut();
+                if protocol == Protocol::Http1 {
+                    // The connection's loop runs it: no task of its own per answer.
+                    if let Some(timer) = body.take_timer() {
                         *conn.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(timer);
-                    } else {
-                        // HTTP/2 answers many calls at once.
-                        tokio::spawn(timer.run());
                     }
+                } else {
+                    // HTTP/2 answers many calls at once.
+                    body.start_timer();
                 }
                 Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
             });
@@ -341,7 +385,8 @@ async fn serve_http2<S, B>(
         .keep_alive_interval(Some(limits.http2_keepalive_interval))
         .keep_alive_timeout(limits.http2_keepalive_timeout);
     let connection = builder.serve_connection(io, service);
-    let shut = |c: Pin<&mut _>| hyper::server::conn::http2::Connection::graceful_shutdown(c);
+    let shut =
+        |c: Pin<&mut _>, _: Shut| hyper::server::conn::http2::Connection::graceful_shutdown(c);
     let timing = Timing {
         protocol: Protocol::Http2,
         idle: Some(limits.idle_timeout),
@@ -395,13 +440,39 @@ struct Timing {
     pinged: Duration,
 }
 
-/// Polls `connection` to its end (`shut` asks it to finish what it serves and close): closed
-/// gracefully when the proxy drains, when the accept loop asks, or (with `idle`, for HTTP/2)
-/// when no stream has been open for that long. With `park` (HTTP/1.1), a connection idle that
-/// long is asked to finish too, and what it gives back is returned: `Some` only then.
+/// How a connection is asked to finish: to close once what it serves is done, or (HTTP/1.1,
+/// idle) to give its socket back without closing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shut {
+    Close,
+    Park,
+}
+
+/// Why a connection that ended on its own was closed by the proxy, if it was.
+fn why_ended(
+    ended: Result<(), &hyper::Error>,
+    protocol: Protocol,
+    conn: &Conn,
+    pinged: Duration,
+) -> Option<Closed> {
+    match (ended, protocol) {
+        // hyper times a request's headers: a client too slow with them ends here.
+        (Err(e), Protocol::Http1) if e.is_timeout() => Some(Closed::IdleTimeout),
+        (Err(e), Protocol::Http2) if e.is_timeout() => Some(Closed::KeepaliveTimeout),
+        // hyper ends an HTTP/2 connection whose ping went unanswered with a GOAWAY and no
+        // error: ended, with the client still there, by the server.
+        (Ok(()), Protocol::Http2) if conn.silent_for(pinged) => Some(Closed::KeepaliveTimeout),
+        _ => None,
+    }
+}
+
+/// Polls `connection` to its end (`shut` asks it to finish what it serves): closed gracefully
+/// when the proxy drains, when the accept loop asks, or (with `idle`, for HTTP/2) when no
+/// stream has been open for that long. With `park` (HTTP/1.1), a connection idle that long is
+/// asked to give its socket back, and what it gives back is returned: `Some` only then.
 async fn run<C, T>(
     connection: C,
-    shut: impl Fn(Pin<&mut C>),
+    shut: impl Fn(Pin<&mut C>, Shut),
     conn: &Conn,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
@@ -423,10 +494,14 @@ where
     // served until that request is answered, or hyper's header timeout or the idle sweep ends it.
     let answered_before = conn.answered.load(Ordering::Acquire);
     let mut timer = ConnTimer::default();
+    // `closing`: asked to finish (no branch asks again); `asked`: by a drain, the accept
+    // loop or the idle watchdog, and counted then, rather than after a park that could not be
+    // (which closes a connection inside a request once it is answered).
     let mut closing = false;
+    let mut asked = false;
     let mut parking = false;
     // How long the connection may idle before the watchdog acts: it closes an idle HTTP/2
-    // connection, and parks an idle HTTP/1.1 one (hyper closes it at the idle timeout).
+    // connection, and parks an idle HTTP/1.1 one (the listener's sweep closes it later).
     let idle_limit = idle.or(park);
     let watchdog = tokio::time::sleep(idle_limit.unwrap_or(Duration::from_secs(3600)));
     let mut watchdog = std::pin::pin!(watchdog);
@@ -436,25 +511,11 @@ where
             // armed in the same pass.
             biased;
             ended = connection.as_mut() => {
-                let ended = match ended {
-                    Ok(given_back) if parking => return Some(given_back),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e),
-                };
-                let why = match (ended, protocol) {
-                    // Closed as asked (and counted then); a connection being parked that
-                    // ends otherwise is counted as it ended.
-                    _ if closing && !parking => None,
-                    // hyper times the next request's headers from the moment the connection
-                    // can take one: an idle HTTP/1.1 connection ends here.
-                    (Err(e), Protocol::Http1) if e.is_timeout() => Some(Closed::IdleTimeout),
-                    (Err(e), Protocol::Http2) if e.is_timeout() => Some(Closed::KeepaliveTimeout),
-                    // hyper ends an HTTP/2 connection whose ping went unanswered with a GOAWAY
-                    // and no error: ended, with the client still there, by the server.
-                    (Ok(()), Protocol::Http2) if conn.silent_for(pinged) => {
-                        Some(Closed::KeepaliveTimeout)
-                    }
-                    _ => None,
+                // Closed as asked: counted then.
+                let why = if asked {
+                    None
+                } else {
+                    why_ended(ended.as_ref().map(|_| ()), protocol, conn, pinged)
                 };
                 if let Some(why) = why {
                     metrics.closed(why);
@@ -463,15 +524,17 @@ where
             }
             _ = stop.wait_for(|stop| *stop), if !closing => {
                 closing = true;
+                asked = true;
                 conn.closing.store(true, Ordering::Relaxed);
-                shut(connection.as_mut());
+                shut(connection.as_mut(), Shut::Close);
             }
             _ = conn.close.notified(), if !closing => {
                 closing = true;
+                asked = true;
                 if let Some(Some(why)) = conn.close_reason() {
                     metrics.closed(why);
                 }
-                shut(connection.as_mut());
+                shut(connection.as_mut(), Shut::Close);
             }
             _ = watchdog.as_mut(), if idle_limit.is_some() && !closing => {
                 let idle = idle_limit.expect("the branch runs only with an idle limit");
@@ -483,15 +546,23 @@ where
                     {
                         watchdog.as_mut().reset(Instant::now() + idle);
                     }
+                    // hyper still holds bytes of the last answer that the client has not
+                    // taken: parked once they are out, since a connection given back drops
+                    // them.
+                    Some(_) if park.is_some() && conn.write_blocked.load(Ordering::Relaxed) => {
+                        watchdog.as_mut().reset(Instant::now() + idle);
+                    }
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
-                        closing = true;
-                        if park.is_some() {
-                            parking = true;
-                        } else {
+                        if park.is_none() {
+                            closing = true;
+                            asked = true;
                             conn.closing.store(true, Ordering::Relaxed);
                             metrics.closed(Closed::IdleTimeout);
+                            shut(connection.as_mut(), Shut::Close);
+                            continue;
                         }
-                        shut(connection.as_mut());
+                        shut(connection.as_mut(), Shut::Park);
+                        parking = true;
                     }
                     Some(since) => {
                         let left = idle.as_millis() as u64 - now.saturating_sub(since);
@@ -501,6 +572,27 @@ where
                 }
             }
             () = timer.expired(conn) => {}
+        }
+        if parking {
+            parking = false;
+            // Given back only if hyper was between requests, and so finishes in this very
+            // poll. Else it is inside a request (its body still coming after the answer went
+            // out): it closes once that request is done, and no byte of the request is taken
+            // for a request of its own.
+            let polled = std::future::poll_fn(|cx| Poll::Ready(connection.as_mut().poll(cx))).await;
+            match polled {
+                Poll::Ready(Ok(given_back)) => return Some(given_back),
+                Poll::Ready(Err(e)) => {
+                    if let Some(why) = why_ended(Err(&e), protocol, conn, pinged) {
+                        metrics.closed(why);
+                    }
+                    return None;
+                }
+                Poll::Pending => {
+                    closing = true;
+                    shut(connection.as_mut(), Shut::Close);
+                }
+            }
         }
     }
 }

@@ -286,3 +286,61 @@ async fn an_idle_http1_connection_is_parked_and_serves_its_next_requests_as_befo
     assert!(drained.in_time);
     closed_within(&mut idle).await;
 }
+
+/// An answer larger than the socket's buffers, read slowly: hyper still holds its last bytes
+/// when the answer's call has ended, and the connection must not be parked (which drops them)
+/// before they are out.
+#[tokio::test]
+async fn a_large_answer_read_slowly_arrives_whole_before_its_connection_is_parked() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"30s\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let body = upstream.next_stream();
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    // More than loopback's socket buffers hold (several MiB each way).
+    const CHUNKS: usize = 256; // 16 MiB
+    let feeder = tokio::spawn(async move {
+        for _ in 0..CHUNKS {
+            body.send(chunk.clone()).await.unwrap();
+        }
+    });
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Not read at first, then slowly: the upstream's body ends while hyper still queues bytes
+    // the socket cannot take.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let started = Instant::now();
+    while !received.ends_with(b"\r\n0\r\n\r\n") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the answer stalled"
+        );
+        let n = within(stream.read(&mut buf)).await.unwrap();
+        assert!(
+            n > 0,
+            "the proxy closed the connection before the answer's end"
+        );
+        received.extend_from_slice(&buf[..n]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    feeder.await.unwrap();
+    let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let x = received[head_end..].iter().filter(|b| **b == b'x').count();
+    assert_eq!(x, CHUNKS * 64 * 1024, "bytes of the answer were lost");
+    // Then, idle, the connection is parked, and serves its next request.
+    until("parked", || parked(&proxy) == 1.0).await;
+    stream
+        .write_all(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    assert_eq!(
+        answer(&mut stream, &mut pending).await,
+        (200, "GET /after".into())
+    );
+}
