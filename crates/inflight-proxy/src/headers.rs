@@ -8,18 +8,17 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 /// those the `Connection` header names; with the proxy credentials and trailer announcement
 /// that RFC 2616 counted as hop-by-hop too (credentials meant for this hop must not reach the
 /// upstream). `Expect` is answered by the proxy's own server.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
-
 /// The priority class the request's header `name` names: its first value, if it is visible
 /// ASCII of at most [`MAX_CLASS_NAME`](inflight::config::MAX_CLASS_NAME) bytes. `None` (the
 /// budget's default class) for a missing header or any other value: a client's bad header
@@ -33,14 +32,7 @@ pub(crate) fn class_of<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<
 /// without parsing or hashing: most requests and answers have none, and are then left as they
 /// are after one pass over their names.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TE
-        || name == header::TRANSFER_ENCODING
-        || name == header::TRAILER
-        || name == header::UPGRADE
-        || name == header::PROXY_AUTHORIZATION
-        || name == header::PROXY_AUTHENTICATE
-        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+    HOP_BY_HOP.contains(name)
 }
 
 /// Removes the hop-by-hop headers of `headers`: the fixed list and every header the
@@ -60,8 +52,8 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
     }
 }
 
