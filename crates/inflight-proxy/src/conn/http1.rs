@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::{run, Conn, Protocol, Shut, Timing};
 use crate::config::ClientLimits;
-use crate::metrics::{Closed, ConnMetrics};
+use crate::metrics::ConnMetrics;
 
 /// How long an HTTP/1.1 connection idles inside hyper before it is parked. Long enough that a
 /// client sending requests back to back stays in hyper (parking and serving again cost a new
@@ -82,38 +82,30 @@ pub(crate) async fn serve_http1<S, B>(
         drop(read);
         // Parked: the task holds its socket, and waits for it to be readable or for the word
         // to close (at the idle timeout, from the listener's sweep; to make room; to drain).
-        let woken = {
+        let asked = {
             let _parked = Parked::new(metrics);
             until_readable(&io.stream, conn).await
         };
-        if let Some(why) = woken {
-            if let Some(why) = why {
-                metrics.closed(why);
-            }
+        if asked {
+            conn.count_close(metrics);
             return;
         }
     }
 }
 
-/// Waits, holding nothing of its own, until `stream` is readable (`None`) or `conn` is asked
-/// to close (`Some` with the reason; `Some(None)` for a drain).
-fn until_readable<'a>(
-    stream: &'a TcpStream,
-    conn: &'a Conn,
-) -> impl Future<Output = Option<Option<Closed>>> + 'a {
+/// Waits, holding nothing of its own, until `stream` is readable (`false`) or `conn` is asked
+/// to close (`true`).
+fn until_readable<'a>(stream: &'a TcpStream, conn: &'a Conn) -> impl Future<Output = bool> + 'a {
     std::future::poll_fn(move |cx| {
-        if let Some(why) = conn.close_reason() {
-            return Poll::Ready(Some(why));
+        if conn.asked_to_close() {
+            return Poll::Ready(true);
         }
         *conn.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
         // Asked between the look above and the waker's registration: seen now.
-        if let Some(why) = conn.close_reason() {
-            return Poll::Ready(Some(why));
+        if conn.asked_to_close() {
+            return Poll::Ready(true);
         }
-        match stream.poll_read_ready(cx) {
-            Poll::Ready(_) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        stream.poll_read_ready(cx).map(|_| false)
     })
 }
 

@@ -188,12 +188,21 @@ impl Conn {
         }
     }
 
-    /// Why the connection was asked to close: `None` if it was not, `Some(None)` for a drain.
-    fn close_reason(&self) -> Option<Option<Closed>> {
+    /// Whether the connection was asked to close.
+    fn asked_to_close(&self) -> bool {
+        self.reason.load(Ordering::Acquire) != 0
+    }
+
+    /// Counts the connection, asked to close, as closed for the reason it was given (a drain
+    /// is not counted).
+    fn count_close(&self, metrics: &ConnMetrics) {
         match self.reason.load(Ordering::Acquire) {
-            0 => None,
-            DRAIN => Some(None),
-            code => Some(Closed::from_code(code)),
+            0 | DRAIN => {}
+            code => {
+                if let Some(why) = Closed::from_code(code) {
+                    metrics.closed(why);
+                }
+            }
         }
     }
 
@@ -418,9 +427,7 @@ async fn first_bytes(
         },
         _ = stop.wait_for(|stop| *stop) => None,
         _ = conn.close.notified() => {
-            if let Some(Some(why)) = conn.close_reason() {
-                metrics.closed(why);
-            }
+            conn.count_close(metrics);
             None
         }
     }
@@ -531,9 +538,7 @@ where
             _ = conn.close.notified(), if !closing => {
                 closing = true;
                 asked = true;
-                if let Some(Some(why)) = conn.close_reason() {
-                    metrics.closed(why);
-                }
+                conn.count_close(metrics);
                 shut(connection.as_mut(), Shut::Close);
             }
             _ = watchdog.as_mut(), if idle_limit.is_some() && !closing => {
