@@ -455,6 +455,11 @@ impl Sweep {
             _ = shutdown.wait() => true,
             _ = tokio::time::sleep_until(run.deadline.into()) => true,
         };
+        // The callers may see the total time cap pass (and end) before the timer above fires:
+        // a level whose callers stopped at the run's deadline, before its own, was cut too.
+        let interrupted = interrupted
+            || (run.deadline < started + self.duration_per_level
+                && state.stopped_at.get().is_some_and(|&at| at >= run.deadline));
         callers.abort_all();
         poller.abort_all();
         let level = state.level(concurrency, refined, interrupted, readings.as_deref());
