@@ -6,7 +6,8 @@
 //! ```text
 //! cargo bench -p inflight-redis --bench scale                  # 200 processes, 10 s each
 //! cargo bench -p inflight-redis --bench scale -- --processes 100 --seconds 5 --shares-clients 5000
-//! cargo bench -p inflight-redis --bench scale -- --only single  # or: cluster, shares-script
+//! cargo bench -p inflight-redis --bench scale -- --only single  # or: cluster, shares-script, gaps
+//! cargo bench -p inflight-redis --bench scale -- --pin         # Redis on CPU 0, the processes on CPU 1
 //! ```
 //!
 //! Each process is this bench run again as a child: `--callers` callers (2) loop on one budget
@@ -26,7 +27,13 @@
 //! each with its own process id (one connection carries them all), on one budget; the script's
 //! mean time per report (`usec_per_call`), over `--seconds`.
 //!
-//! Results go to stdout as Markdown tables and to `--json FILE` if given; progress to stderr.
+//! **Gaps** (`--only gaps`): one caller's acquire + release through the same client, back to
+//! back, then 2 and 10 ms apart, never waiting: Redis's time per script and CPU per call as the
+//! server idles more between scripts. The 200-process runs send Redis a script every 2-3 ms.
+//!
+//! Results go to stdout as Markdown tables and to `--json FILE` if given (`cargo bench` runs in
+//! `crates/inflight-redis`, so a relative `FILE` starts there); progress to stderr, with each
+//! design's Redis commands (scripts' own included) per call.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -62,6 +69,8 @@ struct Settings {
     shares_clients: usize,
     only: Option<String>,
     json: Option<String>,
+    /// `--pin`: Redis on CPU 0, this bench and its processes on CPU 1.
+    pin: bool,
 }
 
 fn settings() -> Settings {
@@ -74,6 +83,7 @@ fn settings() -> Settings {
         shares_clients: 5000,
         only: None,
         json: None,
+        pin: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -95,6 +105,11 @@ fn settings() -> Settings {
             "--only" => s.only = Some(value),
             "--json" => s.json = Some(value),
             "--bench" => {
+                i += 1;
+                continue;
+            }
+            "--pin" => {
+                s.pin = true;
                 i += 1;
                 continue;
             }
@@ -141,10 +156,18 @@ fn main() {
         }
     }
     let script = wants("shares-script").then(|| shares_script(&s));
+    let gaps = wants("gaps").then(|| gaps(&s));
     print_tables(&s, &rows, script.as_ref());
+    if let Some(gaps) = &gaps {
+        print_gaps(gaps);
+    }
     if let Some(path) = &s.json {
-        let doc = serde_json_like(&s, &rows, script.as_ref());
-        std::fs::write(path, doc).expect("the JSON file is written");
+        let doc = serde_json_like(&s, &rows, script.as_ref(), gaps.as_deref());
+        if let Err(e) = std::fs::write(path, doc) {
+            // `cargo bench` runs in the package's folder: a relative path starts there.
+            eprintln!("error: cannot write {path}: {e}");
+            std::process::exit(1);
+        }
         eprintln!("wrote {path}");
     }
 }
@@ -167,6 +190,37 @@ struct Row {
     peak: usize,
     limit: usize,
     failed: usize,
+}
+
+/// Puts the nodes on `ports` on CPU 0 and this process (every thread, and so the processes it
+/// starts after) on CPU 1, as a production Redis has cores of its own: the 200 processes'
+/// context switches then do not evict Redis's caches, and Redis's CPU per call is its own work.
+/// Says so when `taskset` is missing or the machine has one CPU.
+fn pin(ports: &[u16]) {
+    // Read once: once this process is pinned, it sees one CPU.
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let taskset = |cpu: &str, pid: &str| {
+        Command::new("taskset")
+            .args(["-a", "-p", "-c", cpu, pid])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let pinned = cpus >= 2
+        && ports.iter().all(|port| {
+            let pid = info(*port, "server")
+                .get("process_id")
+                .cloned()
+                .unwrap_or_default();
+            taskset("0", &pid)
+        })
+        && taskset("1", &std::process::id().to_string());
+    if pinned {
+        eprintln!("  pinned: Redis on CPU 0, the bench and its processes on CPU 1");
+    } else {
+        eprintln!("  not pinned ({cpus} CPUs, or taskset failed): Redis shares the CPUs");
+    }
 }
 
 /// `INFO` of the node on `port`, as `field -> value`.
@@ -255,6 +309,9 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
         "{topology}, {mode}: {} processes x {} callers, {} s",
         s.processes, s.callers, s.seconds
     );
+    if s.pin {
+        pin(ports);
+    }
     let observer = Observer::start();
     let budget = format!("scale-{mode}-{}", rand::random::<u32>());
     let exe = std::env::current_exe().unwrap();
@@ -331,6 +388,23 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
             .sum()
     };
     let calls: u64 = per_process.iter().sum();
+    // Where Redis's time went, command by command (scripts' own commands included).
+    let mut by_command: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for st in &stats {
+        for name in st.keys().filter_map(|k| k.strip_prefix("cmdstat_")) {
+            let e = by_command.entry(name).or_default();
+            e.0 += command_stat(st, name, "calls");
+            e.1 += command_stat(st, name, "usec");
+        }
+    }
+    let per = calls.max(1) as f64;
+    for (name, (n, usec)) in &by_command {
+        eprintln!(
+            "  {name}: {:.2} a call, {:.1} us a call",
+            n / per,
+            usec / per
+        );
+    }
     let n = per_process.len() as f64;
     let total: f64 = per_process.iter().map(|&c| c as f64).sum();
     let squares: f64 = per_process.iter().map(|&c| (c as f64).powi(2)).sum();
@@ -451,6 +525,78 @@ fn child() {
     });
 }
 
+/// One caller's calls with a gap between them.
+struct GapRow {
+    gap_ms: u64,
+    calls: u64,
+    scripts_per_call: f64,
+    us_per_script: f64,
+    cpu_us_per_call: f64,
+}
+
+/// The same per-call lease scripts, from one caller of one process, back to back and then with
+/// 2 and 10 ms between calls (never waiting: a budget of 40): how much of a script's cost is the
+/// work, and how much a Redis core that idles between scripts (cold caches, a sleeping CPU).
+fn gaps(s: &Settings) -> Vec<GapRow> {
+    let server = support::start_server().expect("redis-server starts");
+    if s.pin {
+        pin(&[server.1]);
+    }
+    let url = format!("redis://127.0.0.1:{}", server.1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let fleet = RedisFleet::builder(&url).build().unwrap();
+        let budget = Budget::builder("scale-gaps")
+            .max_concurrent(40)
+            .store(Arc::new(fleet.store(40, Fail::Closed)))
+            .build()
+            .unwrap();
+        let mut rows = Vec::new();
+        for gap_ms in [0u64, 2, 10] {
+            let calls = if gap_ms == 0 { 3000 } else { 500 };
+            eprintln!("gaps: {calls} calls, {gap_ms} ms apart");
+            drop(budget.acquire().await.unwrap());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            reset(&[server.1]);
+            let cpu_before = cpu(&[server.1]);
+            for _ in 0..calls {
+                drop(budget.acquire().await.unwrap());
+                if gap_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+                }
+            }
+            // The last release, sent in the background.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let cpu_after = cpu(&[server.1]);
+            let stats = info(server.1, "commandstats");
+            let scripts = command_stat(&stats, "evalsha", "calls");
+            rows.push(GapRow {
+                gap_ms,
+                calls,
+                scripts_per_call: scripts / calls as f64,
+                us_per_script: command_stat(&stats, "evalsha", "usec_per_call"),
+                cpu_us_per_call: (cpu_after - cpu_before) * 1e6 / calls as f64,
+            });
+        }
+        fleet.shutdown().await;
+        rows
+    })
+}
+
+fn print_gaps(rows: &[GapRow]) {
+    println!("\n| one caller, ms between calls | calls | scripts per call | µs per script | Redis CPU µs per call |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    for g in rows {
+        println!(
+            "| {} | {} | {:.2} | {:.1} | {:.1} |",
+            g.gap_ms, g.calls, g.scripts_per_call, g.us_per_script, g.cpu_us_per_call
+        );
+    }
+}
+
 /// The shares script with `s.shares_clients` clients on one budget.
 struct ScriptRow {
     clients: usize,
@@ -555,10 +701,15 @@ fn print_tables(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) {
 }
 
 /// The run as JSON, written by hand (the bench has no JSON dependency).
-fn serde_json_like(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) -> String {
+fn serde_json_like(
+    s: &Settings,
+    rows: &[Row],
+    script: Option<&ScriptRow>,
+    gaps: Option<&[GapRow]>,
+) -> String {
     let mut out = format!(
-        "{{\n  \"processes\": {},\n  \"callers\": {},\n  \"limit\": {},\n  \"seconds\": {},\n  \"hold_ms\": {},\n  \"designs\": [\n",
-        s.processes, s.callers, s.limit, s.seconds, s.hold_ms
+        "{{\n  \"processes\": {},\n  \"callers\": {},\n  \"limit\": {},\n  \"seconds\": {},\n  \"hold_ms\": {},\n  \"pinned\": {},\n  \"designs\": [\n",
+        s.processes, s.callers, s.limit, s.seconds, s.hold_ms, s.pin
     );
     for (i, r) in rows.iter().enumerate() {
         out.push_str(&format!(
@@ -574,6 +725,17 @@ fn serde_json_like(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) -> St
             ",\n  \"shares_script\": {{\"clients\": {}, \"reports\": {}, \"us_per_report\": {:.2}}}",
             sc.clients, sc.reports, sc.us_per_report
         ));
+    }
+    if let Some(gaps) = gaps {
+        out.push_str(",\n  \"gaps\": [\n");
+        for (i, g) in gaps.iter().enumerate() {
+            out.push_str(&format!(
+                "    {{\"gap_ms\": {}, \"calls\": {}, \"scripts_per_call\": {:.3}, \"us_per_script\": {:.2}, \"redis_cpu_us_per_call\": {:.2}}}{}\n",
+                g.gap_ms, g.calls, g.scripts_per_call, g.us_per_script, g.cpu_us_per_call,
+                if i + 1 < gaps.len() { "," } else { "" }
+            ));
+        }
+        out.push_str("  ]");
     }
     out.push_str("\n}\n");
     out
