@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -26,112 +27,72 @@ use crate::metrics::ConnMetrics;
 /// hyper connection), short enough that idle clients hold no buffers.
 pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 
-/// Serves an HTTP/1.1 connection until it closes: by hyper while requests come, parked between
-/// them once idle for [`PARK_AFTER`], and closed at the idle timeout (by the listener's sweep,
-/// or hyper's header timer), when the proxy drains, or when the accept loop asks.
-pub(crate) async fn serve_http1<S, B>(
-    stream: TcpStream,
-    conn: &std::sync::Arc<Conn>,
+/// Serves an HTTP/1.1 connection with hyper until hyper gives it back, idle for
+/// [`PARK_AFTER`] (`Some`, with the bytes read ahead in front, if any), or it closes (`None`:
+/// at the idle timeout, by hyper's header timer, when the proxy drains, or when the accept loop
+/// asks).
+pub(super) async fn serve<S, B>(
+    io: Rewound,
+    conn: &Conn,
     limits: &ClientLimits,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
     service: S,
-) where
-    S: HttpService<Incoming, ResBody = B> + Clone + Unpin,
+) -> Option<Rewound>
+where
+    S: HttpService<Incoming, ResBody = B> + Unpin,
     S::Future: Unpin,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut io = Rewound {
-        front: Bytes::new(),
-        stream,
-        conn: conn.clone(),
+    let read_ahead = io.read_ahead();
+    let connection = {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.idle_timeout);
+        Served {
+            inner: Some(builder.serve_connection(TokioIo::new(io), service)),
+            keep_io: false,
+        }
     };
-    loop {
-        let read_ahead = !io.front.is_empty();
-        let connection = {
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.idle_timeout);
-            Served {
-                inner: Some(builder.serve_connection(TokioIo::new(io), service.clone())),
-                keep_io: false,
-            }
-        };
-        let timing = Timing {
-            protocol: Protocol::Http1,
-            idle: None,
-            park: Some(PARK_AFTER),
-            park_needs_answer: read_ahead,
-            pinged: Duration::MAX,
-        };
-        // Boxed: hyper's connection takes room only while it serves, not while parked.
-        let shut = |c: Pin<&mut Served<S>>, how: Shut| c.shut(how);
-        let served = Box::pin(run(connection, shut, conn, stop, metrics, timing)).await;
-        let Some(Some((given_back, read))) = served else {
-            return;
-        };
-        io = given_back;
-        if !read.is_empty() || !io.front.is_empty() {
-            // The client has sent more already: served again at once.
-            io.front = join(read, std::mem::take(&mut io.front));
-            continue;
-        }
-        drop(read);
-        // Parked: the task holds its socket, and waits for it to be readable or for the word
-        // to close (at the idle timeout, from the listener's sweep; to make room; to drain).
-        let asked = {
-            let _parked = Parked::new(metrics);
-            until_readable(&io.stream, conn).await
-        };
-        if asked {
-            conn.count_close(metrics);
-            return;
-        }
-    }
+    let timing = Timing {
+        protocol: Protocol::Http1,
+        idle: None,
+        park: Some(PARK_AFTER),
+        park_needs_answer: read_ahead,
+        pinged: Duration::MAX,
+    };
+    let shut = |c: Pin<&mut Served<S>>, how: Shut| c.shut(how);
+    let (mut io, read) = run(connection, shut, conn, stop, metrics, timing).await??;
+    io.front = join(read, std::mem::take(&mut io.front));
+    Some(io)
 }
 
-/// Waits, holding nothing of its own, until `stream` is readable (`false`) or `conn` is asked
-/// to close (`true`).
-fn until_readable<'a>(stream: &'a TcpStream, conn: &'a Conn) -> impl Future<Output = bool> + 'a {
-    std::future::poll_fn(move |cx| {
-        if conn.asked_to_close() {
-            return Poll::Ready(true);
-        }
-        *conn.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
-        // Asked between the look above and the waker's registration: seen now.
-        if conn.asked_to_close() {
-            return Poll::Ready(true);
-        }
-        stream.poll_read_ready(cx).map(|_| false)
-    })
-}
-
-/// A connection counted as parked while this lives.
-struct Parked<'a>(&'a ConnMetrics);
-
-impl<'a> Parked<'a> {
-    fn new(metrics: &'a ConnMetrics) -> Parked<'a> {
-        metrics.parked(true);
-        Parked(metrics)
+/// Whether `io` is readable (`Ready(false)`) or `conn` was asked to close (`Ready(true)`);
+/// while neither, `cx` is woken by either.
+pub(super) fn until_readable(io: &Rewound, conn: &Conn, cx: &mut Context<'_>) -> Poll<bool> {
+    if conn.asked_to_close() {
+        return Poll::Ready(true);
     }
-}
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.0.parked(false);
+    *conn.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+    // Asked between the look above and the waker's registration: seen now.
+    if conn.asked_to_close() {
+        return Poll::Ready(true);
     }
+    io.stream.poll_read_ready(cx).map(|_| false)
 }
 
 /// `first` then `then`, in one buffer.
 fn join(first: Bytes, then: Bytes) -> Bytes {
-    if then.is_empty() {
-        return first;
-    }
-    if first.is_empty() {
-        return then;
+    // An empty part is dropped, not kept: it may be a slice of hyper's whole read buffer,
+    // which a parked connection would then hold.
+    match (first.is_empty(), then.is_empty()) {
+        (true, true) => return Bytes::new(),
+        (true, false) => return then,
+        (false, true) => return first,
+        (false, false) => {}
     }
     let mut both = BytesMut::with_capacity(first.len() + then.len());
     both.extend_from_slice(&first);
@@ -204,10 +165,24 @@ pub(crate) struct Rewound {
     front: Bytes,
     stream: TcpStream,
     /// Told whether the socket last refused bytes ([`Conn`]'s `write_blocked`).
-    conn: std::sync::Arc<Conn>,
+    conn: Arc<Conn>,
 }
 
 impl Rewound {
+    /// `stream`, nothing read ahead, telling `conn` when the socket refuses bytes.
+    pub(super) fn new(stream: TcpStream, conn: Arc<Conn>) -> Rewound {
+        Rewound {
+            front: Bytes::new(),
+            stream,
+            conn,
+        }
+    }
+
+    /// Whether bytes of the client's next request were read already.
+    pub(super) fn read_ahead(&self) -> bool {
+        !self.front.is_empty()
+    }
+
     fn wrote<T>(&self, written: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
         self.conn
             .write_blocked
