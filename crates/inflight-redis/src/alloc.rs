@@ -37,13 +37,20 @@ pub(crate) fn targets(limit: usize, wants: &[usize]) -> Vec<usize> {
     targets
 }
 
-/// A report from `me` (`others` are the live entries of everyone else): it may run at most
-/// `holding` calls until it hears back, and wants `wants`. Its reservation shrinks to
-/// `holding` at once, and grows towards its fair target only from permits nobody holds, so the
-/// sum of the reservations never exceeds `limit`.
-pub(crate) fn report(limit: usize, others: &[Entry], holding: usize, wants: usize) -> Outcome {
+/// A report from `me` (`others` are the live entries of everyone else; `kept`, what its own
+/// live entry reserves): it may run at most `holding` calls until it hears back, and wants
+/// `wants`. Its reservation shrinks to `holding` at once, keeps what it runs up to `kept` (still
+/// counted when the entries sum past the limit after a loss of state), and grows towards its
+/// fair target only from permits nobody holds, so a sum within `limit` never exceeds it.
+pub(crate) fn report(
+    limit: usize,
+    others: &[Entry],
+    kept: usize,
+    holding: usize,
+    wants: usize,
+) -> Outcome {
     let reserved: usize = others.iter().map(|e| e.has).sum();
-    let mut has = holding.min(limit.saturating_sub(reserved));
+    let mut has = holding.min(limit.saturating_sub(reserved).max(kept));
     let mut all: Vec<usize> = others.iter().map(|e| e.wants).collect();
     all.push(wants);
     let target = *targets(limit, &all).last().unwrap_or(&0);
@@ -79,7 +86,7 @@ mod tests {
             has: 400,
             wants: 900,
         }];
-        let out = report(512, &others, 0, 900);
+        let out = report(512, &others, 0, 0, 900);
         assert_eq!(
             out,
             Outcome {
@@ -93,10 +100,26 @@ mod tests {
             has: 112,
             wants: 900,
         }];
-        let out = report(512, &me, 300, 900);
+        let out = report(512, &me, 400, 300, 900);
         assert_eq!((out.cap, out.has, out.target), (256, 300, 256));
-        let out = report(512, &me, 256, 900);
+        let out = report(512, &me, 300, 256, 900);
         assert_eq!((out.cap, out.has), (256, 256));
+    }
+
+    #[test]
+    fn what_runs_past_the_limit_after_a_loss_of_state_stays_counted() {
+        // After learning, 500 and 100 still run on a limit of 512: each keeps what its entry
+        // reserves while it runs it, and the other grows only from what is free.
+        let other = [Entry {
+            has: 100,
+            wants: 100,
+        }];
+        assert_eq!(report(512, &other, 500, 500, 500).has, 500);
+        let other = [Entry {
+            has: 500,
+            wants: 500,
+        }];
+        assert_eq!(report(512, &other, 100, 0, 100).has, 12);
     }
 
     #[test]
@@ -106,7 +129,7 @@ mod tests {
             has: 500,
             wants: 500,
         }];
-        let out = report(512, &others, 40, 40);
+        let out = report(512, &others, 0, 40, 40);
         assert_eq!((out.cap, out.has), (12, 12));
     }
 }

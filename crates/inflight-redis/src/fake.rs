@@ -230,7 +230,8 @@ impl FakeServer {
             (r.holding, r.wants)
         };
         let entries: Vec<alloc::Entry> = others.iter().map(|(_, e)| *e).collect();
-        let mut out = alloc::report(r.limit, &entries, holding, wants);
+        let before = mine.map_or(0, |m| m.has);
+        let mut out = alloc::report(r.limit, &entries, before, holding, wants);
         if learning || behind {
             // Its calls run: they count whole, and no share grows while the budget learns.
             out.has = holding;
@@ -252,7 +253,6 @@ impl FakeServer {
         let mut all_wants: Vec<usize> = entries.iter().map(|e| e.wants).collect();
         all_wants.push(wants);
         let targets = alloc::targets(r.limit, &all_wants);
-        let before = mine.map_or(0, |m| m.has);
         let tell = others
             .iter()
             .zip(&targets)

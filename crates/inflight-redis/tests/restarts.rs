@@ -167,13 +167,13 @@ async fn local_fallback_across_a_restart(shares: bool) {
     let newcomer = tokio::spawn({
         let (b, observer) = (b.clone(), observer.addr());
         async move {
-            let start = Instant::now();
             loop {
                 // Past the fallback's pause and the budget's learning, a fleet permit.
                 if let Ok(permit) = b.acquire_owned().await {
                     if !permit.lease().unwrap().id().starts_with("local:") {
+                        let granted = Instant::now();
                         let call = Call::begin(&observer).await;
-                        return (start.elapsed(), permit, call);
+                        return (granted, permit, call);
                     }
                 }
                 tokio::time::sleep(ms(50)).await;
@@ -191,15 +191,22 @@ async fn local_fallback_across_a_restart(shares: bool) {
         running.call.end().await;
     }
     let mut ended = 0;
+    let mut first_ended = None;
     while !newcomer.is_finished() {
         assert!(ended < limit, "the newcomer started once A's calls ended");
         let running = a_calls.pop().unwrap();
         running.call.end().await;
-
+        first_ended.get_or_insert_with(Instant::now);
         ended += 1;
         tokio::time::sleep(ms(400)).await;
     }
-    let (_, _permit, call) = newcomer.await.unwrap();
+    let (granted, _permit, call) = newcomer.await.unwrap();
+    // Whenever its call got to the observer: granted only once one of A's calls had ended (A's
+    // permit goes back after its call ends).
+    assert!(
+        first_ended.is_some_and(|at| granted > at),
+        "the newcomer was granted while A ran all {limit} of its calls"
+    );
     let served = observer.served();
     assert!(
         served.in_service <= limit,

@@ -553,3 +553,32 @@ fn shares_keep_what_each_process_runs_while_the_budget_learns() {
     let b2 = shares_seen(conn, p2, (300, 212, 4), 400, false, (a2.5, a2.6));
     assert_eq!((b2.2, b2.7), (212, 0), "nothing free to grow into");
 }
+
+#[test]
+fn shares_still_running_past_the_limit_stay_counted_once_the_budget_has_learned() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    let (p1, p2) = ("00000000000000p1-a", "00000000000000p2-b");
+    let r1 = shares_seen(conn, p1, (500, 0, 1), 1000, false, (0, 0));
+    let r2 = shares_seen(conn, p2, (100, 0, 1), 1000, false, (0, 0));
+    assert_eq!((r1.2, r2.2), (500, 12));
+    redis::cmd("FLUSHALL").exec(conn).unwrap();
+    // After the loss, p1 runs its 500 and p2 100 (12 under its share, 88 its fallback admitted
+    // while Redis was away): both kept whole while the budget learns, 600 on a limit of 512.
+    let a1 = shares_seen(conn, p1, (500, 500, 2), 1000, false, (r1.5, r1.6));
+    let a2 = shares_seen(conn, p2, (100, 100, 2), 1000, false, (r2.5, r2.6));
+    assert_eq!((a1.2, a2.2), (500, 100));
+    std::thread::sleep(Duration::from_millis(600));
+    let b1 = shares_seen(conn, p1, (500, 500, 3), 1000, false, (a1.5, a1.6));
+    let b2 = shares_seen(conn, p2, (100, 100, 3), 1000, false, (a2.5, a2.6));
+    assert_eq!((b1.2, b2.2), (500, 100));
+    std::thread::sleep(Duration::from_millis(500));
+    // Learned, and still 600 running: p1's calls stay counted, not cut to what p2 leaves.
+    let c1 = shares_seen(conn, p1, (500, 500, 4), 1000, false, (b1.5, b1.6));
+    assert_eq!((c1.2, c1.7), (500, 0), "p1 runs 500");
+    // p2's calls end: it grows only from what p1's running calls leave free.
+    let c2 = shares_seen(conn, p2, (100, 0, 4), 1000, false, (b2.5, b2.6));
+    assert_eq!(c2.2, 12, "500 of 512 run in p1");
+}

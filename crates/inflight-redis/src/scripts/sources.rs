@@ -101,8 +101,10 @@ pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 ///   lease after it began to hold, is capped to its base (its extras go back as its calls end)
 ///   and queues again.
 /// - **Never past the limit.** A share grows only from permits no entry holds; the reporter's
-///   `holding` is kept (up to what the others leave free), and, while the budget learns after a
-///   loss of state or when the reporter is behind, kept whole (its calls run) with no growth.
+///   `holding` is kept up to what its live entry reserves or the others leave free (so calls
+///   kept past the limit after a loss of state stay counted once the budget has learned), and,
+///   while the budget learns after a loss of state or when the reporter is behind, kept whole
+///   (its calls run) with no growth.
 /// - **Told.** A process below its base tells those holding more than any base to report (they
 ///   are capped at once); one that gave permits back tells those below their base, then the heads of the turns
 ///   queue; one that queued for a turn tells the holder of extras whose term ran out.

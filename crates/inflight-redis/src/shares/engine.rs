@@ -515,8 +515,13 @@ impl ShareEngine {
                     state.confirmed = Some(sent);
                     state.recheck_at = reply.recheck.map(|d| answered + d);
                     // The server reserves for the calls admitted locally too (they were in the
-                    // report's holding): the share admits that many fewer while they run.
-                    self.set_cap(&mut state, reply.cap.saturating_sub(self.fallback.held()));
+                    // report's holding): the share admits that many fewer while they run. Those
+                    // that ended since the report left stay counted until the next report (their
+                    // end asked for one): the server may have kept their permits only because
+                    // they ran (while the budget learns, past the limit), not because any was
+                    // free for a new call.
+                    let local = local.max(self.fallback.held());
+                    self.set_cap(&mut state, reply.cap.saturating_sub(local));
                 }
                 return;
             }

@@ -71,7 +71,9 @@ while k < nw do
   if found then break end
 end
 local base = math.min(wants, math.floor(level))
-local mhas = math.min(holding, math.max(limit - reserved, 0))
+-- What it runs is kept up to what its live entry already reserves (still counted when the
+-- entries sum past the limit after learning); beyond that, only what the others leave free.
+local mhas = math.min(holding, math.max(limit - reserved, before))
 if learning or behind then mhas = holding end
 local free = math.max(limit - reserved - mhas, 0)
 if not learning and mhas < base then

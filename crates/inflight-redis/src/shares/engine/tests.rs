@@ -486,3 +486,69 @@ async fn a_shutdown_waits_for_short_calls_and_then_gives_everything_back() {
     call.await.unwrap();
     assert!(server.0.shares_held("search").is_empty(), "nothing left");
 }
+
+/// After Redis lost the budget's state, a report counts the calls the fallback admitted while
+/// Redis was away, and the budget keeps them whole while it learns, past the limit if need be:
+/// their permits are kept because the calls run, not because they are free. A local call that
+/// ends while that report is on its way gives no permit to a new call.
+#[tokio::test(start_paused = true)]
+async fn a_local_call_ending_during_a_report_frees_no_permit_while_the_limit_is_passed() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(Arc::new(server.clone()), 6, Fail::Local(2)),
+        store(Arc::new(server.clone()), 6, Fail::Local(2)),
+    );
+    let (ra, rb) = (budget(&a, 6), budget(&b, 6));
+    // b has met the budget and holds nothing; a runs the whole limit.
+    drop(rb.acquire().await.unwrap());
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(b.snapshot().reserved, 0);
+    let mut a_calls: Vec<_> = futures::future::join_all((0..6).map(|_| ra.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(a.snapshot().reserved, 6);
+    // Redis is away: b admits its local limit.
+    server.0.down.store(true, Relaxed);
+    let locals: Vec<_> = futures::future::join_all((0..2).map(|_| rb.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(locals
+        .iter()
+        .all(|p| crate::fallback::Fallback::gave(p.lease().unwrap())));
+    // Redis is back, empty, and answers after 20 ms.
+    server.0.wipe();
+    server.0.delay_ms.store(20, Relaxed);
+    server.0.down.store(false, Relaxed);
+    tokio::time::sleep(ms(250)).await;
+    // A newcomer of b asks: b's report counts its 2 local calls, which end before the answer.
+    let newcomer = tokio::spawn({
+        let rb = rb.clone();
+        async move {
+            let permit = rb.acquire_owned().await.unwrap();
+            assert!(!crate::fallback::Fallback::gave(permit.lease().unwrap()));
+            (Instant::now(), permit)
+        }
+    });
+    tokio::time::sleep(ms(5)).await;
+    assert!(server.0.learning("search"));
+    drop(locals);
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(
+        !newcomer.is_finished(),
+        "nothing is free while a runs the limit: {:?} {:?}",
+        a.snapshot(),
+        b.snapshot()
+    );
+    assert_eq!(a.snapshot().reserved, 6, "a's calls are registered");
+    let ended = Instant::now();
+    drop(a_calls.pop());
+    let (started, _permit) = tokio::time::timeout(ms(2000), newcomer)
+        .await
+        .expect("the newcomer starts once fewer than the limit run")
+        .unwrap();
+    assert!(started > ended);
+}
