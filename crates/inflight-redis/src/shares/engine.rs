@@ -374,7 +374,12 @@ impl ShareEngine {
                 self.counters.fallbacks.fetch_add(1, Relaxed);
                 // The local limit counts the calls still running under the share: it is what
                 // the process may run while Redis is away, not a grant on top of its share.
-                self.fallback.lease(deadline, || self.lock().in_use).await
+                let lease = self.fallback.lease(deadline, || self.lock().in_use).await;
+                if lease.is_ok() {
+                    // The reporter may sleep as if idle: once Redis is back, this call is reported.
+                    self.signals.kick.notify_one();
+                }
+                lease
             }
         }
     }
@@ -422,9 +427,14 @@ impl ShareEngine {
     }
 
     /// Whether a report is worth sending now: a renewal is skipped while this process holds
-    /// nothing and wants nothing (its entry may lapse; it asks again when a caller comes).
+    /// nothing, wants nothing and runs no call its fallback admitted while Redis was away (its
+    /// entry may lapse; it asks again when a caller comes). The fallback's count is an atomic
+    /// read, safe under the state's lock.
     fn idle(&self, state: &State) -> bool {
-        state.has == 0 && state.cap == 0 && state.in_use + state.waiting == 0
+        state.has == 0
+            && state.cap == 0
+            && state.in_use + state.waiting == 0
+            && self.fallback.held() == 0
     }
 
     /// One report: tells the server what this process may run and wants, and takes the share

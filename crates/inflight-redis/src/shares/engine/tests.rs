@@ -552,3 +552,71 @@ async fn a_local_call_ending_during_a_report_frees_no_permit_while_the_limit_is_
         .unwrap();
     assert!(started > ended);
 }
+
+/// A process with no share that runs only calls its fallback admitted while Redis was away
+/// reports them once Redis is back, so they count against the fleet limit until they end.
+#[tokio::test(start_paused = true)]
+async fn local_calls_of_a_process_without_a_share_count_once_redis_is_back() {
+    let server = Shared::default();
+    let b = store(Arc::new(server.clone()), 6, Fail::Local(2));
+    let rb = budget(&b, 6);
+    // b has met the budget and holds nothing.
+    drop(rb.acquire().await.unwrap());
+    tokio::time::sleep(LEASE).await;
+    assert_eq!((b.snapshot().share, reserved(&server)), (0, 0));
+    // Redis is away: b admits its local limit.
+    server.0.down.store(true, Relaxed);
+    let locals: Vec<_> = futures::future::join_all((0..2).map(|_| rb.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(locals
+        .iter()
+        .all(|p| crate::fallback::Fallback::gave(p.lease().unwrap())));
+    tokio::time::sleep(ms(50)).await;
+    // Redis is back, empty: within a renewal b's report counts its 2 local calls.
+    server.0.wipe();
+    server.0.down.store(false, Relaxed);
+    tokio::time::sleep(LEASE / 3 + ms(10)).await;
+    assert_eq!(
+        reserved(&server),
+        2,
+        "b's local calls are registered: {:?}",
+        b.snapshot()
+    );
+    // Once they end, they stop counting.
+    drop(locals);
+    tokio::time::sleep(LEASE + LEASE / 3).await;
+    assert_eq!(reserved(&server), 0, "{:?}", b.snapshot());
+}
+
+/// A local call admitted while the reporter sleeps with nothing to renew, during the pause
+/// after a failed report (when callers do not ask the server), is reported once Redis is back.
+#[tokio::test(start_paused = true)]
+async fn a_local_call_admitted_while_nothing_was_held_is_reported_once_redis_is_back() {
+    let server = Shared::default();
+    let b = store(Arc::new(server.clone()), 6, Fail::Local(2));
+    let rb = budget(&b, 6);
+    drop(rb.acquire().await.unwrap());
+    tokio::time::sleep(LEASE).await;
+    // Redis is away past the last share's lease.
+    server.0.down.store(true, Relaxed);
+    tokio::time::sleep(LEASE * 3).await;
+    let first = rb.acquire().await.unwrap();
+    tokio::time::sleep(ms(5)).await;
+    // Ending it asks for a report, which waits out the pause: nothing is held then.
+    drop(first);
+    tokio::time::sleep(ms(5)).await;
+    assert_eq!(b.snapshot().local_held, 0);
+    // Within the pause, a call is admitted locally without asking the server.
+    let local = rb.acquire().await.unwrap();
+    assert!(crate::fallback::Fallback::gave(local.lease().unwrap()));
+    server.0.wipe();
+    server.0.down.store(false, Relaxed);
+    tokio::time::sleep(LEASE / 3 + ms(10)).await;
+    assert_eq!(reserved(&server), 1, "{:?}", b.snapshot());
+    drop(local);
+    tokio::time::sleep(LEASE + LEASE / 3).await;
+    assert_eq!(reserved(&server), 0, "{:?}", b.snapshot());
+}
