@@ -68,7 +68,7 @@ pub struct RedisFleet {
 }
 
 /// Settings of a [`RedisFleet`]; see [`RedisFleet::builder`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct FleetBuilder {
     url: String,
@@ -76,6 +76,19 @@ pub struct FleetBuilder {
     lease: Duration,
     op_timeout: Duration,
     retry_after: Duration,
+}
+
+/// Shows the URL without its password, as [`RedisFleet::address`] does.
+impl std::fmt::Debug for FleetBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetBuilder")
+            .field("url", &inflight::config::shown_url(&self.url))
+            .field("ca_file", &self.ca_file)
+            .field("lease", &self.lease)
+            .field("op_timeout", &self.op_timeout)
+            .field("retry_after", &self.retry_after)
+            .finish()
+    }
 }
 
 impl RedisFleet {

@@ -322,6 +322,24 @@ fn with_resp3(info: &ConnectionInfo) -> ConnectionInfo {
     info.clone().set_redis_settings(settings)
 }
 
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+}
+
+/// Makes sure rustls has a process-wide crypto provider before a TLS connection is made: redis
+/// builds its TLS settings on the process's default provider, which rustls picks by itself only
+/// when exactly one provider feature is on in the build. redis turns none on (this crate's own
+/// `rustls` dependency turns on *ring*); with none, or with two (an application that also
+/// turns on `aws-lc-rs`), the first `rediss` connection would panic, and a blocking release in
+/// a store's drop abort the process. Installs *ring*'s unless the application installed one of
+/// its own first; plain `redis://` fleets install nothing.
+fn crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one first: a provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// A read error for what a sentinel or node answered that makes no sense.
 fn odd(what: String) -> RedisError {
     RedisError::from(std::io::Error::other(what))
@@ -366,6 +384,9 @@ impl Link {
     }
 
     fn client(&self, info: &ConnectionInfo) -> Result<Client, RedisError> {
+        if is_tls(info) {
+            crypto_provider();
+        }
         match (&self.certs, info.addr()) {
             (Some(pem), ConnectionAddr::TcpTls { .. }) => Client::build_with_tls(
                 info.clone(),
@@ -557,6 +578,9 @@ impl Link {
         seeds: Vec<ConnectionInfo>,
         generation: u64,
     ) -> Result<Current, RedisError> {
+        if seeds.iter().any(is_tls) {
+            crypto_provider();
+        }
         let mut builder = ClusterClientBuilder::new(seeds.iter().map(with_resp3))
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(Heard(Arc::downgrade(&self.grants)))
@@ -670,6 +694,9 @@ impl Link {
                 Topology::Cluster(seeds) => seeds.clone(),
                 _ => vec![node],
             };
+            if seeds.iter().any(is_tls) {
+                crypto_provider();
+            }
             let mut builder = ClusterClientBuilder::new(seeds)
                 .connection_timeout(timeout)
                 .response_timeout(timeout);

@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod load;
 pub mod sentinel;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

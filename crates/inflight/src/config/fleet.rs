@@ -5,12 +5,23 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits. Its
+/// `Debug` shows the URL without its password, as [`FleetConfig::shown_url`] does.
+#[derive(Clone, PartialEq, Eq)]
 pub struct FleetConfig {
     pub(crate) url: String,
     pub(crate) lease: Option<Duration>,
     pub(crate) ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field("url", &self.shown_url())
+            .field("lease", &self.lease)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
 }
 
 impl FleetConfig {
@@ -112,4 +123,21 @@ pub enum FleetFail {
     Closed,
     /// Admit at most this many at once per process (`fail = "local"`, `local_limit = n`).
     Local(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_the_password() {
+        let config = FleetConfig {
+            url: "rediss://app:s3cret@127.0.0.1:6380".into(),
+            lease: None,
+            ca_file: None,
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("app:***@127.0.0.1:6380"), "{shown}");
+    }
 }
