@@ -35,12 +35,12 @@ else
     echo "  not root: tests that create cgroups will be skipped"
 fi
 
-step "redis-server and redis-sentinel (the fleet budget's tests run real ones on loopback: a server, a cluster, sentinels)"
+step "redis-server, redis-sentinel and openssl (the fleet budget's tests run real ones on loopback: a server, a cluster, sentinels, a TLS server with certificates made by openssl)"
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null \
-    || ! command -v redis-sentinel >/dev/null; then
+    || ! command -v redis-sentinel >/dev/null || ! command -v openssl >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null; }; then
+            apt-get install -y -qq redis-server redis-tools redis-sentinel openssl >/dev/null; }; then
             echo "  could not install redis-server: its tests will say they skipped"
         fi
     else
