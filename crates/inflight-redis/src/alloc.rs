@@ -59,7 +59,9 @@ pub(crate) fn report(
         has += (target - has).min(free);
     }
     Outcome {
-        cap: has.min(target),
+        // Past the limit, what it runs stays counted, but nothing new starts until the others
+        // leave room.
+        cap: has.min(target).min(limit.saturating_sub(reserved)),
         has,
         target,
     }
@@ -114,7 +116,12 @@ mod tests {
             has: 100,
             wants: 100,
         }];
-        assert_eq!(report(512, &other, 500, 500, 500).has, 500);
+        let out = report(512, &other, 500, 500, 500);
+        assert_eq!(
+            (out.has, out.cap),
+            (500, 412),
+            "counted whole, starts nothing new"
+        );
         let other = [Entry {
             has: 500,
             wants: 500,

@@ -578,6 +578,9 @@ fn shares_still_running_past_the_limit_stay_counted_once_the_budget_has_learned(
     // Learned, and still 600 running: p1's calls stay counted, not cut to what p2 leaves.
     let c1 = shares_seen(conn, p1, (500, 500, 4), 1000, false, (b1.5, b1.6));
     assert_eq!((c1.2, c1.7), (500, 0), "p1 runs 500");
+    // ... but starts nothing new while p2's 100 run: 412 at most, not the 500 it kept.
+    assert_eq!(c1.1, 412, "p1 may run what p2 leaves");
+    assert_eq!(b1.1, 412, "while learning too");
     // p2's calls end: it grows only from what p1's running calls leave free.
     let c2 = shares_seen(conn, p2, (100, 0, 4), 1000, false, (b2.5, b2.6));
     assert_eq!(c2.2, 12, "500 of 512 run in p1");

@@ -104,7 +104,8 @@ pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 ///   `holding` is kept up to what its live entry reserves or the others leave free (so calls
 ///   kept past the limit after a loss of state stay counted once the budget has learned), and,
 ///   while the budget learns after a loss of state or when the reporter is behind, kept whole
-///   (its calls run) with no growth.
+///   (its calls run) with no growth. Whatever it keeps, its cap is never more than the others
+///   leave: past the limit, it starts nothing new until they make room.
 /// - **Told.** A process below its base tells those holding more than any base to report (they
 ///   are capped at once); one that gave permits back tells those below their base, then the heads of the turns
 ///   queue; one that queued for a turn tells the holder of extras whose term ran out.

@@ -74,6 +74,9 @@ local base = math.min(wants, math.floor(level))
 -- What it runs is kept up to what its live entry already reserves (still counted when the
 -- entries sum past the limit after learning); beyond that, only what the others leave free.
 local mhas = math.min(holding, math.max(limit - reserved, before))
+-- What the others leave: past it (entries summing past the limit after a loss of state), what
+-- it runs stays counted, but it starts nothing new until they leave room.
+local room = math.max(limit - reserved, 0)
 if learning or behind then mhas = holding end
 local free = math.max(limit - reserved - mhas, 0)
 if not learning and mhas < base then
@@ -156,4 +159,5 @@ end
 redis.call('HSET', KEYS[7], 'reserved', reserved, 'wants', total, 'n', n)
 version = redis.call('HINCRBY', KEYS[2], 'version', 1)
 for _, id in ipairs(told) do tell(id) end
+cap = math.min(cap, room)
 return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0)}
