@@ -356,31 +356,49 @@ where
     F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + Unpin + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
-    let told = {
-        let (conn, mut stop, metrics) = (conn.clone(), stop.clone(), accounted.metrics.clone());
-        Box::pin(async move {
-            match first_bytes(&stream, &conn, &limits, &mut stop, &metrics).await {
-                Some(protocol) => Next::Told(stream, protocol),
-                None => Next::Closed,
-            }
-        })
-    };
-    Serve {
+    let mut serve = Serve {
         conn,
         peer,
         limits,
         stop,
         accounted,
         handle,
-        state: State::Busy(told),
-    }
+        state: State::Done,
+    };
+    let Owned(conn, mut stop, metrics, limits) = serve.owned();
+    serve.state = State::Busy(Box::pin(async move {
+        match first_bytes(&stream, &conn, &limits, &mut stop, &metrics).await {
+            Some(protocol) => Next::Told(stream, protocol),
+            None => Next::Closed,
+        }
+    }));
+    serve
 }
+
+/// What a busy stretch's boxed future owns of its connection's: the `Conn`, the drain's
+/// receiver, the metrics and the limits.
+struct Owned(
+    Arc<Conn>,
+    watch::Receiver<bool>,
+    Arc<ConnMetrics>,
+    ClientLimits,
+);
 
 impl<F, Fut> Serve<F>
 where
     F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + Unpin + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    /// Handles of its own on what a busy stretch needs (see [`Owned`]).
+    fn owned(&self) -> Owned {
+        Owned(
+            self.conn.clone(),
+            self.stop.clone(),
+            self.accounted.metrics.clone(),
+            self.limits,
+        )
+    }
+
     /// The hyper service of one stretch of serving: each request handled, its connection busy
     /// until its answer is sent, and its call timer run by the connection (HTTP/1.1) or a
     /// task of its own (HTTP/2, which answers many calls at once).
@@ -422,12 +440,7 @@ where
     /// Served by hyper's HTTP/1.1 server until it is given back or closes.
     fn http1(&self, io: http1::Rewound) -> State {
         let service = self.service(Protocol::Http1);
-        let (conn, mut stop, metrics) = (
-            self.conn.clone(),
-            self.stop.clone(),
-            self.accounted.metrics.clone(),
-        );
-        let limits = self.limits;
+        let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
             match http1::serve(io, &conn, &limits, &mut stop, &metrics, service).await {
                 Some(io) => Next::GivenBack(io),
@@ -439,12 +452,7 @@ where
     /// Served by hyper's HTTP/2 server until it closes.
     fn http2(&self, stream: TcpStream) -> State {
         let service = self.service(Protocol::Http2);
-        let (conn, mut stop, metrics) = (
-            self.conn.clone(),
-            self.stop.clone(),
-            self.accounted.metrics.clone(),
-        );
-        let limits = self.limits;
+        let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
             serve_http2(stream, &conn, &limits, &mut stop, &metrics, service).await;
             Next::Closed
