@@ -172,6 +172,22 @@ impl Server for Cut {
     }
 }
 
+/// `n` permits of `budget` at once, each held until dropped.
+async fn permits(budget: &Budget, n: usize) -> Vec<inflight::OwnedPermit> {
+    futures::future::join_all((0..n).map(|_| budget.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Whether every one of `permits` was admitted by the local fallback.
+fn all_local(permits: &[inflight::OwnedPermit]) -> bool {
+    permits
+        .iter()
+        .all(|p| crate::fallback::Fallback::gave(p.lease().unwrap()))
+}
+
 fn reserved(server: &Shared) -> usize {
     server.0.shares_held("search").values().sum()
 }
@@ -445,11 +461,7 @@ async fn a_shutdown_keeps_the_permits_of_calls_still_running_until_they_end() {
         store(Arc::new(server.clone()), 10, Fail::Closed),
     );
     let (ra, rb) = (budget(&a, 10), budget(&b, 10));
-    let running: Vec<_> = futures::future::join_all((0..10).map(|_| ra.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let running = permits(&ra, 10).await;
     let waiter = tokio::spawn(async move { rb.acquire_owned().await.map(|_| Instant::now()) });
     tokio::time::sleep(ms(5)).await;
     // The calls run on past the shutdown's wait for them (one round-trip timeout).
@@ -503,22 +515,12 @@ async fn a_local_call_ending_during_a_report_frees_no_permit_while_the_limit_is_
     drop(rb.acquire().await.unwrap());
     tokio::time::sleep(LEASE).await;
     assert_eq!(b.snapshot().reserved, 0);
-    let mut a_calls: Vec<_> = futures::future::join_all((0..6).map(|_| ra.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let mut a_calls = permits(&ra, 6).await;
     assert_eq!(a.snapshot().reserved, 6);
     // Redis is away: b admits its local limit.
     server.0.down.store(true, Relaxed);
-    let locals: Vec<_> = futures::future::join_all((0..2).map(|_| rb.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
-    assert!(locals
-        .iter()
-        .all(|p| crate::fallback::Fallback::gave(p.lease().unwrap())));
+    let locals = permits(&rb, 2).await;
+    assert!(all_local(&locals));
     // Redis is back, empty, and answers after 20 ms.
     server.0.wipe();
     server.0.delay_ms.store(20, Relaxed);
@@ -566,14 +568,8 @@ async fn local_calls_of_a_process_without_a_share_count_once_redis_is_back() {
     assert_eq!((b.snapshot().share, reserved(&server)), (0, 0));
     // Redis is away: b admits its local limit.
     server.0.down.store(true, Relaxed);
-    let locals: Vec<_> = futures::future::join_all((0..2).map(|_| rb.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
-    assert!(locals
-        .iter()
-        .all(|p| crate::fallback::Fallback::gave(p.lease().unwrap())));
+    let locals = permits(&rb, 2).await;
+    assert!(all_local(&locals));
     tokio::time::sleep(ms(50)).await;
     // Redis is back, empty: within a renewal b's report counts its 2 local calls.
     server.0.wipe();
