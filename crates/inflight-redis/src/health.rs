@@ -91,7 +91,11 @@ impl HealthLog {
             let address = fleet.address();
             let policy = match h.fail {
                 Fail::Local(n) => {
-                    format!("each process runs at most {n} calls on its local fallback")
+                    let lease = fleet.lease();
+                    format!(
+                        "each process runs at most {n} calls on its local fallback, once the outage is {:.1} s old (a lease and a third: the leases taken before it have expired by then)",
+                        (lease + lease / 3).as_secs_f64()
+                    )
                 }
                 _ => "calls are refused (fail = closed)".to_string(),
             };

@@ -23,8 +23,10 @@
 //!   its last ask. Waiting honours the budget's `permit_timeout`, `max_queued` and
 //!   `call_timeout`.
 //! - **When Redis is down**, [`Fail::Closed`] refuses calls with an error naming the budget and
-//!   the Redis address, and [`Fail::Local`] falls back to a local limit; either is logged
-//!   (through `tracing`), counted in [`FleetSnapshot`], and never waits past a deadline.
+//!   the Redis address, and [`Fail::Local`] falls back to a local limit once the outage is a
+//!   lease and a third old (when the leases taken before it are lost), so that the dependency
+//!   sees at most max(limit, processes x local limit); either is logged (through `tracing`),
+//!   counted in [`FleetSnapshot`], and never waits past a deadline.
 //! - **A rate for the whole fleet.** [`RedisStore::rate`] (or `rate` on a fleet budget in a
 //!   budgets file) keeps the budget's rate limit in Redis, a GCRA on the server's clock shared
 //!   by every replica; the budget applies no rate of its own per process.

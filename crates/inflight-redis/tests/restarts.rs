@@ -106,11 +106,11 @@ async fn run(budget: &Budget, observer: &Observer) -> Running {
 }
 
 /// The local fallback's bound, in its worst arrangement: process A runs the whole limit (6)
-/// under fleet permits when Redis restarts; B and C run nothing. While Redis is away, A admits
-/// nothing locally (its 6 running calls count against its local limit of 2), B and C admit 2
-/// each: 10 at the dependency, the fleet's calls plus the local limit of each process that ran
-/// fewer. Once Redis is back, every one of those calls is registered, and nothing new is granted
-/// until fewer than 6 run.
+/// under fleet permits when Redis restarts; B and C run nothing. While Redis is away (less than
+/// the fallback's hold of a lease and a third), nobody admits locally: A's running calls fill
+/// its local limit of 2, and B and C cannot see them, so they wait. Once Redis is back, A's
+/// calls are registered again, and nothing new is granted until fewer than 6 run: the
+/// dependency never sees more than 6.
 async fn local_fallback_across_a_restart(shares: bool) {
     let mut server = RedisServer::start().expect("checked by the caller");
     let observer = Observer::start();
@@ -136,27 +136,23 @@ async fn local_fallback_across_a_restart(shares: bool) {
     server.stop();
     // Redis is away: every process tries for more than it may run.
     let mut local_calls = Vec::new();
-    for (budget, name) in [(a, "a"), (b, "b"), (c, "c")] {
+    for budget in [a, b, c] {
         for _ in 0..3 {
             let got = tokio::time::timeout(ms(100), budget.acquire_owned()).await;
             if let Ok(Ok(permit)) = got {
-                local_calls.push((
-                    name,
-                    Running {
-                        call: Call::begin(&observer.addr()).await,
-                        _permit: permit,
-                    },
-                ));
+                local_calls.push(Running {
+                    call: Call::begin(&observer.addr()).await,
+                    _permit: permit,
+                });
             }
         }
     }
-    let per_process = |n: &str| local_calls.iter().filter(|(p, _)| *p == n).count();
     assert_eq!(
-        (per_process("a"), per_process("b"), per_process("c")),
-        (0, 2, 2),
-        "A's running calls count against its local limit"
+        local_calls.len(),
+        0,
+        "nothing is admitted locally within the hold (A's calls may still run)"
     );
-    assert_eq!(observer.served().in_service, limit + 2 * local);
+    assert_eq!(observer.served().in_service, limit);
     // Redis comes back empty. Everything running is registered again; nothing new starts.
     let _server = tokio::task::spawn_blocking(move || {
         server.restart();
@@ -168,13 +164,16 @@ async fn local_fallback_across_a_restart(shares: bool) {
         let (b, observer) = (b.clone(), observer.addr());
         async move {
             loop {
-                // Past the fallback's pause and the budget's learning, a fleet permit.
+                // Past the budget's learning, a fleet permit (never a local one: Redis is back
+                // before B's hold ends, and a waiter asks Redis again every `retry_after`).
                 if let Ok(permit) = b.acquire_owned().await {
-                    if !permit.lease().unwrap().id().starts_with("local:") {
-                        let granted = Instant::now();
-                        let call = Call::begin(&observer).await;
-                        return (granted, permit, call);
-                    }
+                    assert!(
+                        !permit.lease().unwrap().id().starts_with("local:"),
+                        "admitted locally while Redis was back"
+                    );
+                    let granted = Instant::now();
+                    let call = Call::begin(&observer).await;
+                    return (granted, permit, call);
                 }
                 tokio::time::sleep(ms(50)).await;
             }
@@ -183,13 +182,10 @@ async fn local_fallback_across_a_restart(shares: bool) {
     tokio::time::sleep(lease + ms(1000)).await;
     assert!(
         !newcomer.is_finished(),
-        "nothing new is granted while 10 calls run against a limit of 6"
+        "nothing new is granted while A's 6 calls run against a limit of 6"
     );
-    assert_eq!(observer.served().peak, limit + 2 * local);
-    // The local calls end, then A's: the newcomer starts once fewer than 6 run.
-    for (_, running) in local_calls {
-        running.call.end().await;
-    }
+    assert_eq!(observer.served().peak, limit);
+    // A's calls end: the newcomer starts once fewer than 6 run.
     let mut ended = 0;
     let mut first_ended = None;
     while !newcomer.is_finished() {
@@ -207,17 +203,133 @@ async fn local_fallback_across_a_restart(shares: bool) {
         first_ended.is_some_and(|at| granted > at),
         "the newcomer was granted while A ran all {limit} of its calls"
     );
-    let served = observer.served();
-    assert!(
-        served.in_service <= limit,
-        "the newcomer started with {} at the dependency, {ended} of A's calls ended: {served:?}",
-        served.in_service
-    );
     call.end().await;
-    assert_eq!(observer.served().peak, limit + 2 * local, "never more");
+    assert_eq!(observer.served().peak, limit, "never more");
     for running in a_calls {
         running.call.end().await;
     }
+}
+
+/// A long outage, past the fallback's hold, with `on_lost = "cancel"`: A runs the whole limit
+/// when Redis stops; its leases are lost one lease later on its own clock and its calls are
+/// dropped; B and C start admitting locally only a lease and a third into the outage, after
+/// that. Every process then runs its local limit: 3 x 2, never more than max(limit, processes x
+/// local limit) = 6 at the dependency. Once Redis is back, the local calls are registered.
+async fn local_fallback_through_a_long_outage(shares: bool) {
+    let mut server = RedisServer::start().expect("checked by the caller");
+    let observer = Observer::start();
+    let (limit, local) = (6, 2);
+    let fleets: Vec<RedisFleet> = (0..3).map(|_| fleet(&server, LEASE)).collect();
+    let budgets: Vec<Budget> = fleets
+        .iter()
+        .map(|f| {
+            Budget::builder("records")
+                .max_concurrent(limit)
+                .permit_timeout(ms(10_000))
+                .on_lost(inflight::OnLost::Cancel)
+                .store(store(f, shares, limit, Fail::Local(local)))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let (a, b, c) = (&budgets[0], &budgets[1], &budgets[2]);
+    for budget in [b, c] {
+        let running = run(budget, &observer).await;
+        running.call.end().await;
+    }
+    // A runs the whole limit in calls that would last 20 s.
+    let a_calls: Vec<_> = (0..limit)
+        .map(|_| {
+            let (a, observer) = (a.clone(), observer.addr());
+            tokio::spawn(async move {
+                a.call(|| async {
+                    support::call(&observer, ms(20_000)).await;
+                    Ok::<(), std::io::Error>(())
+                })
+                .await
+            })
+        })
+        .collect();
+    observer.until(ms(5000), "A's calls", |s| s.in_service == limit);
+    server.stop();
+    let stopped = Instant::now();
+    // Every process wants more than it may run: calls of 300 ms, for 2 lease and a half.
+    let wanting: Vec<_> = [a, b, c]
+        .into_iter()
+        .enumerate()
+        .flat_map(|(p, budget)| (0..4).map(move |_| (p, budget.clone())))
+        .map(|(p, budget)| {
+            let observer = observer.addr();
+            tokio::spawn(async move {
+                let mut local = 0;
+                let until = Instant::now() + LEASE * 5 / 2;
+                while Instant::now() < until {
+                    if let Ok(permit) = budget.acquire().await {
+                        assert!(permit.lease().unwrap().id().starts_with("local:"));
+                        local += 1;
+                        support::call(&observer, ms(300)).await;
+                    }
+                }
+                (p, local)
+            })
+        })
+        .collect();
+    let mut cancelled = 0;
+    for call in a_calls {
+        if let Err(inflight::CallError::LeaseLost) = call.await.unwrap() {
+            cancelled += 1;
+        }
+    }
+    assert_eq!(
+        cancelled, limit,
+        "A's calls were dropped when their leases were lost"
+    );
+    assert!(
+        stopped.elapsed() <= LEASE + ms(700),
+        "A's leases were lost {:?} into the outage",
+        stopped.elapsed()
+    );
+    let mut per_process = [0; 3];
+    for w in wanting {
+        let (p, local) = w.await.unwrap();
+        per_process[p] += local;
+    }
+    assert!(
+        per_process.iter().all(|n| *n >= 2),
+        "every process ran its local limit once the hold had passed: {per_process:?}"
+    );
+    let served = observer.served();
+    println!(
+        "long outage ({}): peak {}, local calls per process {per_process:?}",
+        if shares { "shares" } else { "per-call leases" },
+        served.peak
+    );
+    assert_eq!(
+        served.peak,
+        limit,
+        "never more than max(limit, processes x local limit); at the peak: {:?}",
+        observer.at_peak()
+    );
+    for f in &fleets {
+        f.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_outage_with_cancel_holds_the_larger_of_the_limit_and_the_local_limits() {
+    if RedisServer::start().is_none() {
+        return;
+    }
+    local_fallback_through_a_long_outage(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_through_a_long_outage_with_cancel_hold_the_larger_of_the_limit_and_the_local_limits(
+) {
+    if RedisServer::start().is_none() {
+        return;
+    }
+    local_fallback_through_a_long_outage(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

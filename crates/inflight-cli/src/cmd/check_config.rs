@@ -523,7 +523,7 @@ fn render_scope(out: &mut String, r: &BudgetReport<'_>) {
     let _ = writeln!(out, "  lease_mode      {mode}");
     let fail = match r.fail {
         Some(FleetFail::Local(n)) => format!(
-            "local, local_limit {n} (while Redis cannot be reached, each process runs at most {n}, its fleet calls included)"
+            "local, local_limit {n} (while Redis cannot be reached, each process runs at most {n}, its fleet calls included, from a lease and a third into the outage)"
         ),
         _ => "closed (calls are refused while Redis cannot be reached)".to_string(),
     };

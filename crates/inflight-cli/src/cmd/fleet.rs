@@ -152,7 +152,7 @@ fn mode_name(mode: LeaseMode) -> &'static str {
 
 fn fail_text(fail: FleetFail) -> String {
     match fail {
-        FleetFail::Local(n) => format!("local (each process runs at most {n} while redis is away)"),
+        FleetFail::Local(n) => format!("local (each process runs at most {n} while redis is away, from a lease and a third into the outage)"),
         _ => "closed (calls are refused while redis is away)".to_string(),
     }
 }

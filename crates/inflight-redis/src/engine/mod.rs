@@ -115,10 +115,19 @@ struct Local {
     registered: bool,
 }
 
+/// An outage as a caller meets it: why, since when, and until when calls skip the server.
+struct Outage {
+    reason: ServerError,
+    since: Instant,
+    until: Instant,
+}
+
 /// The server failed: skip it until `until`.
 struct Down {
     until: Instant,
     reason: ServerError,
+    /// The first failure of this outage: the fallback's hold counts from it.
+    since: Instant,
     /// When the fallback state was last logged.
     logged: Instant,
 }
@@ -155,7 +164,7 @@ impl fmt::Debug for Engine {
 
 impl Engine {
     pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> Engine {
-        let fallback = Fallback::new(settings.fail);
+        let fallback = Fallback::new(settings.fail, settings.lease);
         Engine {
             server,
             fallback,
@@ -248,12 +257,26 @@ impl Engine {
         budget: &str,
         deadline: Option<Instant>,
     ) -> Result<Lease, StoreError> {
+        loop {
+            if let Some(lease) = self.try_acquire(budget, deadline).await? {
+                return Ok(lease);
+            }
+        }
+    }
+
+    /// One try: the server's answer, or the fail policy's. `None` when a caller waiting on the
+    /// fallback should ask the server again.
+    async fn try_acquire(
+        self: &Arc<Self>,
+        budget: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, StoreError> {
         if self.closed.load(Relaxed) {
             return Err(self.shut_down(budget));
         }
         self.start_renewing();
-        if let Some(reason) = self.skipping() {
-            return self.when_down(budget, deadline, reason).await;
+        if let Some(down) = self.skipping() {
+            return self.when_down(budget, deadline, down).await;
         }
         let grants = self.server.grants();
         let id = self.server.lease_id();
@@ -319,11 +342,11 @@ impl Engine {
                 .fetch_add(acquired.reclaimed, Relaxed);
             self.counters.fleet_holders.store(acquired.holders, Relaxed);
             if acquired.granted {
-                return Ok(self.granted(&mut pending, asked));
+                return Ok(Some(self.granted(&mut pending, asked)));
             }
             if ticket.is_granted() {
                 // Told on the channel before this answer: the grant left no later than it.
-                return Ok(self.granted(&mut pending, asked));
+                return Ok(Some(self.granted(&mut pending, asked)));
             }
             // Queued. The grant is told on this process's channel the moment a release (or an
             // expiry) hands the permit over; asking again is the backstop: it keeps the queue
@@ -350,7 +373,7 @@ impl Engine {
                 () = ticket.changed() => {
                     if ticket.is_granted() {
                         // The grant was made after this waiter's last ask reached the server.
-                        return Ok(self.granted(&mut pending, asked));
+                        return Ok(Some(self.granted(&mut pending, asked)));
                     }
                     // Grants were not heard for a while, or stopped being heard: ask again.
                 }
@@ -396,17 +419,17 @@ impl Engine {
         budget: &str,
         deadline: Option<Instant>,
         error: ServerError,
-    ) -> Result<Lease, StoreError> {
-        self.mark_down(budget, &error);
-        self.when_down(budget, deadline, error).await
+    ) -> Result<Option<Lease>, StoreError> {
+        let outage = self.mark_down(budget, &error);
+        self.when_down(budget, deadline, outage).await
     }
 
     /// The server failed a call (an acquire, or a renewal): new calls skip it for
     /// `retry_after` and go to the fail policy. Logged when it starts, and every
     /// [`DOWN_LOG_EVERY`] while it lasts.
-    fn mark_down(&self, budget: &str, error: &ServerError) {
+    fn mark_down(&self, budget: &str, error: &ServerError) -> Outage {
         let now = Instant::now();
-        let say = {
+        let (say, outage) = {
             let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
             let say = match &*down {
                 None => true,
@@ -416,12 +439,20 @@ impl Engine {
                 Some(d) if !say => d.logged,
                 _ => now,
             };
+            let since = down.as_ref().map_or(now, |d| d.since);
+            let until = now + self.settings.retry_after;
             *down = Some(Down {
-                until: now + self.settings.retry_after,
+                until,
                 reason: error.clone(),
+                since,
                 logged,
             });
-            say
+            let outage = Outage {
+                reason: error.clone(),
+                since,
+                until,
+            };
+            (say, outage)
         };
         if say {
             tracing::warn!(
@@ -429,19 +460,25 @@ impl Engine {
                 address = self.server.address(),
                 error = %error,
                 fail = ?self.settings.fail,
+                local_after = ?self.fallback.hold(),
                 fallbacks = self.counters.fallbacks.load(Relaxed),
                 refused = self.counters.unavailable.load(Relaxed),
                 "fleet budget: redis cannot be reached; calls go to the fail policy"
             );
         }
+        outage
     }
 
     /// The last failure, if calls should skip the server for now.
-    fn skipping(&self) -> Option<ServerError> {
+    fn skipping(&self) -> Option<Outage> {
         let down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         down.as_ref()
             .filter(|d| Instant::now() < d.until)
-            .map(|d| d.reason.clone())
+            .map(|d| Outage {
+                reason: d.reason.clone(),
+                since: d.since,
+                until: d.until,
+            })
     }
 
     /// The server answered: if it had failed, say so, and register the local calls now.
@@ -458,13 +495,14 @@ impl Engine {
         }
     }
 
-    /// Applies the fail policy while the server cannot be asked.
+    /// Applies the fail policy while the server cannot be asked; `None` when the caller should
+    /// ask the server again.
     async fn when_down(
         &self,
         budget: &str,
         deadline: Option<Instant>,
-        reason: ServerError,
-    ) -> Result<Lease, StoreError> {
+        outage: Outage,
+    ) -> Result<Option<Lease>, StoreError> {
         // Known as this store's budget even if Redis never answered (for metrics and health).
         self.seen
             .lock()
@@ -477,17 +515,22 @@ impl Engine {
                 Err(StoreError::unavailable(FleetUnavailable::new(
                     budget,
                     self.server.address(),
-                    reason,
+                    outage.reason,
                 )))
             }
             Fail::Local(_) => {
-                self.counters.fallbacks.fetch_add(1, Relaxed);
                 // The local limit counts this process's fleet calls still running: it is what
                 // the process may run while Redis is away, not a grant on top of its leases.
-                let lease = self
+                let Some(lease) = self
                     .fallback
-                    .lease(deadline, || self.lock_held().len())
-                    .await?;
+                    .lease(outage.since, outage.until, deadline, || {
+                        self.lock_held().len()
+                    })
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                self.counters.fallbacks.fetch_add(1, Relaxed);
                 let id: Arc<str> = Arc::from(format!(
                     "{}L{:015x}",
                     &self.server.lease_id()[..crate::scripts::PROCESS_TOKEN_LEN],
@@ -504,7 +547,7 @@ impl Engine {
                             registered: false,
                         },
                     );
-                Ok(lease)
+                Ok(Some(lease))
             }
         }
     }

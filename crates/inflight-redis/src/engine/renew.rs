@@ -128,6 +128,15 @@ impl Engine {
         }
     }
 
+    /// When the first lease still counted valid expires on this process's clock.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.lock_held()
+            .values()
+            .filter(|h| !h.watch.is_lost())
+            .map(|h| h.confirmed + self.settings.lease)
+            .min()
+    }
+
     /// Tells the holder of `held` that its lease is lost. The entry stays until the call ends,
     /// so that its release is not sent and the fallback still counts it as running.
     fn lose(&self, held: &Held, id: &str, why: &str) {
@@ -150,9 +159,21 @@ async fn renew(engine: Weak<Engine>, now: Arc<Notify>) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let expiry = match engine.upgrade() {
+            Some(e) => e.next_expiry(),
+            None => return,
+        };
+        let expires = async {
+            match expiry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = ticks.tick() => {}
             () = now.notified() => {}
+            // A lease not renewed in time is lost when it expires, not at the next round.
+            () = expires => {}
         }
         let Some(engine) = engine.upgrade() else {
             return;

@@ -97,7 +97,7 @@ struct State {
     /// When the last applied report left: the server holds the share until one lease after
     /// it at least.
     confirmed: Option<Instant>,
-    down: Option<(Instant, ServerError)>,
+    down: Option<Down>,
     /// When the fallback state was last logged.
     down_logged: Option<Instant>,
     watches: HashMap<u64, LeaseWatch>,
@@ -107,6 +107,14 @@ struct State {
     learning: bool,
     /// When to report again to give back a turn (others wait), as the last reply said.
     recheck_at: Option<Instant>,
+}
+
+/// The server failed a report: callers beyond the share go to the fail policy until `until`.
+struct Down {
+    until: Instant,
+    reason: ServerError,
+    /// The first failure of this outage: the fallback's hold counts from it.
+    since: Instant,
 }
 
 #[derive(Default)]
@@ -135,7 +143,7 @@ impl fmt::Debug for ShareEngine {
 
 impl ShareEngine {
     pub(crate) fn new(server: Arc<dyn Server>, settings: Settings) -> ShareEngine {
-        let fallback = Fallback::new(settings.fail);
+        let fallback = Fallback::new(settings.fail, settings.lease);
         ShareEngine {
             process: server.lease_id(),
             server,
@@ -177,6 +185,20 @@ impl ShareEngine {
         budget: &str,
         deadline: Option<Instant>,
     ) -> Result<Lease, StoreError> {
+        loop {
+            if let Some(lease) = self.try_acquire(budget, deadline).await? {
+                return Ok(lease);
+            }
+        }
+    }
+
+    /// One try: a permit of the share, or the fail policy's answer. `None` when a caller
+    /// waiting on the fallback should try again (Redis may be back).
+    async fn try_acquire(
+        self: &Arc<Self>,
+        budget: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, StoreError> {
         if self.closed.load(Relaxed) {
             return Err(self.shut_down(budget));
         }
@@ -197,13 +219,13 @@ impl ShareEngine {
             state.peak = state.peak.max(state.in_use + state.waiting);
             if let Ok(permit) = self.permits.try_acquire() {
                 permit.forget();
-                return Ok(self.admitted(&mut state));
+                return Ok(Some(self.admitted(&mut state)));
             }
             let mut ask = state.in_use + state.waiting > state.reported;
             let mut down = None;
-            if let Some((until, reason)) = &state.down {
-                if Instant::now() < *until {
-                    down = Some(reason.clone());
+            if let Some(d) = &state.down {
+                if Instant::now() < d.until {
+                    down = Some((d.since, d.until, d.reason.clone()));
                     state.waiting -= 1;
                 } else {
                     // Time to ask the server again: this caller waits for the answer.
@@ -215,8 +237,8 @@ impl ShareEngine {
             }
             down
         };
-        if let Some(reason) = down {
-            return self.when_down(budget, deadline, reason).await;
+        if let Some((since, until, reason)) = down {
+            return self.when_down(budget, deadline, since, until, reason).await;
         }
         let mut waiting = Waiting {
             engine: self,
@@ -242,13 +264,15 @@ impl ShareEngine {
                 permit.forget();
                 waiting.armed = false;
                 let mut state = self.lock();
-                Ok(self.admitted(&mut state))
+                Ok(Some(self.admitted(&mut state)))
             }
             () = went_down => {
                 drop(waiting);
-                let reason = self.lock().down.as_ref().map(|(_, r)| r.clone());
-                let reason = reason.unwrap_or_else(|| Arc::new(std::io::Error::other("redis failed")));
-                self.when_down(budget, deadline, reason).await
+                let down = self.lock().down.as_ref().map(|d| (d.since, d.until, d.reason.clone()));
+                let Some((since, until, reason)) = down else {
+                    return Ok(None);
+                };
+                self.when_down(budget, deadline, since, until, reason).await
             }
             () = closing => Err(self.shut_down(budget)),
             () = sleep => {
@@ -354,13 +378,16 @@ impl ShareEngine {
         }
     }
 
-    /// Applies the fail policy while the server cannot be asked.
+    /// Applies the fail policy while the server cannot be asked (since `since`, asked again at
+    /// `until`); `None` when the caller should try again.
     async fn when_down(
         &self,
         budget: &str,
         deadline: Option<Instant>,
+        since: Instant,
+        until: Instant,
         reason: ServerError,
-    ) -> Result<Lease, StoreError> {
+    ) -> Result<Option<Lease>, StoreError> {
         match self.settings.fail {
             Fail::Closed => {
                 self.counters.unavailable.fetch_add(1, Relaxed);
@@ -371,15 +398,18 @@ impl ShareEngine {
                 )))
             }
             Fail::Local(_) => {
-                self.counters.fallbacks.fetch_add(1, Relaxed);
                 // The local limit counts the calls still running under the share: it is what
                 // the process may run while Redis is away, not a grant on top of its share.
-                let lease = self.fallback.lease(deadline, || self.lock().in_use).await;
-                if lease.is_ok() {
+                let lease = self
+                    .fallback
+                    .lease(since, until, deadline, || self.lock().in_use)
+                    .await?;
+                if lease.is_some() {
+                    self.counters.fallbacks.fetch_add(1, Relaxed);
                     // The reporter may sleep as if idle: once Redis is back, this call is reported.
                     self.signals.kick.notify_one();
                 }
-                lease
+                Ok(lease)
             }
         }
     }
@@ -417,11 +447,12 @@ impl ShareEngine {
         if let Some(at) = state.recheck_at {
             wake = wake.min(at);
         }
+        if let Some(down) = &state.down {
+            wake = wake.max(down.until);
+        }
+        // A pause after a failure does not put off the share's end: its calls are told then.
         if let Some(at) = state.confirmed {
             wake = wake.min(at + self.settings.lease);
-        }
-        if let Some((until, _)) = &state.down {
-            wake = wake.max(*until);
         }
         wake
     }
@@ -494,7 +525,7 @@ impl ShareEngine {
                     Relaxed,
                 );
                 let mut state = self.lock();
-                if let Some((_, _)) = state.down.take() {
+                if state.down.take().is_some() {
                     state.down_logged = None;
                     tracing::info!(
                         address = self.server.address(),
@@ -543,7 +574,12 @@ impl ShareEngine {
         };
         let say = {
             let mut state = self.lock();
-            state.down = Some((answered + self.settings.retry_after, error.clone()));
+            let since = state.down.as_ref().map_or(answered, |d| d.since);
+            state.down = Some(Down {
+                until: answered + self.settings.retry_after,
+                reason: error.clone(),
+                since,
+            });
             let say = state
                 .down_logged
                 .is_none_or(|at| answered >= at + crate::engine::DOWN_LOG_EVERY);
@@ -558,6 +594,7 @@ impl ShareEngine {
                 address = self.server.address(),
                 error = %error,
                 fail = ?self.settings.fail,
+                local_after = ?self.fallback.hold(),
                 fallbacks = self.counters.fallbacks.load(Relaxed),
                 refused = self.counters.unavailable.load(Relaxed),
                 "fleet budget: redis cannot be reached; calls beyond the share go to the fail policy"
@@ -740,7 +777,7 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
             let mut state = e.lock();
             let now = Instant::now();
             e.expire_if_stale(&mut state, now);
-            let paused = state.down.as_ref().is_some_and(|(until, _)| now < *until);
+            let paused = state.down.as_ref().is_some_and(|d| now < d.until);
             let renewal_due = state
                 .last_sent
                 .is_none_or(|at| now >= at + e.settings.lease / 3)

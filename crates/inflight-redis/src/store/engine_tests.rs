@@ -167,8 +167,8 @@ async fn a_slow_server_counts_as_down_after_the_round_trip_timeout() {
     let permit = records.acquire().await.unwrap();
     assert_eq!(
         start.elapsed(),
-        ms(100),
-        "one round-trip timeout, then the fallback"
+        ms(100 + 400),
+        "one round-trip timeout, then the fallback once the outage is a lease and a third old"
     );
     assert!(Fallback::gave(permit.lease().unwrap()));
     let start = Instant::now();
@@ -182,7 +182,7 @@ async fn a_slow_server_counts_as_down_after_the_round_trip_timeout() {
         "the local limit waits within the deadline"
     );
     drop(permit);
-    assert_eq!(a.snapshot().fallbacks, 2);
+    assert_eq!(a.snapshot().fallbacks, 1, "the calls the fallback admitted");
     assert_eq!(a.snapshot().local_held, 0);
 }
 
@@ -318,4 +318,60 @@ async fn a_cancelled_acquire_releases_its_id_in_the_background() {
     settle().await;
     assert_eq!(server.0.holders("records"), 0);
     assert_eq!(records.in_flight(), 0);
+}
+
+/// While Redis is away, a lease not renewed is lost exactly one lease after its last
+/// confirmation, and no process admits locally until its outage is a lease and a third old: the
+/// leases others took before the outage are lost by then (and their calls dropped, with
+/// `on_lost = "cancel"`).
+#[tokio::test(start_paused = true)]
+async fn the_local_fallback_admits_nothing_until_the_leases_from_before_the_outage_are_lost() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(&server, 2, Fail::Local(1)),
+        store(&server, 2, Fail::Local(1)),
+    );
+    let (ra, rb) = (budget(&a, 2, 10_000), budget(&b, 2, 10_000));
+    // a's renewal rounds start now; b has met the budget.
+    drop(ra.acquire().await.unwrap());
+    drop(rb.acquire().await.unwrap());
+    // a takes the limit between two of its renewal rounds (every 100 ms).
+    tokio::time::sleep(ms(50)).await;
+    let granted = Instant::now();
+    let held = [
+        ra.acquire_owned().await.unwrap(),
+        ra.acquire_owned().await.unwrap(),
+    ];
+    tokio::time::sleep(ms(10)).await;
+    server.0.down.store(true, Relaxed);
+    let down = Instant::now();
+    let b_waits = tokio::spawn({
+        let rb = rb.clone();
+        async move {
+            let permit = rb.acquire_owned().await.unwrap();
+            (Instant::now(), permit)
+        }
+    });
+    while !held.iter().all(|p| p.lease().unwrap().is_lost()) {
+        tokio::time::sleep(ms(1)).await;
+    }
+    let lost = Instant::now();
+    assert!(
+        lost - granted <= ms(301),
+        "lost {:?} after its grant, not at its expiry",
+        lost - granted
+    );
+    let (admitted, permit) = b_waits.await.unwrap();
+    assert!(Fallback::gave(permit.lease().unwrap()));
+    assert_eq!(
+        admitted - down,
+        ms(400),
+        "a lease and a third into b's outage"
+    );
+    assert!(admitted > lost);
+    // a still runs its 2 calls (kept, with `on_lost = "keep"`): they fill its local limit of 1.
+    assert!(tokio::time::timeout(ms(500), ra.acquire()).await.is_err());
+    drop(held);
+    let local = ra.acquire().await.unwrap();
+    assert!(Fallback::gave(local.lease().unwrap()));
 }

@@ -131,8 +131,16 @@ async fn while_redis_is_down_local_applies_the_rate_per_process_and_closed_refus
         store(&server, 4, Fail::Local(4), 1),
     );
     let (a, b) = (budget(&a, 4, 1000), budget(&b, 4, 50));
+    // Nothing is admitted locally until the outage is a lease and a third (400 ms) old.
     let start = Instant::now();
-    drop(a.acquire().await.unwrap());
+    let (first_a, first_b) = tokio::join!(a.acquire(), b.acquire());
+    assert!(
+        first_b.unwrap_err().is_permit_timeout(),
+        "b's deadline came within the hold"
+    );
+    drop(first_a.unwrap());
+    assert_eq!(start.elapsed(), ms(400), "a, once the outage is 400 ms old");
+    let start = Instant::now();
     drop(b.acquire().await.unwrap());
     assert_eq!(
         start.elapsed(),

@@ -212,8 +212,10 @@ impl BudgetConfig {
     /// while it runs: see [`OnLost`]. Default: [`OnLost::Keep`].
     ///
     /// With a fleet store, [`OnLost::Cancel`] bounds how long a process cut off from Redis
-    /// (or stalled) runs calls the fleet may have handed to others: a lease is lost at most one
-    /// lease after its last renewal was sent, and renewals go every third of a lease.
+    /// (or stalled) runs calls the fleet may have handed to others: a lease is lost one lease
+    /// after its last renewal was sent (up to a third of a lease later while a renewal hangs),
+    /// and renewals go every third of a lease. With `Fail::Local`, it is also what holds the
+    /// fleet to max(limit, processes x local limit) through an outage.
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.on_lost = on_lost;
         self

@@ -616,3 +616,52 @@ async fn a_local_call_admitted_while_nothing_was_held_is_reported_once_redis_is_
     tokio::time::sleep(LEASE + LEASE / 3).await;
     assert_eq!(reserved(&server), 0, "{:?}", b.snapshot());
 }
+
+/// While Redis is away, no process admits locally until the outage is a lease and a third old:
+/// by then every share taken before it has ended on its holder's clock, and its calls are told
+/// their leases are lost (a budget with `on_lost = "cancel"` drops them). So a process that ran
+/// the whole limit and one that ran nothing never run the limit plus a local limit together.
+#[tokio::test(start_paused = true)]
+async fn the_local_fallback_admits_nothing_until_the_shares_from_before_the_outage_have_ended() {
+    let server = Shared::default();
+    let (a, b) = (
+        store(Arc::new(server.clone()), 6, Fail::Local(2)),
+        store(Arc::new(server.clone()), 6, Fail::Local(2)),
+    );
+    let (ra, rb) = (budget(&a, 6), budget(&b, 6));
+    // b has met the budget and holds nothing; a runs the whole limit.
+    drop(rb.acquire().await.unwrap());
+    tokio::time::sleep(LEASE).await;
+    let a_calls = permits(&ra, 6).await;
+    assert_eq!(a.snapshot().reserved, 6);
+    server.0.down.store(true, Relaxed);
+    let down = Instant::now();
+    let hold = LEASE + LEASE / 3;
+    let early = tokio::time::timeout(hold - ms(10), rb.acquire()).await;
+    assert!(early.is_err(), "admitted within the hold: {early:?}");
+    assert!(b.snapshot().redis_down);
+    assert_eq!(b.snapshot().fallbacks, 0);
+    let locals = permits(&rb, 2).await;
+    assert!(all_local(&locals));
+    let admitted = Instant::now();
+    assert!(
+        admitted - down >= hold && admitted - down <= hold + ms(10),
+        "admitted {:?} into the outage",
+        admitted - down
+    );
+    assert!(
+        a_calls.iter().all(|p| p.lease().unwrap().is_lost()),
+        "a's calls were told their share ended before b admitted"
+    );
+    assert_eq!(a.snapshot().share, 0);
+    // Without the calls of its lost share (dropped, as `on_lost = "cancel"` does), a admits its
+    // own local limit: the two run 2 x 2, under the fleet's 6.
+    drop(a_calls);
+    let a_locals = permits(&ra, 2).await;
+    assert!(all_local(&a_locals));
+    assert!(
+        tokio::time::timeout(ms(100), rb.acquire()).await.is_err(),
+        "b's local limit is full"
+    );
+    assert_eq!((a.snapshot().local_held, b.snapshot().local_held), (2, 2));
+}
