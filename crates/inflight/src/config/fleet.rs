@@ -60,28 +60,30 @@ impl FleetConfig {
 }
 
 /// `url` with the password of its user part (if any) shown as `***`: how a store's URL is
-/// shown in logs, reports and errors.
+/// shown in logs, reports and errors. The user part ends at the last `@` before any query, so a
+/// password with a raw `/` or `@` in it (which a URL should percent-encode) is hidden too.
 ///
 /// ```
 /// use inflight::config::shown_url;
 ///
 /// assert_eq!(shown_url("rediss://app:pw@h:6380/1"), "rediss://app:***@h:6380/1");
 /// assert_eq!(shown_url("redis+sentinel://:pw@s1:26379,s2:26379/m"), "redis+sentinel://:***@s1:26379,s2:26379/m");
+/// assert_eq!(shown_url("redis://app:p/w@d@h:6379/0"), "redis://app:***@h:6379/0");
 /// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
 /// ```
 pub fn shown_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
+    let query = rest.find(['?', '#']).unwrap_or(rest.len());
+    match rest[..query].rfind('@') {
+        Some(at) => {
+            let (userinfo, hosts) = (&rest[..at], &rest[at..]);
             let user = match userinfo.split_once(':') {
                 Some((user, _)) => format!("{user}:***"),
                 None => userinfo.to_string(),
             };
-            format!("{scheme}://{user}@{hosts}{path}")
+            format!("{scheme}://{user}{hosts}")
         }
         None => url.to_string(),
     }
