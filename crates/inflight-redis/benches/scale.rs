@@ -53,6 +53,11 @@ mod support;
 #[allow(dead_code)]
 mod cluster;
 
+/// The TLS support the cluster's nodes may use.
+#[path = "../tests/support/tls.rs"]
+#[allow(dead_code)]
+mod tls;
+
 /// What the tests' cluster support takes from its parent.
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

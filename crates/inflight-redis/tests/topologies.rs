@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,13 +17,16 @@ use support::sentinel::Sentinels;
 use support::{ms, Observer};
 use tokio::time::Instant;
 
-fn fleet(url: &str, lease: Duration) -> RedisFleet {
-    RedisFleet::builder(url)
+/// A fleet on `url` with a lease of `lease`, trusting the authority in `ca` when given.
+fn fleet(url: &str, lease: Duration, ca: Option<&Path>) -> RedisFleet {
+    let mut builder = RedisFleet::builder(url)
         .lease(lease)
         .op_timeout(ms(500))
-        .retry_after(ms(200))
-        .build()
-        .unwrap()
+        .retry_after(ms(200));
+    if let Some(ca) = ca {
+        builder = builder.ca_file(ca);
+    }
+    builder.build().unwrap()
 }
 
 fn budget(name: &str, limit: usize, store: &RedisStore) -> Budget {
@@ -34,12 +38,11 @@ fn budget(name: &str, limit: usize, store: &RedisStore) -> Budget {
         .unwrap()
 }
 
-/// Calls of `command` on the node at `port` since its stats were reset.
-fn calls(port: u16, command: &str) -> u64 {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+/// Calls of `command` on the cluster's node at `port` since its stats were reset.
+fn calls(cluster: &RedisCluster, port: u16, command: &str) -> u64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query(&mut client.get_connection().unwrap())
+        .query(&mut cluster.conn_to(port))
         .unwrap();
     stats
         .lines()
@@ -53,24 +56,39 @@ async fn a_url_naming_any_node_reaches_budgets_on_every_primary_of_a_cluster() {
     let Some(cluster) = RedisCluster::start(3, 0, ms(2000)) else {
         return;
     };
+    every_primary(&cluster, |url| fleet(url, ms(5000), None)).await;
+}
+
+/// The same over TLS alone (client port and cluster bus) with an ACL user, the way managed
+/// clusters run: `rediss://user:password@node` and the cluster's CA file. The nodes found
+/// through the one named are reached with the same login and the same authority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediss_url_with_a_ca_file_reaches_budgets_on_every_primary_of_a_tls_cluster() {
+    let Some(cluster) = RedisCluster::start_tls(3, 0, ms(2000)) else {
+        return;
+    };
+    let ca = cluster.ca_file().expect("a TLS cluster");
+    assert!(cluster.url().starts_with("rediss://"), "{}", cluster.url());
+    every_primary(&cluster, |url| fleet(url, ms(5000), Some(&ca))).await;
+}
+
+/// Three processes, each given the first node's address (made into a fleet by `fleet`), load
+/// a budget on each primary: every call takes a fleet lease on its budget's own primary, and
+/// the observers see each limit used and never passed.
+async fn every_primary(cluster: &RedisCluster, fleet: impl Fn(&str) -> RedisFleet) {
     let names = cluster.budget_on_each_master();
     let masters = cluster.masters();
     for port in &masters {
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")
-            .query(
-                &mut redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                    .unwrap()
-                    .get_connection()
-                    .unwrap(),
-            )
+            .query(&mut cluster.conn_to(*port))
             .unwrap();
     }
     let limit = 3;
     // Three processes, each given the first node's address, each with every budget; a local
     // fallback that would show at the observer if the fleet ran on it.
     let observers: Vec<Observer> = names.iter().map(|_| Observer::start()).collect();
-    let fleets: Vec<RedisFleet> = (0..3).map(|_| fleet(&cluster.url(), ms(5000))).collect();
+    let fleets: Vec<RedisFleet> = (0..3).map(|_| fleet(&cluster.url())).collect();
     let mut stores = Vec::new();
     let mut loads = Vec::new();
     for (name, observer) in names.iter().zip(&observers) {
@@ -104,28 +122,38 @@ async fn a_url_naming_any_node_reaches_budgets_on_every_primary_of_a_cluster() {
     assert_eq!(fleets[0].topology(), Some("cluster"));
     // Each budget's scripts ran on its own primary, and grants were told in its slot only.
     for port in &masters {
-        assert!(calls(*port, "evalsha") > 0, "scripts ran on {port}");
+        assert!(
+            calls(cluster, *port, "evalsha") > 0,
+            "scripts ran on {port}"
+        );
         assert_eq!(
-            calls(*port, "publish"),
+            calls(cluster, *port, "publish"),
             0,
             "no broadcast over the cluster bus"
         );
     }
-    assert!(masters.iter().map(|p| calls(*p, "spublish")).sum::<u64>() > 0);
+    assert!(
+        masters
+            .iter()
+            .map(|p| calls(cluster, *p, "spublish"))
+            .sum::<u64>()
+            > 0
+    );
 }
 
-/// Runs a load of 3 processes × 4 callers on one budget of 4 through `url` while `fault` runs;
-/// returns the longest time without a grant after the fault began, and the peak at the
-/// observer.
+/// Runs a load of 3 processes × 4 callers on one budget of 4 through `url` (trusting `ca`)
+/// while `fault` runs; returns the longest time without a grant after the fault began, and the
+/// peak at the observer.
 async fn through_a_fault(
     url: &str,
+    ca: Option<PathBuf>,
     lease: Duration,
     fault: impl FnOnce() -> Instant + Send + 'static,
 ) -> (Duration, usize, support::load::Report, Vec<RedisStore>) {
     let limit = 4;
     let observer = Observer::start();
     let stores: Vec<RedisStore> = (0..3)
-        .map(|_| fleet(url, lease).store(limit, Fail::Closed))
+        .map(|_| fleet(url, lease, ca.as_deref()).store(limit, Fail::Closed))
         .collect();
     let budgets: Vec<Budget> = stores.iter().map(|s| budget("records", limit, s)).collect();
     let load = Load::start(&budgets, 4, &observer.addr(), ms(20));
@@ -158,7 +186,7 @@ async fn cluster_failovers_hold_the_limit_and_grants_resume_within_the_node_time
     let url = cluster.lock().unwrap().url();
     // A manual failover: the replica takes over once it has every write.
     let c = cluster.clone();
-    let (gap, peak, report, _) = through_a_fault(&url, ms(1500), move || {
+    let (gap, peak, report, _) = through_a_fault(&url, None, ms(1500), move || {
         let c = c.lock().unwrap();
         let owner = c.owner("records");
         let replica = c.replica_of(owner);
@@ -186,7 +214,7 @@ async fn cluster_failovers_hold_the_limit_and_grants_resume_within_the_node_time
     let c = cluster.clone();
     let promoted = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let took = promoted.clone();
-    let (gap, peak, report, stores) = through_a_fault(&url, ms(1500), move || {
+    let (gap, peak, report, stores) = through_a_fault(&url, None, ms(1500), move || {
         let mut c = c.lock().unwrap();
         let owner = c.owner("records");
         let began = Instant::now();
@@ -219,19 +247,37 @@ async fn a_sentinel_failover_holds_the_limit_and_grants_resume_on_the_new_primar
     let Some(sentinels) = Sentinels::start(2, ms(1000)) else {
         return;
     };
+    sentinel_failover(sentinels).await;
+}
+
+/// The same over TLS alone, with an ACL user on the data nodes: `rediss+sentinel://` and the
+/// CA file reach the sentinels and the primary they name, before and after the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_over_tls_holds_the_limit_and_grants_resume_on_the_new_primary() {
+    let Some(sentinels) = Sentinels::start_tls(2, ms(1000)) else {
+        return;
+    };
+    assert!(sentinels.url().starts_with("rediss+sentinel://"));
+    sentinel_failover(sentinels).await;
+}
+
+/// A load through `sentinels` while they fail the primary over: the limit holds at the
+/// observer, grants resume within 2 s of the switch, and the budget lives on the new primary.
+async fn sentinel_failover(sentinels: Sentinels) {
     let sentinels = Arc::new(sentinels);
     let s = sentinels.clone();
     let switched = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let took = switched.clone();
-    let (gap, peak, report, stores) = through_a_fault(&sentinels.url(), ms(1500), move || {
-        let old = s.primary();
-        let began = Instant::now();
-        s.failover();
-        s.wait_switched(old, Duration::from_secs(15));
-        *took.lock().unwrap() = began.elapsed();
-        began
-    })
-    .await;
+    let (gap, peak, report, stores) =
+        through_a_fault(&sentinels.url(), sentinels.ca_file(), ms(1500), move || {
+            let old = s.primary();
+            let began = Instant::now();
+            s.failover();
+            s.wait_switched(old, Duration::from_secs(15));
+            *took.lock().unwrap() = began.elapsed();
+            began
+        })
+        .await;
     let switched = *switched.lock().unwrap();
     println!(
         "SENTINEL FAILOVER: switched after {switched:?}, longest gap {gap:?}, peak {peak}, {}",
@@ -243,16 +289,13 @@ async fn a_sentinel_failover_holds_the_limit_and_grants_resume_on_the_new_primar
         gap <= switched + ms(2000) + if lost > 0 { ms(1500) } else { ms(0) },
         "grants resumed {gap:?} after the failover began (switched after {switched:?})"
     );
+    let fallbacks: u64 = stores.iter().map(|s| s.snapshot().fallbacks).sum();
+    assert_eq!(fallbacks, 0, "Fail::Closed: no local permit");
     // Every process now takes its leases at the new primary.
     let primary = sentinels.primary();
     let holders: Vec<String> = redis::cmd("KEYS")
         .arg("inflight:{records}:*")
-        .query(
-            &mut redis::Client::open(format!("redis://127.0.0.1:{primary}"))
-                .unwrap()
-                .get_connection()
-                .unwrap(),
-        )
+        .query(&mut sentinels.data_conn(primary))
         .unwrap();
     assert!(!holders.is_empty(), "the budget lives on the new primary");
 }

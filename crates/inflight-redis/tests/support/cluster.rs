@@ -1,25 +1,39 @@
 //! A real Redis Cluster on loopback: `redis-server --cluster-enabled yes` nodes joined by
-//! `redis-cli --cluster create`, killed (and their files removed) on drop.
+//! `redis-cli --cluster create`, killed (and their files removed) on drop; plain, or TLS only
+//! with an ACL user (see [`super::tls::Certificates`]).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::ms;
+use super::tls::{Certificates, Login};
 
 /// One `redis-server` of a test topology.
 pub struct Node {
     pub port: u16,
     child: Option<Child>,
+    /// How the test logs in: `None` for a plain port open to all.
+    login: Option<Login>,
 }
 
 impl Node {
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.login {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(login) => login.url(self.port),
+        }
+    }
+
+    /// A client of this node: over TLS, trusting the test's authority, when the node has it.
+    pub fn client(&self) -> redis::Client {
+        match &self.login {
+            None => redis::Client::open(self.url()).unwrap(),
+            Some(login) => login.client(self.port),
+        }
     }
 
     pub fn conn(&self) -> redis::Connection {
-        let client = redis::Client::open(self.url()).unwrap();
-        let conn = client.get_connection_with_timeout(ms(1000)).unwrap();
+        let conn = self.client().get_connection_with_timeout(ms(1000)).unwrap();
         conn.set_read_timeout(Some(ms(2000))).unwrap();
         conn
     }
@@ -36,10 +50,11 @@ impl Node {
         self.child.is_some()
     }
 
-    pub(super) fn spawned(port: u16, child: Child) -> Node {
+    pub(super) fn spawned(port: u16, child: Child, login: Option<Login>) -> Node {
         Node {
             port,
             child: Some(child),
+            login,
         }
     }
 }
@@ -62,10 +77,21 @@ pub fn free_port_pair() -> u16 {
     panic!("no free loopback port pair in 200 tries");
 }
 
-/// Starts `redis-server` with `args` on `port`; waits until it answers.
-pub fn start_node(port: u16, args: &[&str], dir: &std::path::Path) -> Node {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+/// Starts `redis-server` with `args` on `port`, TLS only and for the ACL user alone when
+/// `certificates` are given; waits until it answers.
+pub fn start_node(
+    port: u16,
+    certificates: Option<&Certificates>,
+    args: &[&str],
+    dir: &std::path::Path,
+) -> Node {
+    let mut command = Command::new("redis-server");
+    match certificates {
+        None => command.args(["--port", &port.to_string()]),
+        Some(certificates) => command.args(certificates.server_args(port)),
+    };
+    let child = command
+        .args(["--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir)
@@ -77,14 +103,15 @@ pub fn start_node(port: u16, args: &[&str], dir: &std::path::Path) -> Node {
     let node = Node {
         port,
         child: Some(child),
+        login: certificates.map(Certificates::login),
     };
     wait_for(
         Duration::from_secs(10),
         &format!("redis-server on {port}"),
         || {
-            redis::Client::open(node.url())
+            node.client()
+                .get_connection_with_timeout(ms(200))
                 .ok()
-                .and_then(|c| c.get_connection_with_timeout(ms(200)).ok())
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).ok())
                 .is_some()
         },
@@ -118,12 +145,40 @@ pub fn installed(binary: &str) -> bool {
 pub struct RedisCluster {
     pub nodes: Vec<Node>,
     pub node_timeout: Duration,
+    /// The authority and keys of a TLS cluster.
+    certificates: Option<Certificates>,
     _dir: tempfile::TempDir,
 }
 
 impl RedisCluster {
     /// Starts one, or `None` (after saying why) when `redis-server` is not installed.
     pub fn start(masters: usize, replicas: usize, node_timeout: Duration) -> Option<RedisCluster> {
+        Self::start_with(masters, replicas, node_timeout, None)
+    }
+
+    /// Starts one whose nodes speak TLS only, on the client port and the cluster bus alike,
+    /// and let in no one but the ACL user; `None` (after saying why) when `redis-server` or
+    /// `openssl` is not installed.
+    pub fn start_tls(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+    ) -> Option<RedisCluster> {
+        let certificates = Certificates::make()?;
+        Self::start_with(masters, replicas, node_timeout, Some(certificates))
+    }
+
+    /// The authority that signed the nodes' certificates, for a TLS cluster.
+    pub fn ca_file(&self) -> Option<std::path::PathBuf> {
+        self.certificates.as_ref().map(Certificates::ca_file)
+    }
+
+    fn start_with(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+        certificates: Option<Certificates>,
+    ) -> Option<RedisCluster> {
         if !installed("redis-server") || !installed("redis-cli") {
             return None;
         }
@@ -135,6 +190,7 @@ impl RedisCluster {
                 let conf = format!("nodes-{port}.conf");
                 start_node(
                     port,
+                    certificates.as_ref(),
                     &[
                         "--cluster-enabled",
                         "yes",
@@ -151,23 +207,41 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        // The nodes that cannot reach each other's bus leave `--cluster create` waiting for
+        // them to join, for ever: it gets a minute.
+        let log = dir.path().join("create.log");
+        let mut create = Command::new("redis-cli")
+            .args(certificates.iter().flat_map(Certificates::cli_args))
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
             .expect("redis-cli runs");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = create.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = create.kill();
+                let _ = create.wait();
+                break None;
+            }
+            std::thread::sleep(ms(50));
+        };
         assert!(
-            out.status.success(),
-            "redis-cli --cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
+            status.is_some_and(|s| s.success()),
+            "redis-cli --cluster create ({}): {}",
+            status.map_or("still running after 60 s".to_string(), |s| s.to_string()),
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
         let cluster = RedisCluster {
             nodes,
             node_timeout,
+            certificates,
             _dir: dir,
         };
         cluster.wait_ok(Duration::from_secs(20));
@@ -289,6 +363,15 @@ impl RedisCluster {
             .and_then(|a| a.rsplit(':').next())
             .and_then(|p| p.parse().ok())
             .expect("the primary has a replica")
+    }
+
+    /// A connection to the node on `port`.
+    pub fn conn_to(&self, port: u16) -> redis::Connection {
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a node of the cluster")
+            .conn()
     }
 
     pub fn node(&mut self, port: u16) -> &mut Node {

@@ -1,11 +1,13 @@
 //! A real primary, its replicas and three sentinels (Debian's `redis-sentinel`) on loopback,
-//! killed (and their files removed) on drop.
+//! killed (and their files removed) on drop; plain, or TLS only with an ACL user on the data
+//! nodes (see [`super::tls::Certificates`]).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::cluster::{free_port_pair, installed, start_node, wait_for, Node};
 use super::ms;
+use super::tls::{Certificates, Login, PASSWORD, USER};
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "fleet";
@@ -13,6 +15,8 @@ pub const MASTER: &str = "fleet";
 pub struct Sentinels {
     pub data: Vec<Node>,
     pub sentinels: Vec<Node>,
+    /// The authority and keys of a TLS set.
+    certificates: Option<Certificates>,
     _dir: tempfile::TempDir,
 }
 
@@ -21,16 +25,39 @@ impl Sentinels {
     /// down after `down_after`; `None` (after saying why) when `redis-sentinel` is not
     /// installed.
     pub fn start(replicas: usize, down_after: Duration) -> Option<Sentinels> {
+        Self::start_with(replicas, down_after, None)
+    }
+
+    /// The same over TLS alone: the data nodes let in no one but the ACL user, and the
+    /// sentinels speak TLS to clients, to the data nodes and to each other; `None` (after
+    /// saying why) when `redis-sentinel` or `openssl` is not installed.
+    pub fn start_tls(replicas: usize, down_after: Duration) -> Option<Sentinels> {
+        let certificates = Certificates::make()?;
+        Self::start_with(replicas, down_after, Some(certificates))
+    }
+
+    /// The authority that signed the servers' certificates, for a TLS set.
+    pub fn ca_file(&self) -> Option<std::path::PathBuf> {
+        self.certificates.as_ref().map(Certificates::ca_file)
+    }
+
+    fn start_with(
+        replicas: usize,
+        down_after: Duration,
+        certificates: Option<Certificates>,
+    ) -> Option<Sentinels> {
         if !installed("redis-server") || !installed("redis-sentinel") {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let primary = start_node(free_port_pair(), &[], dir.path());
+        let tls = certificates.as_ref();
+        let primary = start_node(free_port_pair(), tls, &[], dir.path());
         let primary_port = primary.port.to_string();
         let mut data = vec![primary];
         for _ in 0..replicas {
             data.push(start_node(
                 free_port_pair(),
+                tls,
                 &["--replicaof", "127.0.0.1", &primary_port],
                 dir.path(),
             ));
@@ -39,10 +66,14 @@ impl Sentinels {
         for _ in 0..3 {
             let port = free_port_pair();
             let conf = dir.path().join(format!("sentinel-{port}.conf"));
+            let listen = match tls {
+                None => format!("port {port}\n"),
+                Some(certificates) => certificates.sentinel_config(port, MASTER),
+            };
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                    "{listen}bind 127.0.0.1\ndir {}\n\
                      sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
                      sentinel down-after-milliseconds {MASTER} {}\n\
                      sentinel failover-timeout {MASTER} 5000\n\
@@ -58,11 +89,16 @@ impl Sentinels {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-sentinel starts");
-            sentinels.push(Node::from_child(port, child));
+            sentinels.push(Node::from_child(
+                port,
+                child,
+                tls.map(Certificates::sentinel_login),
+            ));
         }
         let set = Sentinels {
             data,
             sentinels,
+            certificates,
             _dir: dir,
         };
         set.wait_ready(replicas, Duration::from_secs(30));
@@ -111,7 +147,13 @@ impl Sentinels {
             .iter()
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect();
-        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+        match self.certificates {
+            None => format!("redis+sentinel://{}/{MASTER}", hosts.join(",")),
+            Some(_) => format!(
+                "rediss+sentinel://{USER}:{PASSWORD}@{}/{MASTER}",
+                hosts.join(",")
+            ),
+        }
     }
 
     /// The port of the primary the first sentinel names now.
@@ -143,6 +185,15 @@ impl Sentinels {
         now
     }
 
+    /// A connection to the data node on `port`.
+    pub fn data_conn(&self, port: u16) -> redis::Connection {
+        self.data
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a data node")
+            .conn()
+    }
+
     pub fn node(&mut self, port: u16) -> &mut Node {
         self.data
             .iter_mut()
@@ -152,8 +203,8 @@ impl Sentinels {
 }
 
 impl Node {
-    pub fn from_child(port: u16, child: std::process::Child) -> Node {
-        let node = Node::spawned(port, child);
+    pub fn from_child(port: u16, child: std::process::Child, login: Option<Login>) -> Node {
+        let node = Node::spawned(port, child, login);
         wait_for(
             Duration::from_secs(10),
             &format!("a server on {port}"),
@@ -163,10 +214,7 @@ impl Node {
     }
 
     pub fn try_conn(&self) -> Option<redis::Connection> {
-        let mut conn = redis::Client::open(self.url())
-            .ok()?
-            .get_connection_with_timeout(ms(300))
-            .ok()?;
+        let mut conn = self.client().get_connection_with_timeout(ms(300)).ok()?;
         conn.set_read_timeout(Some(ms(1000))).ok()?;
         redis::cmd("PING").query::<String>(&mut conn).ok()?;
         Some(conn)

@@ -1,8 +1,9 @@
-//! A `redis-server` that speaks TLS only (`--port 0`: no plain port) and refuses clients that
-//! do not log in as its one ACL user, on a free loopback port, killed on drop. Its certificate
-//! authority and its certificate (for the IP address 127.0.0.1) are made with the `openssl`
-//! command in a temporary directory, with a second, unrelated authority that a client must
-//! not accept the server's certificate from.
+//! TLS for the test topologies: a certificate authority and a certificate (for the IP address
+//! 127.0.0.1, good for serving and, on a cluster's bus, for calling other nodes) made with the
+//! `openssl` command in a temporary directory, with a second, unrelated authority that a client
+//! must not accept the server's certificate from; and a `redis-server` that speaks TLS only
+//! (`--port 0`: no plain port) and refuses clients that do not log in as its one ACL user, on a
+//! free loopback port, killed on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,20 +17,14 @@ pub const USER: &str = "app";
 /// Its password.
 pub const PASSWORD: &str = "s3cret-pw";
 
-pub struct TlsRedisServer {
-    port: u16,
-    child: Option<Child>,
+/// The authorities and the server's keys, in a directory removed on drop.
+pub struct Certificates {
     dir: tempfile::TempDir,
 }
 
-impl TlsRedisServer {
-    /// Starts one, or `None` (after saying why) when `redis-server` or `openssl` is not
-    /// installed. Panics, with the server's log, when it exits for any other reason than a
-    /// port taken first (a `redis-server` built without TLS among them).
-    pub fn start() -> Option<TlsRedisServer> {
-        if !installed("redis-server") {
-            return None;
-        }
+impl Certificates {
+    /// Makes them, or `None` (after saying why) when `openssl` is not installed.
+    pub fn make() -> Option<Certificates> {
         if Command::new("openssl")
             .arg("version")
             .stdout(Stdio::null())
@@ -42,6 +37,148 @@ impl TlsRedisServer {
         }
         let dir = tempfile::tempdir().unwrap();
         make_certificates(dir.path());
+        Some(Certificates { dir })
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// The authority that signed the server's certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// An authority that signed nothing of the server's (PEM).
+    pub fn other_ca_file(&self) -> PathBuf {
+        self.dir.path().join("other-ca.pem")
+    }
+
+    /// `redis-server` arguments for TLS alone on `port` (on a cluster's bus and a replica's
+    /// link too), with the ACL user the only one let in, and replicas logging in as it.
+    pub fn server_args(&self, port: u16) -> Vec<String> {
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &self.path("server.pem"),
+            "--tls-key-file",
+            &self.path("server.key"),
+            "--tls-ca-cert-file",
+            &self.path("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--tls-cluster",
+            "yes",
+            "--tls-replication",
+            "yes",
+            "--masteruser",
+            USER,
+            "--masterauth",
+            PASSWORD,
+            // Nobody gets in without logging in as USER.
+            "--user",
+            "default",
+            "off",
+            "--user",
+            USER,
+            "on",
+            &format!(">{PASSWORD}"),
+            "~*",
+            "&*",
+            "+@all",
+        ]
+        .map(str::to_string)
+        .to_vec()
+    }
+
+    /// `redis-cli` arguments to reach such a server.
+    pub fn cli_args(&self) -> Vec<String> {
+        ["--tls", "--cacert", &self.path("ca.pem")]
+            .into_iter()
+            .chain(["--user", USER, "--pass", PASSWORD])
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `redis-sentinel` configuration lines for TLS alone on `port`, reaching the primary
+    /// `master` (and the other sentinels) over TLS as the ACL user.
+    pub fn sentinel_config(&self, port: u16, master: &str) -> String {
+        format!(
+            "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+             tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n\
+             sentinel auth-user {master} {USER}\nsentinel auth-pass {master} {PASSWORD}\n",
+            self.path("server.pem"),
+            self.path("server.key"),
+            self.path("ca.pem"),
+        )
+    }
+
+    /// How a test logs in to a data node: as the ACL user, over TLS.
+    pub fn login(&self) -> Login {
+        Login {
+            ca: std::fs::read(self.ca_file()).unwrap(),
+            acl: true,
+        }
+    }
+
+    /// How a test reaches a sentinel: over TLS, as its default user.
+    pub fn sentinel_login(&self) -> Login {
+        Login {
+            acl: false,
+            ..self.login()
+        }
+    }
+}
+
+/// A login over TLS, trusting the test's authority: as the ACL user, or (to a sentinel) as
+/// no one in particular.
+#[derive(Clone)]
+pub struct Login {
+    ca: Vec<u8>,
+    acl: bool,
+}
+
+impl Login {
+    pub fn url(&self, port: u16) -> String {
+        if self.acl {
+            format!("rediss://{USER}:{PASSWORD}@127.0.0.1:{port}")
+        } else {
+            format!("rediss://127.0.0.1:{port}")
+        }
+    }
+
+    pub fn client(&self, port: u16) -> redis::Client {
+        // redis's TLS needs a process-wide crypto provider; the library installs the same one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        redis::Client::build_with_tls(
+            self.url(port),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(self.ca.clone()),
+            },
+        )
+        .unwrap()
+    }
+}
+
+pub struct TlsRedisServer {
+    port: u16,
+    child: Option<Child>,
+    certificates: Certificates,
+}
+
+impl TlsRedisServer {
+    /// Starts one, or `None` (after saying why) when `redis-server` or `openssl` is not
+    /// installed. Panics, with the server's log, when it exits for any other reason than a
+    /// port taken first (a `redis-server` built without TLS among them).
+    pub fn start() -> Option<TlsRedisServer> {
+        if !installed("redis-server") {
+            return None;
+        }
+        let certificates = Certificates::make()?;
         // The port is free when picked, but another test's listener may take it before the
         // server binds it: then the server exits, and another port is tried.
         for _ in 0..20 {
@@ -49,12 +186,12 @@ impl TlsRedisServer {
                 .and_then(|l| l.local_addr())
                 .expect("a free loopback port")
                 .port();
-            match spawn(dir.path(), port) {
+            match spawn(&certificates, port) {
                 Started::Yes(child) => {
                     return Some(TlsRedisServer {
                         port,
                         child: Some(child),
-                        dir,
+                        certificates,
                     })
                 }
                 Started::PortTaken => {}
@@ -82,12 +219,12 @@ impl TlsRedisServer {
 
     /// The authority that signed the server's certificate (PEM).
     pub fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
+        self.certificates.ca_file()
     }
 
     /// An authority that signed nothing of the server's (PEM).
     pub fn other_ca_file(&self) -> PathBuf {
-        self.dir.path().join("other-ca.pem")
+        self.certificates.other_ca_file()
     }
 
     pub fn stop(&mut self) {
@@ -109,24 +246,16 @@ enum Started {
     PortTaken,
 }
 
-/// Starts the server on `port` with the files of `dir`.
-fn spawn(dir: &Path, port: u16) -> Started {
+/// Starts the server on `port` with `certificates`, its log beside them.
+fn spawn(certificates: &Certificates, port: u16) -> Started {
+    let dir = certificates.dir.path();
     let log = dir.join(format!("redis-{port}.log"));
     let _ = std::fs::remove_file(&log);
-    let path = |name: &str| dir.join(name).display().to_string();
     let mut child = Command::new("redis-server")
-        .args(["--port", "0", "--tls-port", &port.to_string()])
+        .args(certificates.server_args(port))
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--dir", &dir.display().to_string()])
         .args(["--logfile", &log.display().to_string()])
-        .args(["--tls-cert-file", &path("server.pem")])
-        .args(["--tls-key-file", &path("server.key")])
-        .args(["--tls-ca-cert-file", &path("ca.pem")])
-        .args(["--tls-auth-clients", "no"])
-        // Nobody gets in without logging in as USER.
-        .args(["--user", "default", "off"])
-        .args(["--user", USER, "on", &format!(">{PASSWORD}")])
-        .args(["~*", "&*", "+@all"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -205,7 +334,7 @@ fn make_certificates(dir: &Path) {
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
     )
     .unwrap();
     openssl(
