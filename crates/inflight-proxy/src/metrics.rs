@@ -207,7 +207,7 @@ fn grpc_method(path: &str) -> bool {
 
 /// At most one log line per [`LOG_INTERVAL`]: an upstream that is down fails every request,
 /// and a line for each would flood the log. The lines left out are counted.
-struct LogPace {
+pub(crate) struct LogPace {
     last: Mutex<Option<std::time::Instant>>,
     left_out: AtomicU64,
 }
@@ -216,7 +216,7 @@ struct LogPace {
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 impl LogPace {
-    fn new() -> LogPace {
+    pub(crate) fn new() -> LogPace {
         LogPace {
             last: Mutex::new(None),
             left_out: AtomicU64::new(0),
@@ -224,7 +224,7 @@ impl LogPace {
     }
 
     /// `Some(lines left out since the last)` when a line may be written now.
-    fn may_log(&self, now: std::time::Instant) -> Option<u64> {
+    pub(crate) fn may_log(&self, now: std::time::Instant) -> Option<u64> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         if last.is_some_and(|at| now.duration_since(at) < LOG_INTERVAL) {
             self.left_out.fetch_add(1, Ordering::Relaxed);
@@ -232,6 +232,15 @@ impl LogPace {
         }
         *last = Some(now);
         Some(self.left_out.swap(0, Ordering::Relaxed))
+    }
+
+    /// `line`, with how many were left out before it when any were.
+    pub(crate) fn with_left_out(line: &str, left_out: u64) -> String {
+        if left_out > 0 {
+            format!("{line} ({left_out} more since the last line)")
+        } else {
+            line.to_string()
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use crate::body::ProxyBody;
 use crate::grpc;
 use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
-use crate::metrics::{Registry, RouteMetrics};
+use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::upstream::{Checkout, Http1Pool, UpstreamError};
 use crate::{tls, Log};
@@ -503,11 +503,6 @@ async fn forward_call(
             call.finish(false, Outcome::Overload);
             let tls = tls::is_handshake_failure(&e);
             if let Some(left_out) = state.metrics.may_log() {
-                let also = if left_out > 0 {
-                    format!(" ({left_out} more since the last line)")
-                } else {
-                    String::new()
-                };
                 let what = if tls {
                     "TLS handshake failed"
                 } else if e.is_connect() {
@@ -515,12 +510,13 @@ async fn forward_call(
                 } else {
                     "failed"
                 };
-                log(&format!(
-                    "budget {:?}: {} {what}: 502: {}{also}",
+                let line = format!(
+                    "budget {:?}: {} {what}: 502: {}",
                     state.budget.name(),
                     state.route.upstream().url(),
                     chain(&e)
-                ));
+                );
+                log(&LogPace::with_left_out(&line, left_out));
             }
             let reason = if tls {
                 Reason::Tls

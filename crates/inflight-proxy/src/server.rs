@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::body::ProxyBody;
 use crate::config::ClientLimits;
 use crate::conn::{self, Accounted, Conn, Open};
-use crate::metrics::{Closed, ConnMetrics};
+use crate::metrics::{Closed, ConnMetrics, LogPace};
 use crate::Log;
 
 /// When a full listener's closing connection has not made room yet, how long until another
@@ -28,7 +28,8 @@ const MAKE_ROOM_AGAIN: Duration = Duration::from_millis(100);
 /// just connected, or just had its answer, is not taken for a leaked one.
 const IDLE_ENOUGH_MS: u64 = 1000;
 
-/// After an accept error (out of file descriptors), how long to wait before accepting again.
+/// After an accept error (out of file descriptors), how long to wait before accepting again;
+/// the errors are logged at most once a second, with how many were left out.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Serves `listener` with `handle` until `stop` turns true, within `limits`; see the module
@@ -50,6 +51,7 @@ where
         let open: Open = Arc::default();
         let epoch = Instant::now();
         let mut next_id = 0u64;
+        let accept_errors = LogPace::new();
         let mut connections = JoinSet::new();
         let mut sweep = tokio::time::interval(sweep_every(limits.idle_timeout));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -66,8 +68,17 @@ where
             let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    log(&format!("cannot accept a connection: {e}"));
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    if let Some(left_out) = accept_errors.may_log(std::time::Instant::now()) {
+                        let line = format!(
+                            "cannot accept a connection: {e}; trying again every {} ms",
+                            ACCEPT_BACKOFF.as_millis()
+                        );
+                        log(&LogPace::with_left_out(&line, left_out));
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                        _ = stop.wait_for(|stop| *stop) => break,
+                    }
                     continue;
                 }
             };

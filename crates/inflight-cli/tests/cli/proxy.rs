@@ -23,11 +23,18 @@ impl ProxyProcess {
     }
 
     fn start_with(config: &std::path::Path, args: &[&str], stdin: Stdio) -> ProxyProcess {
-        let mut child = Command::new(inflight_path())
+        let mut command = Command::new(inflight_path());
+        command
             .args(["proxy", "--config"])
             .arg(config)
             .args(args)
-            .stdin(stdin)
+            .stdin(stdin);
+        ProxyProcess::spawn(command)
+    }
+
+    /// Runs `command` (an `inflight proxy`) with its output piped, until it is ready.
+    fn spawn(mut command: Command) -> ProxyProcess {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -384,6 +391,89 @@ fn the_soft_limit_on_open_files_is_raised_to_the_hard_one_at_start() {
         "{line}"
     );
     assert_eq!(numbers[0], numbers[1], "soft and hard limits now: {files}");
+}
+
+/// Out of file descriptors, the listener's accept fails until connections close: the proxy
+/// says so at most once a second (with how many it left out), not at every retry 50 ms apart,
+/// and serves again once the connections are gone.
+#[test]
+fn accept_errors_out_of_open_files_are_logged_once_a_second_and_the_listener_recovers() {
+    use std::os::unix::process::CommandExt;
+
+    let (port, _) = crate::support::always("200 OK", "ok");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        &format!(
+            "[budgets.r]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:0\"\n"
+        ),
+    );
+    let mut command = Command::new(inflight_path());
+    command
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            // Soft and hard: the proxy cannot raise it.
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let proxy = ProxyProcess::spawn(command);
+    let addr = proxy.addr("r");
+    assert_eq!(request(addr, "GET / HTTP/1.1").0, 200);
+    // More connections than the proxy has files left: the last ones wait in the backlog,
+    // and every accept of them fails.
+    let held: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let first = proxy.stderr_line("cannot accept a connection");
+    assert!(first.contains("Too many open files"), "{first}");
+    assert!(first.contains("trying again every 50 ms"), "{first}");
+    // 2.5 s of failing accepts, one every 50 ms: about 50 without pacing.
+    let watched = std::time::Instant::now();
+    let mut lines = Vec::new();
+    while let Some(left) = Duration::from_millis(2500).checked_sub(watched.elapsed()) {
+        match proxy.stderr.recv_timeout(left) {
+            Ok(line) if line.contains("cannot accept") => lines.push(line),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        (1..=3).contains(&lines.len()),
+        "about one line a second in 2.5 s: {lines:?}"
+    );
+    assert!(
+        lines[0].contains("more since the last line"),
+        "the retries left out are counted: {lines:?}"
+    );
+    drop(held);
+    // The backlog drains (each is accepted and sees its client gone), then a client is served.
+    let start = std::time::Instant::now();
+    loop {
+        let answer = TcpStream::connect(addr).ok().map(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            text
+        });
+        if answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "served again once the connections closed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Raises this process's limit on open files (and so the proxy's, which inherits it) to
