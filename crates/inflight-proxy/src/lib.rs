@@ -376,8 +376,7 @@ impl ProxyBuilder {
                 conns,
                 move |request, peer| {
                     let slot = table.pick(&request).clone();
-                    let log = handle_log.clone();
-                    async move { route::forward(&slot, request, peer, &log).await }
+                    route::forward(slot, request, peer, handle_log.clone())
                 },
             ));
         }

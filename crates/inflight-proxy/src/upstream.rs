@@ -5,12 +5,14 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::TrySendError;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -72,6 +74,19 @@ enum First {
     Failed(hyper::Error),
     /// It did not go out: the connection had closed.
     Unsent(Request<Incoming>),
+}
+
+impl First {
+    /// What `try_send_request` came back with.
+    fn of(tried: Result<Response<Incoming>, TrySendError<Request<Incoming>>>) -> First {
+        match tried {
+            Ok(response) => First::Answered(response),
+            Err(mut e) => match e.take_message() {
+                Some(request) => First::Unsent(request),
+                None => First::Failed(e.into_error()),
+            },
+        }
+    }
 }
 
 /// Why a request got no answer from the upstream.
@@ -140,46 +155,75 @@ impl Http1Pool {
 
     /// Sends `request` on an idle connection, or on a new one, and returns the answer's head
     /// with the connection it came on.
-    pub(crate) async fn request(
+    ///
+    /// A connection given back is ready once its last answer's end has been read; a new one
+    /// once its handshake is done. One that closed while idle, or that closes before the
+    /// request goes out on it, is replaced by a new one, once. An idle connection is handed
+    /// the request at once, and what a new connection takes is boxed apart: the future of the
+    /// common case holds hyper's answer future alone.
+    pub(crate) fn request(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> impl Future<Output = Result<(Response<Incoming>, Checkout), UpstreamError>> + Send + '_
+    {
+        let taken = match self.take() {
+            Some(mut sender) => {
+                let answer = sender.try_send_request(request);
+                Ok((sender, answer))
+            }
+            None => Err(request),
+        };
+        async move {
+            let (sender, answer) = match taken {
+                Ok(taken) => taken,
+                Err(request) => return Box::pin(self.on_new(request)).await,
+            };
+            match First::of(answer.await) {
+                First::Answered(response) => Ok((response, self.checkout(sender))),
+                First::Failed(e) => Err(UpstreamError::Http(e)),
+                First::Unsent(request) => Box::pin(self.again(request)).await,
+            }
+        }
+    }
+
+    /// [`Http1Pool::request`] on a new connection.
+    async fn on_new(
         self: &Arc<Self>,
         request: Request<Incoming>,
     ) -> Result<(Response<Incoming>, Checkout), UpstreamError> {
-        let mut sender = match self.take() {
-            Some(sender) => sender,
-            // Boxed: the connect future is large, and the request's own future stays small.
-            None => Box::pin(self.connect()).await?,
-        };
-        // A connection given back is ready once its last answer's end has been read; a new
-        // one once its handshake is done. One that closed while idle, or that closes before
-        // the request goes out on it, is replaced by a new one, once.
+        let mut sender = self.connect().await?;
         let first = match sender.ready().await {
-            Ok(()) => match sender.try_send_request(request).await {
-                Ok(response) => First::Answered(response),
-                Err(mut e) => match e.take_message() {
-                    Some(request) => First::Unsent(request),
-                    None => First::Failed(e.into_error()),
-                },
-            },
+            Ok(()) => First::of(sender.try_send_request(request).await),
             Err(_) => First::Unsent(request),
         };
-        let response = match first {
-            First::Answered(response) => response,
-            First::Failed(e) => return Err(UpstreamError::Http(e)),
-            First::Unsent(request) => {
-                sender = Box::pin(self.connect()).await?;
-                sender.ready().await.map_err(UpstreamError::Http)?;
-                sender
-                    .send_request(request)
-                    .await
-                    .map_err(UpstreamError::Http)?
-            }
-        };
-        let checkout = Checkout {
+        match first {
+            First::Answered(response) => Ok((response, self.checkout(sender))),
+            First::Failed(e) => Err(UpstreamError::Http(e)),
+            First::Unsent(request) => self.again(request).await,
+        }
+    }
+
+    /// A request that did not go out, sent on a new connection.
+    async fn again(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Checkout), UpstreamError> {
+        let mut sender = self.connect().await?;
+        sender.ready().await.map_err(UpstreamError::Http)?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(UpstreamError::Http)?;
+        Ok((response, self.checkout(sender)))
+    }
+
+    /// The connection `sender`, to be given back to the pool once its answer is read.
+    fn checkout(self: &Arc<Self>, sender: SendRequest<Incoming>) -> Checkout {
+        Checkout {
             pool: Arc::downgrade(self),
             sender: Some(sender),
             reusable: false,
-        };
-        Ok((response, checkout))
+        }
     }
 
     /// The connection given back last that can take a request now, if any. One whose last

@@ -360,6 +360,26 @@ fn budget_and_permits_are_send_sync_static() {
     drop(b);
 }
 
+/// The futures of `acquire` stay small: the wait, about a kilobyte, is boxed, and taken only by
+/// a caller that waits. Every future that awaits one holds it, and copies it whole each time it
+/// moves (a proxied request's future, boxed per request, was 2.9 KB with a 1.1 KB acquire in it).
+#[test]
+fn acquire_futures_are_small() {
+    let b = budget(BudgetConfig::new(1));
+    let sizes = [
+        ("acquire", std::mem::size_of_val(&b.acquire())),
+        ("acquire_owned", std::mem::size_of_val(&b.acquire_owned())),
+        ("acquire_in", std::mem::size_of_val(&b.acquire_in("a"))),
+        (
+            "acquire_owned_in",
+            std::mem::size_of_val(&b.acquire_owned_in("a")),
+        ),
+    ];
+    for (name, size) in sizes {
+        assert!(size <= 256, "{name}: {size} bytes");
+    }
+}
+
 #[test]
 fn invalid_configs_are_refused_with_the_field_named() {
     // Built in code, a budget names the bare field: there is no budgets file to point into.

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -417,22 +418,23 @@ where
         let (conn, handle, peer) = (self.conn.clone(), self.handle.clone(), Peer::new(self.peer));
         service_fn(move |request| {
             let busy = conn.started();
-            let response = handle(request, peer.clone());
             let conn = conn.clone();
             // Boxed: hyper keeps an HTTP/1.1 connection's request future in place while it
-            // serves, and hands the connection back (to park it) only with an `Unpin` one.
-            let answer: Answer = Box::pin(async move {
-                let mut response = response.await;
-                let body = response.body_mut();
-                if protocol == Protocol::Http1 {
-                    if let Some(timer) = body.take_timer() {
-                        *conn.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(timer);
+            // serves, and hands the connection back (to park it) only with an `Unpin` one. A
+            // combinator, not an `async` block: a block would hold the handler's future twice
+            // (as captured, and as awaited), and the box is copied whole when it is made.
+            let answer: Answer =
+                Box::pin(handle(request, peer.clone()).map(move |mut response| {
+                    let body = response.body_mut();
+                    if protocol == Protocol::Http1 {
+                        if let Some(timer) = body.take_timer() {
+                            *conn.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(timer);
+                        }
+                    } else {
+                        body.start_timer();
                     }
-                } else {
-                    body.start_timer();
-                }
-                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
-            });
+                    Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+                }));
             answer
         })
     }

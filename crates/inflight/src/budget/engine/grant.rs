@@ -97,6 +97,10 @@ impl Engine {
     ///
     /// Cancel safe: a future dropped at any point holds nothing afterwards, and a caller dropped
     /// while waiting is counted as cancelled.
+    ///
+    /// The wait is boxed: its future is about a kilobyte, and every future that awaits this one
+    /// (a caller's, the proxy's per request) would carry that room and copy it at each move,
+    /// though most callers take a permit at once. A caller that waits pays one allocation.
     pub(crate) async fn grant(
         &self,
         class: usize,
@@ -109,7 +113,7 @@ impl Engine {
                         return Ok(grant);
                     }
                 }
-                self.grant_traced(None, by).await
+                Box::pin(self.grant_traced(None, by)).await
             }
             Some(queue) => {
                 // The fast path of a budget with classes: a free permit, nobody waiting in any
@@ -121,7 +125,7 @@ impl Engine {
                 {
                     return Ok(self.admitted_in_at_once(class, None));
                 }
-                self.grant_classed(class, by).await
+                Box::pin(self.grant_classed(class, by)).await
             }
         }
     }
