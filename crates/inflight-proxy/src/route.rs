@@ -29,7 +29,7 @@ use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
 use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
-use crate::upstream::{Checkout, Http1Pool, UpstreamError};
+use crate::upstream::{Checkout, Http1Pool, Pooled, UpstreamError};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
@@ -58,9 +58,6 @@ impl UpstreamClient {
         matches!(self, UpstreamClient::Http1(_))
     }
 }
-
-/// What an HTTP/1.1 pool's request comes back with.
-type Pooled = Result<(Response<Incoming>, Checkout), UpstreamError>;
 
 /// A request on its way to the upstream: a pointer's size whatever the client.
 enum Sent<'a> {
@@ -521,13 +518,14 @@ fn forward_call<'a>(
         let (mut response, checkout) = match result {
             Ok(answered) => answered,
             Err(e) if from_client_body(&e) => {
-                // The client's request body failed, not the upstream: nothing for the limit to learn.
+                // The client's request body failed, not the upstream: nothing for the limit to
+                // learn.
                 call.finish(false, Outcome::Ignore);
                 return replied(state, Reason::ClientBody);
             }
             Err(e) => {
-                // Whatever kept the upstream from answering says it cannot take more now, a failed
-                // TLS handshake included (as a refused connection is).
+                // Whatever kept the upstream from answering says it cannot take more now, a
+                // failed TLS handshake included (as a refused connection is).
                 call.finish(false, Outcome::Overload);
                 let tls = tls::is_handshake_failure(&e);
                 if let Some(left_out) = state.metrics.may_log() {

@@ -76,6 +76,10 @@ enum First {
     Unsent(Request<Incoming>),
 }
 
+/// What a request sent on the pool comes back with: the answer's head and the connection it
+/// came on.
+pub(crate) type Pooled = Result<(Response<Incoming>, Checkout), UpstreamError>;
+
 impl First {
     /// What `try_send_request` came back with.
     fn of(tried: Result<Response<Incoming>, TrySendError<Request<Incoming>>>) -> First {
@@ -164,8 +168,7 @@ impl Http1Pool {
     pub(crate) fn request(
         self: &Arc<Self>,
         request: Request<Incoming>,
-    ) -> impl Future<Output = Result<(Response<Incoming>, Checkout), UpstreamError>> + Send + '_
-    {
+    ) -> impl Future<Output = Pooled> + Send + '_ {
         let taken = match self.take() {
             Some(mut sender) => {
                 let answer = sender.try_send_request(request);
@@ -187,10 +190,7 @@ impl Http1Pool {
     }
 
     /// [`Http1Pool::request`] on a new connection.
-    async fn on_new(
-        self: &Arc<Self>,
-        request: Request<Incoming>,
-    ) -> Result<(Response<Incoming>, Checkout), UpstreamError> {
+    async fn on_new(self: &Arc<Self>, request: Request<Incoming>) -> Pooled {
         let mut sender = self.connect().await?;
         let first = match sender.ready().await {
             Ok(()) => First::of(sender.try_send_request(request).await),
@@ -204,10 +204,7 @@ impl Http1Pool {
     }
 
     /// A request that did not go out, sent on a new connection.
-    async fn again(
-        self: &Arc<Self>,
-        request: Request<Incoming>,
-    ) -> Result<(Response<Incoming>, Checkout), UpstreamError> {
+    async fn again(self: &Arc<Self>, request: Request<Incoming>) -> Pooled {
         let mut sender = self.connect().await?;
         sender.ready().await.map_err(UpstreamError::Http)?;
         let response = sender

@@ -50,6 +50,23 @@ impl Node {
         self.child.is_some()
     }
 
+    pub fn from_child(port: u16, child: std::process::Child, login: Option<Login>) -> Node {
+        let node = Node::spawned(port, child, login);
+        wait_for(
+            Duration::from_secs(10),
+            &format!("a server on {port}"),
+            || node.try_conn().is_some(),
+        );
+        node
+    }
+
+    pub fn try_conn(&self) -> Option<redis::Connection> {
+        let mut conn = self.client().get_connection_with_timeout(ms(300)).ok()?;
+        conn.set_read_timeout(Some(ms(1000))).ok()?;
+        redis::cmd("PING").query::<String>(&mut conn).ok()?;
+        Some(conn)
+    }
+
     pub(super) fn spawned(port: u16, child: Child, login: Option<Login>) -> Node {
         Node {
             port,
@@ -108,13 +125,7 @@ pub fn start_node(
     wait_for(
         Duration::from_secs(10),
         &format!("redis-server on {port}"),
-        || {
-            node.client()
-                .get_connection_with_timeout(ms(200))
-                .ok()
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).ok())
-                .is_some()
-        },
+        || node.try_conn().is_some(),
     );
     node
 }

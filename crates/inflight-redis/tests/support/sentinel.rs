@@ -6,8 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::cluster::{free_port_pair, installed, start_node, wait_for, Node};
-use super::ms;
-use super::tls::{Certificates, Login, PASSWORD, USER};
+use super::tls::{Certificates, PASSWORD, USER};
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "fleet";
@@ -199,24 +198,5 @@ impl Sentinels {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("a data node")
-    }
-}
-
-impl Node {
-    pub fn from_child(port: u16, child: std::process::Child, login: Option<Login>) -> Node {
-        let node = Node::spawned(port, child, login);
-        wait_for(
-            Duration::from_secs(10),
-            &format!("a server on {port}"),
-            || node.try_conn().is_some(),
-        );
-        node
-    }
-
-    pub fn try_conn(&self) -> Option<redis::Connection> {
-        let mut conn = self.client().get_connection_with_timeout(ms(300)).ok()?;
-        conn.set_read_timeout(Some(ms(1000))).ok()?;
-        redis::cmd("PING").query::<String>(&mut conn).ok()?;
-        Some(conn)
     }
 }
