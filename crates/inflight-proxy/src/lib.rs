@@ -121,6 +121,7 @@
 
 mod admin;
 mod body;
+mod call;
 pub mod config;
 mod conn;
 mod error;
@@ -131,6 +132,7 @@ mod page;
 mod refusal;
 mod route;
 mod server;
+mod sweep;
 mod tls;
 mod upstream;
 

@@ -24,11 +24,13 @@ use inflight::{AcquireError, Budget, OwnedPermit, RetryAfter};
 use tokio::time::Instant;
 
 use crate::body::ProxyBody;
+use crate::call::CallSlot;
 use crate::grpc;
 use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
 use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
+use crate::sweep::Sweeper;
 use crate::upstream::{Checkout, Http1Pool, Pooled, UpstreamError};
 use crate::{tls, Log};
 
@@ -104,6 +106,9 @@ pub(crate) struct RouteState {
     class_header: Option<HeaderName>,
     client: UpstreamClient,
     metrics: Arc<RouteMetrics>,
+    /// Ends the budget's calls at their deadline: one per budget, whose call timeout is one
+    /// duration.
+    sweeper: Arc<Sweeper>,
 }
 
 impl RouteState {
@@ -120,7 +125,8 @@ impl RouteState {
     ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
         let client = client(&route);
-        RouteState::with(budget, 0, route, scope, client, metrics)
+        let sweeper = Arc::new(Sweeper::new());
+        RouteState::with(budget, 0, route, scope, client, metrics, sweeper)
     }
 
     fn with(
@@ -130,6 +136,7 @@ impl RouteState {
         scope: Scope,
         client: UpstreamClient,
         metrics: Arc<RouteMetrics>,
+        sweeper: Arc<Sweeper>,
     ) -> RouteState {
         let authority = HeaderValue::from_str(route.upstream().authority())
             .expect("a checked upstream's authority is a valid header value");
@@ -152,6 +159,7 @@ impl RouteState {
             class_header,
             client,
             metrics,
+            sweeper,
         }
     }
 
@@ -165,10 +173,10 @@ impl RouteState {
         scope: Scope,
     ) -> (RouteState, bool) {
         let replaced = budget.config() != self.budget.config() || scope != self.scope;
-        let (budget, generation) = if replaced {
-            (budget, self.generation + 1)
+        let (budget, generation, sweeper) = if replaced {
+            (budget, self.generation + 1, Arc::new(Sweeper::new()))
         } else {
-            (self.budget.clone(), self.generation)
+            (self.budget.clone(), self.generation, self.sweeper.clone())
         };
         let same_upstream = route.upstream() == self.route.upstream()
             && route.upstream_http2() == self.route.upstream_http2()
@@ -185,6 +193,7 @@ impl RouteState {
             scope,
             client,
             self.metrics.clone(),
+            sweeper,
         );
         (state, replaced)
     }
@@ -490,29 +499,41 @@ fn forward_call<'a>(
         // With on_lost = "cancel", a request whose fleet lease is lost before the upstream
         // answers is dropped: `None`.
         let watched = call.cancels_on();
-        let sent = async {
-            match &watched {
-                Some(lease) => tokio::select! {
-                    biased;
-                    result = &mut sent => Some(result),
-                    () = lease.lost() => None,
-                },
-                None => Some((&mut sent).await),
-            }
-        };
-        let result = match call.deadline() {
-            Some(at) => match tokio::time::timeout_at(at, sent).await {
-                Ok(result) => result,
-                Err(_) => {
-                    call.timed_out_as(timeout_outcome(&state.route));
-                    return replied(state, Reason::CallTimeout);
+        let deadline = call.deadline();
+        let slot = CallSlot::new(call, timeout_outcome(&state.route));
+        // The budget's sweeper ends the call at its deadline, whether the upstream has not
+        // answered by then or the answer's body is still streaming.
+        let watch = deadline.map(|at| state.sweeper.watch(at, &slot));
+        let result = {
+            let sent = async {
+                match &watched {
+                    Some(lease) => tokio::select! {
+                        biased;
+                        result = &mut sent => Some(result),
+                        () = lease.lost() => None,
+                    },
+                    None => Some((&mut sent).await),
                 }
-            },
-            None => sent.await,
+            };
+            let mut sent = std::pin::pin!(sent);
+            std::future::poll_fn(|cx| {
+                if watch.is_some() {
+                    slot.wake_on_expiry(cx.waker());
+                    if slot.timed_out() {
+                        return Poll::Ready(None);
+                    }
+                }
+                sent.as_mut().poll(cx).map(Some)
+            })
+            .await
+        };
+        let Some(result) = result else {
+            // The sweeper ended the call (timed out) before the upstream answered.
+            return replied(state, Reason::CallTimeout);
         };
         let Some(result) = result else {
             // Counted as cancelled; nothing is learned of the upstream.
-            drop(call);
+            drop(slot.take());
             return replied(state, Reason::LeaseLost);
         };
         let (mut response, checkout) = match result {
@@ -520,13 +541,13 @@ fn forward_call<'a>(
             Err(e) if from_client_body(&e) => {
                 // The client's request body failed, not the upstream: nothing for the limit to
                 // learn.
-                call.finish(false, Outcome::Ignore);
+                slot.end(false, Outcome::Ignore);
                 return replied(state, Reason::ClientBody);
             }
             Err(e) => {
                 // Whatever kept the upstream from answering says it cannot take more now, a
                 // failed TLS handshake included (as a refused connection is).
-                call.finish(false, Outcome::Overload);
+                slot.end(false, Outcome::Overload);
                 let tls = tls::is_handshake_failure(&e);
                 if let Some(left_out) = state.metrics.may_log() {
                     let what = if tls {
@@ -574,18 +595,18 @@ fn forward_call<'a>(
         let (parts, body) = response.into_parts();
         let body = match state.route.release() {
             Release::Headers => {
-                call.finish(ok, outcome);
+                if !slot.end(ok, outcome) {
+                    // Timed out as the answer came (another thread's sweeper).
+                    return replied(state, Reason::CallTimeout);
+                }
                 ProxyBody::streamed(body, tally)
             }
-            _ => ProxyBody::holding(
-                body,
-                call,
-                ok,
-                outcome,
-                timeout_outcome(&state.route),
-                trailers,
-                tally,
-            ),
+            _ => {
+                if !slot.decide(ok, outcome) {
+                    return replied(state, Reason::CallTimeout);
+                }
+                ProxyBody::holding(body, slot, watch, watched, trailers, tally)
+            }
         }
         .on_connection(checkout);
         Response::from_parts(parts, body)

@@ -13,13 +13,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::HttpService;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::{run, Conn, Protocol, Shut, Timing};
-use crate::config::ClientLimits;
 use crate::metrics::ConnMetrics;
 
 /// How long an HTTP/1.1 connection idles inside hyper before it is parked. Long enough that a
@@ -29,12 +28,10 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 
 /// Serves an HTTP/1.1 connection with hyper until hyper gives it back, idle for
 /// [`PARK_AFTER`] (`Some`, with the bytes read ahead in front, if any), or it closes (`None`:
-/// at the idle timeout, by hyper's header timer, when the proxy drains, or when the accept loop
-/// asks).
+/// at the idle timeout, when the proxy drains, or when the accept loop asks).
 pub(super) async fn serve<S, B>(
     io: Rewound,
     conn: &Conn,
-    limits: &ClientLimits,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
     service: S,
@@ -48,10 +45,11 @@ where
 {
     let read_ahead = io.read_ahead();
     let connection = {
+        // No header timer of hyper's: it costs a timer made, polled and dropped per request.
+        // A request whose head never ends is cut at the idle timeout by the listener's sweep
+        // instead (see `run`).
         let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.idle_timeout);
+        builder.header_read_timeout(None);
         Served {
             inner: Some(builder.serve_connection(TokioIo::new(io), service)),
             keep_io: false,

@@ -7,12 +7,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use futures::FutureExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
@@ -23,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::body::{BodyError, CallTimer, ProxyBody};
+use crate::body::{BodyError, ProxyBody};
 use crate::config::ClientLimits;
 use crate::headers::Peer;
 use crate::metrics::{Closed, ConnMetrics};
@@ -116,9 +117,6 @@ pub(crate) struct Conn {
     reason: std::sync::atomic::AtomicU8,
     /// The task of a parked HTTP/1.1 connection, woken when it is asked to close.
     parked: std::sync::Mutex<Option<std::task::Waker>>,
-    /// HTTP/1.1: the timer of the call whose answer was last given, handed to the connection's
-    /// loop, which runs one timer at a time (a connection answers one request at a time).
-    timer: std::sync::Mutex<Option<CallTimer>>,
 }
 
 impl Conn {
@@ -131,7 +129,6 @@ impl Conn {
             client_ended: std::sync::atomic::AtomicBool::new(false),
             last_read: AtomicU64::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
-            timer: std::sync::Mutex::new(None),
             answered: AtomicU64::new(0),
             write_blocked: std::sync::atomic::AtomicBool::new(false),
             told: std::sync::atomic::AtomicBool::new(false),
@@ -401,11 +398,9 @@ where
     }
 
     /// The hyper service of one stretch of serving: each request handled, its connection busy
-    /// until its answer is sent, and its call timer run by the connection (HTTP/1.1) or a
-    /// task of its own (HTTP/2, which answers many calls at once).
+    /// until its answer is sent.
     fn service(
         &self,
-        protocol: Protocol,
     ) -> impl hyper::service::HttpService<
         Incoming,
         ResBody = Tracked,
@@ -418,33 +413,23 @@ where
         let (conn, handle, peer) = (self.conn.clone(), self.handle.clone(), Peer::new(self.peer));
         service_fn(move |request| {
             let busy = conn.started();
-            let conn = conn.clone();
             // Boxed: hyper keeps an HTTP/1.1 connection's request future in place while it
             // serves, and hands the connection back (to park it) only with an `Unpin` one. A
             // combinator, not an `async` block: a block would hold the handler's future twice
             // (as captured, and as awaited), and the box is copied whole when it is made.
-            let answer: Answer =
-                Box::pin(handle(request, peer.clone()).map(move |mut response| {
-                    let body = response.body_mut();
-                    if protocol == Protocol::Http1 {
-                        if let Some(timer) = body.take_timer() {
-                            *conn.timer.lock().unwrap_or_else(|e| e.into_inner()) = Some(timer);
-                        }
-                    } else {
-                        body.start_timer();
-                    }
-                    Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
-                }));
+            let answer: Answer = Box::pin(handle(request, peer.clone()).map(move |response| {
+                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+            }));
             answer
         })
     }
 
     /// Served by hyper's HTTP/1.1 server until it is given back or closes.
     fn http1(&self, io: http1::Rewound) -> State {
-        let service = self.service(Protocol::Http1);
-        let Owned(conn, mut stop, metrics, limits) = self.owned();
+        let service = self.service();
+        let Owned(conn, mut stop, metrics, _) = self.owned();
         State::Busy(Box::pin(async move {
-            match http1::serve(io, &conn, &limits, &mut stop, &metrics, service).await {
+            match http1::serve(io, &conn, &mut stop, &metrics, service).await {
                 Some(io) => Next::GivenBack(io),
                 None => Next::Closed,
             }
@@ -453,7 +438,7 @@ where
 
     /// Served by hyper's HTTP/2 server until it closes.
     fn http2(&self, stream: TcpStream) -> State {
-        let service = self.service(Protocol::Http2);
+        let service = self.service();
         let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
             serve_http2(stream, &conn, &limits, &mut stop, &metrics, service).await;
@@ -658,26 +643,60 @@ where
     let mut connection = std::pin::pin!(connection);
     // A connection served again with a part of a request read ahead (slow headers, say) is
     // parked only once it has answered a request here, not given back again and again: it is
-    // served until that request is answered, or hyper's header timeout or the idle sweep ends it.
+    // served until that request is answered, or the idle sweep ends it.
     let answered_before = conn.answered.load(Ordering::Acquire);
-    let mut timer = ConnTimer::default();
     // `closing`: asked to finish (no branch asks again); `asked`: by a drain, the accept
     // loop or the idle watchdog, and counted then, rather than after a park that could not be
     // (which closes a connection inside a request once it is answered).
     let mut closing = false;
     let mut asked = false;
     let mut parking = false;
+    // HTTP/1.1, asked to close with no request in progress: cut at the watchdog's next turn
+    // if hyper has not ended by then. hyper ends an idle connection at once when asked, but
+    // waits for the rest of a request's head that has begun (a slow client's, say).
+    let mut cut = false;
     // How long the connection may idle before the watchdog acts: it closes an idle HTTP/2
     // connection, and parks an idle HTTP/1.1 one (the listener's sweep closes it later).
     let idle_limit = idle.or(park);
     let watchdog = tokio::time::sleep(idle_limit.unwrap_or(Duration::from_secs(3600)));
     let mut watchdog = std::pin::pin!(watchdog);
+    let mut stopped = std::pin::pin!(stop.wait_for(|stop| *stop));
+    let mut close = std::pin::pin!(conn.close.notified());
+    // The drain, a close and the watchdog are polled with a waker of their own, and only after
+    // it rang: most wake-ups are the connection's, and polling the three on each of them
+    // (registering a waker with each) cost more than a tenth of a proxied answer's work.
+    let alarm = Arc::new(Alarm::default());
+    let alarm_waker = std::task::Waker::from(Arc::clone(&alarm));
     loop {
-        tokio::select! {
-            // In this order: a call timer handed over while the connection was polled is
-            // armed in the same pass.
-            biased;
-            ended = connection.as_mut() => {
+        let event = std::future::poll_fn(|cx| {
+            // The connection first: most wake-ups are for it.
+            if let Poll::Ready(ended) = connection.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(ended));
+            }
+            // A connection closing on its own (a park that found a request begun) still
+            // heeds a drain or a close, which cut it if that request has not yet begun.
+            if (asked && !cut) || !alarm.rang(cx.waker()) {
+                return Poll::Pending;
+            }
+            let mut rare = Context::from_waker(&alarm_waker);
+            let event = if !asked && stopped.as_mut().poll(&mut rare).is_ready() {
+                Event::Stop
+            } else if !asked && close.as_mut().poll(&mut rare).is_ready() {
+                Event::Close
+            } else if (cut || (!closing && idle_limit.is_some()))
+                && watchdog.as_mut().poll(&mut rare).is_ready()
+            {
+                Event::Watchdog
+            } else {
+                return Poll::Pending;
+            };
+            // The others are polled again on the next pass (their waker may have rung too).
+            alarm.ring();
+            Poll::Ready(event)
+        })
+        .await;
+        match event {
+            Event::Ended(ended) => {
                 // Closed as asked: counted then.
                 let why = if asked {
                     None
@@ -689,25 +708,35 @@ where
                 }
                 return None;
             }
-            _ = stop.wait_for(|stop| *stop), if !closing => {
+            Event::Stop | Event::Close => {
                 closing = true;
                 asked = true;
-                conn.closing.store(true, Ordering::Relaxed);
+                if matches!(event, Event::Stop) {
+                    conn.closing.store(true, Ordering::Relaxed);
+                } else {
+                    conn.count_close(metrics);
+                }
                 shut(connection.as_mut(), Shut::Close);
+                if protocol == Protocol::Http1 && conn.idle_since().is_some() {
+                    cut = true;
+                    watchdog.as_mut().reset(Instant::now());
+                }
             }
-            _ = conn.close.notified(), if !closing => {
-                closing = true;
-                asked = true;
-                conn.count_close(metrics);
-                shut(connection.as_mut(), Shut::Close);
+            Event::Watchdog if cut => {
+                if conn.idle_since().is_some() {
+                    return None;
+                }
+                // A request began after all: it is answered, then hyper ends the connection.
+                cut = false;
             }
-            _ = watchdog.as_mut(), if idle_limit.is_some() && !closing => {
+            Event::Watchdog => {
                 let idle = idle_limit.expect("the branch runs only with an idle limit");
                 let now = conn.epoch.elapsed().as_millis() as u64;
                 match conn.idle_since() {
-                    Some(_) if park.is_some()
-                        && park_needs_answer
-                        && conn.answered.load(Ordering::Acquire) == answered_before =>
+                    Some(_)
+                        if park.is_some()
+                            && park_needs_answer
+                            && conn.answered.load(Ordering::Acquire) == answered_before =>
                     {
                         watchdog.as_mut().reset(Instant::now() + idle);
                     }
@@ -731,19 +760,21 @@ where
                     }
                     Some(since) => {
                         let left = idle.as_millis() as u64 - now.saturating_sub(since);
-                        watchdog.as_mut().reset(Instant::now() + Duration::from_millis(left));
+                        watchdog
+                            .as_mut()
+                            .reset(Instant::now() + Duration::from_millis(left));
                     }
                     None => watchdog.as_mut().reset(Instant::now() + idle),
                 }
             }
-            () = timer.expired(conn) => {}
         }
         if parking {
             parking = false;
             // Given back only if hyper was between requests, and so finishes in this very
             // poll. Else it is inside a request (its body still coming after the answer went
-            // out): it closes once that request is done, and no byte of the request is taken
-            // for a request of its own.
+            // out, or its head begun): it closes once that request is done, and no byte of the
+            // request is taken for a request of its own. A head that never ends is cut when
+            // the listener's sweep asks, at the idle timeout.
             let polled = std::future::poll_fn(|cx| Poll::Ready(connection.as_mut().poll(cx))).await;
             match polled {
                 Poll::Ready(Ok(given_back)) => return Some(given_back),
@@ -762,40 +793,55 @@ where
     }
 }
 
-/// An HTTP/1.1 connection's call timer: ends the call of the answer being sent at its deadline
-/// (see [`CallTimer`]), with one timer entry per connection, moved on each answer, in place of
-/// a task per answer.
-#[derive(Default)]
-struct ConnTimer {
-    current: Option<CallTimer>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+/// What a served connection's loop acts on.
+enum Event<T> {
+    /// hyper ended the connection (or gave it back).
+    Ended(Result<T, hyper::Error>),
+    /// The proxy drains.
+    Stop,
+    /// The listener asked the connection to close.
+    Close,
+    /// The idle watchdog's time came.
+    Watchdog,
 }
 
-impl ConnTimer {
-    /// Takes the timer handed over (the one before it is done with: its answer was sent, or a
-    /// newer answer could not start), and when its deadline passes ends its call. Never ready.
-    fn expired<'a>(&'a mut self, conn: &'a Conn) -> impl Future<Output = ()> + 'a {
-        std::future::poll_fn(move |cx| {
-            let handed = conn.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(timer) = handed {
-                let at = timer
-                    .deadline()
-                    .expect("a connection runs timers with a deadline");
-                match &mut self.sleep {
-                    Some(sleep) => sleep.as_mut().reset(at),
-                    None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
-                }
-                self.current = Some(timer);
-            }
-            if let (Some(sleep), Some(_)) = (&mut self.sleep, &self.current) {
-                if sleep.as_mut().poll(cx).is_ready() {
-                    if let Some(timer) = self.current.take() {
-                        timer.expire(true);
-                    }
-                }
-            }
-            Poll::Pending
-        })
+/// The waker of a connection's rare events: it remembers that it rang, and wakes the
+/// connection's task.
+struct Alarm {
+    rang: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for Alarm {
+    /// Rung: the rare events are polled on the first pass, which registers their waker.
+    fn default() -> Alarm {
+        Alarm {
+            rang: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Alarm {
+    /// Whether it rang since the last look; `task` is woken when it next does.
+    fn rang(&self, task: &std::task::Waker) -> bool {
+        self.task.register(task);
+        self.rang.swap(false, Ordering::AcqRel)
+    }
+
+    fn ring(&self) {
+        self.rang.store(true, Ordering::Release);
+    }
+}
+
+impl std::task::Wake for Alarm {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ring();
+        self.task.wake();
     }
 }
 

@@ -128,6 +128,11 @@ impl<P: Held> CallGuard<P> {
     /// is, and reading the clock again would cost a read), else now.
     pub(crate) fn start(permit: P) -> CallGuard<P> {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
+        CallGuard::start_at(permit, start)
+    }
+
+    /// Starts the call's clock at `start`, read by the caller already.
+    pub(crate) fn start_at(permit: P, start: Instant) -> CallGuard<P> {
         CallGuard {
             permit,
             start,

@@ -78,7 +78,7 @@ impl HeldCall {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
         let deadline = budget.call_timeout().and_then(|t| start.checked_add(t));
         HeldCall {
-            guard: CallGuard::start(permit),
+            guard: CallGuard::start_at(permit, start),
             deadline,
             budget: budget.clone(),
         }

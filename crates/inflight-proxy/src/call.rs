@@ -1,0 +1,133 @@
+//! [`CallSlot`]: a request's call while the proxy holds it, shared by the request's future,
+//! the answer's body, and what ends the call early (the budget's [`Sweeper`](crate::sweep) at
+//! the call's deadline, a lost fleet lease).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
+
+use inflight::limit::{Outcome, Verdict};
+use inflight::tower::HeldCall;
+
+/// The call of one request, with its permit, until it ends: as it went (its answer read to
+/// its end, or refused), or early (its deadline passed, its lease was lost).
+pub(crate) struct CallSlot {
+    held: Mutex<Option<Held>>,
+    timed_out: AtomicBool,
+    /// The call's fleet lease was lost and the budget drops such calls (`on_lost = "cancel"`).
+    lease_lost: AtomicBool,
+    /// The task that last waited on the call (for its answer, or to send its body): woken when
+    /// the call ends early, so that it is cut then.
+    waker: Mutex<Option<Waker>>,
+}
+
+/// The call, and how it will end if it ends as it goes.
+pub(crate) struct Held {
+    pub(crate) call: HeldCall,
+    pub(crate) ok: bool,
+    pub(crate) outcome: Verdict,
+    /// What the call tells the limit if it outlasts the call timeout.
+    on_timeout: Outcome,
+}
+
+impl CallSlot {
+    /// `call`, which tells the limit `on_timeout` if it outlasts its call timeout; until a
+    /// verdict is given it would end as a failure that teaches the limit nothing.
+    pub(crate) fn new(call: HeldCall, on_timeout: Outcome) -> Arc<CallSlot> {
+        Arc::new(CallSlot {
+            held: Mutex::new(Some(Held {
+                call,
+                ok: false,
+                outcome: Outcome::Ignore.into(),
+                on_timeout,
+            })),
+            timed_out: AtomicBool::new(false),
+            lease_lost: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        })
+    }
+
+    /// The call, if it has not ended; it is the caller's to end (dropped unended, it counts as
+    /// cancelled).
+    pub(crate) fn take(&self) -> Option<Held> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Whether the call is still under way.
+    pub(crate) fn holds(&self) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Ends the call now (`ok`, with `outcome` for the limit); false if it had ended already.
+    pub(crate) fn end(&self, ok: bool, outcome: impl Into<Verdict>) -> bool {
+        match self.take() {
+            Some(held) => {
+                held.call.finish(ok, outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets how the call ends when it ends as it goes; false if it has ended already.
+    pub(crate) fn decide(&self, ok: bool, outcome: Verdict) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        match held.as_mut() {
+            Some(held) => {
+                held.ok = ok;
+                held.outcome = outcome;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends the call early, if it has not ended: as timed out (`timed_out`), or as cancelled
+    /// for a lost lease. The task that waits on it, if any, is woken to cut it.
+    pub(crate) fn expire(&self, timed_out: bool) {
+        let Some(held) = self.take() else {
+            return;
+        };
+        if timed_out {
+            self.timed_out.store(true, Ordering::Release);
+            held.call.timed_out_as(held.on_timeout);
+        } else {
+            // Counted as cancelled: nothing is learned of the upstream.
+            self.lease_lost.store(true, Ordering::Release);
+            drop(held);
+        }
+        let waker = self
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Wakes `waker` when the call ends early. Registered before [`CallSlot::timed_out`] and
+    /// [`CallSlot::lease_lost`] are read, so that an end between the two is not missed.
+    pub(crate) fn wake_on_expiry(&self, waker: &Waker) {
+        let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
+        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *slot = Some(waker.clone());
+        }
+    }
+
+    /// Whether the call was ended at its deadline.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Acquire)
+    }
+
+    /// Whether the call was dropped for its lost lease.
+    pub(crate) fn lease_lost(&self) -> bool {
+        self.lease_lost.load(Ordering::Acquire)
+    }
+}
