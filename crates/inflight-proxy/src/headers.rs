@@ -38,10 +38,14 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes the hop-by-hop headers of `headers`: the fixed list and every header the
 /// `Connection` header names.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // A header named by `Connection` goes only with `Connection`, which is on the list.
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
+    if headers.keys().any(is_hop_by_hop) {
+        remove_found_hop_by_hop(headers);
     }
+}
+
+/// [`remove_hop_by_hop`], for headers known to hold one at least.
+fn remove_found_hop_by_hop(headers: &mut HeaderMap) {
+    // A header named by `Connection` goes only with `Connection`, which is on the list.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -79,30 +83,49 @@ impl Peer {
 /// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out (the
 /// proxy answered it), `Host` set to `authority` unless `preserve_host` (and the client sent
 /// one), and `peer` appended to `X-Forwarded-For`.
+///
+/// One pass over the names tells which of these the request has: most have none but `Host`,
+/// and each look-up by name hashes it.
 pub(crate) fn for_upstream(
     headers: &mut HeaderMap,
     authority: &HeaderValue,
     preserve_host: bool,
     peer: &Peer,
 ) {
-    // `TE: trailers` says the client takes trailers (gRPC needs it said): it holds for the
-    // upstream hop too, since the proxy passes trailers through.
-    let trailers = headers.contains_key(header::TE)
-        && headers
+    let (mut hop, mut expect, mut host, mut forwarded) = (false, false, false, false);
+    for name in headers.keys() {
+        if is_hop_by_hop(name) {
+            hop = true;
+        } else if name == header::HOST {
+            host = true;
+        } else if name == header::EXPECT {
+            expect = true;
+        } else if name == FORWARDED_FOR {
+            forwarded = true;
+        }
+    }
+    if hop {
+        // `TE: trailers` says the client takes trailers (gRPC needs it said): it holds for the
+        // upstream hop too, since the proxy passes trailers through.
+        let trailers = headers
             .get_all(header::TE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-    remove_hop_by_hop(headers);
-    if trailers {
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        remove_found_hop_by_hop(headers);
+        if trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
     }
-    headers.remove(header::EXPECT);
-    if !preserve_host || !headers.contains_key(header::HOST) {
+    if expect {
+        headers.remove(header::EXPECT);
+    }
+    if !host || !preserve_host {
+        // `insert`, not a value replaced in place: it drops any second `Host` too.
         headers.insert(header::HOST, authority.clone());
     }
-    if !headers.contains_key(&FORWARDED_FOR) {
+    if !forwarded {
         headers.insert(FORWARDED_FOR, peer.forwarded.clone());
         return;
     }
