@@ -34,10 +34,12 @@ struct Inner {
 }
 
 struct Queue {
-    /// Each call still running, or ended but not yet at the front, in the order they started.
+    /// Each call still running, in the order they started, with ended ones not yet dropped.
     entries: VecDeque<Entry>,
-    /// The number of the front entry: a [`Watch`] finds its entry by its own number.
-    first: u64,
+    /// The number the next call's entry gets: a [`Watch`] finds its entry by its number.
+    next: u64,
+    /// How many entries hold a call still running.
+    live: usize,
     /// Whether the task runs.
     running: bool,
     /// Whether the [`Sweeper`] was dropped: its task ends once the calls still queued have.
@@ -45,10 +47,14 @@ struct Queue {
 }
 
 struct Entry {
+    seq: u64,
     at: Instant,
     /// `None` once the call has ended.
     slot: Option<Arc<CallSlot>>,
 }
+
+/// Below this many entries the ended ones wait to reach the front.
+const COMPACT_FROM: usize = 64;
 
 impl Sweeper {
     pub(crate) fn new() -> Sweeper {
@@ -56,7 +62,8 @@ impl Sweeper {
             inner: Arc::new(Inner {
                 queue: Mutex::new(Queue {
                     entries: VecDeque::new(),
-                    first: 0,
+                    next: 0,
+                    live: 0,
                     running: false,
                     closed: false,
                 }),
@@ -69,12 +76,15 @@ impl Sweeper {
     /// dropped. The sweeper's task starts with its first call, on the current runtime.
     pub(crate) fn watch(&self, at: Instant, slot: &Arc<CallSlot>) -> Watch {
         let mut queue = self.inner.lock();
-        let seq = queue.first + queue.entries.len() as u64;
+        let seq = queue.next;
+        queue.next += 1;
         let was_empty = queue.entries.is_empty();
         queue.entries.push_back(Entry {
+            seq,
             at,
             slot: Some(Arc::clone(slot)),
         });
+        queue.live += 1;
         if !queue.running {
             queue.running = true;
             tokio::spawn(sweep(Arc::clone(&self.inner)));
@@ -102,11 +112,27 @@ impl Inner {
 }
 
 impl Queue {
-    /// Drops the ended calls at the front.
+    /// The call numbered `seq`, if it is still queued. Entries are in the order of their
+    /// numbers; with none dropped from the middle yet, it is at its offset from the front.
+    fn find(&mut self, seq: u64) -> Option<&mut Entry> {
+        let front = self.entries.front()?.seq;
+        let at = usize::try_from(seq.checked_sub(front)?).ok()?;
+        let index = match self.entries.get(at) {
+            Some(entry) if entry.seq == seq => at,
+            _ => self.entries.binary_search_by_key(&seq, |e| e.seq).ok()?,
+        };
+        self.entries.get_mut(index)
+    }
+
+    /// Drops the ended calls at the front; and, once ended calls are most of a long queue
+    /// (all behind one long call, say), every ended one, so that the queue stays within a
+    /// few times the calls still running.
     fn trim(&mut self) {
         while self.entries.front().is_some_and(|e| e.slot.is_none()) {
             self.entries.pop_front();
-            self.first += 1;
+        }
+        if self.entries.len() > COMPACT_FROM && self.entries.len() > 4 * self.live {
+            self.entries.retain(|e| e.slot.is_some());
         }
     }
 }
@@ -114,9 +140,9 @@ impl Queue {
 impl Drop for Watch {
     fn drop(&mut self) {
         let mut queue = self.inner.lock();
-        if let Some(index) = self.seq.checked_sub(queue.first) {
-            if let Some(entry) = queue.entries.get_mut(index as usize) {
-                entry.slot = None;
+        if let Some(entry) = queue.find(self.seq) {
+            if entry.slot.take().is_some() {
+                queue.live -= 1;
             }
         }
         queue.trim();
@@ -139,9 +165,12 @@ async fn sweep(inner: Arc<Inner>) {
                 if entry.at > now {
                     break;
                 }
-                if let Some(entry) = queue.entries.pop_front() {
-                    queue.first += 1;
-                    due.extend(entry.slot);
+                if let Some(Entry {
+                    slot: Some(slot), ..
+                }) = queue.entries.pop_front()
+                {
+                    queue.live -= 1;
+                    due.push(slot);
                 }
                 queue.trim();
             }
@@ -271,5 +300,44 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(!inner.lock().running, "the task ended");
         assert_eq!(Arc::strong_count(&inner), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_ended_behind_a_long_one_do_not_pile_up_and_the_rest_are_still_found() {
+        let budget = budget(2048, 60_000);
+        let sweeper = Sweeper::new();
+        let (long, at) = held(&budget).await;
+        let _long = sweeper.watch(at, &long);
+        let mut kept = Vec::new();
+        for i in 0..1000 {
+            let (slot, at) = held(&budget).await;
+            let watch = sweeper.watch(at, &slot);
+            if i % 100 == 0 {
+                kept.push((slot, watch));
+            } else {
+                assert!(slot.end(true, Outcome::Success));
+                drop(watch);
+            }
+            let (len, live) = {
+                let queue = sweeper.inner.lock();
+                (queue.entries.len(), queue.live)
+            };
+            // At most 11 calls run at once here.
+            assert!(len <= 65, "{len} entries, {live} live");
+        }
+        assert_eq!(sweeper.inner.lock().live, 11);
+        // One kept call ends as it went: its entry is found after the compactions.
+        let (slot, watch) = kept.remove(5);
+        assert!(slot.end(true, Outcome::Success));
+        drop(watch);
+        assert_eq!(sweeper.inner.lock().live, 10);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert!(long.timed_out());
+        for (slot, _) in &kept {
+            assert!(slot.timed_out());
+        }
+        assert!(!slot.timed_out());
+        assert_eq!(budget.in_flight(), 0);
+        assert_eq!(budget.snapshot().call_timeouts, 10);
     }
 }
