@@ -115,6 +115,8 @@
 //! - `metrics`
 //! - `refusal`
 //! - `body`, `headers`, `error`, `tls`
+//! - `sweep`
+//! - `call`
 //! - `upstream`
 //! - `grpc`
 //! - `config`
