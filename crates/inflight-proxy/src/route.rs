@@ -540,14 +540,18 @@ fn forward_call<'a>(
             Ok(answered) => answered,
             Err(e) if from_client_body(&e) => {
                 // The client's request body failed, not the upstream: nothing for the limit to
-                // learn.
-                slot.end(false, Outcome::Ignore);
+                // learn. (Unless the sweeper ended the call first: then it timed out.)
+                if !slot.end(false, Outcome::Ignore) {
+                    return replied(state, Reason::CallTimeout);
+                }
                 return replied(state, Reason::ClientBody);
             }
             Err(e) => {
                 // Whatever kept the upstream from answering says it cannot take more now, a
                 // failed TLS handshake included (as a refused connection is).
-                slot.end(false, Outcome::Overload);
+                if !slot.end(false, Outcome::Overload) {
+                    return replied(state, Reason::CallTimeout);
+                }
                 let tls = tls::is_handshake_failure(&e);
                 if let Some(left_out) = state.metrics.may_log() {
                     let what = if tls {

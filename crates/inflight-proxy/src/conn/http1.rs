@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::{run, Conn, Protocol, Shut, Timing};
+use crate::config::ClientLimits;
 use crate::metrics::ConnMetrics;
 
 /// How long an HTTP/1.1 connection idles inside hyper before it is parked. Long enough that a
@@ -32,6 +33,7 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 pub(super) async fn serve<S, B>(
     io: Rewound,
     conn: &Conn,
+    limits: &ClientLimits,
     stop: &mut watch::Receiver<bool>,
     metrics: &ConnMetrics,
     service: S,
@@ -61,6 +63,7 @@ where
         park: Some(PARK_AFTER),
         park_needs_answer: read_ahead,
         pinged: Duration::MAX,
+        linger: limits.idle_timeout,
     };
     let shut = |c: Pin<&mut Served<S>>, how: Shut| c.shut(how);
     let (mut io, read) = run(connection, shut, conn, stop, metrics, timing).await??;

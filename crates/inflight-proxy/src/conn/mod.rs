@@ -427,9 +427,9 @@ where
     /// Served by hyper's HTTP/1.1 server until it is given back or closes.
     fn http1(&self, io: http1::Rewound) -> State {
         let service = self.service();
-        let Owned(conn, mut stop, metrics, _) = self.owned();
+        let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
-            match http1::serve(io, &conn, &mut stop, &metrics, service).await {
+            match http1::serve(io, &conn, &limits, &mut stop, &metrics, service).await {
                 Some(io) => Next::GivenBack(io),
                 None => Next::Closed,
             }
@@ -547,6 +547,7 @@ async fn serve_http2<S, B>(
         park: None,
         park_needs_answer: false,
         pinged: limits.http2_keepalive_timeout,
+        linger: limits.idle_timeout,
     };
     run(connection, shut, conn, stop, metrics, timing).await;
 }
@@ -590,6 +591,10 @@ struct Timing {
     /// served again with bytes read ahead).
     park_needs_answer: bool,
     pinged: Duration,
+    /// HTTP/1.1: how long a connection asked to close with no request in progress goes on
+    /// sending its last answer to a client that does not take it (the socket refuses bytes)
+    /// before it is cut.
+    linger: Duration,
 }
 
 /// How a connection is asked to finish: to close once what it serves is done, or (HTTP/1.1,
@@ -639,6 +644,7 @@ where
         park,
         park_needs_answer,
         pinged,
+        linger,
     } = timing;
     let mut connection = std::pin::pin!(connection);
     // A connection served again with a part of a request read ahead (slow headers, say) is
@@ -652,9 +658,11 @@ where
     let mut asked = false;
     let mut parking = false;
     // HTTP/1.1, asked to close with no request in progress: cut at the watchdog's next turn
-    // if hyper has not ended by then. hyper ends an idle connection at once when asked, but
-    // waits for the rest of a request's head that has begun (a slow client's, say).
-    let mut cut = false;
+    // if hyper has not ended by then (`Some`: at the latest by then). hyper ends an idle
+    // connection at once when asked, but waits for the rest of a request's head that has begun
+    // (a slow client's, say), and for its last answer's bytes to go out: those are given
+    // `linger`, while the client does not take them.
+    let mut cut: Option<Instant> = None;
     // How long the connection may idle before the watchdog acts: it closes an idle HTTP/2
     // connection, and parks an idle HTTP/1.1 one (the listener's sweep closes it later).
     let idle_limit = idle.or(park);
@@ -675,7 +683,7 @@ where
             }
             // A connection closing on its own (a park that found a request begun) still
             // heeds a drain or a close, which cut it if that request has not yet begun.
-            if (asked && !cut) || !alarm.rang(cx.waker()) {
+            if (asked && cut.is_none()) || !alarm.rang(cx.waker()) {
                 return Poll::Pending;
             }
             let mut rare = Context::from_waker(&alarm_waker);
@@ -683,7 +691,7 @@ where
                 Event::Stop
             } else if !asked && close.as_mut().poll(&mut rare).is_ready() {
                 Event::Close
-            } else if (cut || (!closing && idle_limit.is_some()))
+            } else if (cut.is_some() || (!closing && idle_limit.is_some()))
                 && watchdog.as_mut().poll(&mut rare).is_ready()
             {
                 Event::Watchdog
@@ -718,16 +726,26 @@ where
                 }
                 shut(connection.as_mut(), Shut::Close);
                 if protocol == Protocol::Http1 && conn.idle_since().is_some() {
-                    cut = true;
-                    watchdog.as_mut().reset(Instant::now());
+                    let now = Instant::now();
+                    cut = Some(now + linger);
+                    if conn.write_blocked.load(Ordering::Relaxed) {
+                        watchdog.as_mut().reset(now + linger);
+                    } else {
+                        watchdog.as_mut().reset(now);
+                    }
                 }
             }
-            Event::Watchdog if cut => {
-                if conn.idle_since().is_some() {
+            Event::Watchdog if cut.is_some() => {
+                let by = cut.expect("the branch runs only with a cut due");
+                if conn.idle_since().is_none() {
+                    // A request began after all: it is answered, then hyper ends the
+                    // connection.
+                    cut = None;
+                } else if conn.write_blocked.load(Ordering::Relaxed) && Instant::now() < by {
+                    watchdog.as_mut().reset(by);
+                } else {
                     return None;
                 }
-                // A request began after all: it is answered, then hyper ends the connection.
-                cut = false;
             }
             Event::Watchdog => {
                 let idle = idle_limit.expect("the branch runs only with an idle limit");
