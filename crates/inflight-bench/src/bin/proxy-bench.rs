@@ -142,6 +142,12 @@ struct RunArgs {
     /// Do not put the proxies in cgroups with a quota of one CPU (they stay pinned to their CPU).
     #[arg(long)]
     no_cgroup: bool,
+    /// Let the load generator's CPU halt when idle during the latency runs. By default its
+    /// idle states deeper than polling are switched off for them (as root, where the kernel
+    /// lists them) and set back after, so that a scheduled send does not wait for a halted
+    /// CPU to wake.
+    #[arg(long)]
+    load_cpu_may_idle: bool,
     /// Idle keep-alive connections held while each proxy's memory is read.
     #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     idle_connections: usize,
@@ -353,6 +359,7 @@ fn try_run(args: RunArgs, pinning: Pinning) -> anyhow::Result<ExitCode> {
         settings,
         tools,
         cgroup: !args.no_cgroup,
+        awake_load_cpu: !args.load_cpu_may_idle,
         pinning,
         instructions: match args.instructions {
             Instructions::Perf => instructions::Mode::Perf,

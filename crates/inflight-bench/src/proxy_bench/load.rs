@@ -18,6 +18,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 
 use super::{instructions, procs, Latency, ProxyBenchError, Target};
+use crate::pace::Pacer;
 use crate::timer::PreciseTimer;
 
 /// How long a closed-loop connection waits after a request that got no answer.
@@ -88,9 +89,14 @@ pub struct LoadReport {
     pub latency_ms: Latency,
     /// 2xx answers only.
     pub ok_latency_ms: Latency,
-    /// Open loop: how late requests were sent after their scheduled time (the generator's
-    /// own lag, including waits for a connection still busy with the request before).
+    /// Open loop: the generator's own lag, how late it started each request after the later
+    /// of its scheduled time and the moment its connection was free (the end of the answer
+    /// before). A run whose p99 is high measured the generator, not the target.
     pub send_lag_ms: Option<Latency>,
+    /// Open loop: how long each request waited after its scheduled time for its connection,
+    /// still busy with the answer before (0 for most): the target's slowness, not the
+    /// generator's, and counted in the latency, which runs from the scheduled time.
+    pub connection_wait_ms: Option<Latency>,
     /// The CPU time the proxy's processes used in the measured time, seconds.
     pub proxy_cpu_s: Option<f64>,
     /// That per answer, microseconds.
@@ -113,6 +119,7 @@ struct Tally {
     all: Option<Histogram<u64>>,
     ok: Option<Histogram<u64>>,
     lag: Option<Histogram<u64>>,
+    wait: Option<Histogram<u64>>,
 }
 
 impl Tally {
@@ -121,6 +128,7 @@ impl Tally {
             all: Some(histogram()),
             ok: Some(histogram()),
             lag: Some(histogram()),
+            wait: Some(histogram()),
             ..Tally::default()
         }
     }
@@ -135,6 +143,7 @@ impl Tally {
             (&mut self.all, other.all),
             (&mut self.ok, other.ok),
             (&mut self.lag, other.lag),
+            (&mut self.wait, other.wait),
         ] {
             if let (Some(mine), Some(theirs)) = (mine.as_mut(), theirs) {
                 mine.add(theirs).expect("histograms of the same bounds add");
@@ -182,6 +191,12 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     for i in 0..plan.connections {
         let plan = plan.clone();
         let timer = timer.clone();
+        // Each open-loop connection wakes on a timer of its own in the runtime's reactor: see
+        // [`Pacer`] for why not the PreciseTimer's thread.
+        let pacer = match plan.mode {
+            Loop::Open { .. } => Some(Pacer::new()?),
+            Loop::Closed => None,
+        };
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::new(plan.target.clone(), plan.request_timeout);
             match plan.mode {
@@ -192,7 +207,8 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
                 Loop::Open { rate } => {
                     let offset = Duration::from_secs_f64(i as f64 / rate);
                     let period = Duration::from_secs_f64(plan.connections as f64 / rate);
-                    open(&mut conn, &timer, start + offset, period, measure_from, end).await
+                    let pacer = pacer.expect("made for the open loop");
+                    open(&mut conn, &pacer, start + offset, period, measure_from, end).await
                 }
             }
         }));
@@ -257,6 +273,7 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
         latency_ms: Latency::of(tally.all.as_ref().expect("set")),
         ok_latency_ms: Latency::of(tally.ok.as_ref().expect("set")),
         send_lag_ms: offered.map(|_| Latency::of(tally.lag.as_ref().expect("set"))),
+        connection_wait_ms: offered.map(|_| Latency::of(tally.wait.as_ref().expect("set"))),
         proxy_cpu_s: cpu.map(|c| c.as_secs_f64()),
         proxy_cpu_us_per_answer: cpu
             .filter(|_| answers > 0)
@@ -279,7 +296,7 @@ async fn closed(conn: &mut Connection, measure_from: Instant, end: Instant) -> T
         let outcome = conn.get().await;
         let failed = outcome.is_none();
         if sent >= measure_from {
-            tally.record(outcome, sent, sent);
+            tally.record(outcome, sent, sent, sent);
         }
         if failed {
             // A refused connection fails at once: do not spin on it.
@@ -290,7 +307,7 @@ async fn closed(conn: &mut Connection, measure_from: Instant, end: Instant) -> T
 
 async fn open(
     conn: &mut Connection,
-    timer: &PreciseTimer,
+    pacer: &Pacer,
     first: Instant,
     period: Duration,
     measure_from: Instant,
@@ -298,28 +315,43 @@ async fn open(
 ) -> Tally {
     let mut tally = Tally::new();
     let mut k: u32 = 0;
+    // When the connection was last free: the end of the answer before.
+    let mut free = first;
     loop {
         let scheduled = first + period * k;
         k += 1;
         if scheduled >= end {
             return tally;
         }
-        if scheduled > Instant::now() {
-            timer.sleep_until(scheduled).await;
+        if pacer.sleep_until(scheduled).await.is_err() {
+            // The timer failed (it cannot once armed): sleep the coarse way instead.
+            tokio::time::sleep_until(scheduled.into()).await;
         }
         let sent = Instant::now();
         let outcome = conn.get().await;
         if scheduled >= measure_from {
-            tally.record(outcome, scheduled, sent);
+            tally.record(outcome, scheduled, free.max(scheduled), sent);
         }
+        free = Instant::now();
     }
 }
 
 impl Tally {
-    fn record(&mut self, outcome: Option<(u16, Instant)>, from: Instant, sent: Instant) {
+    /// One request: scheduled `from` (the latency runs from there), its connection free for it
+    /// at `free` (the generator's own lag runs from there), started at `sent`.
+    fn record(
+        &mut self,
+        outcome: Option<(u16, Instant)>,
+        from: Instant,
+        free: Instant,
+        sent: Instant,
+    ) {
         self.sent += 1;
         if let Some(lag) = self.lag.as_mut() {
-            let _ = lag.record(micros(sent.saturating_duration_since(from)));
+            let _ = lag.record(micros(sent.saturating_duration_since(free)));
+        }
+        if let Some(wait) = self.wait.as_mut() {
+            let _ = wait.record(micros(free.saturating_duration_since(from)));
         }
         let Some((status, done)) = outcome else {
             self.errors += 1;

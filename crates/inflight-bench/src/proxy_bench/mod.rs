@@ -17,9 +17,11 @@
 //! - [`servers`]: the processes started, their configuration files, ports and logs.
 //! - [`load`], [`idle`], [`upstream`]: the load generator, the idle connections, the upstream.
 //! - [`host`]: the CPU pinning, the open-files limit, the load average.
+//! - [`awake`]: the load CPU kept out of its deep idle states while latency is measured.
 //! - [`instructions`]: instructions counted with `perf stat`, where the machine counts them.
 //! - [`summary`], [`goals`], [`report`]: medians and spreads, verdicts, tables and JSON.
 
+pub mod awake;
 pub mod goals;
 pub mod host;
 pub mod idle;

@@ -181,7 +181,7 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
         }
         t.render(&mut out);
         out.push_str(&format!(
-            "send lag: how late the generator itself sent after the schedule, p99 in µs; a run whose p99 is over {} µs is discarded and run again (discarded: how many, with the lowest and highest send lag p99 among them)\n\n",
+            "send lag: how late the generator itself sent after the schedule, or after the answer before on that connection if that came later (a wait for a busy connection is the target's, counted in its latency), p99 in µs; a run whose p99 is over {} µs is discarded and run again (discarded: how many, with the lowest and highest send lag p99 among them)\n\n",
             super::plan::MAX_SEND_LAG.as_micros()
         ));
     }

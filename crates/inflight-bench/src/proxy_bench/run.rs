@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use inflight_cpu::QuotaGroup;
 use serde_json::{json, Map, Value};
 
+use super::awake::{AwakeCpu, AwakeStatus};
 use super::goals::{self, Goal};
 use super::host::{self, Pinning};
 use super::idle::{self, IdlePlan};
@@ -53,6 +54,8 @@ pub struct RunConfig {
     pub base_port: Option<u16>,
     /// The folder for configuration files and logs.
     pub work_dir: PathBuf,
+    /// Keep the load CPU out of its deep idle states during the latency runs ([`AwakeCpu`]).
+    pub awake_load_cpu: bool,
 }
 
 /// How a run's CPU limit is enforced.
@@ -151,6 +154,22 @@ pub async fn run(
     progress.line(&format!("  {pinning_text}"));
     meta.insert("pinning".into(), json!(pinning));
 
+    let awake = match (config.awake_load_cpu, pinning.applied) {
+        (true, true) => AwakeCpu::probe(pinning.load_cpu),
+        (asked, _) => AwakeStatus {
+            cpu: pinning.load_cpu,
+            applied: false,
+            states: Vec::new(),
+            note: Some(if asked {
+                "the load side is not pinned to it".into()
+            } else {
+                "not asked for (--load-cpu-may-idle)".into()
+            }),
+        },
+    };
+    progress.line(&format!("  {}", awake.describe()));
+    meta.insert("load_cpu_awake".into(), json!(awake));
+
     let (groups, cpu_limit) = quota_groups(&config, any_proxy);
     progress.line(&format!("  CPU limit: {}", cpu_limit.text));
     meta.insert("cpu_limit".into(), json!(cpu_limit));
@@ -203,9 +222,11 @@ pub async fn run(
         conditions: vec![
             cpu_limit_line(&cpu_limit),
             pinning_text,
+            awake.describe(),
             instructions.describe(),
         ],
         instructions,
+        awake,
         started,
         planned,
         done: 0.0,
@@ -336,6 +357,7 @@ struct Bench<'a> {
     records: Vec<Record>,
     meta: Map<String, Value>,
     instructions: InstructionsStatus,
+    awake: AwakeStatus,
     conditions: Vec<String>,
     started: Instant,
     planned: f64,
@@ -554,6 +576,8 @@ impl Bench<'_> {
         self.records.push(record);
         self.checkpoint(progress);
 
+        // Held over the latency runs only: the other cases measure as they always have.
+        let _awake = self.keep_load_cpu_awake(progress);
         for point in self.settings().points.clone() {
             let label = point.label();
             let Some(rate) = point.rate(saturation) else {
@@ -611,6 +635,16 @@ impl Bench<'_> {
             self.checkpoint(progress);
         }
         Ok(())
+    }
+
+    /// The load CPU's deep idle states off, when the probe at the start found it can be done.
+    fn keep_load_cpu_awake(&self, progress: &mut dyn Progress) -> Option<AwakeCpu> {
+        if !self.awake.applied {
+            return None;
+        }
+        AwakeCpu::hold(self.awake.cpu)
+            .map_err(|e| progress.line(&format!("    load CPU not kept awake this time: {e}")))
+            .ok()
     }
 
     /// A fresh `who` under callgrind: warmed with a few requests, then its instructions over a

@@ -79,6 +79,36 @@ async fn an_open_loop_sends_its_schedule_whatever_the_answers_do() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_busy_connection_is_the_targets_latency_not_the_generators_lag() {
+    // One connection asked for a request every 10 ms by an upstream that takes 30: each request
+    // after the first waits for the answer before it, 20 ms more each time. That wait is in
+    // the latency (from the schedule) and in the connection wait, not in the generator's own
+    // send lag, which a slow target must not inflate into a discarded run.
+    let up = upstream(Duration::from_millis(30)).await;
+    let url = format!("http://{}/slow", up.local_addr());
+    let report = load::run(plan(
+        &url,
+        1,
+        Loop::Open { rate: 100.0 },
+        Duration::from_millis(300),
+    ))
+    .await
+    .unwrap();
+    let wait = report.connection_wait_ms.expect("an open loop reports it");
+    let lag = report.send_lag_ms.expect("an open loop reports it");
+    assert!(wait.p50 >= 20.0, "connection wait {wait:?}");
+    assert!(
+        report.latency_ms.p50 >= wait.p50 + 30.0,
+        "{:?}",
+        report.latency_ms
+    );
+    assert!(
+        lag.p50 < 10.0,
+        "send lag {lag:?} counts the wait for the connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listening_is_counted_as_errors_not_a_hang() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

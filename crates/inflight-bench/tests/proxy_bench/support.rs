@@ -61,6 +61,7 @@ fn report(
             max: p99,
             mean: p99 / 2.0,
         }),
+        connection_wait_ms: None,
         proxy_cpu_s: cpu_us.map(|us| us * ok_per_s / 1e6),
         proxy_cpu_us_per_answer: cpu_us,
         proxy_instructions: None,
