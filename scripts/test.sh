@@ -140,40 +140,50 @@ grep "left next to a free permit" "$planted_log" | sed 's/^/    /'
 rm -f "$planted_log"
 
 step "cargo package (every crate packages, and builds from its package alone)"
-# Packages the workspace in dependency order against a temporary local registry, then builds each
-# package from its unpacked .crate: a file read from outside a crate, or a path dependency without
-# a version, fails here. The verify builds share the target folder with the steps above, so only
-# the dependencies built with other features compile again. --allow-dirty lets the script run on
-# a working tree with uncommitted changes; CI's checkout is clean anyway.
-# Cargo unpacks each package of that local registry under $CARGO_HOME/registry/src/-<hash>/, the
-# hash from the registry's path, and takes a registry crate of the same name and version as
-# unchanged: a second run in the same folder would verify against the first run's sources and
-# builds. Those unpacked copies of our own crates go first, and so do the builds made from them
-# (the ones whose dep-info names such a copy).
+# Packages every crate (a path dependency without a version fails here), then builds the
+# packages from their unpacked .crate files alone, in a scratch workspace whose [patch] points
+# each of our crates at its package: a file read from outside a crate fails here. (cargo's own
+# verify builds each package against a local registry, at about three times the cost: our
+# crates compile again for every package that depends on them.) The whole workspace builds
+# once, with its features unified; then each library a user adds builds alone, with only the
+# features it asks for, as it would in their project. The verify builds share the target folder
+# with the steps above, so only what differs compiles again. --allow-dirty lets the script run
+# on a working tree with uncommitted changes; CI's checkout is clean anyway.
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/inflight-*
-for dep_info in "$target_dir"/debug/deps/*.d; do
-    [ -e "$dep_info" ] || continue
-    if grep -q '/registry/src/-[^/]*/inflight-' "$dep_info"; then
-        stem=$(basename "$dep_info" .d)
-        rm -f "$target_dir/debug/deps/$stem".* "$target_dir/debug/deps/lib$stem".*
-        rm -rf "$target_dir/debug/.fingerprint/$(echo "${stem%-*}" | tr _ -)-${stem##*-}"
-    fi
-done
-cargo package --workspace --locked --allow-dirty
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+rm -f "$target_dir"/package/*.crate
+cargo package --workspace --no-verify --locked --allow-dirty
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-# The workspace README's snippets are inflight-redis's doctests: they must run from its package
-# too, outside the workspace, with inflight from its own package. (The packaged Cargo.lock pins
-# every other dependency; the patch adds the one line cargo locks, so no --locked here.)
-for crate in inflight inflight-redis; do
-    tar xzf "$target_dir/package/$crate-$version.crate" -C "$scratch"
+packages="$scratch/packages"
+mkdir -p "$packages"
+members=()
+for crate_file in "$target_dir"/package/*.crate; do
+    tar xzf "$crate_file" -C "$packages"
+    members+=("$(basename "$crate_file" .crate)")
 done
+{
+    echo "[workspace]"
+    echo "resolver = \"2\""
+    printf 'members = ['
+    printf '"%s", ' "${members[@]}"
+    echo "]"
+    echo
+    echo "[patch.crates-io]"
+    for member in "${members[@]}"; do
+        echo "${member%-*} = { path = \"$member\" }"
+    done
+} >"$packages/Cargo.toml"
+cp Cargo.lock "$packages/Cargo.lock"
 (
-    cd "$scratch/inflight-redis-$version"
-    CARGO_TARGET_DIR="$target_dir" cargo test --doc --quiet \
-        --config "patch.crates-io.inflight.path=\"../inflight-$version\""
+    cd "$packages"
+    CARGO_TARGET_DIR="$target_dir" cargo build --workspace --locked --quiet
+    for library in inflight inflight-cpu inflight-redis; do
+        CARGO_TARGET_DIR="$target_dir" cargo build -p "$library" --locked --quiet
+    done
+    echo "  built from their packages: ${members[*]}"
+    # The workspace README's snippets are inflight-redis's doctests: they run from its package
+    # too, with inflight from its own package.
+    CARGO_TARGET_DIR="$target_dir" cargo test -p inflight-redis --doc --locked --quiet
 )
 
 step "cargo install (the installed binary works away from the repository)"
