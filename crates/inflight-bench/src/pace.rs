@@ -75,6 +75,8 @@ impl Pacer {
                 )
             };
             if n == 8 {
+                // Read out: the next sleep waits for the next expiry, not a stale readiness.
+                ready.clear_ready();
                 return Ok(());
             }
             let e = io::Error::last_os_error();

@@ -209,6 +209,48 @@ pub fn raise_open_files(needed: u64) -> Result<u64, ProxyBenchError> {
     Ok(needed)
 }
 
+/// Per CPU, the time the host ran something else while the CPU had work (the `steal` column of
+/// `/proc/stat`, counted by a virtual machine's kernel; 0 on bare metal), in milliseconds, at
+/// the kernel's tick resolution (10 ms at the usual `USER_HZ` of 100).
+pub fn steal_ms() -> Option<Vec<f64>> {
+    steal_of(
+        &std::fs::read_to_string("/proc/stat").ok()?,
+        clock_ticks_per_s()?,
+    )
+}
+
+fn steal_of(stat: &str, ticks_per_s: f64) -> Option<Vec<f64>> {
+    let mut steal = Vec::new();
+    for line in stat.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(cpu) = fields.next().and_then(|f| f.strip_prefix("cpu")) else {
+            continue;
+        };
+        let Ok(index) = cpu.parse::<usize>() else {
+            continue; // the `cpu` line: all CPUs together
+        };
+        // user nice system idle iowait irq softirq steal
+        let ticks: u64 = fields.nth(7)?.parse().ok()?;
+        if steal.len() <= index {
+            steal.resize(index + 1, 0.0);
+        }
+        steal[index] = ticks as f64 * 1000.0 / ticks_per_s;
+    }
+    (!steal.is_empty()).then_some(steal)
+}
+
+#[cfg(target_os = "linux")]
+fn clock_ticks_per_s() -> Option<f64> {
+    // SAFETY: sysconf reads a configuration value and has no other effect.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some(hz as f64)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn clock_ticks_per_s() -> Option<f64> {
+    None
+}
+
 /// The 1, 5 and 15 minute load averages, as `/proc/loadavg` has them (`"0.52 0.61 0.70"`).
 pub fn load_average() -> Option<String> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
@@ -226,6 +268,17 @@ mod tests {
         assert!(!cpus_of(std::process::id()).unwrap().is_empty());
         assert!(threads_of(std::process::id()).unwrap() >= 1);
         assert_eq!(load_average().unwrap().split(' ').count(), 3);
+    }
+
+    #[test]
+    fn steal_is_read_per_cpu_from_the_eighth_column() {
+        let stat = "cpu  10 0 5 100 0 0 0 9 0 0\n\
+                    cpu0 5 0 2 50 0 0 0 3 0 0\n\
+                    cpu1 5 0 3 50 0 0 0 6 0 0\n\
+                    intr 12345\n";
+        assert_eq!(steal_of(stat, 100.0), Some(vec![30.0, 60.0]));
+        assert_eq!(steal_of("intr 1\n", 100.0), None);
+        assert!(steal_ms().is_some_and(|s| !s.is_empty()));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
 
-use super::load::Connection;
+use super::client::Connection;
 use super::procs::rss_of_trees;
 use super::{ProxyBenchError, Target};
 

@@ -15,13 +15,15 @@
 //! - [`run`]: a whole run, from the upstream's start to the document.
 //! - [`plan`]: the targets, the load points, the settings, the rotation, the discard rule.
 //! - [`servers`]: the processes started, their configuration files, ports and logs.
-//! - [`load`], [`idle`], [`upstream`]: the load generator, the idle connections, the upstream.
+//! - [`load`], [`idle`], [`upstream`]: the load generator, the idle connections, the upstream;
+//!   `client`, the generator's HTTP/1.1 client connection.
 //! - [`host`]: the CPU pinning, the open-files limit, the load average.
 //! - [`awake`]: the load CPU kept out of its deep idle states while latency is measured.
 //! - [`instructions`]: instructions counted with `perf stat`, where the machine counts them.
 //! - [`summary`], [`goals`], [`report`]: medians and spreads, verdicts, tables and JSON.
 
 pub mod awake;
+mod client;
 pub mod goals;
 pub mod host;
 pub mod idle;

@@ -591,11 +591,16 @@ impl Bench<'_> {
                 let plan = self.plan(self.url(who, false), Loop::Open { rate }, &pids, false);
                 let (report, stats, throttled) = self.load(who, plan).await?;
                 let verdict = plan::send_lag_verdict(&report);
+                let load_cpu = self.config.pinning.load_cpu;
                 progress.line(&format!(
-                    "    latency at {label} ({rate:.0}/s): p50 {:.3} ms, p99 {:.3} ms, send lag p99 {:.0} µs{}{}",
+                    "    latency at {label} ({rate:.0}/s): p50 {:.3} ms, p99 {:.3} ms, send lag p99 {:.0} µs{}{}{}",
                     report.latency_ms.p50,
                     report.latency_ms.p99,
                     report.send_lag_ms.map_or(f64::NAN, |l| l.p99 * 1000.0),
+                    match report.steal_ms.as_ref().and_then(|s| s.get(load_cpu)) {
+                        Some(ms) => format!(", steal on CPU {load_cpu} {ms:.0} ms"),
+                        None => String::new(),
+                    },
                     failures(&report),
                     match (&verdict, attempt < attempts) {
                         (Ok(()), _) => String::new(),

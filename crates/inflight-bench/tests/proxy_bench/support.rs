@@ -62,6 +62,7 @@ fn report(
             mean: p99 / 2.0,
         }),
         connection_wait_ms: None,
+        steal_ms: None,
         proxy_cpu_s: cpu_us.map(|us| us * ok_per_s / 1e6),
         proxy_cpu_us_per_answer: cpu_us,
         proxy_instructions: None,
