@@ -12,7 +12,8 @@
 //! The states are the kernel's own switches, `/sys/devices/system/cpu/cpuN/cpuidle/stateK/
 //! disable`, for every state with an exit latency above 0 (the polling state has 0). They are
 //! set back as they were when the guard drops, which a Ctrl-C or SIGTERM of the benchmark
-//! reaches; a SIGKILL leaves them set until the next run or a reboot.
+//! reaches. A SIGKILL leaves them switched off until a reboot or `echo 0` into each: a later run
+//! takes them as it finds them, off, and leaves them so.
 
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,9 @@ use super::Target;
 /// The most an answer's head may take.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// The largest chunk read: more than any target sends.
+const MAX_CHUNK: usize = 16 * 1024 * 1024;
+
 /// One keep-alive client connection, opened again when it breaks.
 pub(crate) struct Connection {
     target: Target,
@@ -80,7 +83,19 @@ impl Connection {
     /// One GET of the target's path: its status and when its body was in, or `None` when no
     /// answer came (the connection is dropped, to be opened anew by the next call).
     pub(crate) async fn get(&mut self) -> Option<(u16, Instant)> {
-        let answer = tokio::time::timeout(self.timeout, self.try_get()).await;
+        let answer = tokio::time::timeout(self.timeout, async {
+            let reused = self.stream.is_some();
+            match self.try_get().await {
+                // A kept connection the server closed while it idled: nothing of an answer
+                // came, so the request is sent again once, on a new connection.
+                Err(e) if reused && self.buf.is_empty() && closed_before_answer(&e) => {
+                    self.stream = None;
+                    self.try_get().await
+                }
+                answer => answer,
+            }
+        })
+        .await;
         match answer {
             Ok(Ok((status, done, keep))) => {
                 if !keep {
@@ -135,6 +150,15 @@ impl Connection {
     }
 }
 
+/// Whether `e` says the peer had closed the connection (an end of stream, a reset, a broken
+/// pipe).
+fn closed_before_answer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+    )
+}
+
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
@@ -165,6 +189,9 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(u16, Framing, bool, usize)>> {
     let mut framing = None;
     for h in answer.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
+            if matches!(framing, Some(Framing::Chunked)) {
+                continue; // chunks win over a length (RFC 9112, 6.3)
+            }
             let n = std::str::from_utf8(h.value)
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
@@ -203,7 +230,10 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(
         };
         let line = std::str::from_utf8(&buf[..line_end]).map_err(|_| invalid("a bad chunk"))?;
         let hex = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(hex, 16).map_err(|_| invalid("a bad chunk size"))?;
+        let size = usize::from_str_radix(hex, 16)
+            .ok()
+            .filter(|&n| n <= MAX_CHUNK)
+            .ok_or_else(|| invalid("a bad chunk size, or one over 16 MiB"))?;
         buf.drain(..line_end + 2);
         if size == 0 {
             // Trailers, if any, then an empty line.
@@ -278,7 +308,7 @@ mod tests {
     async fn answers_by_length_and_by_chunks_are_read_whole_on_one_connection() {
         let target = serve(vec![
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
-            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 No\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nt: 1\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 No\r\nTransfer-Encoding: chunked\r\ncontent-length: 99\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nt: 1\r\n\r\n",
             b"HTTP/1.1 204 No Content\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
         ])
@@ -294,8 +324,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_kept_connection_the_server_closed_is_opened_again_for_the_next_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            // Each connection: one request answered, then closed without a word.
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut head = [0u8; 1024];
+                let _ = s.read(&mut head).await.unwrap();
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await
+                    .unwrap();
+                drop(s);
+            }
+        });
+        let target = Target {
+            addr,
+            host: "h".into(),
+            path: "/p".into(),
+        };
+        let mut conn = Connection::new(target, Duration::from_secs(5));
+        for _ in 0..3 {
+            assert_eq!(conn.get().await.map(|a| a.0), Some(200));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
     async fn a_bad_answer_or_a_close_mid_answer_is_no_answer() {
         for answer in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\n"[..],
             &b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"[..],
             b"HTTP/1.1 200 OK\r\n\r\nno framing",
             b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",

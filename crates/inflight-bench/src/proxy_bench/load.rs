@@ -185,16 +185,19 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     let start = Instant::now() + Duration::from_millis(20);
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
-    let mut tasks = Vec::with_capacity(plan.connections);
-    for i in 0..plan.connections {
-        let plan = plan.clone();
-        let timer = timer.clone();
-        // Each open-loop connection wakes on a timer of its own in the runtime's reactor: see
-        // [`Pacer`] for why not the PreciseTimer's thread.
-        let pacer = match plan.mode {
+    // Each open-loop connection wakes on a timer of its own in the runtime's reactor (see
+    // [`Pacer`] for why not the PreciseTimer's thread), all made before any task starts.
+    let mut pacers = Vec::with_capacity(plan.connections);
+    for _ in 0..plan.connections {
+        pacers.push(match plan.mode {
             Loop::Open { .. } => Some(Pacer::new()?),
             Loop::Closed => None,
-        };
+        });
+    }
+    let mut tasks = Vec::with_capacity(plan.connections);
+    for (i, pacer) in pacers.into_iter().enumerate() {
+        let plan = plan.clone();
+        let timer = timer.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::new(plan.target.clone(), plan.request_timeout);
             match plan.mode {
