@@ -143,7 +143,7 @@ step "cargo package (every crate packages, and builds from its package alone)"
 # Packages every crate (a path dependency without a version fails here), then builds the
 # packages from their unpacked .crate files alone, in a scratch workspace whose [patch] points
 # each of our crates at its package: a file read from outside a crate fails here. (cargo's own
-# verify builds each package against a local registry, at about three times the cost: our
+# verify builds each package against a local registry, at about twice the cost here: our
 # crates compile again for every package that depends on them.) The whole workspace builds
 # once, with its features unified; then each library a user adds builds alone, with only the
 # features it asks for, as it would in their project. The verify builds share the target folder
