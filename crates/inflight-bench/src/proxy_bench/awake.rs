@@ -41,6 +41,16 @@ pub struct AwakeStatus {
 }
 
 impl AwakeStatus {
+    /// `cpu` left to idle as it will, for the reason `note` gives.
+    pub fn not_applied(cpu: usize, note: String) -> AwakeStatus {
+        AwakeStatus {
+            cpu,
+            applied: false,
+            states: Vec::new(),
+            note: Some(note),
+        }
+    }
+
     /// One line for the run's progress.
     pub fn describe(&self) -> String {
         match (&self.note, self.applied) {
@@ -108,12 +118,7 @@ impl AwakeCpu {
                 states,
                 note: None,
             },
-            Err(note) => AwakeStatus {
-                cpu,
-                applied: false,
-                states: Vec::new(),
-                note: Some(note),
-            },
+            Err(note) => AwakeStatus::not_applied(cpu, note),
         }
     }
 }

@@ -216,18 +216,28 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(u16, Framing, bool, usize)>> {
     Ok(Some((status, framing, keep, head_len)))
 }
 
+/// Where the first line in `buf` ends (its CRLF), reading more until it is there; `too_long`
+/// is the error once 16 KiB hold no line end.
+async fn find_line_end(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    too_long: &str,
+) -> io::Result<usize> {
+    loop {
+        if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+            return Ok(i);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(invalid(too_long));
+        }
+        read_more(stream, buf).await?;
+    }
+}
+
 /// Reads and drops a chunked body, trailers included.
 async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<()> {
     loop {
-        let line_end = loop {
-            if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
-                break i;
-            }
-            if buf.len() >= MAX_HEAD {
-                return Err(invalid("a chunk size line over 16 KiB"));
-            }
-            read_more(stream, buf).await?;
-        };
+        let line_end = find_line_end(stream, buf, "a chunk size line over 16 KiB").await?;
         let line = std::str::from_utf8(&buf[..line_end]).map_err(|_| invalid("a bad chunk"))?;
         let hex = line.split(';').next().unwrap_or("").trim();
         let size = usize::from_str_radix(hex, 16)
@@ -238,15 +248,7 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(
         if size == 0 {
             // Trailers, if any, then an empty line.
             loop {
-                let end = loop {
-                    if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
-                        break i;
-                    }
-                    if buf.len() >= MAX_HEAD {
-                        return Err(invalid("trailers over 16 KiB"));
-                    }
-                    read_more(stream, buf).await?;
-                };
+                let end = find_line_end(stream, buf, "trailers over 16 KiB").await?;
                 buf.drain(..end + 2);
                 if end == 0 {
                     return Ok(());

@@ -156,16 +156,13 @@ pub async fn run(
 
     let awake = match (config.awake_load_cpu, pinning.applied) {
         (true, true) => AwakeCpu::probe(pinning.load_cpu),
-        (asked, _) => AwakeStatus {
-            cpu: pinning.load_cpu,
-            applied: false,
-            states: Vec::new(),
-            note: Some(if asked {
-                "the load side is not pinned to it".into()
-            } else {
-                "not asked for (--load-cpu-may-idle)".into()
-            }),
-        },
+        (true, false) => {
+            AwakeStatus::not_applied(pinning.load_cpu, "the load side is not pinned to it".into())
+        }
+        (false, _) => AwakeStatus::not_applied(
+            pinning.load_cpu,
+            "not asked for (--load-cpu-may-idle)".into(),
+        ),
     };
     progress.line(&format!("  {}", awake.describe()));
     meta.insert("load_cpu_awake".into(), json!(awake));
