@@ -901,4 +901,83 @@ mod tests {
         let size = size_with(&handle);
         assert!(size <= 320, "{size} bytes");
     }
+
+    /// A drain that finds an HTTP/1.1 connection between requests while hyper still holds most
+    /// of its last answer (the client does not read, and the socket takes little): the answer
+    /// goes out whole, then the connection closes. Cut at once, the client would lose what
+    /// hyper held. The server's send buffer is made small here: on loopback the kernel grows
+    /// it to megabytes, so hyper holds the end of an answer only rarely.
+    #[tokio::test]
+    async fn a_drain_lets_the_last_answer_to_a_slow_reader_go_out_whole() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const SIZE: usize = 1 << 20;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        socket2::SockRef::from(&stream)
+            .set_send_buffer_size(4096)
+            .unwrap();
+        let conn = Arc::new(Conn::new(Instant::now()));
+        let registry = crate::metrics::Registry::new();
+        let accounted = Accounted::new(
+            Open::default(),
+            0,
+            Arc::new(ConnMetrics::new(&registry, "t")),
+            Arc::new(tokio::sync::Semaphore::new(1))
+                .try_acquire_owned()
+                .unwrap(),
+        );
+        let (stop, stopped) = watch::channel(false);
+        let handle = |_: Request<Incoming>, _: Peer| {
+            std::future::ready(Response::new(ProxyBody::full(vec![b'x'; SIZE])))
+        };
+        let served = tokio::spawn(serve(
+            stream,
+            peer,
+            conn.clone(),
+            ClientLimits::default(),
+            stopped,
+            accounted,
+            handle,
+        ));
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let within = |what: &'static str| {
+            let started = std::time::Instant::now();
+            move || assert!(started.elapsed() < Duration::from_secs(20), "{what}")
+        };
+        let waiting = within("the answer was not handed to hyper");
+        while conn.idle_since().is_none() || conn.answered.load(Ordering::Acquire) == 0 {
+            waiting();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(conn.write_blocked.load(Ordering::Relaxed));
+        // The drain, while the client still reads nothing: the connection's next pass looks.
+        stop.send(true).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut received = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let reading = within("the answer stalled");
+        loop {
+            reading();
+            let read = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf));
+            match read.await.expect("no byte and no end within 10 s") {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+        let body = received.iter().filter(|b| **b == b'x').count();
+        assert_eq!(
+            body, SIZE,
+            "bytes of the last answer were lost at the drain"
+        );
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection ended once its answer was out")
+            .unwrap();
+    }
 }
