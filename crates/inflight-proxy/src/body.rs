@@ -31,7 +31,9 @@ enum Kind {
 }
 
 struct Streamed {
-    inner: Incoming,
+    /// The upstream's body, when no call holds it; a call's body is in its slot (see
+    /// [`CallSlot::body`]), which drops it when the call ends early.
+    inner: Option<Incoming>,
     /// The call still under way, if this body holds one.
     call: Option<Arc<CallSlot>>,
     /// The call's place in its budget's sweeper, which ends it at its deadline. Not a timer
@@ -96,7 +98,7 @@ impl ProxyBody {
     pub(crate) fn streamed(inner: Incoming, tally: Option<GrpcTally>) -> ProxyBody {
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
-                inner,
+                inner: Some(inner),
                 call: None,
                 deadline: None,
                 lease_watch: None,
@@ -129,9 +131,10 @@ impl ProxyBody {
                 slot.expire(false);
             })
         });
+        slot.stream(inner);
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
-                inner,
+                inner: None,
                 call: Some(slot),
                 deadline,
                 lease_watch,
@@ -156,6 +159,52 @@ impl ProxyBody {
 }
 
 impl Streamed {
+    /// Polls the upstream's body; `None` once its call ended early and dropped it.
+    fn poll_upstream(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Option<Result<Frame<Bytes>, hyper::Error>>>> {
+        match (&mut self.inner, &self.call) {
+            (Some(inner), _) => Some(Pin::new(inner).poll_frame(cx)),
+            (None, Some(slot)) => slot
+                .body()
+                .as_mut()
+                .map(|inner| Pin::new(inner).poll_frame(cx)),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether the upstream's body has nothing more to send (false once it was dropped early:
+    /// the client is then told of the cut, not of an end).
+    fn upstream_ended(&self) -> bool {
+        match (&self.inner, &self.call) {
+            (Some(inner), _) => inner.is_end_stream(),
+            (None, Some(slot)) => slot.body().as_ref().is_some_and(Body::is_end_stream),
+            (None, None) => false,
+        }
+    }
+
+    fn upstream_size_hint(&self) -> SizeHint {
+        match (&self.inner, &self.call) {
+            (Some(inner), _) => inner.size_hint(),
+            (None, Some(slot)) => slot
+                .body()
+                .as_ref()
+                .map_or_else(SizeHint::default, Body::size_hint),
+            (None, None) => SizeHint::default(),
+        }
+    }
+
+    /// Why the body was cut: the call ended early.
+    fn cut(&mut self) -> BodyError {
+        self.ended = true;
+        if self.lease_lost() {
+            Box::new(LeaseLost)
+        } else {
+            Box::new(CallTimeout)
+        }
+    }
+
     /// The body was sent in full: the call ends as it went.
     fn end(&mut self) {
         self.ended = true;
@@ -224,18 +273,15 @@ impl Body for ProxyBody {
         if let Some(slot) = &streamed.call {
             slot.wake_on_expiry(cx.waker());
         }
-        if streamed.timed_out() {
-            // The sweeper ended the call at its deadline (and gave the permit back); the body
-            // is cut.
-            streamed.ended = true;
-            return Poll::Ready(Some(Err(Box::new(CallTimeout))));
+        if streamed.timed_out() || streamed.lease_lost() {
+            // The sweeper ended the call at its deadline (and gave the permit back), or its
+            // lease was lost and the budget drops such calls; the body is cut.
+            return Poll::Ready(Some(Err(streamed.cut())));
         }
-        if streamed.lease_lost() {
-            // The call's lease was lost and the budget drops such calls; the body is cut.
-            streamed.ended = true;
-            return Poll::Ready(Some(Err(Box::new(LeaseLost))));
-        }
-        match Pin::new(&mut streamed.inner).poll_frame(cx) {
+        let Some(polled) = streamed.poll_upstream(cx) else {
+            return Poll::Ready(Some(Err(streamed.cut())));
+        };
+        match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
                 streamed.end();
@@ -268,7 +314,7 @@ impl Body for ProxyBody {
             // gRPC trailers-only answer, a 204) goes out as headers that end the stream, not
             // as headers and then an empty DATA frame. Such a body is dropped unpolled; its
             // drop ends the call as it went and gives the permit back.
-            Kind::Streamed(s) => s.ended || s.inner.is_end_stream(),
+            Kind::Streamed(s) => s.ended || s.upstream_ended(),
         }
     }
 
@@ -276,7 +322,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Kind::Full(None) => SizeHint::with_exact(0),
-            Kind::Streamed(s) => s.inner.size_hint(),
+            Kind::Streamed(s) => s.upstream_size_hint(),
         }
     }
 }
@@ -285,8 +331,12 @@ impl Drop for Streamed {
     fn drop(&mut self) {
         // A body with nothing left to send (a HEAD response, a 204) may be dropped unpolled;
         // one dropped with more to come lost its client, and the call counts as cancelled.
-        if !self.ended && self.inner.is_end_stream() {
+        if !self.ended && self.upstream_ended() {
             self.end();
+        }
+        if let (None, Some(slot)) = (&self.inner, &self.call) {
+            // Not kept with the slot, which the sweeper may hold a while longer.
+            drop(slot.body().take());
         }
         // Otherwise the call, if still held, is dropped here and counted as cancelled; the
         // sweeper must not keep it (and its permit) until the deadline.

@@ -3,9 +3,10 @@
 //! the call's deadline, a lost fleet lease).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
+use hyper::body::Incoming;
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 
@@ -19,6 +20,12 @@ pub(crate) struct CallSlot {
     /// The task that last waited on the call (for its answer, or to send its body): woken when
     /// the call ends early, so that it is cut then.
     waker: Mutex<Option<Waker>>,
+    /// The upstream's answer body while the call streams it to the client. Dropped when the
+    /// call ends early, which closes the upstream's HTTP/1.1 connection (or resets its HTTP/2
+    /// stream) at once, whether or not the client is reading: hyper stops polling a body while
+    /// the client takes no bytes, and the upstream must not go on serving a call whose permit
+    /// was given back.
+    body: Mutex<Option<Incoming>>,
 }
 
 /// The call, and how it will end if it ends as it goes.
@@ -44,7 +51,23 @@ impl CallSlot {
             timed_out: AtomicBool::new(false),
             lease_lost: AtomicBool::new(false),
             waker: Mutex::new(None),
+            body: Mutex::new(None),
         })
+    }
+
+    /// The call streams `body`, the upstream's answer, until it ends (see [`CallSlot::body`]).
+    pub(crate) fn stream(&self, body: Incoming) {
+        *self.lock_body() = Some(body);
+    }
+
+    /// The upstream's answer body: `None` once the call ended early (or the body was taken
+    /// back at its end).
+    pub(crate) fn body(&self) -> MutexGuard<'_, Option<Incoming>> {
+        self.lock_body()
+    }
+
+    fn lock_body(&self) -> MutexGuard<'_, Option<Incoming>> {
+        self.body.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The call, if it has not ended; it is the caller's to end (dropped unended, it counts as
@@ -102,6 +125,8 @@ impl CallSlot {
             self.lease_lost.store(true, Ordering::Release);
             drop(held);
         }
+        // After the flags: a body found gone is found ended early.
+        drop(self.lock_body().take());
         let waker = self
             .waker
             .lock()

@@ -141,7 +141,8 @@ async fn a_client_that_leaves_mid_body_frees_the_permit() {
 }
 
 /// A client that asks and never reads: hyper stops polling the body once the socket's buffers
-/// are full, and the call timeout must still end the call and give the permit back.
+/// are full, and the call timeout must still end the call, give the permit back, and stop the
+/// upstream serving it (its connection closed: it would otherwise go on past the limit).
 #[tokio::test]
 async fn a_client_that_never_reads_loses_the_permit_at_the_call_timeout() {
     use tokio::io::AsyncWriteExt;
@@ -183,6 +184,12 @@ async fn a_client_that_never_reads_loses_the_permit_at_the_call_timeout() {
         m["inflight_budget_calls_total{budget=downloads,outcome=timeout}"],
         1.0
     );
+    // The upstream's body stops: its connection was closed while the client still reads
+    // nothing.
+    let body = within(feeder).await.unwrap();
+    assert!(
+        body.is_closed(),
+        "the upstream took 64 MiB for a client that reads nothing"
+    );
     drop(socket);
-    feeder.abort();
 }
