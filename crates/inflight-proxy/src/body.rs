@@ -158,12 +158,15 @@ impl ProxyBody {
     }
 }
 
+/// A frame of the upstream's body, or its error.
+type UpstreamFrame = Result<Frame<Bytes>, hyper::Error>;
+
 impl Streamed {
     /// Polls the upstream's body; `None` once its call ended early and dropped it.
     fn poll_upstream(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Option<Poll<Option<Result<Frame<Bytes>, hyper::Error>>>> {
+    ) -> Option<Poll<Option<UpstreamFrame>>> {
         match (&mut self.inner, &self.call) {
             (Some(inner), _) => Some(Pin::new(inner).poll_frame(cx)),
             (None, Some(slot)) => slot
