@@ -321,6 +321,7 @@ impl Server for Shared {
         &self,
         budget: &str,
         id: &str,
+        first: bool,
         terms: Terms,
         seen: Seen,
         releasing: Vec<Arc<str>>,
@@ -339,6 +340,12 @@ impl Server for Shared {
                     server.released.fetch_add(u64::from(held), Relaxed);
                     b.queue.retain(|(q, _)| **q != **gone);
                 }
+                // The script skips its lookups of an id asked for the first time.
+                assert!(
+                    !first
+                        || !(b.holders.contains_key(&id) || b.queue.iter().any(|(q, _)| *q == id)),
+                    "lease {id} asked for as new, but the server holds it"
+                );
                 b.meta.fence(seen, terms.lease, now, &server.epochs);
                 let (promoted, reclaimed) = b.promote(now, terms);
                 let learning = b.meta.learning(now);

@@ -130,11 +130,13 @@ pub(crate) struct Terms {
 pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
     /// Gives back leases `releasing` of `budget` (as [`Server::release`]), then takes lease `id`
     /// if a permit is free and nobody waits; otherwise queues it (or keeps its place), to be
-    /// granted in its turn and told through [`Server::grants`].
+    /// granted in its turn and told through [`Server::grants`]. `first`: this is the id's first
+    /// ask, so the server holds nothing of it yet (a retry, or an ask again, is never first).
     fn acquire(
         &self,
         budget: &str,
         id: &str,
+        first: bool,
         terms: Terms,
         seen: Seen,
         releasing: Vec<Arc<str>>,
@@ -321,6 +323,7 @@ impl Server for RedisServer {
         &self,
         budget: &str,
         id: &str,
+        first: bool,
         terms: Terms,
         seen: Seen,
         releasing: Vec<Arc<str>>,
@@ -328,7 +331,9 @@ impl Server for RedisServer {
         let (name, id) = (budget.to_string(), id.to_string());
         let reply = self.run::<(i64, i64, i64, u8, u64, u64, i64, u64)>(budget, move |s| {
             let mut call = lease_call(&s.acquire, &name, terms, seen);
-            call.arg(id).arg(millis(terms.queue_lease));
+            call.arg(id)
+                .arg(millis(terms.queue_lease))
+                .arg(u8::from(first));
             for id in &releasing {
                 call.arg(&**id);
             }

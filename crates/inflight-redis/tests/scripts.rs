@@ -202,6 +202,57 @@ fn a_release_hands_its_permit_to_the_earliest_waiter_and_tells_its_process() {
     assert_eq!(acquire(conn, &p1(9), 1, 5000).4, 0);
 }
 
+/// A first ask of lease `id` (the script skips its lookups of it), giving back `releasing`.
+fn acquire_first(
+    conn: &mut redis::Connection,
+    id: &str,
+    releasing: &[&str],
+    limit: u64,
+) -> (u8, u64, u64, i64, u64) {
+    let mut call = call(&scripts().acquire, (0, 0), limit, 5000);
+    call.arg(id).arg(2000).arg(1);
+    for gone in releasing {
+        call.arg(*gone);
+    }
+    let r: Acquire = call.invoke(conn).unwrap();
+    (r.3, r.4, r.5, r.6, r.7)
+}
+
+#[test]
+fn a_first_ask_queues_behind_the_others_and_gives_back_what_it_carries() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    assert_eq!(acquire_first(conn, "a", &[], 1).0, 1);
+    let b = acquire_first(conn, "b", &[], 1);
+    assert_eq!((b.0, b.1, b.4), (0, 1, 0));
+    assert!((4000..=5000).contains(&b.3), "a's lease ends in {} ms", b.3);
+    assert_eq!(acquire_first(conn, "c", &[], 1).4, 1, "one waiter ahead");
+    // "a" given back with a first ask: "b" is granted in its turn, "d" waits behind "c".
+    let d = acquire_first(conn, "d", &["a"], 1);
+    assert_eq!((d.0, d.1, d.4), (0, 1, 1));
+    assert_eq!(acquire(conn, "b", 1, 5000).0, 1, "granted by the hand-off");
+    assert_eq!(
+        acquire(conn, "c", 1, 5000).4,
+        0,
+        "an ask again finds its place"
+    );
+    // A waiter given back leaves the queue and its expiry.
+    assert_eq!(acquire_first(conn, "e", &["c"], 1).4, 1, "behind d only");
+    let keys = lease_keys("b");
+    let queued: u64 = redis::cmd("ZCARD").arg(&keys[1]).query(conn).unwrap();
+    let expiries: u64 = redis::cmd("ZCARD").arg(&keys[2]).query(conn).unwrap();
+    assert_eq!((queued, expiries), (2, 2));
+    let holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys[0])
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    assert_eq!(holders, ["b"], "held or queued, never both");
+}
+
 #[test]
 fn a_waiter_that_stops_asking_leaves_the_queue_when_its_entry_expires() {
     let Some(mut server) = server() else {

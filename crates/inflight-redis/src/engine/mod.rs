@@ -295,6 +295,8 @@ impl Engine {
         let mut backoff = Backoff::new(self.settings.first_pause, self.settings.max_pause);
         // Releases of this budget not sent yet go with the first ask.
         let mut releasing = self.take_unsent(&budget);
+        // The id's first ask: the server holds nothing of it yet (skips two lookups there).
+        let mut first = true;
         loop {
             let live = grants.is_live();
             let asked = Instant::now();
@@ -309,10 +311,17 @@ impl Engine {
             };
             let answer = tokio::time::timeout_at(
                 op_deadline,
-                self.server
-                    .acquire(&budget, &id, terms, self.seen(&budget), carried.ids.clone()),
+                self.server.acquire(
+                    &budget,
+                    &id,
+                    first,
+                    terms,
+                    self.seen(&budget),
+                    carried.ids.clone(),
+                ),
             )
             .await;
+            first = false;
             let answered = Instant::now();
             if matches!(answer, Ok(Ok(_))) {
                 carried.answered();

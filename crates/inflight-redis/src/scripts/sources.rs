@@ -21,6 +21,9 @@ pub(super) const FENCE: &str = include_str!("lua/fence.lua");
 /// `ARGV[1..4]`: the epoch and version the caller has seen (0 and 0 for none), the limit, the
 /// lease in milliseconds.
 ///
+/// An id is held or queued, never both: `give_back(id)` removes it from whichever holds it and
+/// answers 1 if it held a permit.
+///
 /// `promote` first drops queue entries whose waiters stopped asking; then, if the holders are
 /// at the limit, reclaims expired leases (a holder killed with SIGKILL frees its permits within
 /// one lease); then, unless the budget is learning, while there is room and someone waits,
@@ -40,13 +43,15 @@ pub(super) const TELL_SHARDED: &str = include_str!("lua/tell_sharded.lua");
 /// its turn.
 ///
 /// `KEYS` and `ARGV[1..4]`: see [`PRELUDE`]. `ARGV[5]`: the lease id; `ARGV[6]`: the queue
-/// entry's lifetime in milliseconds; `ARGV[7..]`: leases of the caller's process to give back
-/// first (as [`RELEASE`] does, before the hand-off to the queue): a call that follows another
-/// costs one script.
+/// entry's lifetime in milliseconds; `ARGV[7]`: `1` when this is the id's first ask (a new id
+/// is neither held nor queued: the two lookups are skipped), anything else (or nothing) when it
+/// may be either; `ARGV[8..]`: leases of the caller's process to give back first (as
+/// [`RELEASE`] does, before the hand-off to the queue): a call that follows another costs one
+/// script.
 ///
 /// Idempotent: an id already holding a lease (granted from the queue, or a retry after a lost
 /// reply) is granted again with its expiry pushed back, so a retry never takes a second permit;
-/// an id already queued keeps its place.
+/// an id already queued keeps its place. A retry is never a first ask.
 ///
 /// Returns `{epoch, version, ms of learning left, granted (0|1), holders after, reclaimed, ms
 /// until the earliest lease expires (or learning ends), waiters ahead of this one}`.

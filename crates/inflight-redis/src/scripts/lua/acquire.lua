@@ -1,12 +1,10 @@
 local id = ARGV[5]
-for i = 7, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
-  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
-    redis.call('ZREM', KEYS[3], ARGV[i])
-  end
+local first = ARGV[7] == '1'
+for i = 8, #ARGV do
+  give_back(ARGV[i])
 end
-local n, reclaimed = promote()
-if redis.call('ZSCORE', KEYS[1], id) then
+local n, reclaimed, queued = promote()
+if not first and redis.call('ZSCORE', KEYS[1], id) then
   redis.call('ZADD', KEYS[1], 'XX', now + lease, id)
   bump()
   return {epoch, version, learn_left(), 1, n, reclaimed, 0, 0}
@@ -16,15 +14,18 @@ if n < limit and now >= learn then
   bump()
   return {epoch, version, learn_left(), 1, n + 1, reclaimed, 0, 0}
 end
-if redis.call('ZSCORE', KEYS[2], id) == false then
+local ahead = queued
+if first or redis.call('ZSCORE', KEYS[2], id) == false then
   redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), id)
+else
+  ahead = redis.call('ZRANK', KEYS[2], id)
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), id)
 local wait = 0
 if now < learn then
   wait = learn - now
 else
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if first[2] then wait = tonumber(first[2]) - now end
+  local first_expiry = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first_expiry[2] then wait = tonumber(first_expiry[2]) - now end
 end
-return {epoch, version, learn_left(), 0, n, reclaimed, wait, redis.call('ZRANK', KEYS[2], id)}
+return {epoch, version, learn_left(), 0, n, reclaimed, wait, ahead}

@@ -31,13 +31,12 @@ local function promote()
     n = n - reclaimed
   end
   if now < learn then
-    return n, reclaimed
+    return n, reclaimed, queued
   end
   local granted = 0
   while n < limit and queued > 0 do
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    local head = redis.call('ZPOPMIN', KEYS[2])[1]
     if not head then break end
-    redis.call('ZREM', KEYS[2], head)
     redis.call('ZREM', KEYS[3], head)
     n = n + redis.call('ZADD', KEYS[1], now + lease, head)
     queued = queued - 1
@@ -45,5 +44,14 @@ local function promote()
     tell(head)
   end
   if granted > 0 then bump() end
-  return n, reclaimed
+  return n, reclaimed, queued
+end
+local function give_back(id)
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    return 1
+  end
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    redis.call('ZREM', KEYS[3], id)
+  end
+  return 0
 end

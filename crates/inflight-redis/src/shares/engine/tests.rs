@@ -99,11 +99,12 @@ impl Server for Cut {
         &self,
         b: &str,
         id: &str,
+        first: bool,
         t: Terms,
         seen: Seen,
         releasing: Vec<Arc<str>>,
     ) -> BoxFuture<'static, Result<Acquired, ServerError>> {
-        self.server.acquire(b, id, t, seen, releasing)
+        self.server.acquire(b, id, first, t, seen, releasing)
     }
     fn renew(
         &self,
