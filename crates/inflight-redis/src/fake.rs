@@ -131,6 +131,50 @@ impl Budget {
 }
 
 impl FakeServer {
+    /// What a renewal does on the server, at once.
+    fn renew_now(
+        &self,
+        budget: String,
+        ids: Vec<Arc<str>>,
+        locals: Vec<Arc<str>>,
+        terms: Terms,
+        seen: Seen,
+    ) -> Renewed {
+        let now = Instant::now();
+        let lease = terms.lease;
+        let mut all = self.budgets.lock().unwrap();
+        let b = all.entry(budget).or_default();
+        let behind = b.meta.fence(seen, lease, now, &self.epochs);
+        let mut lost = Vec::new();
+        let mut readded = 0;
+        for id in ids {
+            match b.holders.get_mut(&*id) {
+                Some(expiry) if *expiry > now || behind => *expiry = now + lease,
+                None if behind => {
+                    b.holders.insert(id.to_string(), now + lease);
+                    readded += 1;
+                }
+                _ => {
+                    b.holders.remove(&*id);
+                    lost.push(id.to_string());
+                }
+            }
+        }
+        for id in locals {
+            b.holders.insert(id.to_string(), now + lease);
+        }
+        if readded > 0 {
+            let until = now + lease;
+            b.meta.learn = Some(b.meta.learn.map_or(until, |l| l.max(until)));
+        }
+        b.meta.version += 1;
+        Renewed {
+            lost,
+            readded,
+            fence: b.meta.out(now),
+        }
+    }
+
     pub(crate) fn holders(&self, budget: &str) -> usize {
         let now = Instant::now();
         self.budgets
@@ -397,43 +441,14 @@ impl Server for Shared {
     ) -> BoxFuture<'static, Result<Renewed, ServerError>> {
         let (server, budget) = (self.0.clone(), budget.to_string());
         Box::pin(async move {
-            server.call()?;
+            // Slow as the acquires are: acts at once, answers late.
+            let delay = server.call()?;
             if server.stalled.load(Relaxed) {
                 return std::future::pending().await;
             }
-            let now = Instant::now();
-            let lease = terms.lease;
-            let mut all = server.budgets.lock().unwrap();
-            let b = all.entry(budget).or_default();
-            let behind = b.meta.fence(seen, lease, now, &server.epochs);
-            let mut lost = Vec::new();
-            let mut readded = 0;
-            for id in ids {
-                match b.holders.get_mut(&*id) {
-                    Some(expiry) if *expiry > now || behind => *expiry = now + lease,
-                    None if behind => {
-                        b.holders.insert(id.to_string(), now + lease);
-                        readded += 1;
-                    }
-                    _ => {
-                        b.holders.remove(&*id);
-                        lost.push(id.to_string());
-                    }
-                }
-            }
-            for id in locals {
-                b.holders.insert(id.to_string(), now + lease);
-            }
-            if readded > 0 {
-                let until = now + lease;
-                b.meta.learn = Some(b.meta.learn.map_or(until, |l| l.max(until)));
-            }
-            b.meta.version += 1;
-            Ok(Renewed {
-                lost,
-                readded,
-                fence: b.meta.out(now),
-            })
+            let renewed = server.renew_now(budget, ids, locals, terms, seen);
+            tokio::time::sleep(delay).await;
+            Ok(renewed)
         })
     }
 

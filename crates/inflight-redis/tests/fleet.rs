@@ -246,6 +246,49 @@ async fn fail_closed_refuses_while_redis_is_down_and_recovers_after_a_restart() 
     }
 }
 
+/// An idle process is not fooled by a restart: one it did not see costs its next call nothing
+/// (the call asks again on a new connection), and one it saw is known to be over without a
+/// call (its renewal round asks), so it neither says Redis is down nor refuses its next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_process_sees_redis_back_without_refusing_a_call() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let store = fleet(&server, ms(900)).store(2, Fail::Closed);
+    let records = budget("records", 2, ms(2000), &store);
+    drop(records.acquire().await.unwrap());
+    // A restart while idle: the process's connection to Redis is closed under it.
+    server.stop();
+    server.restart();
+    tokio::time::sleep(ms(300)).await;
+    let again = records.acquire().await;
+    assert!(
+        !matches!(again, Err(AcquireError::Unavailable(_))),
+        "refused after a restart it did not see: {again:?}"
+    );
+    assert_eq!(store.snapshot().unavailable, 0);
+    drop(again);
+    // Down, seen by a call; then back while the process is idle.
+    server.stop();
+    let refused = records.acquire().await;
+    assert!(
+        matches!(refused, Err(AcquireError::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert!(store.snapshot().redis_down);
+    server.restart();
+    let back = Instant::now();
+    while store.snapshot().redis_down {
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "still said down {:?} after Redis came back, with no call",
+            back.elapsed()
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(records.acquire().await.is_ok());
+}
+
 /// The first permit the local fallback admits once Redis has stopped: not before the outage is
 /// a lease and a third old (the leases taken before it may run until then), soon after.
 async fn first_local(budget: &Budget, lease: Duration) -> OwnedPermit {

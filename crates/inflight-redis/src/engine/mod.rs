@@ -297,6 +297,10 @@ impl Engine {
         let mut releasing = self.take_unsent(&budget);
         // The id's first ask: the server holds nothing of it yet (skips two lookups there).
         let mut first = true;
+        // A failure of a server believed up is asked again once, at once: the connection may
+        // have been closed while this process was idle (a restart it did not see), and the
+        // ask again goes on a new one.
+        let mut may_retry = !self.is_down();
         loop {
             let live = grants.is_live();
             let asked = Instant::now();
@@ -330,6 +334,7 @@ impl Engine {
             }
             let acquired = match answer {
                 Ok(Ok(acquired)) => acquired,
+                Ok(Err(_)) if std::mem::take(&mut may_retry) => continue,
                 Ok(Err(error)) => return self.failed(&budget, deadline, error).await,
                 Err(_) if deadline.is_some_and(|d| answered >= d) => {
                     self.counters.timeouts.fetch_add(1, Relaxed);
@@ -476,6 +481,14 @@ impl Engine {
             );
         }
         outage
+    }
+
+    /// Whether the server was last found down (until a call or a renewal gets an answer).
+    fn is_down(&self) -> bool {
+        self.down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// The last failure, if calls should skip the server for now.

@@ -1,7 +1,8 @@
 //! The renewal of the leases this process holds: a round every third of a lease (and at once
 //! when an epoch moved or Redis came back), one script call per budget that renews the leases
 //! still running and registers the calls the local fallback admitted; leases the server no
-//! longer holds, or whose confirmation is older than a lease, are lost.
+//! longer holds, or whose confirmation is older than a lease, are lost. While Redis was last
+//! found down, a round with nothing to renew asks whether it is back.
 
 use super::*;
 
@@ -64,6 +65,21 @@ impl Engine {
                     .or_default()
                     .1
                     .push(local.id.clone());
+            }
+        }
+        if by_budget.is_empty() && self.is_down() {
+            // Nothing to renew, but Redis was last found down: one budget's empty renewal
+            // asks whether it is back, so that an idle process does not say it is down (or
+            // refuse its next calls) after it has returned.
+            let known = self
+                .seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .next()
+                .cloned();
+            if let Some(budget) = known {
+                by_budget.insert(budget, Round::default());
             }
         }
         for (budget, (ids, locals)) in by_budget {
