@@ -122,14 +122,7 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
     let Some(config) = budgets.fleet() else {
         return Ok((budgets, None));
     };
-    let mut builder = RedisFleet::builder(config.url());
-    if let Some(lease) = config.lease() {
-        builder = builder.lease(lease);
-    }
-    if let Some(ca_file) = config.ca_file() {
-        builder = builder.ca_file(ca_file);
-    }
-    let fleet = builder.build()?;
+    let fleet = RedisFleet::from_config(config)?;
     // Each fleet budget's store, made while the budgets are borrowed; attached after.
     let mut stores = Vec::new();
     for b in budgets.iter() {

@@ -117,6 +117,37 @@ impl RedisFleet {
         RedisFleet::builder(url).build()
     }
 
+    /// The fleet a budgets file's `[fleet]` table names (its URL, lease and CA file): checked,
+    /// and the CA file read, without connecting. `inflight check-config` uses it to find what
+    /// `inflight proxy` would refuse.
+    ///
+    /// ```
+    /// let budgets = inflight::Budgets::from_toml_str(r#"
+    ///     [fleet]
+    ///     url = "redis+sentinel://127.0.0.1:26379"   # no primary's name
+    ///
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     scope = "fleet"
+    /// "#).unwrap();
+    /// let err = inflight_redis::RedisFleet::from_config(budgets.fleet().unwrap()).unwrap_err();
+    /// assert!(err.to_string().contains("names the primary after the sentinels"), "{err}");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`FleetBuilder::build`].
+    pub fn from_config(config: &inflight::config::FleetConfig) -> Result<RedisFleet, FleetError> {
+        let mut builder = RedisFleet::builder(config.url());
+        if let Some(lease) = config.lease() {
+            builder = builder.lease(lease);
+        }
+        if let Some(ca_file) = config.ca_file() {
+            builder = builder.ca_file(ca_file);
+        }
+        builder.build()
+    }
+
     /// A store of `limit` permits shared by every process that uses a budget of the same name
     /// on this Redis, with `fail` saying what happens while Redis cannot be reached.
     ///

@@ -87,7 +87,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.file.display().to_string()
     };
-    let file = match load(&args.file)? {
+    // `[fleet]` as `inflight proxy` would take it: its URL parsed, its CA file read (no
+    // connection).
+    let loaded = load(&args.file)?.and_then(|file| match file.budgets().fleet() {
+        Some(fleet) => match inflight_redis::RedisFleet::from_config(fleet) {
+            Ok(_) => Ok(file),
+            Err(e) => Err(inflight::ConfigError::invalid("fleet", e.to_string())),
+        },
+        None => Ok(file),
+    });
+    let file = match loaded {
         Ok(file) => file,
         Err(err) => {
             // The message names the file once, here: the error's own text is what is wrong in it.

@@ -299,6 +299,49 @@ fn absurd_values_are_refused_with_the_bound() {
         .stderr(predicate::str::contains("must not be empty or blank"));
 }
 
+/// A `[fleet]` that `inflight proxy` and `inflight fleet status` would refuse is refused here
+/// too (its URL parsed as they parse it, without connecting), with its password hidden; its
+/// lease has bounds.
+#[test]
+fn a_fleet_the_proxy_would_refuse_is_refused() {
+    for (url, lease, needle) in [
+        ("http://127.0.0.1:6379", "5s", "unknown scheme \"http\""),
+        ("redis://127.0.0.1:99999", "5s", "invalid redis url"),
+        (
+            "redis+sentinel://127.0.0.1:26379",
+            "5s",
+            "names the primary after the sentinels",
+        ),
+        ("redis://app:Top#Secret1@127.0.0.1:6401", "5s", "app:***@"),
+        (
+            "redis://127.0.0.1:6379",
+            "100000d",
+            "fleet.lease: must be at least 3ms and at most 7 days",
+        ),
+        (
+            "redis://127.0.0.1:6379",
+            "1ms",
+            "fleet.lease: must be at least 3ms",
+        ),
+    ] {
+        let f = file(&format!(
+            "[fleet]\nurl = \"{url}\"\nlease = \"{lease}\"\n\n[budgets.r]\nmax_concurrent = 2\nscope = \"fleet\"\n"
+        ));
+        let out = inflight()
+            .args(["check-config", f.path().to_str().unwrap()])
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("Secret1"),
+            "the password was shown: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_missing_file_says_why() {
     inflight()

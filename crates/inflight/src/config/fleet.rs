@@ -61,7 +61,9 @@ impl FleetConfig {
 
 /// `url` with the password of its user part (if any) shown as `***`: how a store's URL is
 /// shown in logs, reports and errors. The user part ends at the last `@` before any query, so a
-/// password with a raw `/` or `@` in it (which a URL should percent-encode) is hidden too.
+/// password with a raw `/` or `@` in it (which a URL should percent-encode) is hidden too; with
+/// no `@` before the first `?` or `#`, at the last `@` of all, so a raw `?` or `#` in a password
+/// is hidden as well.
 ///
 /// ```
 /// use inflight::config::shown_url;
@@ -69,6 +71,8 @@ impl FleetConfig {
 /// assert_eq!(shown_url("rediss://app:pw@h:6380/1"), "rediss://app:***@h:6380/1");
 /// assert_eq!(shown_url("redis+sentinel://:pw@s1:26379,s2:26379/m"), "redis+sentinel://:***@s1:26379,s2:26379/m");
 /// assert_eq!(shown_url("redis://app:p/w@d@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(shown_url("redis://app:Top#Secret1@h:6401"), "redis://app:***@h:6401");
+/// assert_eq!(shown_url("redis://app:Top?Secret1@h:6401/0"), "redis://app:***@h:6401/0");
 /// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
 /// ```
 pub fn shown_url(url: &str) -> String {
@@ -76,7 +80,7 @@ pub fn shown_url(url: &str) -> String {
         return url.to_string();
     };
     let query = rest.find(['?', '#']).unwrap_or(rest.len());
-    match rest[..query].rfind('@') {
+    match rest[..query].rfind('@').or_else(|| rest.rfind('@')) {
         Some(at) => {
             let (userinfo, hosts) = (&rest[..at], &rest[at..]);
             let user = match userinfo.split_once(':') {

@@ -203,6 +203,21 @@ fn fleet_config(value: &Value, file: &BudgetsFile) -> Result<FleetConfig, Config
         .get("lease")
         .map(|v| duration("fleet.lease", v))
         .transpose()?;
+    if let Some(lease) = lease {
+        // A lease is how long a crashed holder's permits stay taken: a week at most, as every
+        // timeout; 3 ms at least (renewed every third of it).
+        if lease > std::time::Duration::from_secs(7 * 24 * 3600)
+            || lease < std::time::Duration::from_millis(3)
+        {
+            return Err(ConfigError::invalid(
+                "fleet.lease",
+                format!(
+                    "must be at least 3ms and at most 7 days, got {}",
+                    humantime::format_duration(lease)
+                ),
+            ));
+        }
+    }
     let ca_file = match table.get("ca_file") {
         None => None,
         Some(Value::String(p)) if !p.trim().is_empty() => Some(file.resolve(p)),
