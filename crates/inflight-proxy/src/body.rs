@@ -163,10 +163,7 @@ type UpstreamFrame = Result<Frame<Bytes>, hyper::Error>;
 
 impl Streamed {
     /// Polls the upstream's body; `None` once its call ended early and dropped it.
-    fn poll_upstream(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Option<Poll<Option<UpstreamFrame>>> {
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Option<Poll<Option<UpstreamFrame>>> {
         match (&mut self.inner, &self.call) {
             (Some(inner), _) => Some(Pin::new(inner).poll_frame(cx)),
             (None, Some(slot)) => slot

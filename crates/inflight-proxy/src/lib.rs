@@ -51,8 +51,8 @@
 //!   with `upstream_http2 = true` HTTP/2 (with prior knowledge, or agreed by ALPN over TLS), every
 //!   request a stream of one connection. Bodies stream both ways, never buffered whole. Hop-by-hop headers are removed (RFC 9110 section 7.6.1, including those
 //!   named in `Connection`), `Host` names the upstream unless `preserve_host = true`, and the
-//!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400, headers too
-//!   large 431.
+//!   client's address is appended to `X-Forwarded-For`. Malformed requests get 400 (an HTTP/1.1
+//!   one without exactly one `Host` too), a head of 64 KiB or more 431.
 //! - Client connections are bounded on every listener (see
 //!   [`ClientLimits`](config::ClientLimits)): first bytes within `first_byte_timeout`, no
 //!   request for `idle_timeout` closes a connection (for HTTP/1.1, from its last answer, or its
@@ -226,6 +226,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A fleet and one of its budgets, to ask whether its Redis answers.
+    fn first_fleet_budget(&self) -> Option<(inflight_redis::RedisFleet, String)> {
+        let fleet = self.fleets().into_iter().next()?;
+        let budget = self
+            .routes
+            .iter()
+            .find(|slot| slot.current().is_fleet())?
+            .name
+            .clone();
+        Some((fleet, budget))
+    }
+
     /// Each proxied budget's state now, in file order.
     fn states(&self) -> Vec<Arc<RouteState>> {
         self.routes.iter().map(|r| r.current()).collect()
@@ -403,7 +415,10 @@ impl ProxyBuilder {
         let admin = admin_listener.map(|listener| {
             admin_addr = listener.local_addr().ok();
             let shared = shared.clone();
-            let conns = Arc::new(metrics::ConnMetrics::new(&shared.registry, "admin"));
+            let conns = Arc::new(metrics::ConnMetrics::new(
+                &shared.registry,
+                config::ADMIN_LISTENER,
+            ));
             let answer = shared.clone();
             server::spawn(
                 listener,
@@ -427,6 +442,16 @@ impl ProxyBuilder {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut health: Vec<inflight_redis::HealthLog> = Vec::new();
                 let mut ticks = 0u32;
+                // At start, whether the fleet's Redis answers: said at once, not at the first
+                // request (calls go to the fail policy until it answers).
+                if let Some(checked) = shared.upgrade().and_then(|s| s.first_fleet_budget()) {
+                    let (fleet, budget) = checked;
+                    if let Err(e) = fleet.status(&budget).await {
+                        log(&format!(
+                            "fleet budget {budget}: redis cannot be reached at start: {e}; fleet budgets go to their fail policy until it answers"
+                        ));
+                    }
+                }
                 loop {
                     every.tick().await;
                     let Some(shared) = shared.upgrade() else {

@@ -304,14 +304,17 @@ pub(crate) enum Closed {
     KeepaliveTimeout,
     /// Its listener was full and it was the connection idle longest.
     MaxConnections,
+    /// HTTP/1.1: it took no byte of an answer for `idle_timeout` (the client stopped reading).
+    SendTimeout,
 }
 
 impl Closed {
-    const ALL: [Closed; 4] = [
+    const ALL: [Closed; 5] = [
         Closed::FirstByteTimeout,
         Closed::IdleTimeout,
         Closed::KeepaliveTimeout,
         Closed::MaxConnections,
+        Closed::SendTimeout,
     ];
 
     /// One more than its place in [`Closed::ALL`]: never 0.
@@ -334,6 +337,7 @@ impl Closed {
             Closed::IdleTimeout => "idle_timeout",
             Closed::KeepaliveTimeout => "keepalive_timeout",
             Closed::MaxConnections => "max_connections",
+            Closed::SendTimeout => "send_timeout",
         }
     }
 }

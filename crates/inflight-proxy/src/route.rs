@@ -381,6 +381,12 @@ pub(crate) fn forward(
             (slot.current(), refused)
         } else if !forwardable(request.uri()) {
             (slot.current(), target_refused())
+        } else if !one_host(&request) {
+            let refused = plain(
+                StatusCode::BAD_REQUEST,
+                "inflight: an HTTP/1.1 request must have exactly one Host header\n",
+            );
+            (slot.current(), refused)
         } else {
             // The permit first: a refused request is never forwarded, and the call timeout
             // starts now.
@@ -652,6 +658,19 @@ fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
 fn forwardable(uri: &Uri) -> bool {
     uri.path_and_query()
         .is_none_or(|p| p.as_str().starts_with('/'))
+}
+
+/// Whether `request` has the one `Host` header HTTP/1.1 asks for (RFC 9112, 3.2: none, or
+/// more than one, is answered 400). HTTP/1.0 and HTTP/2 requests need none.
+fn one_host<B>(request: &Request<B>) -> bool {
+    request.version() != hyper::Version::HTTP_11
+        || request
+            .headers()
+            .get_all(hyper::header::HOST)
+            .iter()
+            .take(2)
+            .count()
+            == 1
 }
 
 fn target_refused() -> Response<ProxyBody> {

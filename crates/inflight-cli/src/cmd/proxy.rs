@@ -81,8 +81,8 @@ pub struct Args {
 }
 
 /// Raises the soft limit on open files to the hard one, so that client connections are bounded
-/// by `max_connections` and not by a low default; says what it did.
-fn raise_open_files() {
+/// by `max_connections` and not by a low default; what it did, to say once the proxy started.
+fn raise_open_files() -> String {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -90,37 +90,36 @@ fn raise_open_files() {
     // SAFETY: getrlimit and setrlimit read and write the struct given; no other precondition.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            eprintln!("inflight proxy: cannot read the limit on open files; left as it is");
-            return;
+            return "cannot read the limit on open files; left as it is".to_string();
         }
         if limit.rlim_cur >= limit.rlim_max {
-            eprintln!(
-                "inflight proxy: open files: up to {} (the soft limit is the hard one)",
+            return format!(
+                "open files: up to {} (the soft limit is the hard one)",
                 limit.rlim_cur
             );
-            return;
         }
         let before = limit.rlim_cur;
         limit.rlim_cur = limit.rlim_max;
         if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-            eprintln!(
-                "inflight proxy: open files: soft limit raised from {before} to the hard limit {}",
+            format!(
+                "open files: soft limit raised from {before} to the hard limit {}",
                 limit.rlim_max
-            );
+            )
         } else {
-            eprintln!(
-                "inflight proxy: open files: cannot raise the soft limit {before} to {}: {}",
+            format!(
+                "open files: cannot raise the soft limit {before} to {}: {}",
                 limit.rlim_max,
                 std::io::Error::last_os_error()
-            );
+            )
         }
     }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    raise_open_files();
+    // Raised before any listener opens; said once the proxy has started.
+    let open_files = raise_open_files();
     let runtime = runtime()?;
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(args, &open_files))
 }
 
 /// The proxy's runtime: with one CPU to use (a sidecar's usual quota, which
@@ -137,13 +136,14 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
     let shown = args.config.display().to_string();
     let proxy = Proxy::builder()
         .log(|line| eprintln!("inflight proxy: {line}"))
         .start_path(&args.config)
         .await
         .with_context(|| format!("cannot start the proxy for {shown}"))?;
+    eprintln!("inflight proxy: {open_files}");
     // Signals are set up before "ready", so a signal sent after it is never missed.
     let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
@@ -208,10 +208,11 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     if drained.in_time {
         eprintln!("inflight proxy: drained");
     } else {
-        eprintln!(
-            "inflight proxy: the drain time passed with {} requests in flight; they are cut",
-            drained.in_flight
-        );
+        let cut = match drained.in_flight {
+            1 => "1 request in flight; it is cut".to_string(),
+            n => format!("{n} requests in flight; they are cut"),
+        };
+        eprintln!("inflight proxy: the drain time passed with {cut}");
     }
     Ok(ExitCode::SUCCESS)
 }

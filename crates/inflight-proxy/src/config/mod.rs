@@ -57,6 +57,7 @@
 //! one of them is refused.
 
 mod parse;
+pub(crate) use parse::ADMIN_LISTENER;
 mod routes;
 
 use std::net::SocketAddr;

@@ -16,7 +16,10 @@ use super::{
     PROXY_FIELDS, ROUTE_FIELDS,
 };
 
-/// The longest timeout on client connections taken.
+/// The name of the admin listener in the connection metrics' `listener` label.
+pub(crate) const ADMIN_LISTENER: &str = "admin";
+
+/// The longest timeout on client connections (and drain) taken.
 const MAX_CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// The most client connections per listener taken: more than any file-descriptor limit.
@@ -65,6 +68,16 @@ pub(super) fn proxy_keys(file: &BudgetsFile) -> ProxyKeys {
     let proxied: Vec<String> = routes.iter().map(|(n, _)| n.clone()).collect();
     let (listeners, wrong) = routes::listeners(rules, &proxied, &own);
     errors.extend(wrong);
+    // A listener is named by its default budget in the metrics, and the admin listener is
+    // `admin`: the two would share their series.
+    if listeners.iter().any(|l| l.default == ADMIN_LISTENER) {
+        errors.push(ConfigError::invalid(
+            format!("budgets.{ADMIN_LISTENER}"),
+            format!(
+                "a budget that names a listener may not be called {ADMIN_LISTENER:?}: the admin listener's metrics carry listener=\"{ADMIN_LISTENER}\"; choose another name"
+            ),
+        ));
+    }
     // A budget without a listen of its own listens where the first route to it is.
     for (name, route) in &mut routes {
         if own.iter().any(|(n, _)| n == name) {
@@ -124,14 +137,9 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
             Err(e) => errors.push(e),
         }
     }
-    if let Some(v) = table.get("drain") {
-        match duration("proxy.drain", v) {
-            Ok(d) => config.drain = d,
-            Err(e) => errors.push(e),
-        }
-    }
     let clients = &mut config.clients;
     for (key, slot) in [
+        ("drain", &mut config.drain),
         ("first_byte_timeout", &mut clients.first_byte_timeout),
         ("idle_timeout", &mut clients.idle_timeout),
         (

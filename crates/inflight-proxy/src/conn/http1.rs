@@ -27,6 +27,15 @@ use crate::metrics::ConnMetrics;
 /// hyper connection), short enough that idle clients hold no buffers.
 pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 
+/// The most hyper buffers of a connection's reads (and queues of its writes): a request's head
+/// (its request line and headers) must fit, or it is answered 431. A head of up to 32 KiB is
+/// always taken; one that arrives in a single read may take up to twice that (48 KiB was
+/// taken, 50 KiB refused, on loopback), so each slow or idle client that sends part of a head
+/// holds at most about 64 KiB (hyper's default, about 400 KiB, let 500 such clients take
+/// 200 MB). nginx takes 32 KiB of headers by default (`large_client_header_buffers 4 8k`),
+/// HAProxy about 15 KiB (`tune.bufsize`), Envoy 60 KiB.
+pub(crate) const MAX_HEAD: usize = 32 * 1024;
+
 /// Serves an HTTP/1.1 connection with hyper until hyper gives it back, idle for
 /// [`PARK_AFTER`] (`Some`, with the bytes read ahead in front, if any), or it closes (`None`:
 /// at the idle timeout, when the proxy drains, or when the accept loop asks).
@@ -51,7 +60,7 @@ where
         // A request whose head never ends is cut at the idle timeout by the listener's sweep
         // instead (see `run`).
         let mut builder = http1::Builder::new();
-        builder.header_read_timeout(None);
+        builder.header_read_timeout(None).max_buf_size(MAX_HEAD);
         Served {
             inner: Some(builder.serve_connection(TokioIo::new(io), service)),
             keep_io: false,
@@ -185,9 +194,7 @@ impl Rewound {
     }
 
     fn wrote<T>(&self, written: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
-        self.conn
-            .write_blocked
-            .store(written.is_pending(), std::sync::atomic::Ordering::Relaxed);
+        self.conn.wrote(written.is_pending());
         written
     }
 }

@@ -109,6 +109,9 @@ pub(crate) struct Conn {
     /// HTTP/1.1: whether the socket last refused bytes (the client is not reading), so that
     /// hyper holds some it has yet to send.
     write_blocked: AtomicBool,
+    /// Milliseconds since `epoch` at which the socket began to refuse bytes (while
+    /// `write_blocked`).
+    write_blocked_at: AtomicU64,
     /// Whether its protocol is known: until then `first_byte_timeout`, not `idle_timeout`,
     /// bounds it.
     told: AtomicBool,
@@ -131,10 +134,27 @@ impl Conn {
             closing: AtomicBool::new(false),
             answered: AtomicU64::new(0),
             write_blocked: AtomicBool::new(false),
+            write_blocked_at: AtomicU64::new(0),
             told: AtomicBool::new(false),
             reason: std::sync::atomic::AtomicU8::new(0),
             parked: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The socket refused bytes (`blocked`), or took them: since when it refuses them is kept.
+    pub(crate) fn wrote(&self, blocked: bool) {
+        if self.write_blocked.swap(blocked, Ordering::Relaxed) != blocked && blocked {
+            self.write_blocked_at
+                .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// For how many milliseconds the socket has refused bytes; `None` while it takes them.
+    fn blocked_for(&self) -> Option<u64> {
+        self.write_blocked.load(Ordering::Relaxed).then(|| {
+            (self.epoch.elapsed().as_millis() as u64)
+                .saturating_sub(self.write_blocked_at.load(Ordering::Relaxed))
+        })
     }
 
     /// Since when the connection has had no request in progress; `None` while it has one.
@@ -778,6 +798,16 @@ where
                         watchdog
                             .as_mut()
                             .reset(Instant::now() + Duration::from_millis(left));
+                    }
+                    // Inside a request whose answer the client has taken no byte of for
+                    // `linger` (`idle_timeout`): it is not reading, and is cut (the call ends,
+                    // its permit goes back and the upstream stops).
+                    None if conn
+                        .blocked_for()
+                        .is_some_and(|ms| ms >= linger.as_millis() as u64) =>
+                    {
+                        metrics.closed(Closed::SendTimeout);
+                        return None;
                     }
                     None => watchdog.as_mut().reset(Instant::now() + idle),
                 }

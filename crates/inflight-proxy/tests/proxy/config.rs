@@ -554,7 +554,8 @@ fn route_mistakes_name_their_path() {
 }
 
 /// A catch-all route on a listener that a budget's own `listen` names would leave that budget
-/// unreachable; the admin address is no route's; client limits have bounds.
+/// unreachable; the admin address is no route's; client limits and the drain have bounds; a
+/// listener's budget is not called `admin` (the admin listener's metrics label).
 #[test]
 fn a_shadowed_default_the_admin_address_and_absurd_client_limits_are_refused() {
     let base = "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:7002\"\n\n[budgets.b]\nmax_concurrent = 1\nupstream = \"http://x\"\n\n";
@@ -574,6 +575,14 @@ fn a_shadowed_default_the_admin_address_and_absurd_client_limits_are_refused() {
         (
             format!("[proxy]\nidle_timeout = \"1000years\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
             "proxy.idle_timeout: must be at most 7 days",
+        ),
+        (
+            format!("[proxy]\ndrain = \"8d\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
+            "proxy.drain: must be at most 7 days",
+        ),
+        (
+            "[budgets.admin]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:7002\"\n".to_string(),
+            "budgets.admin: a budget that names a listener may not be called \"admin\"",
         ),
     ];
     for (text, expected) in cases {

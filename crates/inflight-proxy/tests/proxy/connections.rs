@@ -344,3 +344,46 @@ async fn a_large_answer_read_slowly_arrives_whole_before_its_connection_is_parke
         (200, "GET /after".into())
     );
 }
+
+/// A client that asks and then takes no byte of the answer: with no call timeout, only the
+/// connection's own limit ends it. At `idle_timeout` without a byte taken it is cut, and with
+/// it the call: its permit goes back and the upstream stops serving it.
+#[tokio::test]
+async fn an_http1_client_that_stops_reading_is_cut_at_idle_timeout() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let body = upstream.next_stream();
+    let feeder = tokio::spawn(async move {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        for _ in 0..1024 {
+            if body.send(chunk.clone()).await.is_err() {
+                break;
+            }
+        }
+        body
+    });
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    until("the call to start", || {
+        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&1.0)
+    })
+    .await;
+    until("the connection cut", || {
+        closed(&proxy, "send_timeout") == 1.0
+    })
+    .await;
+    until("the permit back", || {
+        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&0.0)
+    })
+    .await;
+    let body = within(feeder).await.unwrap();
+    assert!(body.is_closed(), "the upstream still serves the call");
+    assert_eq!(closed(&proxy, "idle_timeout"), 0.0);
+    // The client reads what was sent, then the connection's end.
+    let waited = closed_within(&mut stream).await;
+    assert!(waited < Duration::from_secs(10));
+}

@@ -319,3 +319,39 @@ async fn on_lost_cancel_drops_a_request_whose_fleet_lease_is_lost() {
     assert_eq!(m["inflight_budget_in_flight{budget=records}"], 0.0);
     upstream.release(1);
 }
+
+/// A proxy whose fleet's Redis does not answer says so as it starts, before any request, and
+/// says nothing of the kind when it answers.
+#[tokio::test]
+async fn a_fleet_whose_redis_is_down_at_start_is_said_at_once() {
+    let upstream = Upstream::start().await;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = |url: &str| {
+        format!(
+            "[fleet]\nurl = \"{url}\"\n\n[budgets.records]\nmax_concurrent = 2\nscope = \"fleet\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+            upstream.url()
+        )
+    };
+    let (_proxy, lines) = proxy(&text(&format!("redis://127.0.0.1:{port}"))).await;
+    until("the start-up check said so", || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("records: redis cannot be reached at start"))
+    })
+    .await;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (_up, lines) = proxy(&text(&server.url())).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let said = lines.lock().unwrap().clone();
+    assert!(
+        !said.iter().any(|l| l.contains("cannot be reached")),
+        "{said:?}"
+    );
+}
