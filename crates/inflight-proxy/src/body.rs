@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use inflight::limit::Outcome;
 use tokio::task::JoinHandle;
 
-use crate::call::{CallSlot, Held};
+use crate::call::{CallSlot, Held, Upstream};
 use crate::grpc::{grpc_ended, GrpcTally};
 use crate::sweep::Watch;
 use crate::upstream::Checkout;
@@ -31,8 +31,8 @@ enum Kind {
 }
 
 struct Streamed {
-    /// The upstream's body, when no call holds it; a call's body is in its slot (see
-    /// [`CallSlot::body`]), which drops it when the call ends early.
+    /// The upstream's body; `None` when its call's slot holds it (see [`Upstream::Body`]),
+    /// which drops it when the call ends early.
     inner: Option<Incoming>,
     /// The call still under way, if this body holds one.
     call: Option<Arc<CallSlot>>,
@@ -115,7 +115,8 @@ impl ProxyBody {
     /// (`deadline`, its place in the budget's sweeper) the body is cut and the call counted as
     /// timed out; with a lease that `lease` names lost, it is cut and the call cancelled. For
     /// a gRPC call (`grpc`: the codes that mean overload), a `grpc-status` in the trailers
-    /// decides instead, and `tally` counts it.
+    /// decides instead, and `tally` counts it. A call ended early stops its upstream at once:
+    /// `closer` closes its pooled connection; without one, the slot drops the body.
     pub(crate) fn holding(
         inner: Incoming,
         slot: Arc<CallSlot>,
@@ -123,6 +124,7 @@ impl ProxyBody {
         lease: Option<inflight::store::Lease>,
         grpc: Option<Arc<[u32]>>,
         tally: Option<GrpcTally>,
+        closer: Option<tokio::task::AbortHandle>,
     ) -> ProxyBody {
         let lease_watch = lease.map(|lease| {
             let slot = Arc::clone(&slot);
@@ -131,10 +133,21 @@ impl ProxyBody {
                 slot.expire(false);
             })
         });
-        slot.stream(inner);
+        // A pooled connection is closed by its task, and the body stays here (polled without a
+        // lock); another upstream's body goes to the slot, which drops it.
+        let inner = match closer {
+            Some(task) => {
+                slot.stops(Upstream::Connection(task));
+                Some(inner)
+            }
+            None => {
+                slot.stops(Upstream::Body(inner));
+                None
+            }
+        };
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
-                inner: None,
+                inner,
                 call: Some(slot),
                 deadline,
                 lease_watch,
@@ -166,10 +179,10 @@ impl Streamed {
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Option<Poll<Option<UpstreamFrame>>> {
         match (&mut self.inner, &self.call) {
             (Some(inner), _) => Some(Pin::new(inner).poll_frame(cx)),
-            (None, Some(slot)) => slot
-                .body()
-                .as_mut()
-                .map(|inner| Pin::new(inner).poll_frame(cx)),
+            (None, Some(slot)) => match slot.upstream().as_mut() {
+                Some(Upstream::Body(inner)) => Some(Pin::new(inner).poll_frame(cx)),
+                _ => None,
+            },
             (None, None) => None,
         }
     }
@@ -179,7 +192,9 @@ impl Streamed {
     fn upstream_ended(&self) -> bool {
         match (&self.inner, &self.call) {
             (Some(inner), _) => inner.is_end_stream(),
-            (None, Some(slot)) => slot.body().as_ref().is_some_and(Body::is_end_stream),
+            (None, Some(slot)) => {
+                matches!(slot.upstream().as_ref(), Some(Upstream::Body(b)) if b.is_end_stream())
+            }
             (None, None) => false,
         }
     }
@@ -187,10 +202,10 @@ impl Streamed {
     fn upstream_size_hint(&self) -> SizeHint {
         match (&self.inner, &self.call) {
             (Some(inner), _) => inner.size_hint(),
-            (None, Some(slot)) => slot
-                .body()
-                .as_ref()
-                .map_or_else(SizeHint::default, Body::size_hint),
+            (None, Some(slot)) => match slot.upstream().as_ref() {
+                Some(Upstream::Body(b)) => b.size_hint(),
+                _ => SizeHint::default(),
+            },
             (None, None) => SizeHint::default(),
         }
     }
@@ -334,9 +349,9 @@ impl Drop for Streamed {
         if !self.ended && self.upstream_ended() {
             self.end();
         }
-        if let (None, Some(slot)) = (&self.inner, &self.call) {
+        if let Some(slot) = &self.call {
             // Not kept with the slot, which the sweeper may hold a while longer.
-            drop(slot.body().take());
+            drop(slot.upstream().take());
         }
         // Otherwise the call, if still held, is dropped here and counted as cancelled; the
         // sweeper must not keep it (and its permit) until the deadline.

@@ -20,12 +20,19 @@ pub(crate) struct CallSlot {
     /// The task that last waited on the call (for its answer, or to send its body): woken when
     /// the call ends early, so that it is cut then.
     waker: Mutex<Option<Waker>>,
-    /// The upstream's answer body while the call streams it to the client. Dropped when the
-    /// call ends early, which closes the upstream's HTTP/1.1 connection (or resets its HTTP/2
-    /// stream) at once, whether or not the client is reading: hyper stops polling a body while
-    /// the client takes no bytes, and the upstream must not go on serving a call whose permit
-    /// was given back.
-    body: Mutex<Option<Incoming>>,
+    /// What stops the upstream when the call ends early, at once, whether or not the client
+    /// is reading: hyper stops polling a body while the client takes no bytes, and the upstream
+    /// must not go on serving a call whose permit was given back.
+    upstream: Mutex<Option<Upstream>>,
+}
+
+/// How a call that ends early stops its upstream.
+pub(crate) enum Upstream {
+    /// Its pooled HTTP/1.1 connection's task, aborted: the connection closes.
+    Connection(tokio::task::AbortHandle),
+    /// Its answer's body (from a client that multiplexes or encrypts: HTTP/2, TLS), held here
+    /// while it streams and dropped: that connection closes, or that HTTP/2 stream is reset.
+    Body(Incoming),
 }
 
 /// The call, and how it will end if it ends as it goes.
@@ -51,23 +58,19 @@ impl CallSlot {
             timed_out: AtomicBool::new(false),
             lease_lost: AtomicBool::new(false),
             waker: Mutex::new(None),
-            body: Mutex::new(None),
+            upstream: Mutex::new(None),
         })
     }
 
-    /// The call streams `body`, the upstream's answer, until it ends (see [`CallSlot::body`]).
-    pub(crate) fn stream(&self, body: Incoming) {
-        *self.lock_body() = Some(body);
+    /// What stops the upstream if the call ends early (see [`Upstream`]).
+    pub(crate) fn stops(&self, upstream: Upstream) {
+        *self.upstream() = Some(upstream);
     }
 
-    /// The upstream's answer body: `None` once the call ended early (or the body was taken
-    /// back at its end).
-    pub(crate) fn body(&self) -> MutexGuard<'_, Option<Incoming>> {
-        self.lock_body()
-    }
-
-    fn lock_body(&self) -> MutexGuard<'_, Option<Incoming>> {
-        self.body.lock().unwrap_or_else(PoisonError::into_inner)
+    /// What stops the upstream: `None` once the call ended early (or it was taken back as the
+    /// answer ended).
+    pub(crate) fn upstream(&self) -> MutexGuard<'_, Option<Upstream>> {
+        self.upstream.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The call, if it has not ended; it is the caller's to end (dropped unended, it counts as
@@ -126,7 +129,11 @@ impl CallSlot {
             drop(held);
         }
         // After the flags: a body found gone is found ended early.
-        drop(self.lock_body().take());
+        let upstream = self.upstream().take();
+        if let Some(Upstream::Connection(task)) = &upstream {
+            task.abort();
+        }
+        drop(upstream);
         let waker = self
             .waker
             .lock()

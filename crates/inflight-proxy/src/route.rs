@@ -615,7 +615,8 @@ fn forward_call<'a>(
                 if !slot.decide(ok, outcome) {
                     return replied(state, Reason::CallTimeout);
                 }
-                ProxyBody::holding(body, slot, watch, watched, trailers, tally)
+                let closer = checkout.as_ref().and_then(Checkout::closer);
+                ProxyBody::holding(body, slot, watch, watched, trailers, tally, closer)
             }
         }
         .on_connection(checkout);

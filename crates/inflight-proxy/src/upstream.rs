@@ -29,9 +29,15 @@ pub(crate) struct Http1Pool {
     connect_timeout: Duration,
 }
 
+/// A connection: its sender, and its task (aborted to close it at once).
+struct Link {
+    sender: SendRequest<Incoming>,
+    task: tokio::task::AbortHandle,
+}
+
 /// A connection waiting for its next request.
 struct Idle {
-    sender: SendRequest<Incoming>,
+    link: Link,
     since: Instant,
 }
 
@@ -39,7 +45,7 @@ struct Idle {
 /// to its end ([`Checkout::reusable`]), else closed.
 pub(crate) struct Checkout {
     pool: Weak<Http1Pool>,
-    sender: Option<SendRequest<Incoming>>,
+    link: Option<Link>,
     reusable: bool,
 }
 
@@ -48,14 +54,20 @@ impl Checkout {
     pub(crate) fn reusable(&mut self) {
         self.reusable = true;
     }
+
+    /// What closes the connection at once (its task aborted): for a call that ends early while
+    /// its answer's body is not being read.
+    pub(crate) fn closer(&self) -> Option<tokio::task::AbortHandle> {
+        self.link.as_ref().map(|l| l.task.clone())
+    }
 }
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        if let (true, Some(sender), Some(pool)) =
-            (self.reusable, self.sender.take(), self.pool.upgrade())
+        if let (true, Some(link), Some(pool)) =
+            (self.reusable, self.link.take(), self.pool.upgrade())
         {
-            pool.put(sender);
+            pool.put(link);
         }
     }
 }
@@ -170,19 +182,19 @@ impl Http1Pool {
         request: Request<Incoming>,
     ) -> impl Future<Output = Pooled> + Send + '_ {
         let taken = match self.take() {
-            Some(mut sender) => {
-                let answer = sender.try_send_request(request);
-                Ok((sender, answer))
+            Some(mut link) => {
+                let answer = link.sender.try_send_request(request);
+                Ok((link, answer))
             }
             None => Err(request),
         };
         async move {
-            let (sender, answer) = match taken {
+            let (link, answer) = match taken {
                 Ok(taken) => taken,
                 Err(request) => return Box::pin(self.on_new(request)).await,
             };
             match First::of(answer.await) {
-                First::Answered(response) => Ok((response, self.checkout(sender))),
+                First::Answered(response) => Ok((response, self.checkout(link))),
                 First::Failed(e) => Err(UpstreamError::Http(e)),
                 First::Unsent(request) => Box::pin(self.again(request)).await,
             }
@@ -191,13 +203,13 @@ impl Http1Pool {
 
     /// [`Http1Pool::request`] on a new connection.
     async fn on_new(self: &Arc<Self>, request: Request<Incoming>) -> Pooled {
-        let mut sender = self.connect().await?;
-        let first = match sender.ready().await {
-            Ok(()) => First::of(sender.try_send_request(request).await),
+        let mut link = self.connect().await?;
+        let first = match link.sender.ready().await {
+            Ok(()) => First::of(link.sender.try_send_request(request).await),
             Err(_) => First::Unsent(request),
         };
         match first {
-            First::Answered(response) => Ok((response, self.checkout(sender))),
+            First::Answered(response) => Ok((response, self.checkout(link))),
             First::Failed(e) => Err(UpstreamError::Http(e)),
             First::Unsent(request) => self.again(request).await,
         }
@@ -205,20 +217,21 @@ impl Http1Pool {
 
     /// A request that did not go out, sent on a new connection.
     async fn again(self: &Arc<Self>, request: Request<Incoming>) -> Pooled {
-        let mut sender = self.connect().await?;
-        sender.ready().await.map_err(UpstreamError::Http)?;
-        let response = sender
+        let mut link = self.connect().await?;
+        link.sender.ready().await.map_err(UpstreamError::Http)?;
+        let response = link
+            .sender
             .send_request(request)
             .await
             .map_err(UpstreamError::Http)?;
-        Ok((response, self.checkout(sender)))
+        Ok((response, self.checkout(link)))
     }
 
-    /// The connection `sender`, to be given back to the pool once its answer is read.
-    fn checkout(self: &Arc<Self>, sender: SendRequest<Incoming>) -> Checkout {
+    /// The connection `link`, to be given back to the pool once its answer is read.
+    fn checkout(self: &Arc<Self>, link: Link) -> Checkout {
         Checkout {
             pool: Arc::downgrade(self),
-            sender: Some(sender),
+            link: Some(link),
             reusable: false,
         }
     }
@@ -226,27 +239,27 @@ impl Http1Pool {
     /// The connection given back last that can take a request now, if any. One whose last
     /// request is still being sent (its answer came first, and the request's body still
     /// streams) waits in the pool until it can; closed ones wait for the reaper.
-    fn take(&self) -> Option<SendRequest<Incoming>> {
+    fn take(&self) -> Option<Link> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let ready = idle.iter().rposition(|i| i.sender.is_ready())?;
-        Some(idle.remove(ready).sender)
+        let ready = idle.iter().rposition(|i| i.link.sender.is_ready())?;
+        Some(idle.remove(ready).link)
     }
 
-    fn put(self: Arc<Self>, sender: SendRequest<Incoming>) {
-        if sender.is_closed() {
+    fn put(self: Arc<Self>, link: Link) {
+        if link.sender.is_closed() {
             return;
         }
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Idle {
-                sender,
+                link,
                 since: Instant::now(),
             });
     }
 
     /// A new connection, its task spawned.
-    async fn connect(self: &Arc<Self>) -> Result<SendRequest<Incoming>, UpstreamError> {
+    async fn connect(self: &Arc<Self>) -> Result<Link, UpstreamError> {
         let stream = tokio::time::timeout(self.connect_timeout, self.open())
             .await
             .unwrap_or_else(|_| {
@@ -260,12 +273,13 @@ impl Http1Pool {
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(UpstreamError::Http)?;
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             // Its errors reach the request it carried.
             let _ = connection.await;
-        });
+        })
+        .abort_handle();
         self.reap();
-        Ok(sender)
+        Ok(Link { sender, task })
     }
 
     /// A TCP connection to the first of the upstream's addresses that takes one.
@@ -307,7 +321,7 @@ impl Http1Pool {
                 pool.idle
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .retain(|i| !i.sender.is_closed() && now - i.since < pool.idle_timeout);
+                    .retain(|i| !i.link.sender.is_closed() && now - i.since < pool.idle_timeout);
             }
         });
     }

@@ -145,13 +145,24 @@ async fn a_client_that_leaves_mid_body_frees_the_permit() {
 /// upstream serving it (its connection closed: it would otherwise go on past the limit).
 #[tokio::test]
 async fn a_client_that_never_reads_loses_the_permit_at_the_call_timeout() {
+    never_read("").await;
+}
+
+/// The same through an HTTP/2 upstream (one connection, a stream per call): the call's stream
+/// is reset.
+#[tokio::test]
+async fn a_client_that_never_reads_loses_the_permit_at_the_call_timeout_over_http2() {
+    never_read("upstream_http2 = true").await;
+}
+
+async fn never_read(extra: &str) {
     use tokio::io::AsyncWriteExt;
 
     let upstream = Upstream::start().await;
     let (proxy, _) = proxy(&budget(
         "downloads",
         &upstream.url(),
-        "max_concurrent = 1\ncall_timeout = \"300ms\"",
+        &format!("max_concurrent = 1\ncall_timeout = \"300ms\"\n{extra}"),
     ))
     .await;
     let addr = proxy.local_addr("downloads").unwrap();
