@@ -88,6 +88,23 @@ impl Topology {
                     .to_string(),
             ));
         };
+        // A raw `#` or `?` in a user name or password would end the user part where the URL
+        // parser sees it, and turn the rest into a fragment or a query (and the start into a
+        // host name).
+        if url.contains('#') {
+            return Err(BadUrl(
+                "a fleet URL has no '#' part: write a '#' in a user name or password as %23"
+                    .to_string(),
+            ));
+        }
+        if let Some(query) = url.find('?') {
+            if url[query..].contains('@') {
+                return Err(BadUrl(
+                    "an '@' after the '?': write a '?' in a user name or password as %3F"
+                        .to_string(),
+                ));
+            }
+        }
         let (base, form) = match scheme {
             "redis" | "rediss" => {
                 let info = url

@@ -312,7 +312,16 @@ fn a_fleet_the_proxy_would_refuse_is_refused() {
             "5s",
             "names the primary after the sentinels",
         ),
-        ("redis://app:Top#Secret1@127.0.0.1:6401", "5s", "app:***@"),
+        (
+            "redis://app:Top#Secret1@127.0.0.1:6401",
+            "5s",
+            "redis://***@127.0.0.1:6401",
+        ),
+        (
+            "redis://SEK#RIT@127.0.0.1:6401",
+            "5s",
+            "redis://***@127.0.0.1:6401",
+        ),
         (
             "redis://127.0.0.1:6379",
             "100000d",

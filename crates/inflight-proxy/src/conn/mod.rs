@@ -112,6 +112,11 @@ pub(crate) struct Conn {
     /// Milliseconds since `epoch` at which the socket began to refuse bytes (while
     /// `write_blocked`).
     write_blocked_at: AtomicU64,
+    /// The socket's descriptor (-1 until served), to read how much it still has to send.
+    fd: std::sync::atomic::AtomicI32,
+    /// How many bytes the socket last had to send, while it refuses more (`u64::MAX`: not read
+    /// since it began to).
+    unsent: AtomicU64,
     /// Whether its protocol is known: until then `first_byte_timeout`, not `idle_timeout`,
     /// bounds it.
     told: AtomicBool,
@@ -135,6 +140,8 @@ impl Conn {
             answered: AtomicU64::new(0),
             write_blocked: AtomicBool::new(false),
             write_blocked_at: AtomicU64::new(0),
+            fd: std::sync::atomic::AtomicI32::new(-1),
+            unsent: AtomicU64::new(u64::MAX),
             told: AtomicBool::new(false),
             reason: std::sync::atomic::AtomicU8::new(0),
             parked: std::sync::Mutex::new(None),
@@ -146,7 +153,27 @@ impl Conn {
         if self.write_blocked.swap(blocked, Ordering::Relaxed) != blocked && blocked {
             self.write_blocked_at
                 .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+            self.unsent.store(u64::MAX, Ordering::Relaxed);
         }
+    }
+
+    /// While the socket refuses bytes: whether the client took some since the last look (the
+    /// bytes the socket has to send went down). The kernel says a socket is writable again
+    /// only once a third of its send buffer is free, megabytes on loopback, so a client that
+    /// reads slowly can go long without a write taken while it does read.
+    fn took_bytes(&self) -> bool {
+        let fd = self.fd.load(Ordering::Relaxed);
+        if fd < 0 {
+            return false;
+        }
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given; `fd` is this connection's
+        // socket, open while its task (which calls this) runs.
+        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent) } != 0 {
+            return false;
+        }
+        let unsent = u64::try_from(unsent).unwrap_or(0);
+        unsent < self.unsent.swap(unsent, Ordering::Relaxed)
     }
 
     /// For how many milliseconds the socket has refused bytes; `None` while it takes them.
@@ -374,6 +401,8 @@ where
     F: Fn(Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + Unpin + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    conn.fd
+        .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Ordering::Relaxed);
     let mut serve = Serve {
         conn,
         peer,
@@ -802,12 +831,17 @@ where
                     // Inside a request whose answer the client has taken no byte of for
                     // `linger` (`idle_timeout`): it is not reading, and is cut (the call ends,
                     // its permit goes back and the upstream stops).
-                    None if conn
-                        .blocked_for()
-                        .is_some_and(|ms| ms >= linger.as_millis() as u64) =>
-                    {
-                        metrics.closed(Closed::SendTimeout);
-                        return None;
+                    None if conn.blocked_for().is_some() => {
+                        if conn.took_bytes() {
+                            conn.write_blocked_at.store(now, Ordering::Relaxed);
+                        } else if conn
+                            .blocked_for()
+                            .is_some_and(|ms| ms >= linger.as_millis() as u64)
+                        {
+                            metrics.closed(Closed::SendTimeout);
+                            return None;
+                        }
+                        watchdog.as_mut().reset(Instant::now() + idle);
                     }
                     None => watchdog.as_mut().reset(Instant::now() + idle),
                 }

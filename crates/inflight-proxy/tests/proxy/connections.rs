@@ -387,3 +387,44 @@ async fn an_http1_client_that_stops_reading_is_cut_at_idle_timeout() {
     let waited = closed_within(&mut stream).await;
     assert!(waited < Duration::from_secs(10));
 }
+
+/// A client that reads an answer slowly but steadily is not cut, though its socket (whose send
+/// buffer the kernel grows to megabytes on loopback) takes no write for longer than
+/// `idle_timeout`: what it reads counts.
+#[tokio::test]
+async fn an_http1_client_that_reads_slowly_is_not_cut() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let body = upstream.next_stream();
+    let feeder = tokio::spawn(async move {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        for _ in 0..1024 {
+            if body.send(chunk.clone()).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // 16 KiB every 50 ms for 3 s (320 KiB/s): far less than a third of the socket's buffer
+    // within each idle_timeout.
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut read = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let n = within(stream.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "cut after {read} bytes, {:?}", start.elapsed());
+        read += n;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(closed(&proxy, "send_timeout"), 0.0);
+    assert_eq!(
+        metrics(&proxy).get("inflight_budget_in_flight{budget=r}"),
+        Some(&1.0)
+    );
+    feeder.abort();
+}

@@ -62,8 +62,8 @@ impl FleetConfig {
 /// `url` with the password of its user part (if any) shown as `***`: how a store's URL is
 /// shown in logs, reports and errors. The user part ends at the last `@` before any query, so a
 /// password with a raw `/` or `@` in it (which a URL should percent-encode) is hidden too; with
-/// no `@` before the first `?` or `#`, at the last `@` of all, so a raw `?` or `#` in a password
-/// is hidden as well.
+/// no `@` before the first `?` or `#`, the whole user part up to the last `@` of all is hidden,
+/// so a raw `?` or `#` in it shows nothing of it.
 ///
 /// ```
 /// use inflight::config::shown_url;
@@ -71,8 +71,9 @@ impl FleetConfig {
 /// assert_eq!(shown_url("rediss://app:pw@h:6380/1"), "rediss://app:***@h:6380/1");
 /// assert_eq!(shown_url("redis+sentinel://:pw@s1:26379,s2:26379/m"), "redis+sentinel://:***@s1:26379,s2:26379/m");
 /// assert_eq!(shown_url("redis://app:p/w@d@h:6379/0"), "redis://app:***@h:6379/0");
-/// assert_eq!(shown_url("redis://app:Top#Secret1@h:6401"), "redis://app:***@h:6401");
-/// assert_eq!(shown_url("redis://app:Top?Secret1@h:6401/0"), "redis://app:***@h:6401/0");
+/// assert_eq!(shown_url("redis://app:Top#Secret1@h:6401"), "redis://***@h:6401");
+/// assert_eq!(shown_url("redis://app:Top?Secret1@h:6401/0"), "redis://***@h:6401/0");
+/// assert_eq!(shown_url("redis://SEK#RIT@h:6401"), "redis://***@h:6401");
 /// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
 /// ```
 pub fn shown_url(url: &str) -> String {
@@ -80,15 +81,18 @@ pub fn shown_url(url: &str) -> String {
         return url.to_string();
     };
     let query = rest.find(['?', '#']).unwrap_or(rest.len());
-    match rest[..query].rfind('@').or_else(|| rest.rfind('@')) {
-        Some(at) => {
-            let (userinfo, hosts) = (&rest[..at], &rest[at..]);
-            let user = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => userinfo.to_string(),
-            };
-            format!("{scheme}://{user}{hosts}")
-        }
+    if let Some(at) = rest[..query].rfind('@') {
+        let (userinfo, hosts) = (&rest[..at], &rest[at..]);
+        let user = match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***"),
+            None => userinfo.to_string(),
+        };
+        return format!("{scheme}://{user}{hosts}");
+    }
+    match rest.rfind('@') {
+        // A raw `?` or `#` inside the user part: where the name ends cannot be told, so all
+        // of it is hidden.
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
         None => url.to_string(),
     }
 }
