@@ -226,18 +226,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A fleet and one of its budgets, to ask whether its Redis answers.
-    fn first_fleet_budget(&self) -> Option<(inflight_redis::RedisFleet, String)> {
-        let fleet = self.fleets().into_iter().next()?;
-        let budget = self
-            .routes
-            .iter()
-            .find(|slot| slot.current().is_fleet())?
-            .name
-            .clone();
-        Some((fleet, budget))
-    }
-
     /// Each proxied budget's state now, in file order.
     fn states(&self) -> Vec<Arc<RouteState>> {
         self.routes.iter().map(|r| r.current()).collect()
@@ -442,16 +430,14 @@ impl ProxyBuilder {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut health: Vec<inflight_redis::HealthLog> = Vec::new();
                 let mut ticks = 0u32;
-                // At start, whether the fleet's Redis answers: said at once, not at the first
-                // request (calls go to the fail policy until it answers).
-                if let Some(checked) = shared.upgrade().and_then(|s| s.first_fleet_budget()) {
-                    let (fleet, budget) = checked;
-                    if let Err(e) = fleet.status(&budget).await {
-                        log(&format!(
-                            "fleet budget {budget}: redis cannot be reached at start: {e}; fleet budgets go to their fail policy until it answers"
-                        ));
-                    }
+                // At start, whether the fleet's Redis answers: a budget whose Redis does not
+                // is marked down then (said on the first tick, and in the metrics), not at the
+                // first request.
+                let fleets = shared.upgrade().map(|s| s.fleets()).unwrap_or_default();
+                for fleet in &fleets {
+                    fleet.check().await;
                 }
+                drop(fleets);
                 loop {
                     every.tick().await;
                     let Some(shared) = shared.upgrade() else {

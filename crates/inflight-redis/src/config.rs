@@ -139,6 +139,7 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
             Some(LeaseMode::Shares) => Arc::new(fleet.shares(limit, fail)),
             _ => {
                 let mut store = fleet.store(limit, fail);
+                store.register(b.name());
                 if let Some((rate, burst)) = b.config().rate_limit() {
                     store = store.rate(rate, burst)?;
                 }

@@ -196,6 +196,17 @@ impl RedisFleet {
         store
     }
 
+    /// Asks Redis once for each budget with a lease per call that this fleet's stores know
+    /// (those [`attach`](crate::attach) made, and those that made a call): a budget whose Redis
+    /// does not answer is marked down at once, as a failed call would mark it, so that its
+    /// [`health`](RedisFleet::health) and metrics say so before any call, and it is asked again
+    /// every third of a lease until it answers. Returns once each has answered or timed out.
+    pub async fn check(&self) {
+        for (budget, store) in self.stores() {
+            store.engine().check(&budget).await;
+        }
+    }
+
     /// Gives back every lease the stores of this fleet hold, and every release still on its
     /// way, and returns once Redis has answered (or after one round-trip timeout): call it
     /// before the process ends, so that the next run finds every permit free.

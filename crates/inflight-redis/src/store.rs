@@ -176,6 +176,17 @@ impl RedisStore {
     }
 
     /// A handle on a store's engine, without the fleet rate its budget may keep.
+    /// Makes `budget` known to the store before any call (see [`RedisFleet::check`]).
+    ///
+    /// [`RedisFleet::check`]: crate::RedisFleet::check
+    pub(crate) fn register(&self, budget: &str) {
+        self.engine.register(budget);
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     pub(crate) fn from_arc(engine: Arc<Engine>) -> RedisStore {
         RedisStore { engine, rate: None }
     }

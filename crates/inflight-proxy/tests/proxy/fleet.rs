@@ -320,8 +320,8 @@ async fn on_lost_cancel_drops_a_request_whose_fleet_lease_is_lost() {
     upstream.release(1);
 }
 
-/// A proxy whose fleet's Redis does not answer says so as it starts, before any request, and
-/// says nothing of the kind when it answers.
+/// A proxy whose fleet's Redis does not answer says so as it starts, before any request (on
+/// stderr and in its metrics), and says nothing of the kind when it answers.
 #[tokio::test]
 async fn a_fleet_whose_redis_is_down_at_start_is_said_at_once() {
     let upstream = Upstream::start().await;
@@ -335,15 +335,18 @@ async fn a_fleet_whose_redis_is_down_at_start_is_said_at_once() {
             upstream.url()
         )
     };
-    let (_proxy, lines) = proxy(&text(&format!("redis://127.0.0.1:{port}"))).await;
+    let (down, lines) = proxy(&text(&format!("redis://127.0.0.1:{port}"))).await;
     until("the start-up check said so", || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("records: redis cannot be reached at start"))
+        lines.lock().unwrap().iter().any(|l| {
+            l.contains("fleet budget records: redis at") && l.contains("cannot be reached")
+        })
     })
     .await;
+    assert_eq!(
+        metrics(&down).get("inflight_fleet_redis_down{budget=records}"),
+        Some(&1.0),
+        "the metric says so too, before any request"
+    );
     let Some(server) = RedisServer::start() else {
         return;
     };

@@ -10,6 +10,53 @@ use super::*;
 type Round = (Vec<Arc<str>>, Vec<Arc<str>>);
 
 impl Engine {
+    /// Makes `budget` known (its health and metrics are published before any call).
+    pub(crate) fn register(&self, budget: &str) {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(Arc::from(budget))
+            .or_default();
+    }
+
+    /// Asks Redis once, for `budget`, whether it answers (an empty renewal): a failure marks
+    /// it down as a call's would (its health says so, and the renewal task, started here,
+    /// asks again every third of a lease until it answers).
+    pub(crate) async fn check(self: &Arc<Self>, budget: &str) {
+        self.register(budget);
+        self.start_renewing();
+        let budget: Arc<str> = Arc::from(budget);
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(
+            self.settings.op_timeout,
+            self.server.renew(
+                &budget,
+                Vec::new(),
+                Vec::new(),
+                self.terms(),
+                self.seen(&budget),
+            ),
+        )
+        .await;
+        match answer {
+            Ok(Ok(renewed)) => {
+                self.round_trip(asked.elapsed());
+                self.recovered();
+                self.saw(&budget, renewed.fence);
+            }
+            Ok(Err(error)) => {
+                self.mark_down(&budget, &error);
+            }
+            Err(_) => {
+                let error: ServerError = Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer within its round-trip timeout",
+                ));
+                self.mark_down(&budget, &error);
+            }
+        }
+    }
+
     /// Starts the renewal task once, on the runtime of the first acquire.
     pub(super) fn start_renewing(self: &Arc<Self>) {
         if self.renewing.load(Relaxed) || self.renewing.swap(true, Relaxed) {
