@@ -175,7 +175,6 @@ impl RedisStore {
         self.engine.shutdown().await;
     }
 
-    /// A handle on a store's engine, without the fleet rate its budget may keep.
     /// Makes `budget` known to the store before any call (see [`RedisFleet::check`]).
     ///
     /// [`RedisFleet::check`]: crate::RedisFleet::check
@@ -183,10 +182,12 @@ impl RedisStore {
         self.engine.register(budget);
     }
 
+    /// The store's engine.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 
+    /// A handle on a store's engine, without the fleet rate its budget may keep.
     pub(crate) fn from_arc(engine: Arc<Engine>) -> RedisStore {
         RedisStore { engine, rate: None }
     }

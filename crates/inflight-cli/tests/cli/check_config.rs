@@ -3,7 +3,7 @@
 use predicates::prelude::*;
 use serde_json::Value;
 
-use crate::support::{exits_2, inflight, run_json, success_json};
+use crate::support::{assert_refused, exits_2, inflight, run_json, success_json};
 
 // A link to `examples/budgets.toml`, inside the crate so that the packaged crate has it.
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/budgets.toml");
@@ -284,12 +284,9 @@ fn absurd_values_are_refused_with_the_bound() {
         let f = file(&format!("[budgets.r]\nmax_concurrent = 2\n{text}\n"));
         let out = inflight()
             .args(["check-config", f.path().to_str().unwrap()])
-            .assert()
-            .code(2)
-            .get_output()
-            .clone();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(needle), "{text}: {stderr}");
+            .output()
+            .unwrap();
+        assert_refused(&out, needle, &format!("{text}: "));
     }
     let f = file("[budgets.\"  \"]\nmax_concurrent = 2\n");
     inflight()
@@ -338,12 +335,9 @@ fn a_fleet_the_proxy_would_refuse_is_refused() {
         ));
         let out = inflight()
             .args(["check-config", f.path().to_str().unwrap()])
-            .assert()
-            .code(2)
-            .get_output()
-            .clone();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(needle), "{url}: {stderr}");
+            .output()
+            .unwrap();
+        let stderr = assert_refused(&out, needle, &format!("{url}: "));
         assert!(
             !stderr.contains("Secret1"),
             "the password was shown: {stderr}"

@@ -167,8 +167,8 @@ impl Conn {
             return false;
         }
         let mut unsent: libc::c_int = 0;
-        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given; `fd` is this connection's
-        // socket, open while its task (which calls this) runs.
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given; `fd` is
+        // this connection's socket, open while its task (which calls this) runs.
         if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent) } != 0 {
             return false;
         }

@@ -353,16 +353,7 @@ async fn an_http1_client_that_stops_reading_is_cut_at_idle_timeout() {
     let upstream = Upstream::start().await;
     let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
     let addr = proxy.local_addr("r").unwrap();
-    let body = upstream.next_stream();
-    let feeder = tokio::spawn(async move {
-        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-        for _ in 0..1024 {
-            if body.send(chunk.clone()).await.is_err() {
-                break;
-            }
-        }
-        body
-    });
+    let feeder = upstream.flood_next_stream();
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -396,15 +387,7 @@ async fn an_http1_client_that_reads_slowly_is_not_cut() {
     let upstream = Upstream::start().await;
     let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
     let addr = proxy.local_addr("r").unwrap();
-    let body = upstream.next_stream();
-    let feeder = tokio::spawn(async move {
-        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-        for _ in 0..1024 {
-            if body.send(chunk.clone()).await.is_err() {
-                break;
-            }
-        }
-    });
+    let feeder = upstream.flood_next_stream();
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")

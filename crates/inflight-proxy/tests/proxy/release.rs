@@ -166,17 +166,7 @@ async fn never_read(extra: &str) {
     ))
     .await;
     let addr = proxy.local_addr("downloads").unwrap();
-    let body = upstream.next_stream();
-    // More than loopback's socket buffers hold (a few MB), sent as long as anyone takes it.
-    let feeder = tokio::spawn(async move {
-        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-        for _ in 0..1024 {
-            if body.send(chunk.clone()).await.is_err() {
-                break;
-            }
-        }
-        body
-    });
+    let feeder = upstream.flood_next_stream();
     let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket
         .write_all(b"GET /stream HTTP/1.1\r\nhost: proxy\r\n\r\n")

@@ -92,6 +92,22 @@ impl Upstream {
         tx
     }
 
+    /// Feeds the next `/stream` response 64 KiB chunks, up to 64 MiB (more than loopback's
+    /// socket buffers hold), for as long as anyone takes them; the task ends with the sender,
+    /// closed if the upstream's connection was.
+    pub fn flood_next_stream(&self) -> tokio::task::JoinHandle<mpsc::Sender<Bytes>> {
+        let body = self.next_stream();
+        tokio::spawn(async move {
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            for _ in 0..1024 {
+                if body.send(chunk.clone()).await.is_err() {
+                    break;
+                }
+            }
+            body
+        })
+    }
+
     pub fn peak(&self) -> usize {
         self.state.peak.load(Ordering::SeqCst)
     }

@@ -526,11 +526,7 @@ impl Engine {
         outage: Outage,
     ) -> Result<Option<Lease>, StoreError> {
         // Known as this store's budget even if Redis never answered (for metrics and health).
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(Arc::from(budget))
-            .or_default();
+        self.register(budget);
         match self.settings.fail {
             Fail::Closed => {
                 self.counters.unavailable.fetch_add(1, Relaxed);

@@ -5,6 +5,7 @@
 //! found down, a round with nothing to renew asks whether it is back.
 
 use super::*;
+use crate::server::Renewed;
 
 /// One budget's part of a renewal round: the leases to renew, and the local calls to register.
 type Round = (Vec<Arc<str>>, Vec<Arc<str>>);
@@ -25,36 +26,46 @@ impl Engine {
     pub(crate) async fn check(self: &Arc<Self>, budget: &str) {
         self.register(budget);
         self.start_renewing();
-        let budget: Arc<str> = Arc::from(budget);
+        self.renew_budget(&Arc::from(budget), Vec::new(), Vec::new())
+            .await;
+    }
+
+    /// One renewal of `budget`'s leases `ids` and local calls `locals`, within a round-trip
+    /// timeout: answered, the server is up and the budget's state seen; otherwise it is marked
+    /// down (`None`). With the answer, when it was asked.
+    async fn renew_budget(
+        &self,
+        budget: &Arc<str>,
+        ids: Vec<Arc<str>>,
+        locals: Vec<Arc<str>>,
+    ) -> Option<(Renewed, Instant)> {
         let asked = Instant::now();
         let answer = tokio::time::timeout(
-            self.settings.op_timeout,
-            self.server.renew(
-                &budget,
-                Vec::new(),
-                Vec::new(),
-                self.terms(),
-                self.seen(&budget),
-            ),
+            self.settings.op_timeout.min(self.settings.lease / 3),
+            self.server
+                .renew(budget, ids, locals, self.terms(), self.seen(budget)),
         )
         .await;
-        match answer {
-            Ok(Ok(renewed)) => {
-                self.round_trip(asked.elapsed());
-                self.recovered();
-                self.saw(&budget, renewed.fence);
-            }
+        let answered = Instant::now();
+        let renewed = match answer {
+            Ok(Ok(renewed)) => renewed,
             Ok(Err(error)) => {
-                self.mark_down(&budget, &error);
+                self.mark_down(budget, &error);
+                return None;
             }
             Err(_) => {
                 let error: ServerError = Arc::new(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "no answer within its round-trip timeout",
+                    "a renewal had no answer within its round-trip timeout",
                 ));
-                self.mark_down(&budget, &error);
+                self.mark_down(budget, &error);
+                return None;
             }
-        }
+        };
+        self.round_trip(answered - asked);
+        self.recovered();
+        self.saw(budget, renewed.fence);
+        Some((renewed, asked))
     }
 
     /// Starts the renewal task once, on the runtime of the first acquire.
@@ -130,37 +141,12 @@ impl Engine {
             }
         }
         for (budget, (ids, locals)) in by_budget {
-            let asked = Instant::now();
-            let answer = tokio::time::timeout(
-                self.settings.op_timeout.min(self.settings.lease / 3),
-                self.server.renew(
-                    &budget,
-                    ids.clone(),
-                    locals.clone(),
-                    self.terms(),
-                    self.seen(&budget),
-                ),
-            )
-            .await;
-            let answered = Instant::now();
-            let renewed = match answer {
-                Ok(Ok(renewed)) => renewed,
-                Ok(Err(error)) => {
-                    self.mark_down(&budget, &error);
-                    continue;
-                }
-                Err(_) => {
-                    let error: ServerError = Arc::new(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "a renewal had no answer within its round-trip timeout",
-                    ));
-                    self.mark_down(&budget, &error);
-                    continue;
-                }
+            let Some((renewed, asked)) = self
+                .renew_budget(&budget, ids.clone(), locals.clone())
+                .await
+            else {
+                continue;
             };
-            self.round_trip(answered - asked);
-            self.recovered();
-            self.saw(&budget, renewed.fence);
             if renewed.readded > 0 {
                 self.counters.readded.fetch_add(renewed.readded, Relaxed);
                 tracing::warn!(
