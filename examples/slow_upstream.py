@@ -1,7 +1,9 @@
-"""A slow upstream for the proxy's quick starts: every request takes 200 ms, any number at once,
-and GET /peak says the most requests it has seen at once.
+"""A slow upstream for the proxy's quick starts: every request takes 200 ms (or the seconds
+given after the port), any number at once, and GET /peak says the most requests it has seen at
+once.
 
     python3 examples/slow_upstream.py 8000
+    python3 examples/slow_upstream.py 8000 1
 """
 import sys
 import threading
@@ -20,7 +22,7 @@ class Slow(BaseHTTPRequestHandler):
         with lock:
             now += 1
             peak = max(peak, now)
-        time.sleep(0.2)
+        time.sleep(delay)
         with lock:
             now -= 1
         self.answer("done\n")
@@ -37,4 +39,5 @@ class Slow(BaseHTTPRequestHandler):
 
 
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
+delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.2
 ThreadingHTTPServer(("127.0.0.1", port), Slow).serve_forever()

@@ -197,6 +197,11 @@ pub struct CallgrindReport {
     pub instructions: u64,
     /// That per 2xx answer.
     pub per_answer: Option<f64>,
+    /// Level-1 data cache misses (reads and writes) in callgrind's simulation of this CPU's
+    /// caches, in the window; `None` when the dump has no cache events.
+    pub l1d_misses: Option<u64>,
+    /// That per 2xx answer.
+    pub l1d_misses_per_answer: Option<f64>,
     /// The processes counted (nginx: master and worker).
     pub processes: usize,
 }
@@ -218,13 +223,16 @@ impl Callgrind {
         }
     }
 
-    /// `cmd` run under `valgrind --tool=callgrind` (its children forked too, as nginx's worker).
+    /// `cmd` run under `valgrind --tool=callgrind` (its children forked too, as nginx's worker),
+    /// with its cache simulation on: it counts the level-1 data cache misses beside the
+    /// instructions (the instruction count does not change).
     pub(crate) fn wrap(&self, cmd: &Command) -> Command {
         let mut wrapped = Command::new("valgrind");
         let mut out = OsString::from("--callgrind-out-file=");
         out.push(self.dir.join(format!("{}.%p", self.prefix)));
         wrapped
             .arg("--tool=callgrind")
+            .arg("--cache-sim=yes")
             .arg(out)
             .arg(cmd.get_program())
             .args(cmd.get_args());
@@ -254,9 +262,12 @@ impl Callgrind {
         Ok(())
     }
 
-    /// The instructions in the last dump of each of `pids`, summed.
-    pub(crate) fn last_totals(&self, pids: &[u32]) -> Result<u64, String> {
-        let mut sum = 0;
+    /// The counts in the last dump of each of `pids`, summed.
+    pub(crate) fn last_totals(&self, pids: &[u32]) -> Result<Totals, String> {
+        let mut sum = Totals {
+            instructions: 0,
+            l1d_misses: Some(0),
+        };
         for pid in pids {
             let stem = format!("{}.{pid}.", self.prefix);
             let last = std::fs::read_dir(&self.dir)
@@ -272,20 +283,50 @@ impl Callgrind {
                 .1;
             let text = std::fs::read_to_string(&last)
                 .map_err(|e| format!("cannot read {}: {e}", last.display()))?;
-            sum += parse_totals(&text)
+            let one = parse_totals(&text)
                 .ok_or_else(|| format!("no totals line in {}", last.display()))?;
+            sum.instructions += one.instructions;
+            sum.l1d_misses = sum.l1d_misses.zip(one.l1d_misses).map(|(a, b)| a + b);
         }
         Ok(sum)
     }
 }
 
-/// The `totals:` (or `summary:`) line of a callgrind dump: its first event, `Ir`.
-pub fn parse_totals(text: &str) -> Option<u64> {
+/// The counts of a callgrind dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// `Ir`: instructions executed.
+    pub instructions: u64,
+    /// `D1mr` + `D1mw`: level-1 data cache read and write misses, when the dump has both
+    /// (callgrind run with `--cache-sim=yes`).
+    pub l1d_misses: Option<u64>,
+}
+
+/// The `totals:` (or `summary:`) line of a callgrind dump, its columns named by the
+/// `events:` line.
+pub fn parse_totals(text: &str) -> Option<Totals> {
+    let events: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("events:"))?
+        .split_whitespace()
+        .collect();
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix("totals:"))
         .or_else(|| text.lines().find_map(|l| l.strip_prefix("summary:")))?;
-    line.split_whitespace().next()?.parse().ok()
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // A dump leaves out trailing zero columns.
+    let of = |name: &str| {
+        let i = events.iter().position(|e| *e == name)?;
+        Some(values.get(i).copied().unwrap_or(0))
+    };
+    Some(Totals {
+        instructions: of("Ir")?,
+        l1d_misses: of("D1mr").zip(of("D1mw")).map(|(r, w)| r + w),
+    })
 }
 
 #[cfg(test)]
@@ -315,9 +356,25 @@ mod tests {
     #[test]
     fn reads_a_callgrind_dump() {
         let dump = "version: 1\ncmd: inflight proxy\npart: 3\nevents: Ir\nsummary: 8521100\nfl=(1) x\n1 2\ntotals: 8521100\n";
-        assert_eq!(parse_totals(dump), Some(8521100));
-        assert_eq!(parse_totals("events: Ir\nsummary: 985\n"), Some(985));
+        let ir = |instructions| Totals {
+            instructions,
+            l1d_misses: None,
+        };
+        assert_eq!(parse_totals(dump), Some(ir(8521100)));
+        assert_eq!(parse_totals("events: Ir\nsummary: 985\n"), Some(ir(985)));
         assert_eq!(parse_totals("events: Ir\n"), None);
+        assert_eq!(parse_totals("summary: 985\n"), None);
+        // With the cache simulation: the misses are D1mr + D1mw, wherever they stand.
+        let cache = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\nsummary: 1000 300 200 40 25 17\n";
+        assert_eq!(
+            parse_totals(cache),
+            Some(Totals {
+                instructions: 1000,
+                l1d_misses: Some(42),
+            })
+        );
+        let trailing = "events: Ir Dr Dw I1mr D1mr D1mw\ntotals: 1000 300 200 40 25\n";
+        assert_eq!(parse_totals(trailing).unwrap().l1d_misses, Some(25));
     }
 
     #[test]
@@ -335,6 +392,7 @@ mod tests {
             args,
             [
                 "--tool=callgrind",
+                "--cache-sim=yes",
                 "--callgrind-out-file=/tmp/x/callgrind.nginx.%p",
                 "nginx",
                 "-p",

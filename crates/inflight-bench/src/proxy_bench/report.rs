@@ -250,16 +250,23 @@ pub fn tables(summary: &Summary, goals: &[Goal], conditions: &Conditions) -> Str
 
     if let Some(first) = summary.callgrind.first() {
         out.push_str(&format!(
-            "5. instructions under callgrind: {} requests on {} keep-alive connections to a fresh proxy, after {} to warm it; user space only\n",
+            "5. instructions under callgrind: {} requests on {} keep-alive connections to a fresh proxy, after {} to warm it; user space only; L1d misses in callgrind's simulation of this CPU's caches\n",
             first.requests,
             super::plan::CALLGRIND_CONNECTIONS,
             super::plan::CALLGRIND_WARMUP_REQUESTS
         ));
-        let mut t = Table::new(&["target", "instructions/answer", "not 2xx", "runs"]);
+        let mut t = Table::new(&[
+            "target",
+            "instructions/answer",
+            "L1d misses/answer",
+            "not 2xx",
+            "runs",
+        ]);
         for r in &summary.callgrind {
             t.row(vec![
                 r.target.to_string(),
                 cell(r.per_answer, 0),
+                cell(r.l1d_misses_per_answer, 0),
                 r.failed.to_string(),
                 r.runs.to_string(),
             ]);

@@ -683,17 +683,23 @@ impl Bench<'_> {
         drop(process);
         let mut record = Record::new(repeat, who, Case::Instructions);
         match counted {
-            Ok((sent, instructions)) => {
+            Ok((sent, totals)) => {
+                let per_answer = |n: u64| (sent.ok > 0).then(|| n as f64 / sent.ok as f64);
                 let report = CallgrindReport {
                     requests: sent.sent,
                     ok: sent.ok,
-                    instructions,
-                    per_answer: (sent.ok > 0).then(|| instructions as f64 / sent.ok as f64),
+                    instructions: totals.instructions,
+                    per_answer: per_answer(totals.instructions),
+                    l1d_misses: totals.l1d_misses,
+                    l1d_misses_per_answer: totals.l1d_misses.and_then(per_answer),
                     processes: pids.len(),
                 };
                 progress.line(&format!(
-                    "    instructions (callgrind): {} per answer over {} answers{}",
+                    "    instructions (callgrind): {} per answer, L1d misses {} per answer, over {} answers{}",
                     report.per_answer.map_or("-".into(), |n| format!("{n:.0}")),
+                    report
+                        .l1d_misses_per_answer
+                        .map_or("-".into(), |n| format!("{n:.0}")),
                     report.ok,
                     match sent.other + sent.errors {
                         0 => String::new(),

@@ -211,6 +211,8 @@ pub struct CallgrindRow {
     pub requests: usize,
     /// Instructions (user space) per 2xx answer.
     pub per_answer: Option<Spread>,
+    /// Level-1 data cache misses (callgrind's simulation) per 2xx answer.
+    pub l1d_misses_per_answer: Option<Spread>,
     /// Requests that got no 2xx answer, summed over the runs.
     pub failed: u64,
 }
@@ -458,6 +460,12 @@ fn callgrind_row(records: &[Record], target: Who) -> CallgrindRow {
         runs: runs.len(),
         requests: runs.iter().map(|c| c.requests).max().unwrap_or(0),
         per_answer: spread_of(&runs.iter().filter_map(|c| c.per_answer).collect::<Vec<_>>()),
+        l1d_misses_per_answer: spread_of(
+            &runs
+                .iter()
+                .filter_map(|c| c.l1d_misses_per_answer)
+                .collect::<Vec<_>>(),
+        ),
         failed: runs
             .iter()
             .map(|c| c.requests as u64 - c.ok.min(c.requests as u64))
