@@ -136,7 +136,11 @@ pub fn attach_fleet(budgets: Budgets) -> Result<(Budgets, Option<RedisFleet>), L
         let limit = b.config().max_concurrent();
         // The budgets file refuses a rate next to lease_mode = "shares".
         let store: Arc<dyn inflight::store::Store> = match budgets.lease_mode(b.name()) {
-            Some(LeaseMode::Shares) => Arc::new(fleet.shares(limit, fail)),
+            Some(LeaseMode::Shares) => {
+                let store = fleet.shares(limit, fail);
+                store.register(b.name());
+                Arc::new(store)
+            }
             _ => {
                 let mut store = fleet.store(limit, fail);
                 store.register(b.name());

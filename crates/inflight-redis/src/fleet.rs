@@ -196,14 +196,19 @@ impl RedisFleet {
         store
     }
 
-    /// Asks Redis once for each budget with a lease per call that this fleet's stores know
-    /// (those [`attach`](crate::attach) made, and those that made a call): a budget whose Redis
-    /// does not answer is marked down at once, as a failed call would mark it, so that its
-    /// [`health`](RedisFleet::health) and metrics say so before any call, and it is asked again
-    /// every third of a lease until it answers. Returns once each has answered or timed out.
+    /// Asks Redis once for each budget that this fleet's stores know (those
+    /// [`attach`](crate::attach) made, and those that made a call), in either lease mode: a
+    /// budget whose Redis does not answer is marked down at once, as a failed call would mark
+    /// it, so that its [`health`](RedisFleet::health) and metrics say so before any call, and
+    /// it is asked again every third of a lease until it answers. Returns once each has
+    /// answered or timed out. A shares budget's ask is a report of this process wanting
+    /// nothing yet.
     pub async fn check(&self) {
         for (budget, store) in self.stores() {
             store.engine().check(&budget).await;
+        }
+        for (_, store) in self.share_stores() {
+            store.check().await;
         }
     }
 

@@ -365,7 +365,8 @@ mod tests {
         assert_eq!(parse_totals("events: Ir\n"), None);
         assert_eq!(parse_totals("summary: 985\n"), None);
         // With the cache simulation: the misses are D1mr + D1mw, wherever they stand.
-        let cache = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\nsummary: 1000 300 200 40 25 17\n";
+        let cache =
+            "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\nsummary: 1000 300 200 40 25 17\n";
         assert_eq!(
             parse_totals(cache),
             Some(Totals {

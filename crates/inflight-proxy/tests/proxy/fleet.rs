@@ -324,6 +324,16 @@ async fn on_lost_cancel_drops_a_request_whose_fleet_lease_is_lost() {
 /// stderr and in its metrics), and says nothing of the kind when it answers.
 #[tokio::test]
 async fn a_fleet_whose_redis_is_down_at_start_is_said_at_once() {
+    down_at_start_is_said_at_once("").await;
+}
+
+/// The same with the budget's permits kept as shares.
+#[tokio::test]
+async fn a_shares_fleet_whose_redis_is_down_at_start_is_said_at_once() {
+    down_at_start_is_said_at_once("lease_mode = \"shares\"\n").await;
+}
+
+async fn down_at_start_is_said_at_once(mode: &str) {
     let upstream = Upstream::start().await;
     // A port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -331,7 +341,7 @@ async fn a_fleet_whose_redis_is_down_at_start_is_said_at_once() {
     drop(closed);
     let text = |url: &str| {
         format!(
-            "[fleet]\nurl = \"{url}\"\n\n[budgets.records]\nmax_concurrent = 2\nscope = \"fleet\"\nupstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+            "[fleet]\nurl = \"{url}\"\n\n[budgets.records]\nmax_concurrent = 2\nscope = \"fleet\"\n{mode}upstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
             upstream.url()
         )
     };

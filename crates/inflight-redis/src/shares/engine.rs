@@ -431,12 +431,32 @@ impl ShareEngine {
         runtime.spawn(reporter(Arc::downgrade(self), self.signals.clone()));
     }
 
+    /// Makes this store serve `budget` before any call, so that its health and metrics are
+    /// published from the start. A store that serves another budget keeps it (its calls for
+    /// `budget` are refused, naming both).
+    pub(crate) fn register(&self, budget: &str) {
+        let _ = self.budget.get_or_init(|| Arc::from(budget));
+    }
+
+    /// Asks Redis once, with a report of what this process runs and wants (nothing, before
+    /// any call): a failure marks the budget down as a call's would, and the reporter asks
+    /// again every third of a lease until it answers. Nothing for a store that serves no
+    /// budget yet.
+    pub(crate) async fn check(self: &Arc<Self>) {
+        if self.budget.get().is_none() {
+            return;
+        }
+        self.start();
+        self.report_once(false).await;
+    }
+
     /// What the reporter waits for before its next report: the renewal, the share's end, or
     /// the end of a pause after a failure.
     fn next_wake(&self, state: &State) -> Instant {
         let now = Instant::now();
-        // Nothing to renew: the next report is asked for by a caller.
-        let renew = if self.idle(state) {
+        // Nothing to renew: the next report is asked for by a caller. While Redis is down,
+        // it is asked again every third of a lease all the same, to see it back.
+        let renew = if self.idle(state) && state.down.is_none() {
             now + Duration::from_secs(3600)
         } else {
             state
@@ -785,7 +805,10 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
             if state.recheck_at.is_some_and(|at| now >= at) {
                 state.recheck_at = None;
             }
-            !paused && !e.closed.load(Relaxed) && (asked || (renewal_due && !e.idle(&state)))
+            let probe = state.down.is_some();
+            !paused
+                && !e.closed.load(Relaxed)
+                && (asked || (renewal_due && (probe || !e.idle(&state))))
         };
         if send {
             e.report_once(false).await;

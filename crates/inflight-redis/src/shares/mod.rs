@@ -144,6 +144,20 @@ pub struct ShareSnapshot {
 }
 
 impl ShareStore {
+    /// Makes this store serve `budget` before any call (see [`RedisFleet::check`]).
+    ///
+    /// [`RedisFleet::check`]: crate::RedisFleet::check
+    pub(crate) fn register(&self, budget: &str) {
+        self.engine.register(budget);
+    }
+
+    /// Asks Redis once for this store's budget (see [`RedisFleet::check`]).
+    ///
+    /// [`RedisFleet::check`]: crate::RedisFleet::check
+    pub(crate) async fn check(&self) {
+        self.engine.check().await;
+    }
+
     pub(crate) fn from_arc(engine: Arc<ShareEngine>) -> ShareStore {
         ShareStore { engine }
     }

@@ -666,3 +666,27 @@ async fn the_local_fallback_admits_nothing_until_the_shares_from_before_the_outa
     );
     assert_eq!((a.snapshot().local_held, b.snapshot().local_held), (2, 2));
 }
+
+/// A store made known before any call is asked once by `check`: a Redis that does not
+/// answer is said at once, and asked again while the store is idle until it is back.
+#[tokio::test(start_paused = true)]
+async fn a_check_before_any_call_says_redis_is_down_and_sees_it_back_without_a_call() {
+    let server = Shared::default();
+    let s = store(Arc::new(server.clone()), 8, Fail::Closed);
+    // Not known yet: nothing to ask.
+    s.check().await;
+    assert!(!s.snapshot().redis_down);
+    s.register("search");
+    server.0.down.store(true, Relaxed);
+    s.check().await;
+    assert!(s.snapshot().redis_down, "said before any call");
+    assert_eq!(s.snapshot().share, 0);
+    server.0.down.store(false, Relaxed);
+    // No caller comes: the reporter asks again by itself.
+    tokio::time::sleep(LEASE / 3 + ms(250)).await;
+    assert!(!s.snapshot().redis_down, "seen back without a call");
+    // Once up and idle, it sends nothing more.
+    let reports = s.snapshot().reports;
+    tokio::time::sleep(LEASE * 3).await;
+    assert_eq!(s.snapshot().reports, reports);
+}
