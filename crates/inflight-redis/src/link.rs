@@ -107,9 +107,11 @@ impl Topology {
         }
         let (base, form) = match scheme {
             "redis" | "rediss" => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                let host = host.split(['/', '?']).next().unwrap_or_default();
                 let info = url
                     .into_connection_info()
-                    .map_err(|e| BadUrl(e.to_string()))?;
+                    .map_err(|e| BadUrl(why_not(host, e)))?;
                 return Ok(Topology::Node(info));
             }
             "redis+cluster" => ("redis", "cluster"),
@@ -139,7 +141,7 @@ impl Topology {
         let parse_node = |host: &str, db: &str| {
             node_url(host, db)
                 .into_connection_info()
-                .map_err(|e| BadUrl(format!("{host}: {e}")))
+                .map_err(|e| BadUrl(why_not(host, e)))
         };
         if form == "cluster" {
             if !path.is_empty() {
@@ -170,7 +172,7 @@ impl Topology {
             .map(|h| {
                 format!("{base}://{h}/")
                     .into_connection_info()
-                    .map_err(|e| BadUrl(format!("{h}: {e}")))
+                    .map_err(|e| BadUrl(why_not(h, e)))
             })
             .collect::<Result<_, _>>()?;
         let node = parse_node(hosts[0], db)?.redis_settings().clone();
@@ -836,6 +838,21 @@ async fn watch(link: Weak<Link>) {
     }
 }
 
+/// Why the URL of node `host` (`HOST:PORT`, `[IPV6]:PORT`) did not parse: its port, when that
+/// is what is wrong (the URL parser says only that the URL did not parse), else `error`.
+fn why_not(host: &str, error: redis::RedisError) -> String {
+    let port = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').and_then(|(_, p)| p.strip_prefix(':')),
+        None => host.rsplit_once(':').map(|(_, p)| p),
+    };
+    match port {
+        Some(port) if !matches!(port.parse::<u16>(), Ok(1..)) => {
+            format!("{host}: the port {port:?} is not a number from 1 to 65535")
+        }
+        _ => format!("{host}: {error}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -888,6 +905,19 @@ mod tests {
             ("redis+sentinel://127.0.0.1:26379/m/x", "database \"x\""),
             ("redis+cluster://127.0.0.1:7000,/", "empty host"),
             ("redis+cluster://127.0.0.1:7000/1", "takes no path"),
+            (
+                "redis://app:pw@127.0.0.1:99999/0",
+                "127.0.0.1:99999: the port \"99999\" is not a number from 1 to 65535",
+            ),
+            (
+                "rediss://[::1]:70000",
+                "[::1]:70000: the port \"70000\" is not a number",
+            ),
+            (
+                "redis+cluster://127.0.0.1:7000,127.0.0.1:x",
+                "the port \"x\"",
+            ),
+            ("redis+sentinel://127.0.0.1:-1/m", "the port \"-1\""),
         ] {
             let err = Topology::parse(bad).unwrap_err().0;
             assert!(err.contains(says), "{bad}: {err}");

@@ -199,7 +199,8 @@ enum Instructions {
     /// (the output says when not).
     Perf,
     /// A step of its own per proxy and repeat: a fresh proxy under valgrind's callgrind (user
-    /// space only), --callgrind-requests requests on 4 connections after 200 to warm it.
+    /// space only), --callgrind-requests requests on 4 connections after 200 to warm it; its
+    /// cache simulation counts the level-1 data cache misses too.
     Callgrind,
     /// Do not count them.
     Off,
