@@ -62,7 +62,10 @@ impl std::error::Error for FleetUnavailable {
 pub enum FleetError {
     /// The URL is not a fleet URL (`redis://`, `rediss://`, `redis+cluster://`,
     /// `redis+sentinel://`, ...); the URL is shown without its password.
-    #[error("invalid redis url {url:?}: {source}")]
+    #[error(
+        "invalid redis url {url:?}: {}",
+        source.detail().map_or_else(|| source.to_string(), str::to_string)
+    )]
     Url {
         url: String,
         #[source]

@@ -109,10 +109,7 @@ impl Topology {
             "redis" | "rediss" => {
                 let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
                 let host = host.split(['/', '?']).next().unwrap_or_default();
-                let info = url
-                    .into_connection_info()
-                    .map_err(|e| BadUrl(why_not(host, e)))?;
-                return Ok(Topology::Node(info));
+                return Ok(Topology::Node(node_info(url, host)?));
             }
             "redis+cluster" => ("redis", "cluster"),
             "rediss+cluster" => ("rediss", "cluster"),
@@ -138,11 +135,7 @@ impl Topology {
             let user = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
             format!("{base}://{user}{host}/{db}")
         };
-        let parse_node = |host: &str, db: &str| {
-            node_url(host, db)
-                .into_connection_info()
-                .map_err(|e| BadUrl(why_not(host, e)))
-        };
+        let parse_node = |host: &str, db: &str| node_info(&node_url(host, db), host);
         if form == "cluster" {
             if !path.is_empty() {
                 return Err(BadUrl(
@@ -169,11 +162,7 @@ impl Topology {
         // The sentinels take no user or password of the primary's.
         let sentinels = hosts
             .iter()
-            .map(|h| {
-                format!("{base}://{h}/")
-                    .into_connection_info()
-                    .map_err(|e| BadUrl(why_not(h, e)))
-            })
+            .map(|h| node_info(&format!("{base}://{h}/"), h))
             .collect::<Result<_, _>>()?;
         let node = parse_node(hosts[0], db)?.redis_settings().clone();
         Ok(Topology::Sentinel {
@@ -838,19 +827,21 @@ async fn watch(link: Weak<Link>) {
     }
 }
 
-/// Why the URL of node `host` (`HOST:PORT`, `[IPV6]:PORT`) did not parse: its port, when that
-/// is what is wrong (the URL parser says only that the URL did not parse), else `error`.
-fn why_not(host: &str, error: redis::RedisError) -> String {
+/// The connection to node `host` (`HOST:PORT`, `[IPV6]:PORT`) that `url` names; refused,
+/// naming the node, when its port is not a number from 1 to 65535 (the URL parser takes 0, and
+/// says of a port it cannot read only that the URL did not parse).
+fn node_info(url: &str, host: &str) -> Result<redis::ConnectionInfo, BadUrl> {
     let port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').and_then(|(_, p)| p.strip_prefix(':')),
         None => host.rsplit_once(':').map(|(_, p)| p),
     };
-    match port {
-        Some(port) if !matches!(port.parse::<u16>(), Ok(1..)) => {
-            format!("{host}: the port {port:?} is not a number from 1 to 65535")
-        }
-        _ => format!("{host}: {error}"),
+    if let Some(port) = port.filter(|p| !matches!(p.parse::<u16>(), Ok(1..))) {
+        return Err(BadUrl(format!(
+            "{host}: the port {port:?} is not a number from 1 to 65535"
+        )));
     }
+    url.into_connection_info()
+        .map_err(|e| BadUrl(format!("{host}: {e}")))
 }
 
 #[cfg(test)]
@@ -918,6 +909,11 @@ mod tests {
                 "the port \"x\"",
             ),
             ("redis+sentinel://127.0.0.1:-1/m", "the port \"-1\""),
+            (
+                "redis://127.0.0.1:0/0",
+                "127.0.0.1:0: the port \"0\" is not a number",
+            ),
+            ("redis+cluster://127.0.0.1:0", "the port \"0\""),
         ] {
             let err = Topology::parse(bad).unwrap_err().0;
             assert!(err.contains(says), "{bad}: {err}");

@@ -305,6 +305,12 @@ fn a_fleet_the_proxy_would_refuse_is_refused() {
         ("http://127.0.0.1:6379", "5s", "unknown scheme \"http\""),
         ("redis://127.0.0.1:99999", "5s", "invalid redis url"),
         (
+            "redis://app:pw@127.0.0.1:0/0",
+            "5s",
+            "invalid redis url \"redis://app:***@127.0.0.1:0/0\": 127.0.0.1:0: the port \"0\" \
+             is not a number from 1 to 65535",
+        ),
+        (
             "redis+sentinel://127.0.0.1:26379",
             "5s",
             "names the primary after the sentinels",
