@@ -22,6 +22,10 @@ pub(crate) const ADMIN_LISTENER: &str = "admin";
 /// The longest timeout on client connections (and drain) taken.
 const MAX_CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// The shortest timeout on client connections taken: below it a connection would be closed
+/// before a client on loopback could send its first request ("1ns" for "1s" included).
+const MIN_CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The most client connections per listener taken: more than any file-descriptor limit.
 const MAX_CONNECTIONS: usize = 10_000_000;
 
@@ -157,6 +161,12 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
                     format!("proxy.{key}"),
                     format!("must be at most 7 days, got {}", shown(v)),
                 )),
+                Ok(d) if d < MIN_CLIENT_TIMEOUT && key != "drain" => {
+                    errors.push(ConfigError::invalid(
+                        format!("proxy.{key}"),
+                        format!("must be at least 1ms, got {}", shown(v)),
+                    ))
+                }
                 Ok(d) => *slot = d,
                 Err(e) => errors.push(e),
             }

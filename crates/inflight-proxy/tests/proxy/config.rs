@@ -581,6 +581,14 @@ fn a_shadowed_default_the_admin_address_and_absurd_client_limits_are_refused() {
             "proxy.drain: must be at most 7 days",
         ),
         (
+            format!("[proxy]\nidle_timeout = \"1ns\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
+            "proxy.idle_timeout: must be at least 1ms, got string \"1ns\"",
+        ),
+        (
+            format!("[proxy]\nfirst_byte_timeout = \"500us\"\nhttp2_keepalive_timeout = \"999us\"\n\n{base}[[proxy.routes]]\nlisten = \"127.0.0.1:7002\"\nprefix = \"/b\"\nbudget = \"b\"\n"),
+            "proxy.first_byte_timeout: must be at least 1ms, got string \"500us\"",
+        ),
+        (
             "[budgets.admin]\nmax_concurrent = 1\nupstream = \"http://x\"\nlisten = \"127.0.0.1:7002\"\n".to_string(),
             "budgets.admin: a budget that names a listener may not be called \"admin\"",
         ),
