@@ -34,8 +34,8 @@
 //! - [`gauge`]: [`PeakGauge`](gauge::PeakGauge), calls in flight and the most at once.
 //! - [`timer`]: [`PreciseTimer`](timer::PreciseTimer), sleeps that end within microseconds of
 //!   their deadline.
-//! - [`pace`]: [`Pacer`](pace::Pacer), one task's sleeps on a timer in its runtime's own
-//!   reactor, for the proxy benchmark's open loop.
+//! - [`pace`]: [`SpinClock`](pace::SpinClock), sleeps of many tasks ended by a task that
+//!   keeps their thread busy, for the proxy benchmark's open loop.
 //! - [`shutdown`]: [`Shutdown`](shutdown::Shutdown), fired by Ctrl-C, SIGTERM or SIGHUP.
 //! - [`spread`]: [`Spread`](spread::Spread), median, min and max of repeated measurements.
 //! - [`axis`]: [`nice_step`](axis::nice_step) and [`ticks`](axis::ticks), the value axes of

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::client::Connection;
 use super::{host, instructions, procs, Latency, ProxyBenchError, Target};
-use crate::pace::Pacer;
+use crate::pace::SpinClock;
 use crate::timer::PreciseTimer;
 
 /// How long a closed-loop connection waits after a request that got no answer.
@@ -185,19 +185,14 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     let start = Instant::now() + Duration::from_millis(20);
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
-    // Each open-loop connection wakes on a timer of its own in the runtime's reactor (see
-    // [`Pacer`] for why not the PreciseTimer's thread), all made before any task starts.
-    let mut pacers = Vec::with_capacity(plan.connections);
-    for _ in 0..plan.connections {
-        pacers.push(match plan.mode {
-            Loop::Open { .. } => Some(Pacer::new()?),
-            Loop::Closed => None,
-        });
-    }
+    // The open loop's connections sleep to their next send on one clock that the spinning task
+    // below ends the sleeps of (see [`SpinClock`] for why no kernel timer).
+    let clock = SpinClock::new();
     let mut tasks = Vec::with_capacity(plan.connections);
-    for (i, pacer) in pacers.into_iter().enumerate() {
+    for i in 0..plan.connections {
         let plan = plan.clone();
         let timer = timer.clone();
+        let clock = clock.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::new(plan.target.clone(), plan.request_timeout);
             match plan.mode {
@@ -208,8 +203,7 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
                 Loop::Open { rate } => {
                     let offset = Duration::from_secs_f64(i as f64 / rate);
                     let period = Duration::from_secs_f64(plan.connections as f64 / rate);
-                    let pacer = pacer.expect("made for the open loop");
-                    open(&mut conn, &pacer, start + offset, period, measure_from, end).await
+                    open(&mut conn, &clock, start + offset, period, measure_from, end).await
                 }
             }
         }));
@@ -220,7 +214,7 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     // 2-vCPU machine through the benchmark (a fixed 5,000/s and 12,000/s to direct, inflight and
     // HAProxy, 2 repeats each): send lag p99 35-276 µs spinning, 76-2,549 µs sleeping.
     let spinner = match plan.mode {
-        Loop::Open { .. } => Some(tokio::spawn(spin_until(end))),
+        Loop::Open { .. } => Some(tokio::spawn(spin_until(end, clock))),
         Loop::Closed => None,
     };
     let pids = plan.pids.clone();
@@ -306,14 +300,17 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     })
 }
 
-/// Until `end`: yields to the runtime, which polls its reactor without waiting while a task
-/// is ready, then to the operating system, which runs whatever else is ready on this CPU (the
-/// upstream) first.
-async fn spin_until(end: Instant) {
+/// Until `end`: wakes the connections whose next send is due, yields to the runtime, which
+/// polls its reactor without waiting while a task is ready, then to the operating system,
+/// which runs whatever else is ready on this CPU (the upstream) first.
+async fn spin_until(end: Instant, clock: SpinClock) {
     while Instant::now() < end {
+        clock.wake_due();
         std::thread::yield_now();
         tokio::task::yield_now().await;
     }
+    // A send due between the last turn and `end` is still asleep; no send sleeps past `end`.
+    clock.wake_due();
 }
 
 /// The steal per CPU since `before` (see [`host::steal_ms`]).
@@ -349,7 +346,7 @@ async fn closed(conn: &mut Connection, measure_from: Instant, end: Instant) -> T
 
 async fn open(
     conn: &mut Connection,
-    pacer: &Pacer,
+    clock: &SpinClock,
     first: Instant,
     period: Duration,
     measure_from: Instant,
@@ -365,10 +362,7 @@ async fn open(
         if scheduled >= end {
             return tally;
         }
-        if pacer.sleep_until(scheduled).await.is_err() {
-            // The timer failed (it cannot once armed): sleep the coarse way instead.
-            tokio::time::sleep_until(scheduled.into()).await;
-        }
+        clock.sleep_until(scheduled).await;
         let sent = Instant::now();
         let outcome = conn.get().await;
         if scheduled >= measure_from {
