@@ -48,8 +48,10 @@
 //!
 //! - `fanout`, `pool`, `proxy_bench`
 //! - `axis`, `gauge`, `pace`, `shutdown`, `spread`, `timer`
+//! - `deadlines`
 
 pub mod axis;
+mod deadlines;
 pub mod fanout;
 pub mod gauge;
 pub mod pace;

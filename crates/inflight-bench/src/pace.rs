@@ -10,12 +10,12 @@
 //!
 //! [`PreciseTimer`]: crate::timer::PreciseTimer
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Poll, Waker};
 use std::time::Instant;
+
+use crate::deadlines::Deadlines;
 
 /// Sleeps of many tasks on one thread that never sleeps itself, ended by whoever calls
 /// [`SpinClock::wake_due`] as it spins: no kernel timer per sleep.
@@ -29,41 +29,7 @@ use std::time::Instant;
 /// earlier than its deadline, and as late as the spinning task's next turn.
 #[derive(Clone, Default)]
 pub struct SpinClock {
-    due: Arc<Mutex<Due>>,
-}
-
-/// The sleepers, earliest first, and the number of the next one.
-#[derive(Default)]
-struct Due {
-    heap: BinaryHeap<Reverse<Sleeper>>,
-    next: u64,
-}
-
-/// A sleeping task: when it is due, in the order sleeps began among equal deadlines.
-struct Sleeper {
-    at: Instant,
-    seq: u64,
-    waker: Waker,
-}
-
-impl PartialEq for Sleeper {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl Eq for Sleeper {}
-
-impl PartialOrd for Sleeper {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Sleeper {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
+    due: Arc<Mutex<Deadlines<Waker>>>,
 }
 
 impl SpinClock {
@@ -82,14 +48,10 @@ impl SpinClock {
             }
             if !waiting {
                 waiting = true;
-                let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
-                let seq = due.next;
-                due.next += 1;
-                due.heap.push(Reverse(Sleeper {
-                    at: deadline,
-                    seq,
-                    waker: cx.waker().clone(),
-                }));
+                self.due
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(deadline, cx.waker().clone());
             }
             Poll::Pending
         })
@@ -101,10 +63,8 @@ impl SpinClock {
         let mut woken = Vec::new();
         {
             let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
-            while due.heap.peek().is_some_and(|Reverse(s)| s.at <= now) {
-                if let Some(Reverse(sleeper)) = due.heap.pop() {
-                    woken.push(sleeper.waker);
-                }
+            while let Some(waker) = due.pop_due(now) {
+                woken.push(waker);
             }
         }
         let n = woken.len();
