@@ -142,17 +142,29 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
         }
     }
     let clients = &mut config.clients;
-    for (key, slot) in [
-        ("drain", &mut config.drain),
-        ("first_byte_timeout", &mut clients.first_byte_timeout),
-        ("idle_timeout", &mut clients.idle_timeout),
+    // Each with the shortest value it takes: `drain` any (from 1ns), a client timeout 1ms.
+    let any = std::time::Duration::ZERO;
+    for (key, slot, min) in [
+        ("drain", &mut config.drain, any),
+        (
+            "first_byte_timeout",
+            &mut clients.first_byte_timeout,
+            MIN_CLIENT_TIMEOUT,
+        ),
+        (
+            "idle_timeout",
+            &mut clients.idle_timeout,
+            MIN_CLIENT_TIMEOUT,
+        ),
         (
             "http2_keepalive_interval",
             &mut clients.http2_keepalive_interval,
+            MIN_CLIENT_TIMEOUT,
         ),
         (
             "http2_keepalive_timeout",
             &mut clients.http2_keepalive_timeout,
+            MIN_CLIENT_TIMEOUT,
         ),
     ] {
         if let Some(v) = table.get(key) {
@@ -161,12 +173,10 @@ fn proxy_config(value: &Value) -> Result<ProxyConfig, ConfigError> {
                     format!("proxy.{key}"),
                     format!("must be at most 7 days, got {}", shown(v)),
                 )),
-                Ok(d) if d < MIN_CLIENT_TIMEOUT && key != "drain" => {
-                    errors.push(ConfigError::invalid(
-                        format!("proxy.{key}"),
-                        format!("must be at least 1ms, got {}", shown(v)),
-                    ))
-                }
+                Ok(d) if d < min => errors.push(ConfigError::invalid(
+                    format!("proxy.{key}"),
+                    format!("must be at least {min:?}, got {}", shown(v)),
+                )),
                 Ok(d) => *slot = d,
                 Err(e) => errors.push(e),
             }
