@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use inflight::limit::Outcome;
 use tokio::task::JoinHandle;
 
 use crate::call::{CallSlot, Held, Upstream};
 use crate::grpc::{grpc_ended, GrpcTally};
 use crate::sweep::Watch;
-use crate::upstream::Checkout;
+use crate::upstream::answer::AnswerBody;
 
 /// The error a streamed body ends with: the upstream's, or the call timeout.
 pub type BodyError = Box<dyn StdError + Send + Sync>;
@@ -33,7 +33,7 @@ enum Kind {
 struct Streamed {
     /// The upstream's body; `None` when its call's slot holds it (see [`Upstream::Body`]),
     /// which drops it when the call ends early.
-    inner: Option<Incoming>,
+    inner: Option<AnswerBody>,
     /// The call still under way, if this body holds one.
     call: Option<Arc<CallSlot>>,
     /// The call's place in its budget's sweeper, which ends it at its deadline. Not a timer
@@ -49,9 +49,6 @@ struct Streamed {
     /// For a gRPC call whose status is still to come: its method's counters, which count it
     /// once, at its trailers or, without them, as it ends.
     tally: Option<GrpcTally>,
-    /// The pooled connection the body comes on, given back once the body has been read to its
-    /// end.
-    checkout: Option<Checkout>,
 }
 
 /// The body was cut because the call held its permit for its whole `call_timeout`.
@@ -95,7 +92,7 @@ impl ProxyBody {
 
     /// The upstream's body, passed through as it comes; `tally` counts a gRPC call's status
     /// from its trailers.
-    pub(crate) fn streamed(inner: Incoming, tally: Option<GrpcTally>) -> ProxyBody {
+    pub(crate) fn streamed(inner: AnswerBody, tally: Option<GrpcTally>) -> ProxyBody {
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
                 inner: Some(inner),
@@ -105,7 +102,6 @@ impl ProxyBody {
                 ended: false,
                 grpc: None,
                 tally,
-                checkout: None,
             })),
         }
     }
@@ -116,15 +112,14 @@ impl ProxyBody {
     /// timed out; with a lease that `lease` names lost, it is cut and the call cancelled. For
     /// a gRPC call (`grpc`: the codes that mean overload), a `grpc-status` in the trailers
     /// decides instead, and `tally` counts it. A call ended early stops its upstream at once:
-    /// `closer` closes its pooled connection; without one, the slot drops the body.
+    /// the slot shuts a pooled connection down, or drops another upstream's body.
     pub(crate) fn holding(
-        inner: Incoming,
+        inner: AnswerBody,
         slot: Arc<CallSlot>,
         deadline: Option<Watch>,
         lease: Option<inflight::store::Lease>,
         grpc: Option<Arc<[u32]>>,
         tally: Option<GrpcTally>,
-        closer: Option<tokio::task::AbortHandle>,
     ) -> ProxyBody {
         let lease_watch = lease.map(|lease| {
             let slot = Arc::clone(&slot);
@@ -133,17 +128,19 @@ impl ProxyBody {
                 slot.expire(false);
             })
         });
-        // A pooled connection is closed by its task, and the body stays here (polled without a
-        // lock); another upstream's body goes to the slot, which drops it.
-        let inner = match closer {
-            Some(task) => {
-                slot.stops(Upstream::Connection(task));
+        // A pooled connection is shut down by the slot, and the body stays here (polled without
+        // a lock); another upstream's body goes to the slot, which drops it.
+        let inner = match (inner.socket(), inner) {
+            (Some(socket), inner) => {
+                slot.stops(Upstream::Connection(socket));
                 Some(inner)
             }
-            None => {
+            (None, AnswerBody::Hyper(inner)) => {
                 slot.stops(Upstream::Body(inner));
                 None
             }
+            // A pooled answer whose body has ended: nothing left to stop.
+            (None, inner) => Some(inner),
         };
         ProxyBody {
             kind: Kind::Streamed(Box::new(Streamed {
@@ -154,25 +151,13 @@ impl ProxyBody {
                 ended: false,
                 grpc,
                 tally,
-                checkout: None,
             })),
         }
     }
 }
 
-impl ProxyBody {
-    /// This body, with the pooled connection it comes on (`None`: not pooled), given back once
-    /// the body has been read to its end.
-    pub(crate) fn on_connection(mut self, checkout: Option<Checkout>) -> ProxyBody {
-        if let Kind::Streamed(streamed) = &mut self.kind {
-            streamed.checkout = checkout;
-        }
-        self
-    }
-}
-
 /// A frame of the upstream's body, or its error.
-type UpstreamFrame = Result<Frame<Bytes>, hyper::Error>;
+type UpstreamFrame = Result<Frame<Bytes>, BodyError>;
 
 impl Streamed {
     /// Polls the upstream's body; `None` once its call ended early and dropped it.
@@ -180,7 +165,11 @@ impl Streamed {
         match (&mut self.inner, &self.call) {
             (Some(inner), _) => Some(Pin::new(inner).poll_frame(cx)),
             (None, Some(slot)) => match slot.upstream().as_mut() {
-                Some(Upstream::Body(inner)) => Some(Pin::new(inner).poll_frame(cx)),
+                Some(Upstream::Body(inner)) => Some(
+                    Pin::new(inner)
+                        .poll_frame(cx)
+                        .map(|f| f.map(|f| f.map_err(BodyError::from))),
+                ),
                 _ => None,
             },
             (None, None) => None,
@@ -220,15 +209,19 @@ impl Streamed {
         }
     }
 
-    /// The body was sent in full: the call ends as it went.
+    /// The body was sent in full: the call ends as it went, and the pooled connection it came
+    /// on may carry another request, unless the call had ended early (its connection may have
+    /// been shut down).
     fn end(&mut self) {
         self.ended = true;
-        if let Some(checkout) = &mut self.checkout {
-            checkout.reusable();
-        }
         self.count(None);
-        if let Some(held) = self.take() {
+        let held = self.take();
+        let ours = self.call.is_none() || held.is_some();
+        if let Some(held) = held {
             held.call.finish(held.ok, held.outcome);
+        }
+        if let (true, Some(inner)) = (ours, &mut self.inner) {
+            inner.reusable();
         }
     }
 
@@ -317,7 +310,7 @@ impl Body for ProxyBody {
                 if let Some(held) = streamed.take() {
                     held.call.finish(false, Outcome::Overload);
                 }
-                Poll::Ready(Some(Err(Box::new(e))))
+                Poll::Ready(Some(Err(e)))
             }
         }
     }

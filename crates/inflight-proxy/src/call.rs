@@ -10,6 +10,8 @@ use hyper::body::Incoming;
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 
+use crate::upstream::Socket;
+
 /// The call of one request, with its permit, until it ends: as it went (its answer read to
 /// its end, or refused), or early (its deadline passed, its lease was lost).
 pub(crate) struct CallSlot {
@@ -28,8 +30,8 @@ pub(crate) struct CallSlot {
 
 /// How a call that ends early stops its upstream.
 pub(crate) enum Upstream {
-    /// Its pooled HTTP/1.1 connection's task, aborted: the connection closes.
-    Connection(tokio::task::AbortHandle),
+    /// Its pooled HTTP/1.1 connection, shut down.
+    Connection(Arc<Socket>),
     /// Its answer's body (from a client that multiplexes or encrypts: HTTP/2, TLS), held here
     /// while it streams and dropped: that connection closes, or that HTTP/2 stream is reset.
     Body(Incoming),
@@ -130,8 +132,8 @@ impl CallSlot {
         }
         // After the flags: a body found gone is found ended early.
         let upstream = self.upstream().take();
-        if let Some(Upstream::Connection(task)) = &upstream {
-            task.abort();
+        if let Some(Upstream::Connection(socket)) = &upstream {
+            socket.shut();
         }
         drop(upstream);
         let waker = self

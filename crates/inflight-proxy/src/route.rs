@@ -31,7 +31,8 @@ use crate::headers::{self, Peer};
 use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::sweep::Sweeper;
-use crate::upstream::{Checkout, Http1Pool, Pooled, UpstreamError};
+use crate::upstream::answer::AnswerBody;
+use crate::upstream::{Http1Pool, Pooled, UpstreamError};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
@@ -44,9 +45,8 @@ pub(crate) enum UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// Sends `request`; with the answer, the pooled connection it came on, to be given back
-    /// when the answer has been read to its end. The request goes into the returned future
-    /// at once, which holds it only inside its box.
+    /// Sends `request`. The request goes into the returned future at once, which holds it only
+    /// inside its box.
     fn request(&self, request: Request<Incoming>) -> Sent<'_> {
         match self {
             UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request))),
@@ -68,17 +68,14 @@ enum Sent<'a> {
 }
 
 impl Future for Sent<'_> {
-    type Output = Result<(Response<Incoming>, Option<Checkout>), UpstreamError>;
+    type Output = Result<Response<AnswerBody>, UpstreamError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            Sent::Http1(sent) => sent
-                .as_mut()
-                .poll(cx)
-                .map_ok(|(response, checkout)| (response, Some(checkout))),
+            Sent::Http1(sent) => sent.as_mut().poll(cx),
             Sent::Legacy(sent) => Pin::new(sent)
                 .poll(cx)
-                .map_ok(|response| (response, None))
+                .map_ok(|response| response.map(AnswerBody::Hyper))
                 .map_err(UpstreamError::Client),
         }
     }
@@ -542,7 +539,7 @@ fn forward_call<'a>(
             drop(slot.take());
             return replied(state, Reason::LeaseLost);
         };
-        let (mut response, checkout) = match result {
+        let mut response = match result {
             Ok(answered) => answered,
             Err(e) if from_client_body(&e) => {
                 // The client's request body failed, not the upstream: nothing for the limit to
@@ -615,11 +612,9 @@ fn forward_call<'a>(
                 if !slot.decide(ok, outcome) {
                     return replied(state, Reason::CallTimeout);
                 }
-                let closer = checkout.as_ref().and_then(Checkout::closer);
-                ProxyBody::holding(body, slot, watch, watched, trailers, tally, closer)
+                ProxyBody::holding(body, slot, watch, watched, trailers, tally)
             }
-        }
-        .on_connection(checkout);
+        };
         Response::from_parts(parts, body)
     }
 }
@@ -705,6 +700,9 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
 /// Whether the request failed because its body, read from the client, did (hyper's "user body"
 /// error somewhere in the chain), rather than the upstream or the way to it.
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
+    if let Some(UpstreamError::ClientBody(_)) = e.downcast_ref::<UpstreamError>() {
+        return true;
+    }
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(s) = source {
         if s.downcast_ref::<hyper::Error>()

@@ -19,3 +19,4 @@ mod routes;
 mod support;
 mod tls;
 mod tonic;
+mod wire;

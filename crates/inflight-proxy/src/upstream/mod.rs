@@ -1,0 +1,445 @@
+//! The connections to one plain-HTTP/1.1 upstream: a pool of sockets, taken last-in first-out,
+//! on which the task that serves a request writes it and reads its answer itself
+//! ([`wire`] the format, [`answer`] the body). There is no task per connection, no channel to
+//! one, and nothing per request but the request's own future: an idle pooled connection is a
+//! socket and its read buffer.
+
+pub(crate) mod answer;
+mod wire;
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use hyper::body::{Body, Incoming};
+use hyper::{Method, Request, Response};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use answer::AnswerBody;
+use wire::Sending;
+
+/// A pooled connection's read buffer: what it starts with, and what it grows by.
+const READ_BUF: usize = 8 * 1024;
+
+/// The room a read asks for at least, else the buffer grows by [`READ_BUF`].
+const MIN_READ: usize = 1024;
+
+/// An HTTP/1.1 upstream's pooled connections.
+pub(crate) struct Http1Pool {
+    host: String,
+    port: u16,
+    idle: Mutex<Vec<Idle>>,
+    /// Whether the task that closes connections idle past [`Http1Pool::idle_timeout`] runs.
+    reaping: std::sync::atomic::AtomicBool,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+/// A connection's socket, shared with what ends its call early ([`Socket::shut`]).
+#[derive(Debug)]
+pub(crate) struct Socket {
+    stream: TcpStream,
+}
+
+impl Socket {
+    /// Shuts the connection down at once, both ways: the upstream sees it close, and whatever
+    /// reads its answer sees it end. The connection is not pooled again (its answer is not read
+    /// to its end).
+    pub(crate) fn shut(&self) {
+        let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A connection: its socket and what was read from it and not yet taken.
+pub(crate) struct Link {
+    io: Arc<Socket>,
+    buf: BytesMut,
+}
+
+impl Link {
+    /// Whether the connection, idle in the pool, is still open and quiet: a read finds nothing
+    /// (and costs no system call while the socket's readiness says so).
+    fn alive(&mut self) -> bool {
+        match self.io.stream.try_read_buf(&mut self.buf) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            // Closed, or it sent what nobody asked for.
+            Ok(_) => false,
+        }
+    }
+
+    /// Writes all of `bytes`.
+    async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            match self.io.stream.try_write(bytes) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.io.stream.writable().await?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a request's body as it comes from the client, framed as `sending` says.
+    async fn send_body(&self, mut body: Incoming, sending: Sending) -> Result<(), UpstreamError> {
+        let chunked = sending == Sending::Chunked;
+        let mut out = Vec::new();
+        loop {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            out.clear();
+            let frame = match frame {
+                None => {
+                    if chunked {
+                        wire::last_chunk(&mut out, None);
+                        self.write_all(&out).await.map_err(UpstreamError::Io)?;
+                    }
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
+                Some(Ok(frame)) => frame,
+            };
+            match frame.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) if chunked => {
+                    wire::chunk_size(&mut out, data.len());
+                    out.extend_from_slice(&data);
+                    out.extend_from_slice(b"\r\n");
+                    self.write_all(&out).await.map_err(UpstreamError::Io)?;
+                }
+                Ok(data) => self.write_all(&data).await.map_err(UpstreamError::Io)?,
+                Err(frame) => {
+                    // Trailers end the body; they go out only in chunks.
+                    if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
+                        wire::last_chunk(&mut out, Some(&trailers));
+                        self.write_all(&out).await.map_err(UpstreamError::Io)?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the head of the answer to a request of `method`.
+    async fn read_head(&mut self, method: &Method) -> Result<wire::Head, Failed> {
+        let mut read_any = !self.buf.is_empty();
+        loop {
+            match wire::read_head(&mut self.buf, method) {
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) => {}
+                Err(malformed) => {
+                    return Err(Failed::answered(UpstreamError::Malformed(malformed)))
+                }
+            }
+            let fill = std::future::poll_fn(|cx| self.poll_fill(cx)).await;
+            match fill {
+                Ok(0) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the upstream closed the connection before its answer's head",
+                    );
+                    return Err(Failed::new(UpstreamError::Io(e), !read_any));
+                }
+                Ok(_) => read_any = true,
+                Err(e) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
+            }
+        }
+    }
+}
+
+/// A connection waiting for its next request.
+struct Idle {
+    link: Link,
+    since: Instant,
+}
+
+/// Why a request on one connection got no answer, and whether the upstream sent nothing of one
+/// (a request that may be sent again could then be, on another connection).
+struct Failed {
+    error: UpstreamError,
+    unanswered: bool,
+}
+
+impl Failed {
+    fn new(error: UpstreamError, unanswered: bool) -> Failed {
+        Failed { error, unanswered }
+    }
+
+    fn answered(error: UpstreamError) -> Failed {
+        Failed::new(error, false)
+    }
+}
+
+/// What a request sent on the pool comes back with.
+pub(crate) type Pooled = Result<Response<AnswerBody>, UpstreamError>;
+
+/// Why a request got no answer from the upstream.
+#[derive(Debug)]
+pub(crate) enum UpstreamError {
+    /// No connection could be made (or none within the connect timeout).
+    Connect(io::Error),
+    /// The connection failed.
+    Io(io::Error),
+    /// The upstream's answer is not HTTP/1.1.
+    Malformed(wire::Malformed),
+    /// The client's request body failed as it was read.
+    ClientBody(hyper::Error),
+    /// From hyper-util's client (HTTP/2 and TLS upstreams).
+    Client(hyper_util::client::legacy::Error),
+}
+
+impl UpstreamError {
+    /// Whether no connection could be made.
+    pub(crate) fn is_connect(&self) -> bool {
+        match self {
+            UpstreamError::Connect(_) => true,
+            UpstreamError::Client(e) => e.is_connect(),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamError::Connect(_) => f.write_str("tcp connect error"),
+            UpstreamError::Io(_) | UpstreamError::Malformed(_) => f.write_str("request failed"),
+            UpstreamError::ClientBody(_) => f.write_str("the client's request body failed"),
+            UpstreamError::Client(e) => e.fmt(f),
+        }
+    }
+}
+
+impl StdError for UpstreamError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            UpstreamError::Connect(e) | UpstreamError::Io(e) => Some(e),
+            UpstreamError::Malformed(e) => Some(e),
+            UpstreamError::ClientBody(e) => Some(e),
+            UpstreamError::Client(e) => e.source(),
+        }
+    }
+}
+
+impl Http1Pool {
+    /// The pool of `authority` (`host[:port]`, port 80 when not given).
+    pub(crate) fn new(
+        authority: &hyper::http::uri::Authority,
+        idle_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Http1Pool {
+        let host = authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        Http1Pool {
+            host: host.to_string(),
+            port: authority.port_u16().unwrap_or(80),
+            idle: Mutex::new(Vec::new()),
+            reaping: std::sync::atomic::AtomicBool::new(false),
+            idle_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// Sends `request` (its target in origin form) on an idle connection, or on a new one, and
+    /// returns the answer's head with its body, which reads the rest from the connection.
+    ///
+    /// The request's head is written out before the future begins, so the future holds bytes,
+    /// not the request. A request without a body whose method may be sent twice (RFC 9110,
+    /// 9.2.2) is sent again, once, on a new connection when a pooled one closes before any of
+    /// its answer came: the upstream closed it meanwhile.
+    pub(crate) fn request(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> impl Future<Output = Pooled> + Send + '_ {
+        let (parts, body) = request.into_parts();
+        let mut head = Vec::with_capacity(256 + parts.headers.len() * 32);
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let sending = wire::write_head(
+            &mut head,
+            &parts.method,
+            target,
+            &parts.headers,
+            body.is_end_stream(),
+        );
+        let method = parts.method;
+        let taken = self.take();
+        async move {
+            let again = sending == Sending::Empty && wire::idempotent(&method);
+            let body = (sending != Sending::Empty).then_some(body);
+            let (link, pooled) = match taken {
+                Some(link) => (link, true),
+                None => (Box::pin(self.connect()).await?, false),
+            };
+            match exchange(link, &head, body, sending, &method).await {
+                Ok((answer, link)) => Ok(self.answer(answer, link)),
+                Err(failed) if failed.unanswered && pooled && again => {
+                    Box::pin(async {
+                        let link = self.connect().await?;
+                        let (answer, link) = exchange(link, &head, None, sending, &method)
+                            .await
+                            .map_err(|f| f.error)?;
+                        Ok(self.answer(answer, link))
+                    })
+                    .await
+                }
+                Err(failed) => Err(failed.error),
+            }
+        }
+    }
+
+    /// The answer `head` came on `link`: the response, whose body reads the rest.
+    fn answer(self: &Arc<Self>, head: wire::Head, link: Link) -> Response<AnswerBody> {
+        let body = answer::Pooled::new(link, Arc::downgrade(self), head.framing, head.keep_alive);
+        let mut response = Response::new(AnswerBody::Pooled(body));
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        response
+    }
+
+    /// The connection given back last that is still open, if any.
+    fn take(&self) -> Option<Link> {
+        loop {
+            let idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let mut link = idle?.link;
+            if link.alive() {
+                return Some(link);
+            }
+        }
+    }
+
+    /// Gives `link` back, its answer read to its end.
+    fn put(self: Arc<Self>, link: Link) {
+        if !link.buf.is_empty() {
+            // The upstream sent more than its answer.
+            return;
+        }
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Idle {
+                link,
+                since: Instant::now(),
+            });
+    }
+
+    /// A new connection.
+    async fn connect(self: &Arc<Self>) -> Result<Link, UpstreamError> {
+        let stream = tokio::time::timeout(self.connect_timeout, self.open())
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection within {:?}", self.connect_timeout),
+                ))
+            })
+            .map_err(UpstreamError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        self.reap();
+        Ok(Link {
+            io: Arc::new(Socket { stream }),
+            buf: BytesMut::with_capacity(READ_BUF),
+        })
+    }
+
+    /// A TCP connection to the first of the upstream's addresses that takes one.
+    async fn open(&self) -> io::Result<TcpStream> {
+        let mut last = None;
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await?
+            .collect();
+        for addr in addrs {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} has no address", self.host),
+            )
+        }))
+    }
+
+    /// Starts, once, the task that closes connections idle past the idle timeout (or closed
+    /// by the upstream); it ends with the pool.
+    fn reap(self: &Arc<Self>) {
+        if self
+            .reaping
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let every = self.idle_timeout / 2;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = pool.upgrade() else { return };
+                let now = Instant::now();
+                pool.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain_mut(|i| now - i.since < pool.idle_timeout && i.link.alive());
+            }
+        });
+    }
+}
+
+/// Sends a request (its head, then its body if it has one) on `link`, and reads its answer's
+/// head. If the upstream stops taking the body, its answer (a 413, say) is still read.
+async fn exchange(
+    mut link: Link,
+    head: &[u8],
+    body: Option<Incoming>,
+    sending: Sending,
+    method: &Method,
+) -> Result<(wire::Head, Link), Failed> {
+    let written = link.write_all(head).await;
+    if let Err(e) = written {
+        return Err(Failed::new(UpstreamError::Io(e), true));
+    }
+    if let Some(body) = body {
+        // Boxed apart: most requests have no body, and their future stays small.
+        match Box::pin(link.send_body(body, sending)).await {
+            Ok(()) => {}
+            Err(e @ UpstreamError::ClientBody(_)) => return Err(Failed::answered(e)),
+            Err(e) => {
+                return match link.read_head(method).await {
+                    Ok(mut answer) => {
+                        answer.keep_alive = false;
+                        Ok((answer, link))
+                    }
+                    Err(_) => Err(Failed::answered(e)),
+                }
+            }
+        }
+    }
+    let answer = link.read_head(method).await?;
+    Ok((answer, link))
+}
+
+impl fmt::Debug for Http1Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http1Pool")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish()
+    }
+}

@@ -1,0 +1,511 @@
+//! HTTP/1.1 on the wire to an upstream (RFC 9112): a request's head written out, and an
+//! answer's head read in, with how its body is framed.
+
+use bytes::{Bytes, BytesMut};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, StatusCode, Version};
+
+/// The most headers an answer may have (hyper's default, too).
+const MAX_HEADERS: usize = 100;
+
+/// The longest answer head read before the answer is refused as malformed.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+
+/// How a request's body goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sending {
+    /// No body.
+    Empty,
+    /// As it comes: the request says its length (`Content-Length`).
+    Length,
+    /// In chunks: its length is not known.
+    Chunked,
+}
+
+/// Writes the head of a request for `method` and `target` with `headers` to `out`, and how its
+/// body goes out. A body whose length is not known goes in chunks; a request without a body
+/// whose method has one in the usual case (`POST`, `PUT`, `PATCH`, and any method not known to
+/// have none) says `Content-Length: 0`, as some servers refuse one without it.
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    body_empty: bool,
+) -> Sending {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let sending = if headers.contains_key(header::CONTENT_LENGTH) {
+        Sending::Length
+    } else if body_empty {
+        if !bodiless(method) {
+            out.extend_from_slice(b"content-length: 0\r\n");
+        }
+        Sending::Empty
+    } else {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        Sending::Chunked
+    };
+    out.extend_from_slice(b"\r\n");
+    sending
+}
+
+/// Whether a request of `method` usually has no body (RFC 9110, section 9.3).
+fn bodiless(method: &Method) -> bool {
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::DELETE,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::CONNECT,
+    ]
+    .contains(method)
+}
+
+/// Whether a request of `method` may be sent again after a connection failed under it
+/// (RFC 9110, section 9.2.2: idempotent methods).
+pub(crate) fn idempotent(method: &Method) -> bool {
+    (bodiless(method) && *method != Method::CONNECT) || *method == Method::PUT
+}
+
+/// How an answer's body is framed (RFC 9112, section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// None: an answer to `HEAD`, a 204 or a 304.
+    Empty,
+    /// This many bytes.
+    Length(u64),
+    /// In chunks.
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// An answer's head.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) status: StatusCode,
+    pub(crate) version: Version,
+    pub(crate) headers: HeaderMap,
+    pub(crate) framing: Framing,
+    /// Whether the connection may carry another request once the body is read.
+    pub(crate) keep_alive: bool,
+}
+
+/// Why an answer could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Malformed {
+    /// Its head is not HTTP/1.x.
+    Head,
+    /// Its head is longer than [`MAX_HEAD`] or has more than [`MAX_HEADERS`] headers.
+    TooLarge,
+    /// It switches protocols, which the proxy does not ask for.
+    Upgrade,
+    /// Its `Content-Length` is not one number.
+    Length,
+    /// A chunk of its body is not framed as chunks are.
+    Chunk,
+}
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Malformed::Head => "the answer's head is not HTTP/1.1",
+            Malformed::TooLarge => "the answer's head is too large",
+            Malformed::Upgrade => "the answer switched protocols unasked",
+            Malformed::Length => "the answer's Content-Length is not one number",
+            Malformed::Chunk => "the answer's body is not framed as chunks are",
+        })
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// Reads the head of an answer to a request of `method` from the start of `buf`, taking it out
+/// of `buf` (what follows is the body's). `None` while the head is not all there; informational
+/// answers (1xx) before it are skipped.
+pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Malformed> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(Malformed::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(Malformed::TooLarge),
+            Err(_) => return Err(Malformed::Head),
+        };
+        let code = parsed.code.ok_or(Malformed::Head)?;
+        let status = StatusCode::from_u16(code).map_err(|_| Malformed::Head)?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(Malformed::Upgrade);
+        }
+        if status.is_informational() {
+            let _ = buf.split_to(len);
+            continue;
+        }
+        let version = match parsed.version {
+            Some(0) => Version::HTTP_10,
+            _ => Version::HTTP_11,
+        };
+        // Spans into the head, taken before `buf` gives the head away.
+        let base = buf.as_ptr() as usize;
+        let mut spans = Vec::with_capacity(parsed.headers.len());
+        for h in parsed.headers.iter() {
+            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Malformed::Head)?;
+            let start = h.value.as_ptr() as usize - base;
+            spans.push((name, start, start + h.value.len()));
+        }
+        let head: Bytes = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for (name, start, end) in spans {
+            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+                .map_err(|_| Malformed::Head)?;
+            headers.append(name, value);
+        }
+        let framing = framing(method, status, version, &headers)?;
+        let keep_alive = keep_alive(version, &headers) && framing != Framing::Close;
+        return Ok(Some(Head {
+            status,
+            version,
+            headers,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// How the body of an answer with `status` and `headers` to a request of `method` is framed.
+fn framing(
+    method: &Method,
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<Framing, Malformed> {
+    if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // Chunked only when it is the last coding, and not in HTTP/1.0 (RFC 9112, 6.3).
+        let last = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .map(str::trim);
+        let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+        return Ok(if chunked && version == Version::HTTP_11 {
+            Framing::Chunked
+        } else {
+            Framing::Close
+        });
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.to_str().map_err(|_| Malformed::Length)?.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(Malformed::Length);
+            }
+            let n: u64 = part.parse().map_err(|_| Malformed::Length)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Malformed::Length);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length.map_or(Framing::Close, Framing::Length))
+}
+
+/// Whether the connection stays open after an answer with `headers` (RFC 9112, section 9.3).
+fn keep_alive(version: Version, headers: &HeaderMap) -> bool {
+    let said = |token: &str| {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if version == Version::HTTP_11 {
+        !said("close")
+    } else {
+        said("keep-alive")
+    }
+}
+
+/// Where a chunked body is (RFC 9112, section 7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chunks {
+    /// At a chunk's size line.
+    Size,
+    /// In a chunk's data, this many bytes left.
+    Data(u64),
+    /// At the line end after a chunk's data.
+    DataEnd,
+    /// After the last chunk: at the trailers, if any, and the empty line.
+    Trailers,
+}
+
+/// What a step through a chunked body found.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// More bytes are needed.
+    More,
+    /// Bytes of the body.
+    Data(Bytes),
+    /// The body ended, with its trailers if it had any.
+    End(Option<HeaderMap>),
+}
+
+/// The longest chunk size line or trailer section read.
+const MAX_LINE: usize = 8 * 1024;
+
+/// One step through a chunked body at `state`, with what `buf` holds.
+pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malformed> {
+    loop {
+        match *state {
+            Chunks::Size => {
+                let Some(end) = line_end(buf) else {
+                    return more(buf);
+                };
+                let line = &buf[..end];
+                let digits = line
+                    .iter()
+                    .position(|b| !b.is_ascii_hexdigit())
+                    .unwrap_or(line.len());
+                if digits == 0 || digits > 16 {
+                    return Err(Malformed::Chunk);
+                }
+                let text = std::str::from_utf8(&line[..digits]).map_err(|_| Malformed::Chunk)?;
+                let size = u64::from_str_radix(text, 16).map_err(|_| Malformed::Chunk)?;
+                let _ = buf.split_to(end + 2);
+                *state = if size == 0 {
+                    Chunks::Trailers
+                } else {
+                    Chunks::Data(size)
+                };
+            }
+            Chunks::Data(left) => {
+                if buf.is_empty() {
+                    return Ok(Step::More);
+                }
+                let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                let data = buf.split_to(n).freeze();
+                let left = left - n as u64;
+                *state = if left == 0 {
+                    Chunks::DataEnd
+                } else {
+                    Chunks::Data(left)
+                };
+                return Ok(Step::Data(data));
+            }
+            Chunks::DataEnd => {
+                if buf.len() < 2 {
+                    return Ok(Step::More);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err(Malformed::Chunk);
+                }
+                let _ = buf.split_to(2);
+                *state = Chunks::Size;
+            }
+            Chunks::Trailers => {
+                if buf.starts_with(b"\r\n") {
+                    let _ = buf.split_to(2);
+                    return Ok(Step::End(None));
+                }
+                let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let (len, fields) = match httparse::parse_headers(buf, &mut slots) {
+                    Ok(httparse::Status::Complete(done)) => done,
+                    Ok(httparse::Status::Partial) => return more(buf),
+                    Err(_) => return Err(Malformed::Chunk),
+                };
+                let mut trailers = HeaderMap::with_capacity(fields.len());
+                for f in fields {
+                    let name =
+                        HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| Malformed::Chunk)?;
+                    let value = HeaderValue::from_bytes(f.value).map_err(|_| Malformed::Chunk)?;
+                    trailers.append(name, value);
+                }
+                let _ = buf.split_to(len);
+                return Ok(Step::End(Some(trailers)));
+            }
+        }
+    }
+}
+
+/// Where the first line of `buf` ends (its `\r\n`), if it is all there.
+fn line_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n")
+}
+
+/// More bytes are needed, unless `buf` already holds more than a line or trailer section may.
+fn more(buf: &BytesMut) -> Result<Step, Malformed> {
+    if buf.len() > MAX_LINE {
+        Err(Malformed::Chunk)
+    } else {
+        Ok(Step::More)
+    }
+}
+
+/// Writes a chunk's size line for `len` bytes to `out`.
+pub(crate) fn chunk_size(out: &mut Vec<u8>, len: usize) {
+    use std::io::Write;
+    let _ = write!(out, "{len:x}\r\n");
+}
+
+/// Writes the last chunk and `trailers` (none: the empty line alone) to `out`.
+pub(crate) fn last_chunk(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str, method: Method) -> Result<Option<Head>, Malformed> {
+        let mut buf = BytesMut::from(text.as_bytes());
+        read_head(&mut buf, &method)
+    }
+
+    #[test]
+    fn a_request_head_says_how_its_body_goes() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("up:80"));
+        let mut out = Vec::new();
+        let sending = write_head(&mut out, &Method::GET, "/a?b", &headers, true);
+        assert_eq!(sending, Sending::Empty);
+        assert_eq!(out, b"GET /a?b HTTP/1.1\r\nhost: up:80\r\n\r\n");
+
+        out.clear();
+        let sending = write_head(&mut out, &Method::POST, "/", &headers, true);
+        assert_eq!(sending, Sending::Empty);
+        assert!(out.ends_with(b"content-length: 0\r\n\r\n"));
+
+        out.clear();
+        let sending = write_head(&mut out, &Method::POST, "/", &headers, false);
+        assert_eq!(sending, Sending::Chunked);
+        assert!(out.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
+
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        out.clear();
+        assert_eq!(
+            write_head(&mut out, &Method::POST, "/", &headers, false),
+            Sending::Length
+        );
+    }
+
+    #[test]
+    fn an_answers_head_is_read_with_its_framing() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\nx-a: 1\r\n\r\nabc"[..],
+        );
+        let read = read_head(&mut buf, &Method::GET).unwrap().unwrap();
+        assert_eq!(read.status, StatusCode::OK);
+        assert_eq!(read.framing, Framing::Length(3));
+        assert!(read.keep_alive);
+        assert_eq!(read.headers["x-a"], "1");
+        assert_eq!(&buf[..], b"abc");
+
+        let partial = head("HTTP/1.1 200 OK\r\ncontent-le", Method::GET);
+        assert!(partial.unwrap().is_none());
+
+        let chunked = head(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(chunked.unwrap().unwrap().framing, Framing::Chunked);
+
+        let close = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET)
+            .unwrap()
+            .unwrap();
+        assert_eq!(close.framing, Framing::Close);
+        assert!(!close.keep_alive);
+
+        let to_head = head("HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", Method::HEAD);
+        assert_eq!(to_head.unwrap().unwrap().framing, Framing::Empty);
+
+        let closing = head(
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            Method::GET,
+        );
+        assert!(!closing.unwrap().unwrap().keep_alive);
+    }
+
+    #[test]
+    fn a_malformed_answer_is_refused() {
+        let two_lengths = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n";
+        assert_eq!(
+            head(two_lengths, Method::GET).unwrap_err(),
+            Malformed::Length
+        );
+        let signed = "HTTP/1.1 200 OK\r\ncontent-length: +3\r\n\r\n";
+        assert_eq!(head(signed, Method::GET).unwrap_err(), Malformed::Length);
+        assert_eq!(
+            head("SSH-2.0-OpenSSH\r\n\r\n", Method::GET).unwrap_err(),
+            Malformed::Head
+        );
+        let switching = "HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n";
+        assert_eq!(
+            head(switching, Method::GET).unwrap_err(),
+            Malformed::Upgrade
+        );
+        let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
+        assert_eq!(
+            head(&endless, Method::GET).unwrap_err(),
+            Malformed::TooLarge
+        );
+    }
+
+    #[test]
+    fn a_chunked_body_is_read_in_any_split_with_its_trailers() {
+        let body = b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\ngrpc-status: 0\r\n\r\n";
+        for split in 1..body.len() {
+            let mut state = Chunks::Size;
+            let mut buf = BytesMut::new();
+            let mut data = Vec::new();
+            let mut fed = 0;
+            let trailers = loop {
+                match step(&mut state, &mut buf).unwrap() {
+                    Step::More => {
+                        let next = (fed + split).min(body.len());
+                        assert!(fed < body.len(), "split {split}: wants more at the end");
+                        buf.extend_from_slice(&body[fed..next]);
+                        fed = next;
+                    }
+                    Step::Data(d) => data.extend_from_slice(&d),
+                    Step::End(t) => break t,
+                }
+            };
+            assert_eq!(data, b"abcde", "split {split}");
+            assert_eq!(trailers.unwrap()["grpc-status"], "0", "split {split}");
+            assert!(buf.is_empty());
+        }
+        let mut state = Chunks::Size;
+        let mut bad = BytesMut::from(&b"zz\r\n"[..]);
+        assert_eq!(step(&mut state, &mut bad).unwrap_err(), Malformed::Chunk);
+    }
+}

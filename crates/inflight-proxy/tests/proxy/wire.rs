@@ -1,0 +1,249 @@
+//! The proxy's own HTTP/1.1 client against an upstream that writes its answers byte by byte as
+//! a test scripts them: how answers are framed (chunks with trailers, an end by close, a 1xx
+//! first, `HEAD`), what is refused, and how a client's body goes out.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{budget, client, get, proxy, send, within};
+
+/// What the scripted upstream saw: each request's raw bytes (head and body as sent), and how
+/// many connections it accepted.
+#[derive(Default)]
+struct Script {
+    requests: Mutex<Vec<Vec<u8>>>,
+    accepted: AtomicUsize,
+}
+
+/// An upstream that answers each request with `answer(head)` (written as is), and closes the
+/// connection after an answer that says `connection: close` or has no length.
+async fn scripted(answer: fn(&str) -> Vec<u8>) -> (SocketAddr, Arc<Script>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let script = Arc::new(Script::default());
+    let seen = script.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            seen.accepted.fetch_add(1, Ordering::SeqCst);
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let Some(request) = read_request(&mut socket, &mut buf).await else {
+                        return;
+                    };
+                    let head = String::from_utf8_lossy(&request).into_owned();
+                    seen.requests.lock().unwrap().push(request);
+                    let answer = answer(&head);
+                    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+                    if socket.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                    let framed =
+                        text.contains("content-length") || text.contains("transfer-encoding");
+                    if text.contains("connection: close") || !framed {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, script)
+}
+
+/// One request off `socket`: its head, and its body by `content-length` or in chunks (up to
+/// the last chunk's empty line), as the bytes came.
+async fn read_request(socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        fill(socket, buf).await?;
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map(|n| n.trim().parse::<usize>().unwrap());
+    let end = if let Some(length) = length {
+        while buf.len() < head_end + length {
+            fill(socket, buf).await?;
+        }
+        head_end + length
+    } else if head.contains("transfer-encoding: chunked") {
+        loop {
+            if let Some(at) = buf[head_end..].windows(5).position(|w| w == b"0\r\n\r\n") {
+                break head_end + at + 5;
+            }
+            fill(socket, buf).await?;
+        }
+    } else {
+        head_end
+    };
+    Some(buf.drain(..end).collect())
+}
+
+/// Reads what `socket` has into `buf`; `None` at its end.
+async fn fill(socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 4096];
+    let n = socket.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
+    buf.extend_from_slice(&chunk[..n]);
+    Some(())
+}
+
+/// A proxy with a budget of 4 in front of `upstream`; its address.
+async fn proxied(upstream: SocketAddr) -> (inflight_proxy::Proxy, SocketAddr) {
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 4",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    (proxy, addr)
+}
+
+#[tokio::test]
+async fn a_chunked_answer_passes_through_and_its_connection_is_used_again() {
+    let (upstream, script) = scripted(|_| {
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n4\r\ndefg\r\n0\r\nx-sum: 7\r\n\r\n"
+            .to_vec()
+    })
+    .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for _ in 0..3 {
+        let (status, _, body) = get(&client, addr, "/chunks").await;
+        assert_eq!((status, body.as_str()), (200, "abcdefg"));
+    }
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_answer_ended_by_close_passes_through_on_a_connection_of_its_own() {
+    let (upstream, script) =
+        scripted(|_| b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end".to_vec())
+            .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for _ in 0..2 {
+        let (status, _, body) = get(&client, addr, "/old").await;
+        assert_eq!((status, body.as_str()), (200, "until the end"));
+    }
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn informational_answers_before_the_answer_are_passed_over() {
+    let (upstream, _) = scripted(|_| {
+        b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+            .to_vec()
+    })
+    .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let (status, headers, body) = get(&client(), addr, "/hints").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    assert!(headers.get("link").is_none());
+}
+
+#[tokio::test]
+async fn an_answer_to_head_has_its_length_and_no_body() {
+    let (upstream, script) =
+        scripted(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n".to_vec()).await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for _ in 0..2 {
+        let (status, headers, body) = send(&client, addr, "HEAD", "/size", &[], "").await;
+        assert_eq!((status, body.as_str()), (200, ""));
+        assert_eq!(headers["content-length"], "9");
+    }
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_malformed_answer_is_a_502_and_its_connection_is_not_used_again() {
+    let (upstream, script) = scripted(|head| {
+        if head.contains("/two-lengths") {
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok".to_vec()
+        } else if head.contains("/garbage") {
+            b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec()
+        } else {
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()
+        }
+    })
+    .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for path in ["/two-lengths", "/garbage"] {
+        let (status, _, _) = get(&client, addr, path).await;
+        assert_eq!(status, 502, "{path}");
+    }
+    let (status, _, body) = get(&client, addr, "/fine").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_body_without_a_length_goes_in_chunks_and_one_with_a_length_as_it_is() {
+    let (upstream, script) =
+        scripted(|_| b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n".to_vec()).await;
+    let (_proxy, addr) = proxied(upstream).await;
+    // A client's chunked body: its length is not known.
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /chunked HTTP/1.1\r\nhost: p\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = [0u8; 64];
+    let n = within(socket.read(&mut answer)).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 201"));
+    // One with a length, and one without a body.
+    let client = client();
+    let (status, _, _) = send(&client, addr, "POST", "/sized", &[], "twelve bytes").await;
+    assert_eq!(status, 201);
+    let (status, _, _) = send(&client, addr, "POST", "/empty", &[], "").await;
+    assert_eq!(status, 201);
+
+    let requests = script.requests.lock().unwrap().clone();
+    let text: Vec<String> = requests
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect();
+    let chunked = text
+        .iter()
+        .find(|r| r.starts_with("POST /chunked "))
+        .unwrap();
+    assert!(
+        chunked.contains("transfer-encoding: chunked\r\n"),
+        "{chunked}"
+    );
+    let (_, body) = chunked.split_once("\r\n\r\n").unwrap();
+    assert_eq!(dechunk(body), "hello world", "{chunked}");
+    let sized = text.iter().find(|r| r.starts_with("POST /sized ")).unwrap();
+    assert!(sized.contains("content-length: 12\r\n"), "{sized}");
+    assert!(sized.ends_with("\r\n\r\ntwelve bytes"), "{sized}");
+    let empty = text.iter().find(|r| r.starts_with("POST /empty ")).unwrap();
+    assert!(empty.contains("content-length: 0\r\n"), "{empty}");
+}
+
+/// The data of a chunked body (without extensions or trailers, as the proxy writes it).
+fn dechunk(mut body: &str) -> String {
+    let mut data = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size, 16).expect("a chunk size");
+        if size == 0 {
+            assert_eq!(rest, "\r\n", "the last chunk ends the body");
+            return data;
+        }
+        data.push_str(&rest[..size]);
+        body = rest[size..]
+            .strip_prefix("\r\n")
+            .expect("a chunk's line end");
+    }
+}
