@@ -89,7 +89,7 @@ enum Reading {
 /// as the client takes it. Its connection goes back to the pool when the body is dropped after
 /// it was read to its end, its connection stays open, and [`AnswerBody::reusable`] said so.
 pub(crate) struct Pooled {
-    link: Option<Link>,
+    link: Option<Box<Link>>,
     pool: Weak<Http1Pool>,
     reading: Reading,
     keep_alive: bool,
@@ -98,7 +98,7 @@ pub(crate) struct Pooled {
 
 impl Pooled {
     pub(super) fn new(
-        link: Link,
+        link: Box<Link>,
         pool: Weak<Http1Pool>,
         framing: Framing,
         keep_alive: bool,
@@ -205,12 +205,8 @@ impl Link {
         if self.buf.capacity() - self.buf.len() < super::MIN_READ {
             self.buf.reserve(super::READ_BUF);
         }
-        loop {
-            ready!(self.io.stream.poll_read_ready(cx))?;
-            match self.io.stream.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                read => return Poll::Ready(read),
-            }
-        }
+        // A read that fills less than the room it had tells tokio the socket is drained: no
+        // read that would find nothing follows (see `Link::alive`).
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf)
     }
 }

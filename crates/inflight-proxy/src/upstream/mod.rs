@@ -14,6 +14,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -42,10 +43,11 @@ pub(crate) struct Http1Pool {
     connect_timeout: Duration,
 }
 
-/// A connection's socket, shared with what ends its call early ([`Socket::shut`]).
+/// What ends a connection's call early shuts it down with ([`Socket::shut`]): a second
+/// descriptor of the connection's socket, made once per connection.
 #[derive(Debug)]
 pub(crate) struct Socket {
-    stream: TcpStream,
+    fd: std::os::fd::OwnedFd,
 }
 
 impl Socket {
@@ -53,36 +55,45 @@ impl Socket {
     /// reads its answer sees it end. The connection is not pooled again (its answer is not read
     /// to its end).
     pub(crate) fn shut(&self) {
-        let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Both);
+        let _ = socket2::SockRef::from(&self.fd).shutdown(std::net::Shutdown::Both);
     }
 }
 
-/// A connection: its socket and what was read from it and not yet taken.
+/// A connection: its socket, what was read from it and not yet taken, its [`Socket`] for a
+/// call that ends early, and the room its requests' heads are written in. Boxed once, when it
+/// is made: a request's future moves a pointer, not the connection.
 pub(crate) struct Link {
-    io: Arc<Socket>,
+    stream: TcpStream,
     buf: BytesMut,
+    io: Arc<Socket>,
+    /// Where the next request's head is written: kept from the last one's.
+    out: Vec<u8>,
 }
 
 impl Link {
-    /// Whether the connection, idle in the pool, is still open and quiet: a read finds nothing
-    /// (and costs no system call while the socket's readiness says so).
+    /// Whether the connection, idle in the pool, is still open and quiet. Without a system
+    /// call while the socket is not readable: a read that filled less than its buffer (the
+    /// last answer's) told tokio the socket was drained, and a close makes it readable again.
     fn alive(&mut self) -> bool {
-        match self.io.stream.try_read_buf(&mut self.buf) {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            // Closed, or it sent what nobody asked for.
-            Ok(_) => false,
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => match self.stream.try_read_buf(&mut self.buf) {
+                Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+                // Closed, or it sent what nobody asked for.
+                Ok(_) => false,
+            },
         }
     }
 
     /// Writes all of `bytes`.
     async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
-            match self.io.stream.try_write(bytes) {
+            match self.stream.try_write(bytes) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => bytes = &bytes[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.io.stream.writable().await?
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
                 Err(e) => return Err(e),
             }
         }
@@ -157,7 +168,7 @@ impl Link {
 
 /// A connection waiting for its next request.
 struct Idle {
-    link: Link,
+    link: Box<Link>,
     since: Instant,
 }
 
@@ -263,7 +274,13 @@ impl Http1Pool {
         request: Request<Incoming>,
     ) -> impl Future<Output = Pooled> + Send + '_ {
         let (parts, body) = request.into_parts();
-        let mut head = Vec::with_capacity(256 + parts.headers.len() * 32);
+        let mut taken = self.take();
+        // Written into the buffer the connection keeps for it, or a new one.
+        let mut head = taken
+            .as_mut()
+            .map(|link| std::mem::take(&mut link.out))
+            .unwrap_or_default();
+        head.clear();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let sending = wire::write_head(
             &mut head,
@@ -273,7 +290,6 @@ impl Http1Pool {
             body.is_end_stream(),
         );
         let method = parts.method;
-        let taken = self.take();
         async move {
             let again = sending == Sending::Empty && wire::idempotent(&method);
             let body = (sending != Sending::Empty).then_some(body);
@@ -282,7 +298,10 @@ impl Http1Pool {
                 None => (Box::pin(self.connect()).await?, false),
             };
             match exchange(link, &head, body, sending, &method).await {
-                Ok((answer, link)) => Ok(self.answer(answer, link)),
+                Ok((answer, mut link)) => {
+                    link.out = head;
+                    Ok(self.answer(answer, link))
+                }
                 Err(failed) if failed.unanswered && pooled && again => {
                     Box::pin(async {
                         let link = self.connect().await?;
@@ -299,7 +318,7 @@ impl Http1Pool {
     }
 
     /// The answer `head` came on `link`: the response, whose body reads the rest.
-    fn answer(self: &Arc<Self>, head: wire::Head, link: Link) -> Response<AnswerBody> {
+    fn answer(self: &Arc<Self>, head: wire::Head, link: Box<Link>) -> Response<AnswerBody> {
         let body = answer::Pooled::new(link, Arc::downgrade(self), head.framing, head.keep_alive);
         let mut response = Response::new(AnswerBody::Pooled(body));
         *response.status_mut() = head.status;
@@ -309,7 +328,7 @@ impl Http1Pool {
     }
 
     /// The connection given back last that is still open, if any.
-    fn take(&self) -> Option<Link> {
+    fn take(&self) -> Option<Box<Link>> {
         loop {
             let idle = self
                 .idle
@@ -324,7 +343,7 @@ impl Http1Pool {
     }
 
     /// Gives `link` back, its answer read to its end.
-    fn put(self: Arc<Self>, link: Link) {
+    fn put(self: Arc<Self>, link: Box<Link>) {
         if !link.buf.is_empty() {
             // The upstream sent more than its answer.
             return;
@@ -339,7 +358,7 @@ impl Http1Pool {
     }
 
     /// A new connection.
-    async fn connect(self: &Arc<Self>) -> Result<Link, UpstreamError> {
+    async fn connect(self: &Arc<Self>) -> Result<Box<Link>, UpstreamError> {
         let stream = tokio::time::timeout(self.connect_timeout, self.open())
             .await
             .unwrap_or_else(|_| {
@@ -350,11 +369,16 @@ impl Http1Pool {
             })
             .map_err(UpstreamError::Connect)?;
         let _ = stream.set_nodelay(true);
+        let fd = std::os::fd::AsFd::as_fd(&stream)
+            .try_clone_to_owned()
+            .map_err(UpstreamError::Connect)?;
         self.reap();
-        Ok(Link {
-            io: Arc::new(Socket { stream }),
+        Ok(Box::new(Link {
+            stream,
             buf: BytesMut::with_capacity(READ_BUF),
-        })
+            io: Arc::new(Socket { fd }),
+            out: Vec::new(),
+        }))
     }
 
     /// A TCP connection to the first of the upstream's addresses that takes one.
@@ -405,12 +429,12 @@ impl Http1Pool {
 /// Sends a request (its head, then its body if it has one) on `link`, and reads its answer's
 /// head. If the upstream stops taking the body, its answer (a 413, say) is still read.
 async fn exchange(
-    mut link: Link,
+    mut link: Box<Link>,
     head: &[u8],
     body: Option<Incoming>,
     sending: Sending,
     method: &Method,
-) -> Result<(wire::Head, Link), Failed> {
+) -> Result<(wire::Head, Box<Link>), Failed> {
     let written = link.write_all(head).await;
     if let Err(e) = written {
         return Err(Failed::new(UpstreamError::Io(e), true));

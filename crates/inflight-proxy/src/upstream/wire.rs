@@ -135,9 +135,11 @@ impl std::error::Error for Malformed {}
 /// answers (1xx) before it are skipped.
 pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, Malformed> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Response::new(&mut slots);
-        let len = match parsed.parse(buf) {
+        // Left uninitialised: filling 100 empty headers first would cost more than the parse.
+        let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut []);
+        let config = httparse::ParserConfig::default();
+        let len = match config.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(Malformed::TooLarge)
@@ -159,18 +161,21 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
             Some(0) => Version::HTTP_10,
             _ => Version::HTTP_11,
         };
-        // Spans into the head, taken before `buf` gives the head away.
+        // Where each name and value is in the head, noted before `buf` gives the head away: on
+        // the stack, not allocated per answer. (A head is at most `MAX_HEAD` bytes long.)
         let base = buf.as_ptr() as usize;
-        let mut spans = Vec::with_capacity(parsed.headers.len());
-        for h in parsed.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Malformed::Head)?;
-            let start = h.value.as_ptr() as usize - base;
-            spans.push((name, start, start + h.value.len()));
+        let at = |p: &[u8]| [(p.as_ptr() as usize - base) as u32, p.len() as u32];
+        let mut spans = [[[0u32; 2]; 2]; MAX_HEADERS];
+        let count = parsed.headers.len();
+        for (span, h) in spans.iter_mut().zip(parsed.headers.iter()) {
+            *span = [at(h.name.as_bytes()), at(h.value)];
         }
         let head: Bytes = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        for (name, start, end) in spans {
-            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+        let range = |[start, len]: [u32; 2]| start as usize..(start + len) as usize;
+        let mut headers = HeaderMap::with_capacity(count);
+        for [name, value] in &spans[..count] {
+            let name = HeaderName::from_bytes(&head[range(*name)]).map_err(|_| Malformed::Head)?;
+            let value = HeaderValue::from_maybe_shared(head.slice(range(*value)))
                 .map_err(|_| Malformed::Head)?;
             headers.append(name, value);
         }

@@ -16,10 +16,13 @@ use crate::support::{budget, client, get, proxy, send, within};
 struct Script {
     requests: Mutex<Vec<Vec<u8>>>,
     accepted: AtomicUsize,
+    /// Closes every open connection, each right after its answer (or at once if idle).
+    close_all: tokio::sync::Notify,
 }
 
 /// An upstream that answers each request with `answer(head)` (written as is), and closes the
-/// connection after an answer that says `connection: close` or has no length.
+/// connection after an answer that says `connection: close` or has no length, or instead of
+/// an empty answer.
 async fn scripted(answer: fn(&str) -> Vec<u8>) -> (SocketAddr, Arc<Script>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -32,12 +35,19 @@ async fn scripted(answer: fn(&str) -> Vec<u8>) -> (SocketAddr, Arc<Script>) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    let Some(request) = read_request(&mut socket, &mut buf).await else {
+                    let request = tokio::select! {
+                        request = read_request(&mut socket, &mut buf) => request,
+                        () = seen.close_all.notified() => None,
+                    };
+                    let Some(request) = request else {
                         return;
                     };
                     let head = String::from_utf8_lossy(&request).into_owned();
                     seen.requests.lock().unwrap().push(request);
                     let answer = answer(&head);
+                    if answer.is_empty() {
+                        return;
+                    }
                     let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
                     if socket.write_all(&answer).await.is_err() {
                         return;
@@ -246,4 +256,56 @@ fn dechunk(mut body: &str) -> String {
             .strip_prefix("\r\n")
             .expect("a chunk's line end");
     }
+}
+
+#[tokio::test]
+async fn gets_sent_as_the_upstream_closes_each_connection_are_all_answered() {
+    // Each answer says nothing of a close, and the upstream closes after it: the next request
+    // may find its pooled connection closed, seen or not yet seen. A GET is sent again on a
+    // new connection when nothing of its answer came.
+    let (upstream, script) =
+        scripted(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()).await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for n in 0..20 {
+        let (status, _, body) = get(&client, addr, &format!("/{n}")).await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "request {n}");
+        // The scripted upstream keeps connections open: close the last one by hand.
+        script.close_all.notify_waiters();
+    }
+}
+
+#[tokio::test]
+async fn a_get_whose_pooled_connection_closes_unanswered_is_sent_again_and_a_post_is_not() {
+    // Every second request the upstream reads, it closes the connection without answering: an
+    // upstream whose keep-alive timeout ran out as the request came.
+    static SEEN: AtomicUsize = AtomicUsize::new(0);
+    let (upstream, script) = scripted(|_| {
+        if SEEN.fetch_add(1, Ordering::SeqCst) % 2 == 1 {
+            return Vec::new();
+        }
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()
+    })
+    .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for n in 0..5 {
+        let (status, _, body) = get(&client, addr, &format!("/get/{n}")).await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "GET {n}");
+    }
+    // The first GET, then each one twice: on its pooled connection, then on a new one.
+    assert_eq!(script.requests.lock().unwrap().len(), 9);
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 5);
+
+    // A POST is not sent twice: the upstream may have acted on it.
+    let (status, _, _) = send(&client, addr, "POST", "/post", &[], "once").await;
+    assert_eq!(status, 502);
+    let posts = script
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with(b"POST "))
+        .count();
+    assert_eq!(posts, 1);
 }
