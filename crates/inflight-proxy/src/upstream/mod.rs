@@ -281,17 +281,12 @@ impl Http1Pool {
             .map(|link| std::mem::take(&mut link.out))
             .unwrap_or_default();
         head.clear();
+        let empty = body.is_end_stream();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let sending = wire::write_head(
-            &mut head,
-            &parts.method,
-            target,
-            &parts.headers,
-            body.is_end_stream(),
-        );
+        let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
         async move {
-            let again = sending == Sending::Empty && wire::idempotent(&method);
+            let again = empty && wire::idempotent(&method);
             let body = (sending != Sending::Empty).then_some(body);
             let (link, pooled) = match taken {
                 Some(link) => (link, true),
