@@ -291,6 +291,11 @@ impl Body for ProxyBody {
         };
         match polled {
             Poll::Pending => Poll::Pending,
+            // Ended early between the look above and the read: the read's end may be the
+            // upstream's connection shut down, not the body's end (one framed by the close).
+            Poll::Ready(None) if streamed.timed_out() || streamed.lease_lost() => {
+                Poll::Ready(Some(Err(streamed.cut())))
+            }
             Poll::Ready(None) => {
                 streamed.end();
                 Poll::Ready(None)

@@ -7,8 +7,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::io::AsyncRead;
 
 use super::wire::{self, Chunks, Framing, Step};
 use super::{Http1Pool, Link, Socket};
@@ -201,12 +202,21 @@ impl Drop for Pooled {
 
 impl Link {
     /// Reads what the socket has into the buffer: the bytes read, 0 at the upstream's end.
-    pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < super::MIN_READ {
-            self.buf.reserve(super::READ_BUF);
-        }
-        // A read that fills less than the room it had tells tokio the socket is drained: no
-        // read that would find nothing follows (see `Link::alive`).
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf)
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        poll_fill(&mut self.stream, &mut self.buf, cx)
     }
+}
+
+/// Reads what `rd` has into `buf`, grown when little room is left: the bytes read, 0 at the
+/// upstream's end. A read from a socket that fills less than the room it had tells tokio the
+/// socket is drained: no read that would find nothing follows (see `Link::alive`).
+pub(super) fn poll_fill<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < super::MIN_READ {
+        buf.reserve(super::READ_BUF);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(rd), cx, buf)
 }

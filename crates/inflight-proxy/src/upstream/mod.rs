@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use hyper::body::{Body, Incoming};
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::{Method, Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -100,68 +101,127 @@ impl Link {
         Ok(())
     }
 
-    /// Sends a request's body as it comes from the client, framed as `sending` says.
-    async fn send_body(&self, mut body: Incoming, sending: Sending) -> Result<(), UpstreamError> {
-        let chunked = sending == Sending::Chunked;
-        let mut out = Vec::new();
+    /// Reads the head of the answer to a request of `method`.
+    async fn read_head(&mut self, method: &Method) -> Result<wire::Head, Failed> {
+        read_head(&mut self.stream, &mut self.buf, method).await
+    }
+
+    /// Sends a request's body as it comes from the client, framed as `sending` says, while the
+    /// head of its answer is read: an upstream may answer before it has read the whole body (a
+    /// 413, say, or an answer that streams while the request still does), and is heard then.
+    /// A connection whose request's body did not all go out carries nothing more.
+    async fn send_body_and_read_head(
+        &mut self,
+        (first, body): (Option<Frame<Bytes>>, Incoming),
+        sending: Sending,
+        method: &Method,
+    ) -> Result<wire::Head, Failed> {
+        let (mut rd, mut wr) = self.stream.split();
+        let sent = send_body(&mut wr, first, body, sending);
+        let read = read_head(&mut rd, &mut self.buf, method);
+        tokio::pin!(sent, read);
+        let mut sending_done = false;
+        let mut all_sent = false;
+        let mut write_failed = None;
         loop {
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
-            out.clear();
-            let frame = match frame {
-                None => {
-                    if chunked {
-                        wire::last_chunk(&mut out, None);
-                        self.write_all(&out).await.map_err(UpstreamError::Io)?;
-                    }
-                    return Ok(());
+            tokio::select! {
+                biased;
+                head = &mut read => {
+                    return match head {
+                        Ok(mut head) => {
+                            head.keep_alive &= all_sent;
+                            Ok(head)
+                        }
+                        // The write's error says more than the read's that followed it.
+                        Err(failed) => Err(write_failed.map_or(failed, Failed::answered)),
+                    };
                 }
-                Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
-                Some(Ok(frame)) => frame,
-            };
-            match frame.into_data() {
-                Ok(data) if data.is_empty() => {}
-                Ok(data) if chunked => {
-                    wire::chunk_size(&mut out, data.len());
-                    out.extend_from_slice(&data);
-                    out.extend_from_slice(b"\r\n");
-                    self.write_all(&out).await.map_err(UpstreamError::Io)?;
-                }
-                Ok(data) => self.write_all(&data).await.map_err(UpstreamError::Io)?,
-                Err(frame) => {
-                    // Trailers end the body; they go out only in chunks.
-                    if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
-                        wire::last_chunk(&mut out, Some(&trailers));
-                        self.write_all(&out).await.map_err(UpstreamError::Io)?;
-                        return Ok(());
+                done = &mut sent, if !sending_done => {
+                    sending_done = true;
+                    match done {
+                        Ok(()) => all_sent = true,
+                        Err(e @ UpstreamError::ClientBody(_)) => return Err(Failed::answered(e)),
+                        // The upstream stopped taking it: its answer may still come.
+                        Err(e) => write_failed = Some(e),
                     }
                 }
             }
         }
     }
+}
 
-    /// Reads the head of the answer to a request of `method`.
-    async fn read_head(&mut self, method: &Method) -> Result<wire::Head, Failed> {
-        let mut read_any = !self.buf.is_empty();
-        loop {
-            match wire::read_head(&mut self.buf, method) {
-                Ok(Some(head)) => return Ok(head),
-                Ok(None) => {}
-                Err(malformed) => {
-                    return Err(Failed::answered(UpstreamError::Malformed(malformed)))
+/// Sends a request's body to `wr` as it comes from the client (`first`, if its first frame was
+/// read already, then the rest), framed as `sending` says.
+async fn send_body<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    mut first: Option<Frame<Bytes>>,
+    mut body: Incoming,
+    sending: Sending,
+) -> Result<(), UpstreamError> {
+    let chunked = sending == Sending::Chunked;
+    let mut out = Vec::new();
+    loop {
+        let frame = match first.take() {
+            Some(frame) => Some(Ok(frame)),
+            None => std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await,
+        };
+        out.clear();
+        let frame = match frame {
+            None => {
+                if chunked {
+                    wire::last_chunk(&mut out, None);
+                    wr.write_all(&out).await.map_err(UpstreamError::Io)?;
+                }
+                return Ok(());
+            }
+            Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
+            Some(Ok(frame)) => frame,
+        };
+        match frame.into_data() {
+            Ok(data) if data.is_empty() => {}
+            Ok(data) if chunked => {
+                wire::chunk_size(&mut out, data.len());
+                out.extend_from_slice(&data);
+                out.extend_from_slice(b"\r\n");
+                wr.write_all(&out).await.map_err(UpstreamError::Io)?;
+            }
+            Ok(data) => wr.write_all(&data).await.map_err(UpstreamError::Io)?,
+            Err(frame) => {
+                // Trailers end the body; they go out only in chunks.
+                if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
+                    wire::last_chunk(&mut out, Some(&trailers));
+                    wr.write_all(&out).await.map_err(UpstreamError::Io)?;
+                    return Ok(());
                 }
             }
-            let fill = std::future::poll_fn(|cx| self.poll_fill(cx)).await;
-            match fill {
-                Ok(0) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the upstream closed the connection before its answer's head",
-                    );
-                    return Err(Failed::new(UpstreamError::Io(e), !read_any));
-                }
-                Ok(_) => read_any = true,
-                Err(e) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
+        }
+    }
+}
+
+/// Reads the head of the answer to a request of `method` from `rd`, through `buf`.
+async fn read_head<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<wire::Head, Failed> {
+    let mut read_any = !buf.is_empty();
+    loop {
+        match wire::read_head(buf, method) {
+            Ok(Some(head)) => return Ok(head),
+            Ok(None) => {}
+            Err(malformed) => return Err(Failed::answered(UpstreamError::Malformed(malformed))),
+        }
+        let fill = std::future::poll_fn(|cx| answer::poll_fill(rd, buf, cx)).await;
+        match fill {
+            Ok(0) => {
+                let e = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the upstream closed the connection before its answer's head",
+                );
+                return Err(Failed::new(UpstreamError::Io(e), !read_any));
             }
+            Ok(_) => read_any = true,
+            Err(e) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
         }
     }
 }
@@ -286,8 +346,28 @@ impl Http1Pool {
         let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
         async move {
+            let (mut sending, mut empty, mut body) = (sending, empty, body);
+            let mut first = None;
+            if sending == Sending::Chunked && wire::bodiless(&method) {
+                // A GET (say) whose body's end has not come yet: most such bodies are empty
+                // (an HTTP/2 stream ended by an empty DATA frame), and go without chunks.
+                loop {
+                    match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                        None => {
+                            wire::without_body(&mut head);
+                            (sending, empty) = (Sending::Empty, true);
+                        }
+                        Some(Ok(frame)) if frame.data_ref().is_some_and(|d| d.is_empty()) => {
+                            continue
+                        }
+                        Some(Ok(frame)) => first = Some(frame),
+                        Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
+                    }
+                    break;
+                }
+            }
             let again = empty && wire::idempotent(&method);
-            let body = (sending != Sending::Empty).then_some(body);
+            let body = (sending != Sending::Empty).then_some((first, body));
             let (link, pooled) = match taken {
                 Some(link) => (link, true),
                 None => (Box::pin(self.connect()).await?, false),
@@ -319,6 +399,9 @@ impl Http1Pool {
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
         *response.headers_mut() = head.headers;
+        if let Some(reason) = head.reason {
+            response.extensions_mut().insert(reason);
+        }
         response
     }
 
@@ -426,7 +509,7 @@ impl Http1Pool {
 async fn exchange(
     mut link: Box<Link>,
     head: &[u8],
-    body: Option<Incoming>,
+    body: Option<(Option<Frame<Bytes>>, Incoming)>,
     sending: Sending,
     method: &Method,
 ) -> Result<(wire::Head, Box<Link>), Failed> {
@@ -434,23 +517,11 @@ async fn exchange(
     if let Err(e) = written {
         return Err(Failed::new(UpstreamError::Io(e), true));
     }
-    if let Some(body) = body {
+    let answer = match body {
         // Boxed apart: most requests have no body, and their future stays small.
-        match Box::pin(link.send_body(body, sending)).await {
-            Ok(()) => {}
-            Err(e @ UpstreamError::ClientBody(_)) => return Err(Failed::answered(e)),
-            Err(e) => {
-                return match link.read_head(method).await {
-                    Ok(mut answer) => {
-                        answer.keep_alive = false;
-                        Ok((answer, link))
-                    }
-                    Err(_) => Err(Failed::answered(e)),
-                }
-            }
-        }
-    }
-    let answer = link.read_head(method).await?;
+        Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method)).await?,
+        None => link.read_head(method).await?,
+    };
     Ok((answer, link))
 }
 

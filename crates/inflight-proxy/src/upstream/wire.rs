@@ -51,15 +51,29 @@ pub(crate) fn write_head(
         }
         Sending::Empty
     } else {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        out.extend_from_slice(CHUNKED);
         Sending::Chunked
     };
     out.extend_from_slice(b"\r\n");
     sending
 }
 
+/// The header that says a request's body goes in chunks.
+const CHUNKED: &[u8] = b"transfer-encoding: chunked\r\n";
+
+/// A head [`write_head`] wrote for a body in chunks, rewritten for no body: for a request that
+/// turned out to have none (an HTTP/2 `GET` whose stream ends with an empty DATA frame).
+pub(crate) fn without_body(head: &mut Vec<u8>) {
+    if let Some(start) = head.len().checked_sub(CHUNKED.len() + 2) {
+        if head[start..].starts_with(CHUNKED) {
+            head.truncate(start);
+            head.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 /// Whether a request of `method` usually has no body (RFC 9110, section 9.3).
-fn bodiless(method: &Method) -> bool {
+pub(crate) fn bodiless(method: &Method) -> bool {
     [
         Method::GET,
         Method::HEAD,
@@ -99,6 +113,8 @@ pub(crate) struct Head {
     pub(crate) framing: Framing,
     /// Whether the connection may carry another request once the body is read.
     pub(crate) keep_alive: bool,
+    /// The reason phrase, when it is not the status code's usual one (the client is sent it).
+    pub(crate) reason: Option<hyper::ext::ReasonPhrase>,
 }
 
 /// Why an answer could not be read.
@@ -114,6 +130,8 @@ pub(crate) enum Malformed {
     Length,
     /// A chunk of its body is not framed as chunks are.
     Chunk,
+    /// It is HTTP/1.0 with a `Transfer-Encoding`, which HTTP/1.0 does not have.
+    Coding,
 }
 
 impl std::fmt::Display for Malformed {
@@ -124,6 +142,7 @@ impl std::fmt::Display for Malformed {
             Malformed::Upgrade => "the answer switched protocols unasked",
             Malformed::Length => "the answer's Content-Length is not one number",
             Malformed::Chunk => "the answer's body is not framed as chunks are",
+            Malformed::Coding => "the answer is HTTP/1.0 with a Transfer-Encoding",
         })
     }
 }
@@ -140,6 +159,9 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
         let mut parsed = httparse::Response::new(&mut []);
         let config = httparse::ParserConfig::default();
         let len = match config.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(Malformed::TooLarge)
+            }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(Malformed::TooLarge)
@@ -157,6 +179,10 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
             let _ = buf.split_to(len);
             continue;
         }
+        let reason = parsed
+            .reason
+            .filter(|r| !r.is_empty() && Some(*r) != status.canonical_reason())
+            .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes()).ok());
         let version = match parsed.version {
             Some(0) => Version::HTTP_10,
             _ => Version::HTTP_11,
@@ -180,13 +206,24 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
             headers.append(name, value);
         }
         let framing = framing(method, status, version, &headers)?;
-        let keep_alive = keep_alive(version, &headers) && framing != Framing::Close;
+        let mut keep_alive = keep_alive(version, &headers) && framing != Framing::Close;
+        // A `Transfer-Encoding` framed the body (a length alone frames it `Length`).
+        if matches!(framing, Framing::Chunked | Framing::Close)
+            && headers.contains_key(header::CONTENT_LENGTH)
+        {
+            // RFC 9112, 6.3: the length goes before the answer is passed on (the client's
+            // framing is then the proxy's), and a connection that carried such an answer is
+            // not trusted with another.
+            headers.remove(header::CONTENT_LENGTH);
+            keep_alive = false;
+        }
         return Ok(Some(Head {
             status,
             version,
             headers,
             framing,
             keep_alive,
+            reason,
         }));
     }
 }
@@ -214,7 +251,10 @@ fn framing(
             .and_then(|v| v.rsplit(',').next())
             .map(str::trim);
         let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
-        return Ok(if chunked && version == Version::HTTP_11 {
+        if version != Version::HTTP_11 {
+            return Err(Malformed::Coding);
+        }
+        return Ok(if chunked {
             Framing::Chunked
         } else {
             Framing::Close
@@ -286,7 +326,7 @@ pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malfo
     loop {
         match *state {
             Chunks::Size => {
-                let Some(end) = line_end(buf) else {
+                let Some(end) = line_end(buf)? else {
                     return more(buf);
                 };
                 let line = &buf[..end];
@@ -294,7 +334,7 @@ pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malfo
                     .iter()
                     .position(|b| !b.is_ascii_hexdigit())
                     .unwrap_or(line.len());
-                if digits == 0 || digits > 16 {
+                if digits == 0 || digits > 16 || !extensions(&line[digits..]) {
                     return Err(Malformed::Chunk);
                 }
                 let text = std::str::from_utf8(&line[..digits]).map_err(|_| Malformed::Chunk)?;
@@ -355,9 +395,28 @@ pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malfo
     }
 }
 
-/// Where the first line of `buf` ends (its `\r\n`), if it is all there.
-fn line_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(2).position(|w| w == b"\r\n")
+/// Where the first line of `buf` ends (its `\r\n`), if it is all there; a line ended by a
+/// bare `\n` is refused, as hyper refuses it: parsers that disagree on where a line ends are
+/// how one answer is read as two.
+fn line_end(buf: &[u8]) -> Result<Option<usize>, Malformed> {
+    match buf.iter().position(|b| *b == b'\n') {
+        None => Ok(None),
+        Some(at) if at > 0 && buf[at - 1] == b'\r' => Ok(Some(at - 1)),
+        Some(_) => Err(Malformed::Chunk),
+    }
+}
+
+/// Whether what follows a chunk's size on its line is blanks and extensions (`;name=value`),
+/// with no control byte but a tab (RFC 9112, 7.1.1).
+fn extensions(rest: &[u8]) -> bool {
+    let rest = match rest.iter().position(|b| *b != b' ' && *b != b'\t') {
+        Some(at) => &rest[at..],
+        None => return true,
+    };
+    rest.first() == Some(&b';')
+        && rest
+            .iter()
+            .all(|b| *b == b'\t' || (*b >= 0x20 && *b != 0x7f))
 }
 
 /// More bytes are needed, unless `buf` already holds more than a line or trailer section may.
@@ -414,6 +473,8 @@ mod tests {
         let sending = write_head(&mut out, &Method::POST, "/", &headers, false);
         assert_eq!(sending, Sending::Chunked);
         assert!(out.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
+        without_body(&mut out);
+        assert_eq!(out, b"POST / HTTP/1.1\r\nhost: up:80\r\n\r\n");
 
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
         out.clear();
@@ -450,6 +511,27 @@ mod tests {
         assert_eq!(close.framing, Framing::Close);
         assert!(!close.keep_alive);
 
+        let both = head(
+            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\ntransfer-encoding: chunked\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(both.framing, Framing::Chunked);
+        assert!(both.headers.get("content-length").is_none());
+        assert!(!both.keep_alive);
+
+        let reasoned = head(
+            "HTTP/1.1 200 Fine\r\ncontent-length: 0\r\n\r\n",
+            Method::GET,
+        );
+        assert_eq!(
+            reasoned.unwrap().unwrap().reason.unwrap().as_bytes(),
+            b"Fine"
+        );
+        let usual = head("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", Method::GET);
+        assert!(usual.unwrap().unwrap().reason.is_none());
+
         let to_head = head("HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", Method::HEAD);
         assert_eq!(to_head.unwrap().unwrap().framing, Framing::Empty);
 
@@ -467,6 +549,11 @@ mod tests {
             head(two_lengths, Method::GET).unwrap_err(),
             Malformed::Length
         );
+        let old_chunks = "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert_eq!(
+            head(old_chunks, Method::GET).unwrap_err(),
+            Malformed::Coding
+        );
         let signed = "HTTP/1.1 200 OK\r\ncontent-length: +3\r\n\r\n";
         assert_eq!(head(signed, Method::GET).unwrap_err(), Malformed::Length);
         assert_eq!(
@@ -483,6 +570,8 @@ mod tests {
             head(&endless, Method::GET).unwrap_err(),
             Malformed::TooLarge
         );
+        let whole = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        assert_eq!(head(&whole, Method::GET).unwrap_err(), Malformed::TooLarge);
     }
 
     #[test]
@@ -509,8 +598,20 @@ mod tests {
             assert_eq!(trailers.unwrap()["grpc-status"], "0", "split {split}");
             assert!(buf.is_empty());
         }
-        let mut state = Chunks::Size;
-        let mut bad = BytesMut::from(&b"zz\r\n"[..]);
-        assert_eq!(step(&mut state, &mut bad).unwrap_err(), Malformed::Chunk);
+        for bad in [
+            &b"zz\r\n"[..],
+            b"5;x\nabcde\r\n",
+            b"3 4\r\nabc\r\n",
+            b"3;\x01\r\nabc\r\n",
+        ] {
+            let mut state = Chunks::Size;
+            let mut buf = BytesMut::from(bad);
+            assert_eq!(
+                step(&mut state, &mut buf).unwrap_err(),
+                Malformed::Chunk,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 }

@@ -309,3 +309,89 @@ async fn a_get_whose_pooled_connection_closes_unanswered_is_sent_again_and_a_pos
         .count();
     assert_eq!(posts, 1);
 }
+
+#[tokio::test]
+async fn an_answer_with_both_lengths_is_read_in_chunks_and_its_connection_not_used_again() {
+    let (upstream, script) = scripted(|_| {
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n7\r\nabcdefg\r\n0\r\n\r\n"
+            .to_vec()
+    })
+    .await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let client = client();
+    for _ in 0..2 {
+        let (status, headers, body) = get(&client, addr, "/both").await;
+        assert_eq!((status, body.as_str()), (200, "abcdefg"));
+        assert!(headers.get("content-length").is_none());
+    }
+    assert_eq!(script.accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_upstreams_own_reason_phrase_reaches_the_client() {
+    let (upstream, _) =
+        scripted(|_| b"HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n".to_vec()).await;
+    let (_proxy, addr) = proxied(upstream).await;
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nhost: p\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 256];
+    let n = within(socket.read(&mut answer)).await.unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 200 Fine Thanks\r\n"), "{text}");
+}
+
+#[tokio::test]
+async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
+    // It reads the head, answers 413 and then neither reads nor closes: the proxy, still
+    // sending the body, must read the answer meanwhile (else it waits for the upstream forever).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                if fill(&mut socket, &mut buf).await.is_none() {
+                    break;
+                }
+            }
+            let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!";
+            let _ = socket.write_all(answer).await;
+            keep.lock().unwrap().push(socket);
+        }
+    });
+    let (_proxy, addr) = proxied(upstream).await;
+    // More than loopback's socket buffers hold, so that the proxy's writes stop.
+    let body = "x".repeat(32 << 20);
+    let (status, _, text) = send(&client(), addr, "POST", "/upload", &[], &body).await;
+    assert_eq!((status, text.as_str()), (413, "big!"));
+    assert_eq!(held.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_http2_get_whose_stream_ends_with_an_empty_frame_goes_without_a_body() {
+    use http_body_util::StreamBody;
+    let (upstream, script) =
+        scripted(|_| b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()).await;
+    let (_proxy, addr) = proxied(upstream).await;
+    // A body that is not known to be empty: hyper sends HEADERS, then an empty DATA frame
+    // that ends the stream.
+    type Frames = futures::stream::Empty<Result<hyper::body::Frame<bytes::Bytes>, std::io::Error>>;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<StreamBody<Frames>>();
+    let request = hyper::Request::get(format!("http://{addr}/h2"))
+        .body(StreamBody::new(futures::stream::empty()))
+        .unwrap();
+    let response = within(client.request(request)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let requests = script.requests.lock().unwrap().clone();
+    let head = String::from_utf8_lossy(&requests[0]).into_owned();
+    assert!(head.starts_with("GET /h2 HTTP/1.1\r\n"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "{head}");
+}
