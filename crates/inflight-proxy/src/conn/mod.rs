@@ -594,6 +594,7 @@ async fn serve_http2<S, B>(
         protocol: Protocol::Http2,
         idle: Some(limits.idle_timeout),
         park: None,
+        park_busy: Duration::ZERO,
         park_needs_answer: false,
         pinged: limits.http2_keepalive_timeout,
         linger: limits.idle_timeout,
@@ -636,6 +637,10 @@ struct Timing {
     protocol: Protocol,
     idle: Option<Duration>,
     park: Option<Duration>,
+    /// How long a connection idles before it is parked once it has answered two requests or
+    /// more since it was served: a client that sends again within this is not made to pay for
+    /// a new hyper connection at each request.
+    park_busy: Duration,
     /// Whether the connection may be parked only after it has answered a request (it was
     /// served again with bytes read ahead).
     park_needs_answer: bool,
@@ -691,6 +696,7 @@ where
         protocol,
         idle,
         park,
+        park_busy,
         park_needs_answer,
         pinged,
         linger,
@@ -794,7 +800,11 @@ where
                 }
             }
             Event::Watchdog => {
-                let idle = idle_limit.expect("the branch runs only with an idle limit");
+                let mut idle = idle_limit.expect("the branch runs only with an idle limit");
+                let answered = conn.answered.load(Ordering::Acquire);
+                if park.is_some() && answered.wrapping_sub(answered_before) >= 2 {
+                    idle = park_busy;
+                }
                 let now = conn.epoch.elapsed().as_millis() as u64;
                 match conn.idle_since() {
                     Some(_)

@@ -287,6 +287,37 @@ async fn an_idle_http1_connection_is_parked_and_serves_its_next_requests_as_befo
     closed_within(&mut idle).await;
 }
 
+/// A connection that answered two requests or more is a client in steady use: it stays in hyper
+/// for 100 ms of quiet, not 10 ms, before it is parked (a bound from below, which a slow
+/// machine cannot break).
+#[tokio::test]
+async fn a_connection_in_steady_use_is_parked_only_after_a_longer_quiet() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"30s\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut pending = Vec::new();
+    for path in ["/one", "/two"] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        assert_eq!(answer(&mut stream, &mut pending).await.0, 200);
+    }
+    let quiet = Instant::now();
+    until("the connection to be parked", || parked(&proxy) == 1.0).await;
+    let waited = quiet.elapsed();
+    assert!(
+        waited >= Duration::from_millis(90),
+        "parked after {waited:?}"
+    );
+    // Served again, it is parked after its one request as any new connection is.
+    stream
+        .write_all(b"GET /three HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(answer(&mut stream, &mut pending).await.0, 200);
+    until("parked again", || parked(&proxy) == 1.0).await;
+}
+
 /// An answer larger than the socket's buffers, read slowly: hyper still holds its last bytes
 /// when the answer's call has ended, and the connection must not be parked (which drops them)
 /// before they are out.
