@@ -1,8 +1,8 @@
 //! The connections to one plain-HTTP/1.1 upstream: a pool of sockets, taken last-in first-out,
 //! on which the task that serves a request writes it and reads its answer itself
 //! ([`wire`] the format, [`answer`] the body). There is no task per connection, no channel to
-//! one, and nothing per request but the request's own future: an idle pooled connection is a
-//! socket and its read buffer.
+//! one, and nothing per request but the request's own future: an idle pooled connection is its
+//! socket (with a second descriptor of it, for a call ended early) and its two buffers.
 
 pub(crate) mod answer;
 mod wire;
