@@ -261,6 +261,11 @@ impl Streamed {
     fn lease_lost(&self) -> bool {
         self.call.as_ref().is_some_and(|slot| slot.lease_lost())
     }
+
+    /// Whether the call was ended early: at its deadline, or for its lost lease.
+    fn ended_early(&self) -> bool {
+        self.timed_out() || self.lease_lost()
+    }
 }
 
 impl Body for ProxyBody {
@@ -281,7 +286,7 @@ impl Body for ProxyBody {
         if let Some(slot) = &streamed.call {
             slot.wake_on_expiry(cx.waker());
         }
-        if streamed.timed_out() || streamed.lease_lost() {
+        if streamed.ended_early() {
             // The sweeper ended the call at its deadline (and gave the permit back), or its
             // lease was lost and the budget drops such calls; the body is cut.
             return Poll::Ready(Some(Err(streamed.cut())));
@@ -293,9 +298,7 @@ impl Body for ProxyBody {
             Poll::Pending => Poll::Pending,
             // Ended early between the look above and the read: the read's end may be the
             // upstream's connection shut down, not the body's end (one framed by the close).
-            Poll::Ready(None) if streamed.timed_out() || streamed.lease_lost() => {
-                Poll::Ready(Some(Err(streamed.cut())))
-            }
+            Poll::Ready(None) if streamed.ended_early() => Poll::Ready(Some(Err(streamed.cut()))),
             Poll::Ready(None) => {
                 streamed.end();
                 Poll::Ready(None)

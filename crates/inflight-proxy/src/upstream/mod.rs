@@ -88,19 +88,6 @@ impl Link {
         }
     }
 
-    /// Writes all of `bytes`.
-    async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            match self.stream.try_write(bytes) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => bytes = &bytes[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
     /// Reads the head of the answer to a request of `method`.
     async fn read_head(&mut self, method: &Method) -> Result<wire::Head, Failed> {
         read_head(&mut self.stream, &mut self.buf, method).await
@@ -513,7 +500,7 @@ async fn exchange(
     sending: Sending,
     method: &Method,
 ) -> Result<(wire::Head, Box<Link>), Failed> {
-    let written = link.write_all(head).await;
+    let written = link.stream.write_all(head).await;
     if let Err(e) = written {
         return Err(Failed::new(UpstreamError::Io(e), true));
     }

@@ -37,12 +37,7 @@ pub(crate) fn write_head(
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    write_fields(out, headers);
     let sending = if headers.contains_key(header::CONTENT_LENGTH) {
         Sending::Length
     } else if body_empty {
@@ -437,13 +432,20 @@ pub(crate) fn chunk_size(out: &mut Vec<u8>, len: usize) {
 /// Writes the last chunk and `trailers` (none: the empty line alone) to `out`.
 pub(crate) fn last_chunk(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
     out.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
+    if let Some(trailers) = trailers {
+        write_fields(out, trailers);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `fields` to `out`, one `name: value` line each: a head's headers, or trailers.
+fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
+    for (name, value) in fields {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -211,13 +211,7 @@ async fn counting_upstream(
 #[tokio::test]
 async fn requests_in_turn_share_one_upstream_connection() {
     let (upstream, accepted) = counting_upstream(usize::MAX).await;
-    let (proxy, _) = proxy(&budget(
-        "records",
-        &format!("http://{upstream}"),
-        "max_concurrent = 4",
-    ))
-    .await;
-    let addr = proxy.local_addr("records").unwrap();
+    let (_proxy, addr) = crate::support::proxied(upstream).await;
     let client = client();
     for _ in 0..5 {
         let (status, _, body) = crate::support::get(&client, addr, "/").await;
@@ -229,13 +223,7 @@ async fn requests_in_turn_share_one_upstream_connection() {
 #[tokio::test]
 async fn a_pooled_connection_the_upstream_closed_is_replaced_without_a_502() {
     let (upstream, accepted) = counting_upstream(1).await;
-    let (proxy, _) = proxy(&budget(
-        "records",
-        &format!("http://{upstream}"),
-        "max_concurrent = 4",
-    ))
-    .await;
-    let addr = proxy.local_addr("records").unwrap();
+    let (_proxy, addr) = crate::support::proxied(upstream).await;
     let client = client();
     for n in 1..=3 {
         let (status, _, body) = crate::support::get(&client, addr, "/").await;

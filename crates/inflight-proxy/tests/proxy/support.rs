@@ -291,6 +291,18 @@ pub async fn proxy(text: &str) -> (Proxy, Arc<Mutex<Vec<String>>>) {
     (proxy, lines)
 }
 
+/// A proxy with a budget `records` of 4 in front of the upstream at `upstream`; its address.
+pub async fn proxied(upstream: SocketAddr) -> (Proxy, SocketAddr) {
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 4",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    (proxy, addr)
+}
+
 /// One budget named `name`, proxied from a free port to `upstream`, with `extra` settings.
 pub fn budget(name: &str, upstream: &str, extra: &str) -> String {
     format!("[budgets.{name}]\nupstream = \"{upstream}\"\nlisten = \"127.0.0.1:0\"\n{extra}\n")

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{budget, client, get, proxy, send, within};
+use crate::support::{client, get, proxied, send, within};
 
 /// What the scripted upstream saw: each request's raw bytes (head and body as sent), and how
 /// many connections it accepted.
@@ -102,18 +102,6 @@ async fn fill(socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<(
     let n = socket.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
     buf.extend_from_slice(&chunk[..n]);
     Some(())
-}
-
-/// A proxy with a budget of 4 in front of `upstream`; its address.
-async fn proxied(upstream: SocketAddr) -> (inflight_proxy::Proxy, SocketAddr) {
-    let (proxy, _) = proxy(&budget(
-        "records",
-        &format!("http://{upstream}"),
-        "max_concurrent = 4",
-    ))
-    .await;
-    let addr = proxy.local_addr("records").unwrap();
-    (proxy, addr)
 }
 
 #[tokio::test]
