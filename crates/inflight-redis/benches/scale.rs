@@ -23,6 +23,11 @@
 //! - **connections per process** (`connected_clients` during the run, over the processes);
 //! - **peak** calls in service at the observer, against the limit.
 //!
+//! On one server, a third row, `plain_set`, is the floor and not a budget: the same processes
+//! and callers send one plain `SET` per call, each caller once per the pace at which the
+//! budget's callers get their turns, so Redis sees about the same calls a second, one round trip
+//! each.
+//!
 //! The shares script with many clients: `--shares-clients` (5,000) share stores in this process,
 //! each with its own process id (one connection carries them all), on one budget; the script's
 //! mean time per report (`usec_per_call`), over `--seconds`.
@@ -30,6 +35,9 @@
 //! **Gaps** (`--only gaps`): one caller's acquire + release through the same client, back to
 //! back, then 2 and 10 ms apart, never waiting: Redis's time per script and CPU per call as the
 //! server idles more between scripts. The 200-process runs send Redis a script every 2-3 ms.
+//! Then one plain `SET` per call at the same gaps: the Redis CPU that any design with one round
+//! trip per call pays on the machine (in JSON, `what` is `fleet` or `set`; for `set`,
+//! `scripts_per_call` and `us_per_script` count the `SET`s).
 //!
 //! Results go to stdout as Markdown tables and to `--json FILE` if given (`cargo bench` runs in
 //! `crates/inflight-redis`, so a relative `FILE` starts there); progress to stderr, with each
@@ -148,7 +156,7 @@ fn main() {
     if wants("single") {
         let server = support::start_server().expect("redis-server starts");
         let url = format!("redis://127.0.0.1:{}", server.1);
-        for mode in ["per_call", "shares"] {
+        for mode in ["per_call", "shares", "plain_set"] {
             rows.push(run(&s, "one server", &url, &[server.1], mode));
         }
     }
@@ -162,7 +170,9 @@ fn main() {
     }
     let script = wants("shares-script").then(|| shares_script(&s));
     let gaps = wants("gaps").then(|| gaps(&s));
-    print_tables(&s, &rows, script.as_ref());
+    if !rows.is_empty() || script.is_some() {
+        print_tables(&s, &rows, script.as_ref());
+    }
     if let Some(gaps) = &gaps {
         print_gaps(gaps);
     }
@@ -338,6 +348,7 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
                 .env("CALLERS", s.callers.to_string())
                 .env("SECONDS", s.seconds.to_string())
                 .env("HOLD_MS", s.hold_ms.to_string())
+                .env("PACE_MS", pace_ms(s).to_string())
                 .env("OBSERVER", observer.addr.to_string())
                 .env("START_MS", &start_ms)
                 .stdin(Stdio::null())
@@ -448,8 +459,19 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
     row
 }
 
+/// How often each caller of `plain_set` calls: the pace at which the fleet's callers get their
+/// turns when they all wait (the limit's calls of `hold_ms` shared by every caller).
+fn pace_ms(s: &Settings) -> u64 {
+    (s.processes * s.callers) as u64 * s.hold_ms / s.limit.max(1) as u64
+}
+
 /// A child: callers on one fleet budget until the time is up; prints its calls and permit
 /// waits (ms) on one line.
+///
+/// `MODE=plain_set` is the floor, not a budget: each call is one plain `SET` before its hold at
+/// the observer, each caller calling once per `PACE_MS` from a random start within it, so Redis
+/// sees one round trip per call at about the fleet rows' pace, spread in time as their turns
+/// are, from as many processes and connections.
 fn child() {
     let env = |k: &str| std::env::var(k).unwrap();
     let num = |k: &str| env(k).parse::<f64>().unwrap();
@@ -458,20 +480,28 @@ fn child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let fleet = RedisFleet::builder(&env("URL")).build().unwrap();
         let limit = num("LIMIT") as usize;
         let callers = num("CALLERS") as usize;
-        let store: Arc<dyn Store> = if env("MODE") == "shares" {
-            Arc::new(fleet.shares(limit, Fail::Closed))
-        } else {
-            Arc::new(fleet.store(limit, Fail::Closed))
-        };
-        let budget = Budget::builder(&env("BUDGET"))
+        let mode = env("MODE");
+        let mut builder = Budget::builder(&env("BUDGET"))
             .max_concurrent(callers)
-            .permit_timeout(Duration::from_secs(30))
-            .store(store)
-            .build()
-            .unwrap();
+            .permit_timeout(Duration::from_secs(30));
+        let (fleet, plain) = if mode == "plain_set" {
+            let client = redis::Client::open(env("URL").as_str()).unwrap();
+            let conn = client.get_multiplexed_async_connection().await.unwrap();
+            (None, Some(conn))
+        } else {
+            let fleet = RedisFleet::builder(&env("URL")).build().unwrap();
+            let store: Arc<dyn Store> = if mode == "shares" {
+                Arc::new(fleet.shares(limit, Fail::Closed))
+            } else {
+                Arc::new(fleet.store(limit, Fail::Closed))
+            };
+            builder = builder.store(store);
+            (Some(fleet), None)
+        };
+        let budget = builder.build().unwrap();
+        let pace = Duration::from_millis(num("PACE_MS") as u64);
         let start_ms = env("START_MS").parse::<u64>().unwrap();
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -485,19 +515,35 @@ fn child() {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks: Vec<_> = (0..callers)
             .map(|_| {
-                let (budget, waits, observer, stop) = (
+                let (budget, waits, observer, stop, plain) = (
                     budget.clone(),
                     waits.clone(),
                     observer.clone(),
                     stop.clone(),
+                    plain.clone(),
                 );
                 tokio::spawn(async move {
+                    if plain.is_some() {
+                        // Spread over the pace, as the fleet's turns are.
+                        tokio::time::sleep(pace.mul_f64(rand::random::<f64>())).await;
+                    }
                     while Instant::now() < until && !stop.load(Relaxed) {
                         let asked = Instant::now();
                         let left = until.saturating_duration_since(asked);
-                        let Ok(Ok(permit)) = tokio::time::timeout(left, budget.acquire()).await
-                        else {
-                            continue;
+                        let permit = if let Some(mut conn) = plain.clone() {
+                            let mut set = redis::cmd("SET");
+                            set.arg("k").arg("v");
+                            if set.query_async::<()>(&mut conn).await.is_err() {
+                                tokio::time::sleep(pace).await;
+                                continue;
+                            }
+                            None
+                        } else {
+                            let Ok(Ok(permit)) = tokio::time::timeout(left, budget.acquire()).await
+                            else {
+                                continue;
+                            };
+                            Some(permit)
                         };
                         waits
                             .lock()
@@ -513,6 +559,9 @@ fn child() {
                             let _ = conn.read(&mut b).await;
                         }
                         drop(permit);
+                        if plain.is_some() {
+                            tokio::time::sleep_until((asked + pace).into()).await;
+                        }
                     }
                 })
             })
@@ -520,7 +569,9 @@ fn child() {
         for t in tasks {
             let _ = t.await;
         }
-        fleet.shutdown().await;
+        if let Some(fleet) = fleet {
+            fleet.shutdown().await;
+        }
         let waits = waits.lock().unwrap();
         let mut line = waits.len().to_string();
         for w in waits.iter() {
@@ -532,6 +583,9 @@ fn child() {
 
 /// One caller's calls with a gap between them.
 struct GapRow {
+    /// `fleet`: an acquire and release of a per-call lease; `set`: one plain `SET`, the least
+    /// any design with a round trip per call sends.
+    what: &'static str,
     gap_ms: u64,
     calls: u64,
     scripts_per_call: f64,
@@ -542,6 +596,8 @@ struct GapRow {
 /// The same per-call lease scripts, from one caller of one process, back to back and then with
 /// 2 and 10 ms between calls (never waiting: a budget of 40): how much of a script's cost is the
 /// work, and how much a Redis core that idles between scripts (cold caches, a sleeping CPU).
+/// Then the floor: one plain `SET` per call through a connection of the same client, at the
+/// same gaps, Redis's CPU per command.
 fn gaps(s: &Settings) -> Vec<GapRow> {
     let server = support::start_server().expect("redis-server starts");
     if s.pin {
@@ -579,6 +635,7 @@ fn gaps(s: &Settings) -> Vec<GapRow> {
             let stats = info(server.1, "commandstats");
             let scripts = command_stat(&stats, "evalsha", "calls");
             rows.push(GapRow {
+                what: "fleet",
                 gap_ms,
                 calls,
                 scripts_per_call: scripts / calls as f64,
@@ -587,16 +644,59 @@ fn gaps(s: &Settings) -> Vec<GapRow> {
             });
         }
         fleet.shutdown().await;
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for gap_ms in [0u64, 2, 10] {
+            let calls = if gap_ms == 0 { 3000 } else { 500 };
+            eprintln!("gaps: {calls} plain SETs, {gap_ms} ms apart");
+            let _: () = redis::cmd("SET")
+                .arg("k")
+                .arg("v")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            reset(&[server.1]);
+            let cpu_before = cpu(&[server.1]);
+            for _ in 0..calls {
+                let _: () = redis::cmd("SET")
+                    .arg("k")
+                    .arg("v")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if gap_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+                }
+            }
+            let cpu_after = cpu(&[server.1]);
+            let stats = info(server.1, "commandstats");
+            rows.push(GapRow {
+                what: "set",
+                gap_ms,
+                calls,
+                scripts_per_call: command_stat(&stats, "set", "calls") / calls as f64,
+                us_per_script: command_stat(&stats, "set", "usec_per_call"),
+                cpu_us_per_call: (cpu_after - cpu_before) * 1e6 / calls as f64,
+            });
+        }
         rows
     })
 }
 
 fn print_gaps(rows: &[GapRow]) {
-    println!("\n| one caller, ms between calls | calls | scripts per call | µs per script | Redis CPU µs per call |");
-    println!("| ---: | ---: | ---: | ---: | ---: |");
+    println!("\n| one caller, per call | ms between calls | calls | commands per call | µs per command | Redis CPU µs per call |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     for g in rows {
+        let what = match g.what {
+            "fleet" => "acquire + release (scripts)",
+            _ => "one plain `SET`",
+        };
         println!(
-            "| {} | {} | {:.2} | {:.1} | {:.1} |",
+            "| {what} | {} | {} | {:.2} | {:.1} | {:.1} |",
             g.gap_ms, g.calls, g.scripts_per_call, g.us_per_script, g.cpu_us_per_call
         );
     }
@@ -695,6 +795,15 @@ fn print_tables(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) {
             );
         }
     }
+    if rows.iter().any(|r| r.mode == "plain_set") {
+        println!(
+            "\n`plain_set` is not a budget: each call is one plain `SET`, every caller calling once \
+             per {} ms (the fleet's turns when all wait), so its Redis CPU per call is what one \
+             round trip per call costs on this machine; its wait is the `SET`'s round trip, its \
+             peak is not held.",
+            pace_ms(s)
+        );
+    }
     if let Some(sc) = script {
         println!("\n| shares clients | reports | µs per report |");
         println!("| ---: | ---: | ---: |");
@@ -735,8 +844,8 @@ fn serde_json_like(
         out.push_str(",\n  \"gaps\": [\n");
         for (i, g) in gaps.iter().enumerate() {
             out.push_str(&format!(
-                "    {{\"gap_ms\": {}, \"calls\": {}, \"scripts_per_call\": {:.3}, \"us_per_script\": {:.2}, \"redis_cpu_us_per_call\": {:.2}}}{}\n",
-                g.gap_ms, g.calls, g.scripts_per_call, g.us_per_script, g.cpu_us_per_call,
+                "    {{\"what\": \"{}\", \"gap_ms\": {}, \"calls\": {}, \"scripts_per_call\": {:.3}, \"us_per_script\": {:.2}, \"redis_cpu_us_per_call\": {:.2}}}{}\n",
+                g.what, g.gap_ms, g.calls, g.scripts_per_call, g.us_per_script, g.cpu_us_per_call,
                 if i + 1 < gaps.len() { "," } else { "" }
             ));
         }

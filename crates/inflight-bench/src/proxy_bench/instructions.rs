@@ -3,7 +3,7 @@
 //! the machine counts them: many virtual machines expose no hardware counters, and `perf` then
 //! says `<not supported>`; [`probe`] finds out once, at the start of a run. Callgrind (valgrind)
 //! counts them anywhere, in user space only and some fifty times slower: a fresh proxy runs
-//! under it and serves a fixed number of requests at the pace it can ([`Callgrind`]).
+//! under it and serves a fixed number of requests at the pace it can (`Callgrind`).
 
 use std::ffi::OsString;
 use std::io::Read as _;
