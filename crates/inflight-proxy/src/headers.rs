@@ -5,17 +5,18 @@
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), beyond
-/// those the `Connection` header names; with the proxy credentials and trailer announcement
-/// that RFC 2616 counted as hop-by-hop too (credentials meant for this hop must not reach the
-/// upstream). `Expect` is answered by the proxy's own server.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// those the `Connection` header names; with the proxy credentials that RFC 2616 counted as
+/// hop-by-hop too (credentials meant for this hop must not reach the upstream). `Expect` is
+/// answered by the proxy's own server. `Trailer` is not on the list: it names the message's
+/// trailers (RFC 9110 section 6.6.2), and hyper's server sends an HTTP/1.1 client only the
+/// trailers it names.
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];
@@ -59,6 +60,21 @@ fn remove_found_hop_by_hop(headers: &mut HeaderMap) {
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// Whether the `Transfer-Encoding` of `headers` is `chunked` and nothing else: one coding,
+/// however many fields or blanks it is written with.
+pub(crate) fn chunked_alone(headers: &HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty());
+    codings
+        .next()
+        .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
 }
 
 /// `X-Forwarded-For`.
@@ -198,15 +214,16 @@ mod tests {
             ("upgrade", "websocket"),
             ("proxy-authorization", "Basic c2VjcmV0"),
             ("proxy-authenticate", "Basic"),
-            ("trailer", "x-checksum"),
             ("x-trace-hop", "1"),
             ("x-second", "2"),
             ("x-end-to-end", "3"),
             ("content-length", "10"),
+            ("trailer", "x-checksum"),
         ]);
         remove_hop_by_hop(&mut h);
-        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["x-end-to-end", "content-length"]);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "trailer", "x-end-to-end"]);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::sweep::Sweeper;
 use crate::upstream::answer::AnswerBody;
-use crate::upstream::{Http1Pool, Pooled, UpstreamError};
+use crate::upstream::{Http1Pool, Malformed, Pooled, UpstreamError};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
@@ -73,10 +73,21 @@ impl Future for Sent<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             Sent::Http1(sent) => sent.as_mut().poll(cx),
-            Sent::Legacy(sent) => Pin::new(sent)
-                .poll(cx)
-                .map_ok(|response| response.map(AnswerBody::Hyper))
-                .map_err(UpstreamError::Client),
+            Sent::Legacy(sent) => Pin::new(sent).poll(cx).map(|answered| {
+                let mut response = answered.map_err(UpstreamError::Client)?;
+                // As the proxy's own client reads answers: its own version to the client, and
+                // no transfer coding but chunked (it could not be told to the client).
+                if response.version() == Version::HTTP_10 {
+                    *response.version_mut() = Version::HTTP_11;
+                }
+                let headers = response.headers();
+                if headers.contains_key(hyper::header::TRANSFER_ENCODING)
+                    && !headers::chunked_alone(headers)
+                {
+                    return Err(UpstreamError::Malformed(Malformed::Coding));
+                }
+                Ok(response.map(AnswerBody::Hyper))
+            }),
         }
     }
 }
@@ -384,6 +395,12 @@ pub(crate) fn forward(
                 "inflight: an HTTP/1.1 request must have exactly one Host header\n",
             );
             (slot.current(), refused)
+        } else if !coding_known(&request) {
+            let refused = plain(
+                StatusCode::NOT_IMPLEMENTED,
+                "inflight: a request body in a transfer coding other than chunked is not proxied\n",
+            );
+            (slot.current(), refused)
         } else {
             // The permit first: a refused request is never forwarded, and the call timeout
             // starts now.
@@ -667,6 +684,14 @@ fn one_host<B>(request: &Request<B>) -> bool {
             .take(2)
             .count()
             == 1
+}
+
+/// Whether `request`'s body is sent in no transfer coding or in chunks alone (RFC 9112, 6.1:
+/// a server answers 501 to a coding it does not know). Hyper's server takes the chunks off a
+/// body coded `gzip, chunked` and leaves the gzip, which the upstream could not be told of.
+fn coding_known<B>(request: &Request<B>) -> bool {
+    let headers = request.headers();
+    !headers.contains_key(hyper::header::TRANSFER_ENCODING) || headers::chunked_alone(headers)
 }
 
 fn target_refused() -> Response<ProxyBody> {

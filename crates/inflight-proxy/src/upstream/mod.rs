@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use answer::AnswerBody;
+pub(crate) use wire::Malformed;
 use wire::Sending;
 
 /// A pooled connection's read buffer: what it starts with, and what it grows by.
@@ -383,8 +384,9 @@ impl Http1Pool {
     fn answer(self: &Arc<Self>, head: wire::Head, link: Box<Link>) -> Response<AnswerBody> {
         let body = answer::Pooled::new(link, Arc::downgrade(self), head.framing, head.keep_alive);
         let mut response = Response::new(AnswerBody::Pooled(body));
+        // The proxy's own version goes to the client, not the upstream's (RFC 9110, 6.2): an
+        // HTTP/1.1 client told HTTP/1.0 would drop its connection.
         *response.status_mut() = head.status;
-        *response.version_mut() = head.version;
         *response.headers_mut() = head.headers;
         if let Some(reason) = head.reason {
             response.extensions_mut().insert(reason);

@@ -5,6 +5,8 @@ use bytes::{Bytes, BytesMut};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, StatusCode, Version};
 
+use crate::headers;
+
 /// The most headers an answer may have (hyper's default, too).
 const MAX_HEADERS: usize = 100;
 
@@ -103,7 +105,6 @@ pub(crate) enum Framing {
 #[derive(Debug)]
 pub(crate) struct Head {
     pub(crate) status: StatusCode,
-    pub(crate) version: Version,
     pub(crate) headers: HeaderMap,
     pub(crate) framing: Framing,
     /// Whether the connection may carry another request once the body is read.
@@ -125,7 +126,9 @@ pub(crate) enum Malformed {
     Length,
     /// A chunk of its body is not framed as chunks are.
     Chunk,
-    /// It is HTTP/1.0 with a `Transfer-Encoding`, which HTTP/1.0 does not have.
+    /// It is HTTP/1.0 with a `Transfer-Encoding`, which HTTP/1.0 does not have, or its
+    /// `Transfer-Encoding` is not `chunked` alone: the proxy passes on no other coding, since
+    /// the client could not be told of it (HTTP/2 has none).
     Coding,
 }
 
@@ -137,7 +140,9 @@ impl std::fmt::Display for Malformed {
             Malformed::Upgrade => "the answer switched protocols unasked",
             Malformed::Length => "the answer's Content-Length is not one number",
             Malformed::Chunk => "the answer's body is not framed as chunks are",
-            Malformed::Coding => "the answer is HTTP/1.0 with a Transfer-Encoding",
+            Malformed::Coding => {
+                "the answer's Transfer-Encoding is not chunked alone, or it is HTTP/1.0 with one"
+            }
         })
     }
 }
@@ -212,9 +217,20 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
             headers.remove(header::CONTENT_LENGTH);
             keep_alive = false;
         }
+        if let Framing::Length(n) = framing {
+            // RFC 9110, 8.6: a length said twice, or as a list of one number, goes on as one
+            // number.
+            let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+            let one = lengths
+                .next()
+                .is_some_and(|v| !v.as_bytes().contains(&b','))
+                && lengths.next().is_none();
+            if !one {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            }
+        }
         return Ok(Some(Head {
             status,
-            version,
             headers,
             framing,
             keep_alive,
@@ -237,23 +253,12 @@ fn framing(
         return Ok(Framing::Empty);
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
-        // Chunked only when it is the last coding, and not in HTTP/1.0 (RFC 9112, 6.3).
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .map(str::trim);
-        let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
-        if version != Version::HTTP_11 {
+        // Chunked alone, and not in HTTP/1.0 (RFC 9112, 6.3). Any other coding would reach
+        // the client unsaid once the proxy's own framing replaces the upstream's.
+        if version != Version::HTTP_11 || !headers::chunked_alone(headers) {
             return Err(Malformed::Coding);
         }
-        return Ok(if chunked {
-            Framing::Chunked
-        } else {
-            Framing::Close
-        });
+        return Ok(Framing::Chunked);
     }
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
@@ -313,8 +318,9 @@ pub(crate) enum Step {
     End(Option<HeaderMap>),
 }
 
-/// The longest chunk size line or trailer section read.
-const MAX_LINE: usize = 8 * 1024;
+/// The longest chunk size line, and the largest trailer section, read (hyper's limit on
+/// trailers too): whether it came in one read or in several.
+const MAX_LINE: usize = 16 * 1024;
 
 /// One step through a chunked body at `state`, with what `buf` holds.
 pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malformed> {
@@ -324,16 +330,27 @@ pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malfo
                 let Some(end) = line_end(buf)? else {
                     return more(buf);
                 };
+                if end > MAX_LINE {
+                    return Err(Malformed::Chunk);
+                }
                 let line = &buf[..end];
                 let digits = line
                     .iter()
                     .position(|b| !b.is_ascii_hexdigit())
                     .unwrap_or(line.len());
-                if digits == 0 || digits > 16 || !extensions(&line[digits..]) {
+                // Any number of leading zeros (RFC 9112, 7.1: `1*HEXDIG`); the size itself
+                // must fit in 64 bits.
+                let zeros = line[..digits].iter().take_while(|b| **b == b'0').count();
+                if digits == 0 || digits - zeros > 16 || !extensions(&line[digits..]) {
                     return Err(Malformed::Chunk);
                 }
-                let text = std::str::from_utf8(&line[..digits]).map_err(|_| Malformed::Chunk)?;
-                let size = u64::from_str_radix(text, 16).map_err(|_| Malformed::Chunk)?;
+                let text =
+                    std::str::from_utf8(&line[zeros..digits]).map_err(|_| Malformed::Chunk)?;
+                let size = if text.is_empty() {
+                    0
+                } else {
+                    u64::from_str_radix(text, 16).map_err(|_| Malformed::Chunk)?
+                };
                 let _ = buf.split_to(end + 2);
                 *state = if size == 0 {
                     Chunks::Trailers
@@ -372,6 +389,9 @@ pub(crate) fn step(state: &mut Chunks, buf: &mut BytesMut) -> Result<Step, Malfo
                 }
                 let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let (len, fields) = match httparse::parse_headers(buf, &mut slots) {
+                    Ok(httparse::Status::Complete((len, _))) if len > MAX_LINE => {
+                        return Err(Malformed::Chunk)
+                    }
                     Ok(httparse::Status::Complete(done)) => done,
                     Ok(httparse::Status::Partial) => return more(buf),
                     Err(_) => return Err(Malformed::Chunk),
@@ -429,23 +449,52 @@ pub(crate) fn chunk_size(out: &mut Vec<u8>, len: usize) {
     let _ = write!(out, "{len:x}\r\n");
 }
 
-/// Writes the last chunk and `trailers` (none: the empty line alone) to `out`.
+/// Writes the last chunk and `trailers` (none: the empty line alone) to `out`, without the
+/// fields that are never trailers.
 pub(crate) fn last_chunk(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
     out.extend_from_slice(b"0\r\n");
-    if let Some(trailers) = trailers {
-        write_fields(out, trailers);
+    for (name, value) in trailers.into_iter().flatten() {
+        if may_be_trailer(name) {
+            write_field(out, name, value);
+        }
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Whether `name` may be sent as a trailer: not a field that frames, routes, authenticates or
+/// describes the content (RFC 9110, 6.5.1), as hyper's client leaves them out too. An upstream
+/// that merges trailers into the header section must not get them.
+fn may_be_trailer(name: &HeaderName) -> bool {
+    ![
+        header::AUTHORIZATION,
+        header::CACHE_CONTROL,
+        header::CONTENT_ENCODING,
+        header::CONTENT_LENGTH,
+        header::CONTENT_RANGE,
+        header::CONTENT_TYPE,
+        header::HOST,
+        header::MAX_FORWARDS,
+        header::SET_COOKIE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::TE,
+    ]
+    .contains(name)
 }
 
 /// Writes `fields` to `out`, one `name: value` line each: a head's headers, or trailers.
 fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
     for (name, value) in fields {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        write_field(out, name, value);
     }
+}
+
+/// Writes one `name: value` line to `out`.
+fn write_field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -502,10 +551,20 @@ mod tests {
         assert!(partial.unwrap().is_none());
 
         let chunked = head(
-            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding:  Chunked \r\n\r\n",
             Method::GET,
         );
         assert_eq!(chunked.unwrap().unwrap().framing, Framing::Chunked);
+
+        let listed = head(
+            "HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\ncontent-length: 3\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(listed.framing, Framing::Length(3));
+        let lengths: Vec<_> = listed.headers.get_all("content-length").iter().collect();
+        assert_eq!(lengths, ["3"]);
 
         let close = head("HTTP/1.0 200 OK\r\n\r\n", Method::GET)
             .unwrap()
@@ -556,6 +615,19 @@ mod tests {
             head(old_chunks, Method::GET).unwrap_err(),
             Malformed::Coding
         );
+        for coded in [
+            "gzip, chunked",
+            "yolo",
+            "chunked, chunked",
+            "chunked\r\ntransfer-encoding: gzip",
+        ] {
+            let answer = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {coded}\r\n\r\n");
+            assert_eq!(
+                head(&answer, Method::GET).unwrap_err(),
+                Malformed::Coding,
+                "{coded}"
+            );
+        }
         let signed = "HTTP/1.1 200 OK\r\ncontent-length: +3\r\n\r\n";
         assert_eq!(head(signed, Method::GET).unwrap_err(), Malformed::Length);
         assert_eq!(
@@ -574,6 +646,49 @@ mod tests {
         );
         let whole = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
         assert_eq!(head(&whole, Method::GET).unwrap_err(), Malformed::TooLarge);
+    }
+
+    #[test]
+    fn trailers_go_up_to_their_limit_whole_or_in_parts_and_no_further() {
+        let section = |size: usize| format!("x-big: {}\r\n\r\n", "a".repeat(size));
+        let fits = section(MAX_LINE - 20);
+        for split in [fits.len(), fits.len() / 2] {
+            let mut state = Chunks::Trailers;
+            let mut buf = BytesMut::from(&fits.as_bytes()[..split]);
+            let mut step_ = step(&mut state, &mut buf).unwrap();
+            if matches!(step_, Step::More) {
+                buf.extend_from_slice(&fits.as_bytes()[split..]);
+                step_ = step(&mut state, &mut buf).unwrap();
+            }
+            assert!(matches!(step_, Step::End(Some(_))), "split {split}");
+        }
+        let over = section(MAX_LINE);
+        for split in [over.len(), over.len() / 2] {
+            let mut state = Chunks::Trailers;
+            let mut buf = BytesMut::from(&over.as_bytes()[..split]);
+            let mut got = step(&mut state, &mut buf);
+            if matches!(got, Ok(Step::More)) {
+                buf.extend_from_slice(&over.as_bytes()[split..]);
+                got = step(&mut state, &mut buf);
+            }
+            assert_eq!(got.unwrap_err(), Malformed::Chunk, "split {split}");
+        }
+    }
+
+    #[test]
+    fn only_fields_that_may_be_trailers_are_written_as_trailers() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-checksum", HeaderValue::from_static("1"));
+        trailers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("9"));
+        trailers.insert(header::HOST, HeaderValue::from_static("elsewhere"));
+        trailers.insert(header::AUTHORIZATION, HeaderValue::from_static("x"));
+        trailers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        let mut out = Vec::new();
+        last_chunk(&mut out, Some(&trailers));
+        assert_eq!(out, b"0\r\nx-checksum: 1\r\n\r\n");
     }
 
     #[test]
@@ -600,11 +715,19 @@ mod tests {
             assert_eq!(trailers.unwrap()["grpc-status"], "0", "split {split}");
             assert!(buf.is_empty());
         }
+        let padded = format!("{}5\r\n", "0".repeat(40));
+        let mut state = Chunks::Size;
+        let mut buf = BytesMut::from(padded.as_bytes());
+        assert!(matches!(step(&mut state, &mut buf), Ok(Step::More)));
+        assert_eq!(state, Chunks::Data(5));
+        let long = format!("1;x={}\r\n", "a".repeat(MAX_LINE));
         for bad in [
             &b"zz\r\n"[..],
             b"5;x\nabcde\r\n",
             b"3 4\r\nabc\r\n",
             b"3;\x01\r\nabc\r\n",
+            b"10000000000000000\r\n",
+            long.as_bytes(),
         ] {
             let mut state = Chunks::Size;
             let mut buf = BytesMut::from(bad);

@@ -13,6 +13,7 @@ mod grpc;
 mod http2;
 mod operations;
 mod page;
+mod ported_client;
 mod refusals;
 mod release;
 mod routes;
