@@ -1,5 +1,5 @@
 //! End-to-end tests of the proxy against real upstreams on 127.0.0.1: one binary, a module per
-//! area, helpers in `support`.
+//! area, helpers in `support` (and `scripted`, an upstream that writes answers byte by byte).
 
 mod backpressure;
 mod classes;
@@ -17,6 +17,7 @@ mod ported_client;
 mod refusals;
 mod release;
 mod routes;
+mod scripted;
 mod support;
 mod tls;
 mod tonic;

@@ -7,16 +7,15 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::HeaderMap;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::scripted::{echo, line, need, upstream, wr, Act};
 use crate::support::{client, proxied, TestClient};
 
 /// The bound on each step a test waits for: no test hangs.
@@ -27,205 +26,6 @@ async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
         Ok(out) => out,
         Err(_) => panic!("{what}: nothing within {BOUND:?}"),
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The scripted upstream.
-
-/// One request as the upstream read it.
-#[derive(Debug, Clone)]
-struct Req {
-    /// The connection it came on (0 for the first one accepted), and its place on it.
-    conn: usize,
-    nth: usize,
-    /// Its head, as sent.
-    head: String,
-    /// Head and body, as sent.
-    raw: Vec<u8>,
-    /// Its body, without chunk framing.
-    body: Vec<u8>,
-}
-
-impl Req {
-    fn path(&self) -> &str {
-        self.head.split(' ').nth(1).unwrap_or("")
-    }
-
-    fn method(&self) -> &str {
-        self.head.split(' ').next().unwrap_or("")
-    }
-}
-
-/// What the upstream does for a request, in order; then it reads the next request on the same
-/// connection (it never closes a connection unless told to).
-enum Act {
-    Write(Vec<u8>),
-    Sleep(u64),
-    /// Closes the connection (a FIN, after what was written).
-    Close,
-}
-
-fn wr(bytes: impl AsRef<[u8]>) -> Act {
-    Act::Write(bytes.as_ref().to_vec())
-}
-
-/// What the upstream saw.
-#[derive(Default)]
-struct Seen {
-    requests: Mutex<Vec<Req>>,
-    accepted: AtomicUsize,
-}
-
-impl Seen {
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    fn requests(&self) -> Vec<Req> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-type Script = dyn Fn(&Req) -> Vec<Act> + Send + Sync;
-
-/// An upstream on 127.0.0.1 that answers each request with what `script` says.
-async fn upstream(
-    script: impl Fn(&Req) -> Vec<Act> + Send + Sync + 'static,
-) -> (SocketAddr, Arc<Seen>) {
-    let script: Arc<Script> = Arc::new(script);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Seen::default());
-    let shared = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let conn = shared.accepted.fetch_add(1, Ordering::SeqCst);
-            let (seen, script) = (shared.clone(), script.clone());
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                for nth in 0.. {
-                    let Some((raw, head_len, body)) = read_request(&mut socket, &mut buf).await
-                    else {
-                        return;
-                    };
-                    let head = String::from_utf8_lossy(&raw[..head_len]).into_owned();
-                    let req = Req {
-                        conn,
-                        nth,
-                        head,
-                        raw,
-                        body,
-                    };
-                    seen.requests.lock().unwrap().push(req.clone());
-                    for act in script(&req) {
-                        match act {
-                            Act::Write(bytes) => {
-                                if socket.write_all(&bytes).await.is_err() {
-                                    return;
-                                }
-                            }
-                            Act::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                            Act::Close => {
-                                let _ = socket.shutdown().await;
-                                // Read on, so that the close is a FIN, not a reset.
-                                let mut sink = [0u8; 1024];
-                                let drain = async {
-                                    while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
-                                };
-                                let _ = tokio::time::timeout(BOUND, drain).await;
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
-/// Reads from `socket` into `buf` until it holds at least `n` bytes; `None` at its end.
-async fn need(socket: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> Option<()> {
-    while buf.len() < n {
-        let mut chunk = [0u8; 16 * 1024];
-        let read = socket.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-        buf.extend_from_slice(&chunk[..read]);
-    }
-    Some(())
-}
-
-/// Where the line that starts at `from` ends (its `\r\n`), reading more as needed.
-async fn line(socket: &mut TcpStream, buf: &mut Vec<u8>, from: usize) -> Option<usize> {
-    loop {
-        if let Some(at) = buf[from..].windows(2).position(|w| w == b"\r\n") {
-            return Some(from + at);
-        }
-        let len = buf.len();
-        need(socket, buf, len + 1).await?;
-    }
-}
-
-/// One request off `socket`: its raw bytes, the length of its head, and its body (by
-/// `content-length`, or chunks with their trailers); `None` at the connection's end.
-async fn read_request(
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-) -> Option<(Vec<u8>, usize, Vec<u8>)> {
-    let head_end = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let len = buf.len();
-        need(socket, buf, len + 1).await?;
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map(|n| n.trim().parse::<usize>().unwrap());
-    let mut body = Vec::new();
-    let end = if let Some(length) = length {
-        need(socket, buf, head_end + length).await?;
-        body.extend_from_slice(&buf[head_end..head_end + length]);
-        head_end + length
-    } else if head.contains("transfer-encoding:") {
-        let mut at = head_end;
-        loop {
-            let eol = line(socket, buf, at).await?;
-            let text = String::from_utf8_lossy(&buf[at..eol]).into_owned();
-            let size = usize::from_str_radix(text.split(';').next().unwrap().trim(), 16).unwrap();
-            at = eol + 2;
-            if size == 0 {
-                // Trailers, up to the empty line.
-                loop {
-                    let eol = line(socket, buf, at).await?;
-                    let empty = eol == at;
-                    at = eol + 2;
-                    if empty {
-                        break;
-                    }
-                }
-                break at;
-            }
-            need(socket, buf, at + size + 2).await?;
-            body.extend_from_slice(&buf[at..at + size]);
-            at += size + 2;
-        }
-    } else {
-        head_end
-    };
-    Some((buf.drain(..end).collect(), head_end, body))
-}
-
-/// An answer whose body is the request's path (its length alone, for a `HEAD`).
-fn echo(req: &Req) -> Vec<u8> {
-    let path = req.path();
-    let body = if req.method() == "HEAD" { "" } else { path };
-    format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
-        path.len()
-    )
-    .into_bytes()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,100 +8,28 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::scripted::{need, upstream, Act, Seen};
 use crate::support::{client, get, proxied, send, within};
 
-/// What the scripted upstream saw: each request's raw bytes (head and body as sent), and how
-/// many connections it accepted.
-#[derive(Default)]
-struct Script {
-    requests: Mutex<Vec<Vec<u8>>>,
-    accepted: AtomicUsize,
-    /// Closes every open connection, each right after its answer (or at once if idle).
-    close_all: tokio::sync::Notify,
-}
-
-/// An upstream that answers each request with `answer(head)` (written as is), and closes the
-/// connection after an answer that says `connection: close` or has no length, or instead of
-/// an empty answer.
-async fn scripted(answer: fn(&str) -> Vec<u8>) -> (SocketAddr, Arc<Script>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let script = Arc::new(Script::default());
-    let seen = script.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            seen.accepted.fetch_add(1, Ordering::SeqCst);
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                loop {
-                    let request = tokio::select! {
-                        request = read_request(&mut socket, &mut buf) => request,
-                        () = seen.close_all.notified() => None,
-                    };
-                    let Some(request) = request else {
-                        return;
-                    };
-                    let head = String::from_utf8_lossy(&request).into_owned();
-                    seen.requests.lock().unwrap().push(request);
-                    let answer = answer(&head);
-                    if answer.is_empty() {
-                        return;
-                    }
-                    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
-                    if socket.write_all(&answer).await.is_err() {
-                        return;
-                    }
-                    let framed =
-                        text.contains("content-length") || text.contains("transfer-encoding");
-                    if text.contains("connection: close") || !framed {
-                        return;
-                    }
-                }
-            });
+/// An upstream that answers each request with `answer(request)` (the request's head and body as
+/// they came; the answer written as is), and closes the connection after an answer that says
+/// `connection: close` or has no length, or instead of an empty answer.
+async fn scripted(answer: fn(&str) -> Vec<u8>) -> (SocketAddr, Arc<Seen>) {
+    upstream(move |request| {
+        let answer = answer(&String::from_utf8_lossy(&request.raw));
+        if answer.is_empty() {
+            return vec![Act::Close];
         }
-    });
-    (addr, script)
-}
-
-/// One request off `socket`: its head, and its body by `content-length` or in chunks (up to
-/// the last chunk's empty line), as the bytes came.
-async fn read_request(socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    let head_end = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
+        let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+        let framed = text.contains("content-length") || text.contains("transfer-encoding");
+        let close = text.contains("connection: close") || !framed;
+        let mut acts = vec![Act::Write(answer)];
+        if close {
+            acts.push(Act::Close);
         }
-        fill(socket, buf).await?;
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .map(|n| n.trim().parse::<usize>().unwrap());
-    let end = if let Some(length) = length {
-        while buf.len() < head_end + length {
-            fill(socket, buf).await?;
-        }
-        head_end + length
-    } else if head.contains("transfer-encoding: chunked") {
-        loop {
-            if let Some(at) = buf[head_end..].windows(5).position(|w| w == b"0\r\n\r\n") {
-                break head_end + at + 5;
-            }
-            fill(socket, buf).await?;
-        }
-    } else {
-        head_end
-    };
-    Some(buf.drain(..end).collect())
-}
-
-/// Reads what `socket` has into `buf`; `None` at its end.
-async fn fill(socket: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<()> {
-    let mut chunk = [0u8; 4096];
-    let n = socket.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
-    buf.extend_from_slice(&chunk[..n]);
-    Some(())
+        acts
+    })
+    .await
 }
 
 #[tokio::test]
@@ -117,7 +45,7 @@ async fn a_chunked_answer_passes_through_and_its_connection_is_used_again() {
         let (status, _, body) = get(&client, addr, "/chunks").await;
         assert_eq!((status, body.as_str()), (200, "abcdefg"));
     }
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(script.accepted(), 1);
 }
 
 #[tokio::test]
@@ -131,7 +59,7 @@ async fn an_answer_ended_by_close_passes_through_on_a_connection_of_its_own() {
         let (status, _, body) = get(&client, addr, "/old").await;
         assert_eq!((status, body.as_str()), (200, "until the end"));
     }
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(script.accepted(), 2);
 }
 
 #[tokio::test]
@@ -158,7 +86,7 @@ async fn an_answer_to_head_has_its_length_and_no_body() {
         assert_eq!((status, body.as_str()), (200, ""));
         assert_eq!(headers["content-length"], "9");
     }
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(script.accepted(), 1);
 }
 
 #[tokio::test]
@@ -181,7 +109,7 @@ async fn a_malformed_answer_is_a_502_and_its_connection_is_not_used_again() {
     }
     let (status, _, body) = get(&client, addr, "/fine").await;
     assert_eq!((status, body.as_str()), (200, "ok"));
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(script.accepted(), 3);
 }
 
 #[tokio::test]
@@ -207,10 +135,10 @@ async fn a_body_without_a_length_goes_in_chunks_and_one_with_a_length_as_it_is()
     let (status, _, _) = send(&client, addr, "POST", "/empty", &[], "").await;
     assert_eq!(status, 201);
 
-    let requests = script.requests.lock().unwrap().clone();
-    let text: Vec<String> = requests
+    let text: Vec<String> = script
+        .requests()
         .iter()
-        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .map(|r| String::from_utf8_lossy(&r.raw).into_owned())
         .collect();
     let chunked = text
         .iter()
@@ -259,7 +187,7 @@ async fn gets_sent_as_the_upstream_closes_each_connection_are_all_answered() {
         let (status, _, body) = get(&client, addr, &format!("/{n}")).await;
         assert_eq!((status, body.as_str()), (200, "ok"), "request {n}");
         // The scripted upstream keeps connections open: close the last one by hand.
-        script.close_all.notify_waiters();
+        script.close_all();
     }
 }
 
@@ -282,18 +210,16 @@ async fn a_get_whose_pooled_connection_closes_unanswered_is_sent_again_and_a_pos
         assert_eq!((status, body.as_str()), (200, "ok"), "GET {n}");
     }
     // The first GET, then each one twice: on its pooled connection, then on a new one.
-    assert_eq!(script.requests.lock().unwrap().len(), 9);
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 5);
+    assert_eq!(script.requests().len(), 9);
+    assert_eq!(script.accepted(), 5);
 
     // A POST is not sent twice: the upstream may have acted on it.
     let (status, _, _) = send(&client, addr, "POST", "/post", &[], "once").await;
     assert_eq!(status, 502);
     let posts = script
-        .requests
-        .lock()
-        .unwrap()
+        .requests()
         .iter()
-        .filter(|r| r.starts_with(b"POST "))
+        .filter(|r| r.raw.starts_with(b"POST "))
         .count();
     assert_eq!(posts, 1);
 }
@@ -312,7 +238,7 @@ async fn an_answer_with_both_lengths_is_read_in_chunks_and_its_connection_not_us
         assert_eq!((status, body.as_str()), (200, "abcdefg"));
         assert!(headers.get("content-length").is_none());
     }
-    assert_eq!(script.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(script.accepted(), 2);
 }
 
 #[tokio::test]
@@ -343,7 +269,8 @@ async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
         while let Ok((mut socket, _)) = listener.accept().await {
             let mut buf = Vec::new();
             while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                if fill(&mut socket, &mut buf).await.is_none() {
+                let len = buf.len();
+                if need(&mut socket, &mut buf, len + 1).await.is_none() {
                     break;
                 }
             }
@@ -377,8 +304,7 @@ async fn an_http2_get_whose_stream_ends_with_an_empty_frame_goes_without_a_body(
         .unwrap();
     let response = within(client.request(request)).await.unwrap();
     assert_eq!(response.status(), 200);
-    let requests = script.requests.lock().unwrap().clone();
-    let head = String::from_utf8_lossy(&requests[0]).into_owned();
+    let head = script.requests()[0].head.clone();
     assert!(head.starts_with("GET /h2 HTTP/1.1\r\n"), "{head}");
     assert!(!head.contains("transfer-encoding"), "{head}");
     assert!(head.ends_with("\r\n\r\n"), "{head}");
