@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use inflight_proxy::{Proxy, StartError};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{budget, client, get, metrics, within};
 
@@ -131,7 +132,19 @@ impl TlsUpstream {
                                 request.method(),
                                 request.uri().path_and_query().unwrap()
                             );
-                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                            let mut response = Response::new(Full::new(Bytes::from(body)));
+                            // `/old`: an HTTP/1.0 answer; `/gzip`: one coded gzip, then
+                            // chunked (hyper's server adds the chunks).
+                            let path = request.uri().path();
+                            if path.starts_with("/old") {
+                                *response.version_mut() = hyper::Version::HTTP_10;
+                            } else if path.starts_with("/gzip") {
+                                response.headers_mut().insert(
+                                    "transfer-encoding",
+                                    hyper::header::HeaderValue::from_static("gzip"),
+                                );
+                            }
+                            Ok::<_, Infallible>(response)
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -444,6 +457,37 @@ async fn an_https_url_to_a_plain_http_upstream_is_a_tls_502_not_a_forwarded_requ
     .await;
     refused_for_tls(&proxy, &log, &["TLS handshake: "]).await;
     assert!(plain.seen().is_empty(), "{:?}", plain.seen());
+}
+
+#[tokio::test]
+async fn an_https_upstreams_answer_goes_out_as_http11_and_one_coded_gzip_is_a_502() {
+    // The answer from hyper's client (TLS upstreams), read as the proxy's own client reads a
+    // plain upstream's: the proxy's own version to the client (an HTTP/1.1 client told
+    // HTTP/1.0 drops its connection), and no transfer coding it could not tell the client of.
+    let pki = pki(&["localhost"]);
+    let upstream = TlsUpstream::start(&pki, &["http/1.1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem).unwrap();
+    let url = format!("https://localhost:{}", upstream.addr.port());
+    let file = budgets_file(dir.path(), &url, "max_concurrent = 2\nca_file = \"ca.pem\"");
+    let (proxy, _) = proxy_at(&file).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET /old HTTP/1.1\r\nhost: p\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut chunk = [0u8; 1024];
+        let n = within(socket.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    let (status, _, body) = get(&client(), addr, "/gzip").await;
+    assert_eq!(status, 502, "{body}");
 }
 
 #[tokio::test]
