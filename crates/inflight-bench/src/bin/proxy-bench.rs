@@ -97,6 +97,11 @@ enum Command {
         /// repeat for more.
         #[arg(long = "pid")]
         pids: Vec<u32>,
+        /// Write every measured request of the open loop to this CSV file (`at_us`, when it
+        /// was scheduled from the start of the measured time; `latency_us`, 0 for no answer;
+        /// `connection`): where in time the slow answers fall.
+        #[arg(long, requires = "rate")]
+        samples: Option<std::path::PathBuf>,
         #[command(flatten)]
         label: Label,
     },
@@ -510,6 +515,7 @@ async fn step(command: Command) -> anyhow::Result<()> {
             timeout,
             upstream,
             pids,
+            samples,
             label,
         } => {
             let target = Target::parse(&url)?;
@@ -530,8 +536,20 @@ async fn step(command: Command) -> anyhow::Result<()> {
                 request_timeout: Duration::from_secs_f64(timeout),
                 pids,
                 count_instructions: false,
+                samples: samples.is_some(),
             };
             let measured = load::run(plan).await?;
+            if let Some(path) = &samples {
+                let mut csv = String::from("at_us,latency_us,connection\n");
+                for sample in &measured.samples {
+                    csv.push_str(&format!(
+                        "{},{},{}\n",
+                        sample.at_us, sample.latency_us, sample.connection
+                    ));
+                }
+                std::fs::write(path, csv)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
             let stats = match upstream {
                 Some(up) => Some(
                     proxy_bench::upstream_stats(up)

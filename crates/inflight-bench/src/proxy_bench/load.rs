@@ -52,6 +52,21 @@ pub struct LoadPlan {
     /// Whether to count the instructions those processes execute over the measured time, with
     /// `perf stat` (see [`super::instructions::probe`]).
     pub count_instructions: bool,
+    /// Whether to keep every measured request of the open loop ([`Sample`]): where in time
+    /// the slow answers fall, which a percentile cannot say.
+    pub samples: bool,
+}
+
+/// One measured request of the open loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Sample {
+    /// When it was scheduled, microseconds from the start of the measured time.
+    pub at_us: u64,
+    /// Its latency (from its scheduled time to its answer's end), microseconds; 0 for a
+    /// request that got no answer.
+    pub latency_us: u64,
+    /// The connection it was sent on.
+    pub connection: u32,
 }
 
 /// What a load run measured.
@@ -107,6 +122,10 @@ pub struct LoadReport {
     /// Why instructions asked for were not counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions_error: Option<String>,
+    /// Every measured request of the open loop, in the order scheduled, when the plan asked
+    /// for them (not in the JSON line).
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
 }
 
 #[derive(Default)]
@@ -118,6 +137,7 @@ struct Tally {
     ok: Option<Histogram<u64>>,
     lag: Option<Histogram<u64>>,
     wait: Option<Histogram<u64>>,
+    samples: Vec<Sample>,
 }
 
 impl Tally {
@@ -134,6 +154,7 @@ impl Tally {
     fn merge(&mut self, other: Tally) {
         self.sent += other.sent;
         self.errors += other.errors;
+        self.samples.extend(other.samples);
         for (status, n) in other.statuses {
             *self.statuses.entry(status).or_default() += n;
         }
@@ -203,7 +224,14 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
                 Loop::Open { rate } => {
                     let offset = Duration::from_secs_f64(i as f64 / rate);
                     let period = Duration::from_secs_f64(plan.connections as f64 / rate);
-                    open(&mut conn, &clock, start + offset, period, measure_from, end).await
+                    let keep = plan.samples.then_some(i as u32);
+                    let schedule = Schedule {
+                        first: start + offset,
+                        period,
+                        measure_from,
+                        end,
+                    };
+                    open(&mut conn, &clock, schedule, keep).await
                 }
             }
         }));
@@ -255,6 +283,9 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
     for task in tasks {
         tally.merge(task.await.expect("a load task does not panic"));
     }
+    tally
+        .samples
+        .sort_unstable_by_key(|s| (s.at_us, s.connection));
     let (cpu, counted, steal) = cpu.await.expect("the CPU reading does not panic")?;
     if let Some(spinner) = spinner {
         spinner.abort();
@@ -297,6 +328,7 @@ pub async fn run(plan: LoadPlan) -> Result<LoadReport, ProxyBenchError> {
             .filter(|_| answers > 0)
             .map(|n| n as f64 / answers as f64),
         instructions_error: counted.and_then(Result::err),
+        samples: tally.samples,
     })
 }
 
@@ -344,14 +376,28 @@ async fn closed(conn: &mut Connection, measure_from: Instant, end: Instant) -> T
     }
 }
 
-async fn open(
-    conn: &mut Connection,
-    clock: &SpinClock,
+/// One open-loop connection's sends: every `period` from `first` until `end`, measured from
+/// `measure_from`.
+struct Schedule {
     first: Instant,
     period: Duration,
     measure_from: Instant,
     end: Instant,
+}
+
+/// One connection of the open loop; `keep`, its number, when every request is kept.
+async fn open(
+    conn: &mut Connection,
+    clock: &SpinClock,
+    schedule: Schedule,
+    keep: Option<u32>,
 ) -> Tally {
+    let Schedule {
+        first,
+        period,
+        measure_from,
+        end,
+    } = schedule;
     let mut tally = Tally::new();
     let mut k: u32 = 0;
     // When the connection was last free: the end of the answer before.
@@ -366,6 +412,13 @@ async fn open(
         let sent = Instant::now();
         let outcome = conn.get().await;
         if scheduled >= measure_from {
+            if let Some(connection) = keep {
+                tally.samples.push(Sample {
+                    at_us: micros(scheduled - measure_from),
+                    latency_us: outcome.map_or(0, |(_, done)| micros(done - scheduled)),
+                    connection,
+                });
+            }
             tally.record(outcome, scheduled, free.max(scheduled), sent);
         }
         free = Instant::now();

@@ -497,6 +497,7 @@ impl Bench<'_> {
                 && self.instructions.measured
                 && self.instructions.tool == "perf"
                 && !pids.is_empty(),
+            samples: false,
         }
     }
 

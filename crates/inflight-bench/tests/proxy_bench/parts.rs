@@ -25,6 +25,7 @@ fn plan(url: &str, connections: usize, mode: Loop, duration: Duration) -> LoadPl
         request_timeout: Duration::from_secs(10),
         pids: Vec::new(),
         count_instructions: false,
+        samples: false,
     }
 }
 
@@ -62,12 +63,10 @@ async fn an_open_loop_sends_its_schedule_whatever_the_answers_do() {
     // asks 100/s, so every one of the 100 scheduled requests in the measured second is sent.
     let up = upstream(Duration::from_millis(20)).await;
     let url = format!("http://{}/slow", up.local_addr());
-    let report = load::run(plan(
-        &url,
-        4,
-        Loop::Open { rate: 100.0 },
-        Duration::from_secs(1),
-    ))
+    let report = load::run(LoadPlan {
+        samples: true,
+        ..plan(&url, 4, Loop::Open { rate: 100.0 }, Duration::from_secs(1))
+    })
     .await
     .unwrap();
     assert_eq!(report.sent, 100);
@@ -76,6 +75,22 @@ async fn an_open_loop_sends_its_schedule_whatever_the_answers_do() {
     assert!(report.send_lag_ms.is_some());
     // Latency runs from the scheduled send, so it is never below the service time.
     assert!(report.latency_ms.p50 >= 20.0, "{:?}", report.latency_ms);
+    // Every measured request kept, in the order scheduled, 10 ms apart over the 4 connections.
+    let samples = &report.samples;
+    assert_eq!(samples.len(), 100);
+    assert!(samples.windows(2).all(|w| w[0].at_us <= w[1].at_us));
+    assert!(samples.last().unwrap().at_us < 1_000_000);
+    for connection in 0..4 {
+        assert_eq!(
+            samples
+                .iter()
+                .filter(|s| s.connection == connection)
+                .count(),
+            25
+        );
+    }
+    let answered = samples.iter().filter(|s| s.latency_us >= 20_000).count() as u64;
+    assert_eq!(answered, report.ok);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,4 +226,50 @@ async fn a_fixed_count_sends_exactly_that_many() {
     assert_eq!(up.requests(), 103);
     // Four connections, one request at a time each.
     assert!(up.peak() <= 4, "peak {}", up.peak());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_writes_every_measured_request_to_its_samples_file() {
+    let up = upstream(Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (out, csv) = (dir.path().join("out.jsonl"), dir.path().join("s.csv"));
+    let url = format!("http://{}/", up.local_addr());
+    let load = |extra: &[&str]| {
+        let mut cmd = tokio::process::Command::new(super::support::proxy_bench());
+        cmd.args([
+            "load",
+            "--url",
+            &url,
+            "--connections",
+            "2",
+            "--duration",
+            "0.5",
+        ])
+        .args([
+            "--warmup", "0", "--case", "latency", "--proxy", "direct", "--out",
+        ])
+        .arg(&out)
+        .args(extra)
+        .arg("--samples")
+        .arg(&csv);
+        cmd.output()
+    };
+    let done = load(&["--rate", "100"]).await.unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("at_us,latency_us,connection"));
+    let rows: Vec<Vec<u64>> = lines
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 50, "{text}");
+    assert!(rows.iter().all(|r| r[1] > 0 && r[2] < 2), "{text}");
+    // Without a rate (a closed loop) there is no schedule to sample: refused, as a usage error.
+    let refused = load(&[]).await.unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--rate"));
 }

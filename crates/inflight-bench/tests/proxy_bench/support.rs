@@ -68,6 +68,7 @@ fn report(
         proxy_instructions: None,
         proxy_instructions_per_answer: None,
         instructions_error: None,
+        samples: Vec::new(),
     }
 }
 
