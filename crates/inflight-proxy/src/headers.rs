@@ -145,23 +145,18 @@ pub(crate) fn for_upstream(
         headers.insert(FORWARDED_FOR, peer.forwarded.clone());
         return;
     }
-    let earlier: Vec<String> = headers
-        .get_all(&FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect();
-    let mut chain = earlier.join(", ");
-    if !chain.is_empty() {
-        chain.push_str(", ");
+    // The earlier values as bytes: a field value may hold bytes past ASCII (RFC 9110, 5.5),
+    // and an earlier hop is kept whatever it wrote.
+    let mut chain: Vec<u8> = Vec::new();
+    for value in headers.get_all(&FORWARDED_FOR) {
+        let value = value.as_bytes().trim_ascii();
+        if !value.is_empty() {
+            chain.extend_from_slice(value);
+            chain.extend_from_slice(b", ");
+        }
     }
-    chain.push_str(
-        peer.forwarded
-            .to_str()
-            .expect("an IP address is visible ASCII"),
-    );
-    if let Ok(value) = HeaderValue::from_str(&chain) {
+    chain.extend_from_slice(peer.forwarded.as_bytes());
+    if let Ok(value) = HeaderValue::from_bytes(&chain) {
         headers.insert(FORWARDED_FOR, value);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -380,8 +380,9 @@ pub(crate) fn forward(
     log: Log,
 ) -> impl Future<Output = Response<ProxyBody>> + Send + 'static {
     let arrived = Instant::now();
+    let http10 = request.version() == Version::HTTP_10;
     async move {
-        let (state, response) = if request.method() == Method::CONNECT {
+        let (state, mut response) = if request.method() == Method::CONNECT {
             let refused = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "inflight: CONNECT is not proxied\n",
@@ -436,6 +437,12 @@ pub(crate) fn forward(
         state
             .metrics
             .responded(response.status().as_u16(), arrived.elapsed());
+        if http10 && response.body().size_hint().exact().is_none() {
+            // An answer of unknown length to an HTTP/1.0 client is ended by the close: said as
+            // HTTP/1.0, hyper's server closes without promising keep-alive (as HTTP/1.1 it
+            // would say `connection: keep-alive`, then close).
+            *response.version_mut() = Version::HTTP_10;
+        }
         response
     }
 }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -228,7 +229,15 @@ impl AsyncRead for Rewound {
             self.front.advance(n);
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            // When the client last spoke: a connection that idles with a head coming in
+            // pieces is not parked (see `run` in the `conn` module).
+            let now = self.conn.epoch.elapsed().as_millis() as u64;
+            self.conn.last_read.store(now, Ordering::Relaxed);
+        }
+        read
     }
 }
 

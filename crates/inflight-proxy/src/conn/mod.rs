@@ -820,6 +820,15 @@ where
                     Some(_) if park.is_some() && conn.write_blocked.load(Ordering::Relaxed) => {
                         watchdog.as_mut().reset(Instant::now() + idle);
                     }
+                    // The client spoke since the connection became idle: hyper holds the
+                    // start of a head. Parked now, the connection would close after that
+                    // request (a head begun is not given back); the idle timeout still bounds
+                    // a head that never ends (the listener's sweep).
+                    Some(since)
+                        if park.is_some() && conn.last_read.load(Ordering::Relaxed) > since =>
+                    {
+                        watchdog.as_mut().reset(Instant::now() + idle);
+                    }
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
                         if park.is_none() {
                             closing = true;

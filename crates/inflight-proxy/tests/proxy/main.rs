@@ -14,6 +14,8 @@ mod http2;
 mod operations;
 mod page;
 mod ported_client;
+mod ported_reverse_proxy;
+mod ported_server;
 mod refusals;
 mod release;
 mod routes;

@@ -10,10 +10,21 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
-/// How long a closed connection is read on, so that its close is a FIN, not a reset.
+/// How long a closed connection is read on, so that its close is a FIN, not a reset; and how
+/// long the upstream waits for a go-ahead or for the proxy to close.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// The values of header `name` in a head written as text (case-insensitive), in order.
+pub(crate) fn values_in(head: &str, name: &str) -> Vec<String> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+        .collect()
+}
 
 /// One request as the upstream read it.
 #[derive(Debug, Clone)]
@@ -37,6 +48,15 @@ impl Req {
     pub(crate) fn method(&self) -> &str {
         self.head.split(' ').next().unwrap_or("")
     }
+
+    /// The values of its header `name`, in order.
+    pub(crate) fn values(&self, name: &str) -> Vec<String> {
+        values_in(&self.head, name)
+    }
+
+    pub(crate) fn has(&self, name: &str) -> bool {
+        !self.values(name).is_empty()
+    }
 }
 
 /// What the upstream does for a request, in order; then it reads the next request on the same
@@ -44,8 +64,12 @@ impl Req {
 pub(crate) enum Act {
     Write(Vec<u8>),
     Sleep(u64),
+    /// Waits for a permit of this semaphore (the test's go-ahead), taken for good.
+    Wait(Arc<Semaphore>),
     /// Closes the connection (a FIN, after what was written).
     Close,
+    /// Reads until the proxy closes the connection, and counts the close in `Seen::closes`.
+    AwaitClose,
 }
 
 pub(crate) fn wr(bytes: impl AsRef<[u8]>) -> Act {
@@ -53,15 +77,43 @@ pub(crate) fn wr(bytes: impl AsRef<[u8]>) -> Act {
 }
 
 /// What the upstream saw.
-#[derive(Default)]
 pub(crate) struct Seen {
     requests: Mutex<Vec<Req>>,
     accepted: AtomicUsize,
     /// Closes every open connection: an idle one at once, a busy one once it has answered.
     close_all: Notify,
+    /// A permit per request read.
+    arrived: Semaphore,
+    /// A permit per request head read (before its body).
+    pub(crate) heads: Semaphore,
+    /// A permit per connection the proxy closed while the upstream awaited it, or in the middle
+    /// of a request.
+    pub(crate) closes: Semaphore,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            requests: Mutex::default(),
+            accepted: AtomicUsize::new(0),
+            close_all: Notify::new(),
+            arrived: Semaphore::new(0),
+            heads: Semaphore::new(0),
+            closes: Semaphore::new(0),
+        }
+    }
 }
 
 impl Seen {
+    /// Waits (a few seconds at most) for the next request to arrive.
+    pub(crate) async fn arrival(&self) {
+        tokio::time::timeout(DRAIN, self.arrived.acquire())
+            .await
+            .expect("a request at the upstream")
+            .unwrap()
+            .forget();
+    }
+
     pub(crate) fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
@@ -95,10 +147,13 @@ pub(crate) async fn upstream(
                 let mut buf = Vec::new();
                 for nth in 0.. {
                     let request = tokio::select! {
-                        request = read_request(&mut socket, &mut buf) => request,
-                        () = seen.close_all.notified() => None,
+                        request = read_request(&mut socket, &mut buf, &seen.heads) => request,
+                        () = seen.close_all.notified() => return,
                     };
                     let Some((raw, head_len, body)) = request else {
+                        if !buf.is_empty() {
+                            seen.closes.add_permits(1);
+                        }
                         return;
                     };
                     let head = String::from_utf8_lossy(&raw[..head_len]).into_owned();
@@ -110,6 +165,7 @@ pub(crate) async fn upstream(
                         body,
                     };
                     seen.requests.lock().unwrap().push(req.clone());
+                    seen.arrived.add_permits(1);
                     for act in script(&req) {
                         match act {
                             Act::Write(bytes) => {
@@ -118,6 +174,23 @@ pub(crate) async fn upstream(
                                 }
                             }
                             Act::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                            Act::Wait(go) => {
+                                if let Ok(Ok(permit)) =
+                                    tokio::time::timeout(DRAIN * 2, go.acquire()).await
+                                {
+                                    permit.forget();
+                                }
+                            }
+                            Act::AwaitClose => {
+                                let mut sink = [0u8; 1024];
+                                let closed = async {
+                                    while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+                                };
+                                if tokio::time::timeout(DRAIN * 2, closed).await.is_ok() {
+                                    seen.closes.add_permits(1);
+                                }
+                                return;
+                            }
                             Act::Close => {
                                 let _ = socket.shutdown().await;
                                 // Read on, so that the close is a FIN, not a reset.
@@ -159,10 +232,12 @@ pub(crate) async fn line(socket: &mut TcpStream, buf: &mut Vec<u8>, from: usize)
 }
 
 /// One request off `socket`: its raw bytes, the length of its head, and its body (by
-/// `content-length`, or chunks with their trailers); `None` at the connection's end.
+/// `content-length`, or chunks with their trailers); `None` at the connection's end. A permit
+/// of `heads` when its head is in.
 async fn read_request(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
+    heads: &Semaphore,
 ) -> Option<(Vec<u8>, usize, Vec<u8>)> {
     let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -171,6 +246,7 @@ async fn read_request(
         let len = buf.len();
         need(socket, buf, len + 1).await?;
     };
+    heads.add_permits(1);
     let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
     let length = head
         .lines()
@@ -186,7 +262,7 @@ async fn read_request(
         loop {
             let eol = line(socket, buf, at).await?;
             let text = String::from_utf8_lossy(&buf[at..eol]).into_owned();
-            let size = usize::from_str_radix(text.split(';').next().unwrap().trim(), 16).unwrap();
+            let size = usize::from_str_radix(text.split(';').next()?.trim(), 16).ok()?;
             at = eol + 2;
             if size == 0 {
                 // Trailers, up to the empty line.
