@@ -110,7 +110,8 @@ pub enum TryAcquireError {
     /// The budget keeps its permits in a shared store, which cannot be asked without waiting.
     #[error("the budget's permits are in a shared store; use acquire")]
     WouldWait,
-    /// The budget's rate limit lets the next call start only later.
+    /// The budget's rate limit lets the next call start only later:
+    /// [`Budget::rate_ready_in`](super::Budget::rate_ready_in) says when.
     #[error("the rate limit lets the next call start only later")]
     RateLimited,
     /// The dependency asked for a pause (see [`Verdict`](crate::limit::Verdict)) that is still

@@ -1,5 +1,6 @@
-//! [`Budget::rate_limited_for`](crate::Budget::rate_limited_for): how long a budget's rate gate
-//! would keep a new caller out, for a refusal's `Retry-After`.
+//! [`Budget::rate_limited_for`](crate::Budget::rate_limited_for) and
+//! [`Budget::rate_ready_in`](crate::Budget::rate_ready_in): how long a budget's rate gate would
+//! keep a new caller out, for a refusal's `Retry-After`.
 
 use std::time::Duration;
 
@@ -47,5 +48,36 @@ impl Budget {
             Some(deadline) => wait.saturating_sub(deadline),
             None => Duration::ZERO,
         })
+    }
+
+    /// How long from now until the budget's rate limit would let a caller start at once, as
+    /// [`try_acquire`](Budget::try_acquire) asks, if nobody else asks meanwhile: zero when a
+    /// slot is free now; `None` when the budget has no rate limit. A caller refused with
+    /// [`TryAcquireError::RateLimited`](crate::TryAcquireError::RateLimited) gets in after this
+    /// long (governor's `NotUntil::wait_time_from`); [`rate_limited_for`](Budget::rate_limited_for)
+    /// is the same less what the `permit_timeout` of an [`acquire`](Budget::acquire) waits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inflight::{Budget, BudgetConfig, Rate, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let budget = Budget::new("llm", BudgetConfig::new(8).rate(Rate::per_second(4.0))).unwrap();
+    /// drop(budget.try_acquire().unwrap()); // takes the slot of this quarter second
+    /// assert_eq!(budget.try_acquire().unwrap_err(), TryAcquireError::RateLimited);
+    /// let wait = budget.rate_ready_in().unwrap();
+    /// assert_eq!(wait, Duration::from_millis(250));
+    /// tokio::time::sleep(wait).await;
+    /// assert!(budget.try_acquire().is_ok());
+    /// # }
+    /// ```
+    pub fn rate_ready_in(&self) -> Option<Duration> {
+        let Some(rate) = self.engine().rate.as_ref() else {
+            let store = self.engine().store.as_ref().filter(|s| s.keeps_rate())?;
+            return store.rate_limited_for(self.name(), Some(Duration::ZERO));
+        };
+        let now = Instant::now();
+        Some(rate.earliest(now) - now)
     }
 }
