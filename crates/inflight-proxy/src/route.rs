@@ -696,7 +696,12 @@ fn one_host<B>(request: &Request<B>) -> bool {
 /// Whether `request`'s body is sent in no transfer coding or in chunks alone (RFC 9112, 6.1:
 /// a server answers 501 to a coding it does not know). Hyper's server takes the chunks off a
 /// body coded `gzip, chunked` and leaves the gzip, which the upstream could not be told of.
-fn coding_known<B>(request: &Request<B>) -> bool {
+fn coding_known<B: Body>(request: &Request<B>) -> bool {
+    // A body of known length (none, or `Content-Length`) came in no transfer coding: its
+    // headers need no look.
+    if request.body().size_hint().exact().is_some() {
+        return true;
+    }
     let headers = request.headers();
     !headers.contains_key(hyper::header::TRANSFER_ENCODING) || headers::chunked_alone(headers)
 }

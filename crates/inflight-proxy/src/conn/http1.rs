@@ -232,10 +232,9 @@ impl AsyncRead for Rewound {
         let before = buf.filled().len();
         let read = Pin::new(&mut self.stream).poll_read(cx, buf);
         if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            // When the client last spoke: a connection that idles with a head coming in
-            // pieces is not parked (see `run` in the `conn` module).
-            let now = self.conn.epoch.elapsed().as_millis() as u64;
-            self.conn.last_read.store(now, Ordering::Relaxed);
+            // The client spoke: a connection that idles with a head coming in pieces is not
+            // parked (see `run` in the `conn` module).
+            self.conn.spoke.store(true, Ordering::Relaxed);
         }
         read
     }

@@ -100,8 +100,11 @@ pub(crate) struct Conn {
     close: Notify,
     /// Whether the client ended its side of the connection (a read of 0 bytes).
     client_ended: AtomicBool,
-    /// Milliseconds since `epoch` at which the client's last bytes were read.
+    /// Milliseconds since `epoch` at which the client's last bytes were read (HTTP/2).
     last_read: AtomicU64,
+    /// HTTP/1.1: whether the client sent bytes since the connection last became idle (the start
+    /// of a head, which parking would lose the connection for).
+    spoke: AtomicBool,
     /// Whether the connection was asked to close, or is closing on its own.
     closing: AtomicBool,
     /// How many requests it has answered (their answers sent, or dropped).
@@ -136,6 +139,7 @@ impl Conn {
             close: Notify::new(),
             client_ended: AtomicBool::new(false),
             last_read: AtomicU64::new(0),
+            spoke: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             answered: AtomicU64::new(0),
             write_blocked: AtomicBool::new(false),
@@ -262,6 +266,7 @@ struct Busy(Arc<Conn>);
 impl Drop for Busy {
     fn drop(&mut self) {
         let now = self.0.epoch.elapsed().as_millis() as u64;
+        self.0.spoke.store(false, Ordering::Relaxed);
         self.0.idle_since.store(now, Ordering::Relaxed);
         self.0.answered.fetch_add(1, Ordering::AcqRel);
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
@@ -824,9 +829,7 @@ where
                     // start of a head. Parked now, the connection would close after that
                     // request (a head begun is not given back); the idle timeout still bounds
                     // a head that never ends (the listener's sweep).
-                    Some(since)
-                        if park.is_some() && conn.last_read.load(Ordering::Relaxed) > since =>
-                    {
+                    Some(_) if park.is_some() && conn.spoke.load(Ordering::Relaxed) => {
                         watchdog.as_mut().reset(Instant::now() + idle);
                     }
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {

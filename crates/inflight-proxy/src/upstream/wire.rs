@@ -205,7 +205,7 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
                 .map_err(|_| Malformed::Head)?;
             headers.append(name, value);
         }
-        let framing = framing(method, status, version, &headers)?;
+        let (framing, listed) = framing(method, status, version, &headers)?;
         let mut keep_alive = keep_alive(version, &headers) && framing != Framing::Close;
         // A `Transfer-Encoding` framed the body (a length alone frames it `Length`).
         if matches!(framing, Framing::Chunked | Framing::Close)
@@ -217,17 +217,10 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
             headers.remove(header::CONTENT_LENGTH);
             keep_alive = false;
         }
-        if let Framing::Length(n) = framing {
+        if let (Framing::Length(n), true) = (framing, listed) {
             // RFC 9110, 8.6: a length said twice, or as a list of one number, goes on as one
             // number.
-            let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
-            let one = lengths
-                .next()
-                .is_some_and(|v| !v.as_bytes().contains(&b','))
-                && lengths.next().is_none();
-            if !one {
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-            }
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
         return Ok(Some(Head {
             status,
@@ -239,18 +232,19 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
     }
 }
 
-/// How the body of an answer with `status` and `headers` to a request of `method` is framed.
+/// How the body of an answer with `status` and `headers` to a request of `method` is framed,
+/// and whether its length was given more than once (in several fields, or as a list).
 fn framing(
     method: &Method,
     status: StatusCode,
     version: Version,
     headers: &HeaderMap,
-) -> Result<Framing, Malformed> {
+) -> Result<(Framing, bool), Malformed> {
     if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return Ok(Framing::Empty);
+        return Ok((Framing::Empty, false));
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
         // Chunked alone, and not in HTTP/1.0 (RFC 9112, 6.3). Any other coding would reach
@@ -258,9 +252,9 @@ fn framing(
         if version != Version::HTTP_11 || !headers::chunked_alone(headers) {
             return Err(Malformed::Coding);
         }
-        return Ok(Framing::Chunked);
+        return Ok((Framing::Chunked, false));
     }
-    let mut length = None;
+    let (mut length, mut given) = (None, 0);
     for value in headers.get_all(header::CONTENT_LENGTH) {
         for part in value.to_str().map_err(|_| Malformed::Length)?.split(',') {
             let part = part.trim();
@@ -272,9 +266,10 @@ fn framing(
                 return Err(Malformed::Length);
             }
             length = Some(n);
+            given += 1;
         }
     }
-    Ok(length.map_or(Framing::Close, Framing::Length))
+    Ok((length.map_or(Framing::Close, Framing::Length), given > 1))
 }
 
 /// Whether the connection stays open after an answer with `headers` (RFC 9112, section 9.3).

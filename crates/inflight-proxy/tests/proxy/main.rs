@@ -1,11 +1,13 @@
 //! End-to-end tests of the proxy against real upstreams on 127.0.0.1: one binary, a module per
-//! area, helpers in `support` (and `scripted`, an upstream that writes answers byte by byte).
+//! area, helpers in `support`, `scripted` (an upstream that writes answers byte by byte) and
+//! `fetched` (a client's whole answer, and the bound on every wait).
 
 mod backpressure;
 mod classes;
 mod clients;
 mod config;
 mod connections;
+mod fetched;
 mod fleet;
 mod forward;
 mod framing;

@@ -5,106 +5,17 @@
 //! it through, answer 502, cut the body, and whether the upstream connection may carry another
 //! request.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::HeaderMap;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::fetched::{bounded, fetch, get};
 use crate::scripted::{echo, line, need, upstream, wr, Act};
-use crate::support::{client, proxied, TestClient};
-
-/// The bound on each step a test waits for: no test hangs.
-const BOUND: Duration = Duration::from_secs(5);
-
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: nothing within {BOUND:?}"),
-    }
-}
+use crate::support::{client, proxied};
 
 // ---------------------------------------------------------------------------------------------
 // Clients.
-
-/// What a client got: the answer's status and headers, its body (or how it failed), and its
-/// trailers. Status 0: the proxy closed the connection without an answer's head (the body
-/// then says why).
-struct Got {
-    status: u16,
-    headers: HeaderMap,
-    body: Result<Bytes, String>,
-    trailers: Option<HeaderMap>,
-}
-
-impl Got {
-    fn text(&self) -> String {
-        match &self.body {
-            Ok(b) => String::from_utf8_lossy(b).into_owned(),
-            Err(e) => panic!("status {}: the body failed: {e}", self.status),
-        }
-    }
-
-    fn values(&self, name: &str) -> Vec<String> {
-        self.headers
-            .get_all(name)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect()
-    }
-}
-
-async fn fetch(
-    client: &TestClient,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Got {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let request = request.body(Full::new(Bytes::new())).unwrap();
-    let response = match bounded(path, client.request(request)).await {
-        Ok(response) => response,
-        // The proxy closed the connection without an answer's head: what hyper's server does
-        // when an answer's body fails before its first bytes were written.
-        Err(e) => {
-            return Got {
-                status: 0,
-                headers: HeaderMap::new(),
-                body: Err(format!("no answer: {e:?}")),
-                trailers: None,
-            }
-        }
-    };
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let (body, trailers) = match bounded(path, response.into_body().collect()).await {
-        Ok(collected) => {
-            let trailers = collected.trailers().cloned();
-            (Ok(collected.to_bytes()), trailers)
-        }
-        Err(e) => (Err(format!("{e:?}")), None),
-    };
-    Got {
-        status,
-        headers,
-        body,
-        trailers,
-    }
-}
-
-async fn get(client: &TestClient, addr: SocketAddr, path: &str) -> Got {
-    fetch(client, addr, "GET", path, &[]).await
-}
 
 /// A raw answer read off a client's socket: its head, and its body (by `content-length`, in
 /// chunks, or none for a 1xx, 204 or 304).
@@ -320,13 +231,14 @@ async fn a_chunked_answers_trailers_reach_a_client_that_takes_them() {
         "GET",
         "/",
         &[("te", "trailers")],
+        b"",
     )
     .await;
     assert_eq!((got.status, got.text().as_str()), (200, "hello"));
     let trailers = got.trailers.expect("the upstream's trailers, over HTTP/2");
     assert_eq!(trailers["chunky-trailer"], "header data");
     // An HTTP/1.1 client must get them too.
-    let got = fetch(&client(), addr, "GET", "/", &[("te", "trailers")]).await;
+    let got = fetch(&client(), addr, "GET", "/", &[("te", "trailers")], b"").await;
     assert_eq!((got.status, got.text().as_str()), (200, "hello"));
     let head = &seen.requests()[1].head.to_ascii_lowercase();
     assert!(head.contains("te: trailers\r\n"), "{head}");
@@ -351,7 +263,7 @@ async fn pathological_trailers_change_nothing_of_the_framing() {
     .await;
     let (_proxy, addr) = proxied(up).await;
     let client = client();
-    let got = fetch(&client, addr, "GET", "/", &[("te", "trailers")]).await;
+    let got = fetch(&client, addr, "GET", "/", &[("te", "trailers")], b"").await;
     assert_eq!((got.status, got.text().as_str()), (200, "hello"));
     assert!(got.headers.get("content-length").is_none());
     let got = get(&client, addr, "/next").await;
@@ -505,7 +417,7 @@ async fn a_body_after_an_answer_that_has_none_is_not_taken_as_the_next_answer() 
     .await;
     let (_proxy, addr) = proxied(up).await;
     let client = client();
-    let got = fetch(&client, addr, "HEAD", "/head", &[]).await;
+    let got = fetch(&client, addr, "HEAD", "/head", &[], b"").await;
     assert_eq!((got.status, got.text().as_str()), (200, ""));
     assert_eq!(got.values("content-length"), ["11"]);
     let got = get(&client, addr, "/after-head").await;
@@ -536,7 +448,7 @@ async fn answers_without_a_body_leave_the_connection_reusable() {
     let (_proxy, addr) = proxied(up).await;
     let client = client();
     for _ in 0..2 {
-        let got = fetch(&client, addr, "HEAD", "/head", &[]).await;
+        let got = fetch(&client, addr, "HEAD", "/head", &[], b"").await;
         assert_eq!((got.status, got.text().as_str()), (200, ""));
         let got = get(&client, addr, "/204").await;
         assert_eq!((got.status, got.text().as_str()), (204, ""));

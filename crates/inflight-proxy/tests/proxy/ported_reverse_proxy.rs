@@ -11,30 +11,18 @@
 //! have nothing to port. WebSocket upgrades are not proxied: what the proxy does with one is
 //! pinned below.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::HeaderMap;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use crate::fetched::{bounded, fetch, get, Got};
 use crate::scripted::{echo, line, need, upstream, values_in, wr, Act, Seen};
 use crate::support::{budget, client, h2_client, proxied, proxy, TestClient, Upstream};
-
-/// The bound on each step a test waits for: no test hangs.
-const BOUND: Duration = Duration::from_secs(5);
-
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: nothing within {BOUND:?}"),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Clients.
@@ -69,88 +57,6 @@ async fn read_chunks(
         body.extend_from_slice(&buf[at..at + size]);
         at += size + 2;
     }
-}
-
-/// What a client got: the answer's status and headers, its body (or how it failed), and its
-/// trailers. Status 0: no answer's head came (the body then says why).
-struct Got {
-    status: u16,
-    headers: HeaderMap,
-    body: Result<Bytes, String>,
-    trailers: Option<HeaderMap>,
-}
-
-impl Got {
-    fn text(&self) -> String {
-        match &self.body {
-            Ok(b) => String::from_utf8_lossy(b).into_owned(),
-            Err(e) => panic!("status {}: the body failed: {e}", self.status),
-        }
-    }
-
-    fn values(&self, name: &str) -> Vec<String> {
-        self.headers
-            .get_all(name)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect()
-    }
-
-    fn trailer(&self, name: &str) -> Option<String> {
-        self.trailers
-            .as_ref()?
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    }
-}
-
-async fn fetch(
-    client: &TestClient,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Got {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let request = request
-        .body(Full::new(Bytes::copy_from_slice(body)))
-        .unwrap();
-    let response = match bounded(path, client.request(request)).await {
-        Ok(response) => response,
-        Err(e) => {
-            return Got {
-                status: 0,
-                headers: HeaderMap::new(),
-                body: Err(format!("no answer: {e:?}")),
-                trailers: None,
-            }
-        }
-    };
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let (body, trailers) = match bounded(path, response.into_body().collect()).await {
-        Ok(collected) => {
-            let trailers = collected.trailers().cloned();
-            (Ok(collected.to_bytes()), trailers)
-        }
-        Err(e) => (Err(format!("{e:?}")), None),
-    };
-    Got {
-        status,
-        headers,
-        body,
-        trailers,
-    }
-}
-
-async fn get(client: &TestClient, addr: SocketAddr, path: &str) -> Got {
-    fetch(client, addr, "GET", path, &[], b"").await
 }
 
 /// An answer read off a raw client socket.
@@ -1314,7 +1220,10 @@ async fn very_large_headers_pass_both_ways() {
     )
     .await;
     assert_eq!((got.status, got.text().as_str()), (200, "ok"));
-    assert_eq!(seen.requests()[0].values("x-big"), std::slice::from_ref(&big_request));
+    assert_eq!(
+        seen.requests()[0].values("x-big"),
+        std::slice::from_ref(&big_request)
+    );
     assert_eq!(got.values("x-big"), [big_answer]);
     // HTTP/2 (hyper's client takes header lists of 16 KiB).
     let got = get(&h2_client(), addr, "/small").await;

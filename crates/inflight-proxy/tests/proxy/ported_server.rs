@@ -6,7 +6,6 @@
 //! quiet (100 ms once it answered two requests), and served by a new hyper connection when the
 //! client sends again, so pauses of 15, 120 and 250 ms are put where parking may happen.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -14,18 +13,9 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::fetched::{bounded, BOUND};
 use crate::scripted::{upstream as scripted, wr};
 use crate::support::{h2_client, metrics, proxied, send, until, Upstream};
-
-/// The bound on each step a test waits for: no test hangs.
-const BOUND: Duration = Duration::from_secs(5);
-
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: nothing within {BOUND:?}"),
-    }
-}
 
 async fn pause(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
