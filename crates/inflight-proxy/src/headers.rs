@@ -62,21 +62,6 @@ fn remove_found_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Whether the `Transfer-Encoding` of `headers` is `chunked` and nothing else: one coding,
-/// however many fields or blanks it is written with.
-pub(crate) fn chunked_alone(headers: &HeaderMap) -> bool {
-    let mut codings = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|c| !c.is_empty());
-    codings
-        .next()
-        .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
-        && codings.next().is_none()
-}
-
 /// `X-Forwarded-For`.
 const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 

@@ -32,7 +32,7 @@ use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::sweep::Sweeper;
 use crate::upstream::answer::AnswerBody;
-use crate::upstream::{Http1Pool, Malformed, Pooled, UpstreamError};
+use crate::upstream::{chunked_alone, Http1Pool, Malformed, Pooled, UpstreamError};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
@@ -81,8 +81,7 @@ impl Future for Sent<'_> {
                     *response.version_mut() = Version::HTTP_11;
                 }
                 let headers = response.headers();
-                if headers.contains_key(hyper::header::TRANSFER_ENCODING)
-                    && !headers::chunked_alone(headers)
+                if headers.contains_key(hyper::header::TRANSFER_ENCODING) && !chunked_alone(headers)
                 {
                     return Err(UpstreamError::Malformed(Malformed::Coding));
                 }
@@ -703,7 +702,7 @@ fn coding_known<B: Body>(request: &Request<B>) -> bool {
         return true;
     }
     let headers = request.headers();
-    !headers.contains_key(hyper::header::TRANSFER_ENCODING) || headers::chunked_alone(headers)
+    !headers.contains_key(hyper::header::TRANSFER_ENCODING) || chunked_alone(headers)
 }
 
 fn target_refused() -> Response<ProxyBody> {

@@ -25,8 +25,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use answer::AnswerBody;
-pub(crate) use wire::Malformed;
 use wire::Sending;
+pub(crate) use wire::{chunked_alone, Malformed};
 
 /// A pooled connection's read buffer: what it starts with, and what it grows by.
 const READ_BUF: usize = 8 * 1024;

@@ -5,8 +5,6 @@ use bytes::{Bytes, BytesMut};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, StatusCode, Version};
 
-use crate::headers;
-
 /// The most headers an answer may have (hyper's default, too).
 const MAX_HEADERS: usize = 100;
 
@@ -249,7 +247,7 @@ fn framing(
     if headers.contains_key(header::TRANSFER_ENCODING) {
         // Chunked alone, and not in HTTP/1.0 (RFC 9112, 6.3). Any other coding would reach
         // the client unsaid once the proxy's own framing replaces the upstream's.
-        if version != Version::HTTP_11 || !headers::chunked_alone(headers) {
+        if version != Version::HTTP_11 || !chunked_alone(headers) {
             return Err(Malformed::Coding);
         }
         return Ok((Framing::Chunked, false));
@@ -270,6 +268,21 @@ fn framing(
         }
     }
     Ok((length.map_or(Framing::Close, Framing::Length), given > 1))
+}
+
+/// Whether the `Transfer-Encoding` of `headers` is `chunked` and nothing else: one coding,
+/// however many fields or blanks it is written with.
+pub(crate) fn chunked_alone(headers: &HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty());
+    codings
+        .next()
+        .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
 }
 
 /// Whether the connection stays open after an answer with `headers` (RFC 9112, section 9.3).
