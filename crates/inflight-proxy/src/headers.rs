@@ -81,9 +81,10 @@ impl Peer {
     }
 }
 
-/// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out (the
-/// proxy answered it), `Host` set to `authority` unless `preserve_host` (and the client sent
-/// one), and `peer` appended to `X-Forwarded-For`.
+/// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out,
+/// `Host` set to `authority` unless `preserve_host` (and the client sent one), and `peer`
+/// appended to `X-Forwarded-For`. Answers whether the request expected `100 Continue` (the
+/// proxy's own HTTP/1.1 client asks the upstream for it again, and waits for its word).
 ///
 /// One pass over the names tells which of these the request has: most have none but `Host`,
 /// and each look-up by name hashes it.
@@ -92,7 +93,7 @@ pub(crate) fn for_upstream(
     authority: &HeaderValue,
     preserve_host: bool,
     peer: &Peer,
-) {
+) -> bool {
     let (mut hop, mut expect, mut host, mut forwarded) = (false, false, false, false);
     for name in headers.keys() {
         if is_hop_by_hop(name) {
@@ -119,16 +120,19 @@ pub(crate) fn for_upstream(
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
     }
-    if expect {
-        headers.remove(header::EXPECT);
-    }
+    // `Expect` goes; whether it asked for `100 Continue` is told back, for the client that can
+    // wait for the upstream's.
+    let continues = expect
+        && headers
+            .remove(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if !host || !preserve_host {
         // `insert`, not a value replaced in place: it drops any second `Host` too.
         headers.insert(header::HOST, authority.clone());
     }
     if !forwarded {
         headers.insert(FORWARDED_FOR, peer.forwarded.clone());
-        return;
+        return continues;
     }
     // The earlier values as bytes: a field value may hold bytes past ASCII (RFC 9110, 5.5),
     // and an earlier hop is kept whatever it wrote.
@@ -144,6 +148,7 @@ pub(crate) fn for_upstream(
     if let Ok(value) = HeaderValue::from_bytes(&chain) {
         headers.insert(FORWARDED_FOR, value);
     }
+    continues
 }
 
 #[cfg(test)]

@@ -45,11 +45,12 @@ pub(crate) enum UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// Sends `request`. The request goes into the returned future at once, which holds it only
-    /// inside its box.
-    fn request(&self, request: Request<Incoming>) -> Sent<'_> {
+    /// Sends `request`; `continues`: its client expects `100 Continue` before it sends the
+    /// body (the proxy's own client waits for the upstream's; hyper's sends the body at once).
+    /// The request goes into the returned future at once, which holds it only inside its box.
+    fn request(&self, request: Request<Incoming>, continues: bool) -> Sent<'_> {
         match self {
-            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request))),
+            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request, continues))),
             UpstreamClient::Plain(client) => Sent::Legacy(client.request(request)),
             UpstreamClient::Tls(client) => Sent::Legacy(client.request(request)),
         }
@@ -507,13 +508,13 @@ fn forward_call<'a>(
         } else {
             Version::HTTP_11
         };
-        headers::for_upstream(
+        let continues = headers::for_upstream(
             request.headers_mut(),
             &state.authority,
             state.route.preserve_host(),
             &peer,
         );
-        state.client.request(request)
+        state.client.request(request, continues)
     });
     async move {
         let replied = |state: &RouteState, reason: Reason| replied(state, reason, grpc);
@@ -792,7 +793,7 @@ mod tests {
             ),
             (
                 "Http1Pool::request",
-                returned(|| Http1Pool::request(any(), any())),
+                returned(|| Http1Pool::request(any(), any(), any())),
             ),
         ];
         for (name, size) in sizes {

@@ -34,6 +34,11 @@ const READ_BUF: usize = 8 * 1024;
 /// The room a read asks for at least, else the buffer grows by [`READ_BUF`].
 const MIN_READ: usize = 1024;
 
+/// How long a request that expects `100 Continue` waits for the upstream's before its body
+/// goes anyway (RFC 9110, 10.1.1: an upstream may not know the expectation); curl waits as
+/// long.
+const CONTINUE_WAIT: Duration = Duration::from_secs(1);
+
 /// An HTTP/1.1 upstream's pooled connections.
 pub(crate) struct Http1Pool {
     host: String,
@@ -92,6 +97,51 @@ impl Link {
     /// Reads the head of the answer to a request of `method`.
     async fn read_head(&mut self, method: &Method) -> Result<wire::Head, Failed> {
         read_head(&mut self.stream, &mut self.buf, method).await
+    }
+
+    /// For a request whose client expects `100 Continue`: waits for the upstream's (or
+    /// [`CONTINUE_WAIT`]), then sends the body as [`Link::send_body_and_read_head`] does. An
+    /// upstream that answers first (a 413, a 401) gets no body, and its connection carries
+    /// nothing more. The client's body is not read before then, so hyper's server tells the
+    /// client to go on only once the upstream did: a body the upstream refuses is not sent.
+    async fn send_body_when_asked(
+        &mut self,
+        body: (Option<Frame<Bytes>>, Incoming),
+        sending: Sending,
+        method: &Method,
+    ) -> Result<wire::Head, Failed> {
+        let until = Instant::now() + CONTINUE_WAIT;
+        let mut read_any = !self.buf.is_empty();
+        loop {
+            match wire::continued(&mut self.buf) {
+                Ok(Some(true)) => break,
+                Ok(Some(false)) => {
+                    let mut head = self.read_head(method).await?;
+                    head.keep_alive = false;
+                    return Ok(head);
+                }
+                Ok(None) => {}
+                Err(malformed) => {
+                    return Err(Failed::answered(UpstreamError::Malformed(malformed)))
+                }
+            }
+            let (stream, buf) = (&mut self.stream, &mut self.buf);
+            let fill = std::future::poll_fn(|cx| answer::poll_fill(stream, buf, cx));
+            match tokio::time::timeout_at(until, fill).await {
+                // No word from the upstream: the body goes all the same.
+                Err(_) => break,
+                Ok(Ok(0)) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the upstream closed the connection before its answer's head",
+                    );
+                    return Err(Failed::new(UpstreamError::Io(e), !read_any));
+                }
+                Ok(Ok(_)) => read_any = true,
+                Ok(Err(e)) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
+            }
+        }
+        self.send_body_and_read_head(body, sending, method).await
     }
 
     /// Sends a request's body as it comes from the client, framed as `sending` says, while the
@@ -320,8 +370,9 @@ impl Http1Pool {
     pub(crate) fn request(
         self: &Arc<Self>,
         request: Request<Incoming>,
+        continues: bool,
     ) -> impl Future<Output = Pooled> + Send + '_ {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let mut taken = self.take();
         // Written into the buffer the connection keeps for it, or a new one.
         let mut head = taken
@@ -330,6 +381,14 @@ impl Http1Pool {
             .unwrap_or_default();
         head.clear();
         let empty = body.is_end_stream();
+        // The upstream is asked for `100 Continue` again, for a body it may refuse unread.
+        let expects = continues && !empty && !wire::bodiless(&parts.method);
+        if expects {
+            parts.headers.insert(
+                hyper::header::EXPECT,
+                hyper::header::HeaderValue::from_static("100-continue"),
+            );
+        }
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
@@ -360,7 +419,7 @@ impl Http1Pool {
                 Some(link) => (link, true),
                 None => (Box::pin(self.connect()).await?, false),
             };
-            match exchange(link, &head, body, sending, &method).await {
+            match exchange(link, &head, body, sending, &method, expects).await {
                 Ok((answer, mut link)) => {
                     link.out = head;
                     Ok(self.answer(answer, link))
@@ -368,7 +427,7 @@ impl Http1Pool {
                 Err(failed) if failed.unanswered && pooled && again => {
                     Box::pin(async {
                         let link = self.connect().await?;
-                        let (answer, link) = exchange(link, &head, None, sending, &method)
+                        let (answer, link) = exchange(link, &head, None, sending, &method, false)
                             .await
                             .map_err(|f| f.error)?;
                         Ok(self.answer(answer, link))
@@ -501,6 +560,7 @@ async fn exchange(
     body: Option<(Option<Frame<Bytes>>, Incoming)>,
     sending: Sending,
     method: &Method,
+    expects: bool,
 ) -> Result<(wire::Head, Box<Link>), Failed> {
     let written = link.stream.write_all(head).await;
     if let Err(e) = written {
@@ -508,6 +568,7 @@ async fn exchange(
     }
     let answer = match body {
         // Boxed apart: most requests have no body, and their future stays small.
+        Some(body) if expects => Box::pin(link.send_body_when_asked(body, sending, method)).await?,
         Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method)).await?,
         None => link.read_head(method).await?,
     };

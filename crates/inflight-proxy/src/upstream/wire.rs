@@ -230,6 +230,37 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
     }
 }
 
+/// While a request waits for the upstream's `100 Continue`: `Some(true)` when `buf` starts
+/// with one (taken out of `buf`), `Some(false)` when it starts with the final answer's head
+/// (left in `buf`, for [`read_head`]), `None` while neither is all there. Other informational
+/// answers before them are passed over.
+pub(crate) fn continued(buf: &mut BytesMut) -> Result<Option<bool>, Malformed> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(Malformed::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(Malformed::TooLarge),
+            Err(_) => return Err(Malformed::Head),
+        };
+        match parsed.code.ok_or(Malformed::Head)? {
+            100 => {
+                let _ = buf.split_to(len);
+                return Ok(Some(true));
+            }
+            // A 101 is refused by `read_head`.
+            102..=199 => {
+                let _ = buf.split_to(len);
+            }
+            _ => return Ok(Some(false)),
+        }
+    }
+}
+
 /// How the body of an answer with `status` and `headers` to a request of `method` is framed,
 /// and whether its length was given more than once (in several fields, or as a list).
 fn framing(
@@ -654,6 +685,24 @@ mod tests {
         );
         let whole = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
         assert_eq!(head(&whole, Method::GET).unwrap_err(), Malformed::TooLarge);
+    }
+
+    #[test]
+    fn a_continue_is_told_from_a_final_answer_and_other_informational_ones_are_passed_over() {
+        let mut buf =
+            BytesMut::from(&b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 100 Con"[..]);
+        assert_eq!(continued(&mut buf), Ok(None));
+        buf.extend_from_slice(b"tinue\r\n\r\nHTTP/1.1 200 OK\r\n");
+        assert_eq!(continued(&mut buf), Ok(Some(true)));
+        assert_eq!(&buf[..], b"HTTP/1.1 200 OK\r\n");
+
+        let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n";
+        let mut buf = BytesMut::from(&answer[..]);
+        assert_eq!(continued(&mut buf), Ok(Some(false)));
+        assert_eq!(&buf[..], answer, "the final answer is left for read_head");
+
+        let mut buf = BytesMut::from(&b"SSH-2.0\r\n\r\n"[..]);
+        assert_eq!(continued(&mut buf), Err(Malformed::Head));
     }
 
     #[test]

@@ -1069,7 +1069,9 @@ async fn pipelined_client_requests_are_answered_in_order() {
 
 #[tokio::test]
 async fn expect_100_continue_is_answered_and_the_body_then_forwarded() {
-    // The client waits for 100 Continue before it sends its body.
+    // The client waits for 100 Continue before it sends its body. The upstream is asked for
+    // it too; this one reads the body first (so the proxy sends it after a second without a
+    // word), and its 100 then comes before its answer, passed over.
     let (up, seen) =
         upstream(|_| vec![wr("HTTP/1.1 100 Continue\r\n\r\n"), Act::Write(OK.to_vec())]).await;
     let (_proxy, addr) = proxied(up).await;
@@ -1087,11 +1089,7 @@ async fn expect_100_continue_is_answered_and_the_body_then_forwarded() {
     assert_eq!(body, b"ok");
     let sent = &seen.requests()[0];
     assert_eq!(sent.body, b"hello");
-    assert!(
-        !sent.head.to_ascii_lowercase().contains("expect:"),
-        "{}",
-        sent.head
-    );
+    assert_eq!(sent.values("expect"), ["100-continue"], "{}", sent.head);
 }
 
 #[tokio::test]

@@ -850,21 +850,56 @@ async fn an_early_answer_to_expect_100_continue_reaches_the_client_and_closes() 
         .await;
 }
 
-/// `expect_continue_waits_for_body_poll`, as hyper's server does it, expects no 100 Continue
-/// before the final answer of an upstream that refused the request without asking for its
-/// body; RFC 9110 section 10.1.1 has a proxy forward the request's head and let the origin
-/// decide. The proxy answers the expectation itself: it takes the permit, sends the upstream the
-/// head without `Expect`, and reads the body at once, so the client gets a 100 and then the
-/// upstream's 413 (and the connection closes after it). The guide says so; this pins it.
+/// `expect_continue_waits_for_body_poll`, as hyper's server does it: no 100 Continue before
+/// the final answer of an upstream that refused the request without asking for its body. The
+/// point of `Expect: 100-continue` is that a client does not send a body that will be refused;
+/// RFC 9110 section 10.1.1 has a proxy forward the request's head and let the origin decide. The
+/// proxy asks the upstream for its `100 Continue` and reads the client's body only once it has
+/// come, so the client gets the 413 alone.
 #[tokio::test]
-async fn a_100_continue_comes_from_the_proxy_before_an_upstreams_refusal() {
+async fn no_100_continue_comes_before_an_upstream_that_refuses_the_body() {
     let (_proxy, addr) = proxied(refusing_upstream().await).await;
     let mut c = Raw::connect(addr).await;
     c.send(UPLOAD).await;
-    let first = c.answer().await;
-    assert_eq!(first.status, 100, "{}", first.head);
-    let last = c.answer().await;
-    assert_eq!(last.status, 413, "{}", last.head);
+    let a = c.answer().await;
+    assert_eq!(
+        a.status, 413,
+        "the proxy sent {:?} before the upstream's refusal",
+        a.head
+    );
+}
+
+/// An upstream that says nothing to `Expect: 100-continue` (it does not know the expectation)
+/// gets the body all the same, once the proxy has waited a second for its word (RFC 9110 section
+/// 10.1.1; curl waits as long): the client's 100 comes then, and the answer after its body.
+#[tokio::test]
+async fn an_upstream_silent_on_expect_gets_the_body_after_a_second() {
+    let (up, seen) = scripted(|req| {
+        let n = req.body.len();
+        vec![wr(format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{n}",
+            n.to_string().len()
+        ))]
+    })
+    .await;
+    let (_proxy, addr) = proxied(up).await;
+    let mut c = Raw::connect(addr).await;
+    let asked = std::time::Instant::now();
+    c.send("POST /quiet HTTP/1.1\r\nHost: example.domain\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+        .await;
+    let a = c.answer().await;
+    assert_eq!(a.status, 100, "{}", a.head);
+    assert!(
+        asked.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        asked.elapsed()
+    );
+    c.send("hello").await;
+    let a = c.answer().await;
+    assert_eq!((a.status, a.text().as_str()), (200, "5"), "{}", a.head);
+    let sent = &seen.requests()[0];
+    assert_eq!(sent.values("expect"), ["100-continue"], "{}", sent.head);
+    assert_eq!(sent.body, b"hello");
 }
 
 // ---------------------------------------------------------------------------------------------
