@@ -156,17 +156,9 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
         let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
         let mut parsed = httparse::Response::new(&mut []);
         let config = httparse::ParserConfig::default();
-        let len = match config.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
-            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
-                return Err(Malformed::TooLarge)
-            }
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                return Err(Malformed::TooLarge)
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(Malformed::TooLarge),
-            Err(_) => return Err(Malformed::Head),
+        let parse = config.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots);
+        let Some(len) = head_len(parse, buf.len())? else {
+            return Ok(None);
         };
         let code = parsed.code.ok_or(Malformed::Head)?;
         let status = StatusCode::from_u16(code).map_err(|_| Malformed::Head)?;
@@ -230,6 +222,22 @@ pub(crate) fn read_head(buf: &mut BytesMut, method: &Method) -> Result<Option<He
     }
 }
 
+/// What a parse of an answer's head in `have` bytes came to: its length once it is all there,
+/// `None` while it is not (and may still fit), or why it is refused.
+fn head_len(
+    parse: Result<httparse::Status<usize>, httparse::Error>,
+    have: usize,
+) -> Result<Option<usize>, Malformed> {
+    match parse {
+        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => Err(Malformed::TooLarge),
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if have > MAX_HEAD => Err(Malformed::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(Malformed::TooLarge),
+        Err(_) => Err(Malformed::Head),
+    }
+}
+
 /// While a request waits for the upstream's `100 Continue`: `Some(true)` when `buf` starts
 /// with one (taken out of `buf`), `Some(false)` when it starts with the final answer's head
 /// (left in `buf`, for [`read_head`]), `None` while neither is all there. Other informational
@@ -238,14 +246,9 @@ pub(crate) fn continued(buf: &mut BytesMut) -> Result<Option<bool>, Malformed> {
     loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Response::new(&mut slots);
-        let len = match parsed.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                return Err(Malformed::TooLarge)
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(Malformed::TooLarge),
-            Err(_) => return Err(Malformed::Head),
+        let parse = parsed.parse(buf);
+        let Some(len) = head_len(parse, buf.len())? else {
+            return Ok(None);
         };
         match parsed.code.ok_or(Malformed::Head)? {
             100 => {

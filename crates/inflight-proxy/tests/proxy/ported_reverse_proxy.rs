@@ -21,43 +21,11 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::fetched::{bounded, fetch, get, Got};
-use crate::scripted::{echo, line, need, upstream, values_in, wr, Act, Seen};
+use crate::scripted::{echo, need, read_chunks, upstream, values_in, wr, Act, Seen};
 use crate::support::{budget, client, h2_client, proxied, proxy, TestClient, Upstream};
 
 // ---------------------------------------------------------------------------------------------
 // Clients.
-
-/// Reads a chunked body that starts at `at` in `buf`: its data, its trailer section, and where
-/// it ends.
-async fn read_chunks(
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    mut at: usize,
-) -> Option<(Vec<u8>, String, usize)> {
-    let mut body = Vec::new();
-    loop {
-        let eol = line(socket, buf, at).await?;
-        let text = String::from_utf8_lossy(&buf[at..eol]).into_owned();
-        let size = usize::from_str_radix(text.split(';').next().unwrap().trim(), 16).ok()?;
-        at = eol + 2;
-        if size == 0 {
-            let start = at;
-            loop {
-                let eol = line(socket, buf, at).await?;
-                let empty = eol == at;
-                at = eol + 2;
-                if empty {
-                    break;
-                }
-            }
-            let trailers = String::from_utf8_lossy(&buf[start..at]).into_owned();
-            return Some((body, trailers, at));
-        }
-        need(socket, buf, at + size + 2).await?;
-        body.extend_from_slice(&buf[at..at + size]);
-        at += size + 2;
-    }
-}
 
 /// An answer read off a raw client socket.
 #[derive(Debug)]

@@ -258,32 +258,45 @@ async fn read_request(
         body.extend_from_slice(&buf[head_end..head_end + length]);
         head_end + length
     } else if head.contains("transfer-encoding:") {
-        let mut at = head_end;
-        loop {
-            let eol = line(socket, buf, at).await?;
-            let text = String::from_utf8_lossy(&buf[at..eol]).into_owned();
-            let size = usize::from_str_radix(text.split(';').next()?.trim(), 16).ok()?;
-            at = eol + 2;
-            if size == 0 {
-                // Trailers, up to the empty line.
-                loop {
-                    let eol = line(socket, buf, at).await?;
-                    let empty = eol == at;
-                    at = eol + 2;
-                    if empty {
-                        break;
-                    }
-                }
-                break at;
-            }
-            need(socket, buf, at + size + 2).await?;
-            body.extend_from_slice(&buf[at..at + size]);
-            at += size + 2;
-        }
+        let (chunks, _trailers, end) = read_chunks(socket, buf, head_end).await?;
+        body = chunks;
+        end
     } else {
         head_end
     };
     Some((buf.drain(..end).collect(), head_end, body))
+}
+
+/// Reads a chunked body that starts at `at` in `buf`: its data, its trailer section, and where
+/// it ends.
+pub(crate) async fn read_chunks(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mut at: usize,
+) -> Option<(Vec<u8>, String, usize)> {
+    let mut body = Vec::new();
+    loop {
+        let eol = line(socket, buf, at).await?;
+        let text = String::from_utf8_lossy(&buf[at..eol]).into_owned();
+        let size = usize::from_str_radix(text.split(';').next().unwrap().trim(), 16).ok()?;
+        at = eol + 2;
+        if size == 0 {
+            let start = at;
+            loop {
+                let eol = line(socket, buf, at).await?;
+                let empty = eol == at;
+                at = eol + 2;
+                if empty {
+                    break;
+                }
+            }
+            let trailers = String::from_utf8_lossy(&buf[start..at]).into_owned();
+            return Some((body, trailers, at));
+        }
+        need(socket, buf, at + size + 2).await?;
+        body.extend_from_slice(&buf[at..at + size]);
+        at += size + 2;
+    }
 }
 
 /// An answer whose body is the request's path (its length alone, for a `HEAD`).
