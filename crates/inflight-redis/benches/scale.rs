@@ -652,22 +652,12 @@ fn gaps(s: &Settings) -> Vec<GapRow> {
         for gap_ms in [0u64, 2, 10] {
             let calls = if gap_ms == 0 { 3000 } else { 500 };
             eprintln!("gaps: {calls} plain SETs, {gap_ms} ms apart");
-            let _: () = redis::cmd("SET")
-                .arg("k")
-                .arg("v")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            plain_set(&mut conn).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
             reset(&[server.1]);
             let cpu_before = cpu(&[server.1]);
             for _ in 0..calls {
-                let _: () = redis::cmd("SET")
-                    .arg("k")
-                    .arg("v")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                plain_set(&mut conn).await;
                 if gap_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(gap_ms)).await;
                 }
@@ -685,6 +675,16 @@ fn gaps(s: &Settings) -> Vec<GapRow> {
         }
         rows
     })
+}
+
+/// One plain `SET`: the floor's call.
+async fn plain_set(conn: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query_async(conn)
+        .await
+        .unwrap();
 }
 
 fn print_gaps(rows: &[GapRow]) {
