@@ -36,6 +36,12 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_millis(10);
 /// and went quiet is still parked after [`PARK_AFTER`], so idle clients hold no buffers.
 pub(crate) const PARK_AFTER_BUSY: Duration = Duration::from_millis(100);
 
+/// How long a connection whose client sends a head in pieces is left as it is between looks:
+/// one whose client sent nothing more for this long, inside a head, is then parked (and so
+/// closes after its request). A client that stalls in its head costs one more look, not one
+/// every [`PARK_AFTER`].
+pub(crate) const HEAD_PIECES: Duration = Duration::from_secs(1);
+
 /// The most hyper buffers of a connection's reads (and queues of its writes): a request's head
 /// (its request line and headers) must fit, or it is answered 431. A head of up to 32 KiB is
 /// always taken; one that arrives in a single read may take up to twice that (48 KiB was

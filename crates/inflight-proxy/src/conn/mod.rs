@@ -825,12 +825,13 @@ where
                     Some(_) if park.is_some() && conn.write_blocked.load(Ordering::Relaxed) => {
                         watchdog.as_mut().reset(Instant::now() + idle);
                     }
-                    // The client spoke since the connection became idle: hyper holds the
-                    // start of a head. Parked now, the connection would close after that
-                    // request (a head begun is not given back); the idle timeout still bounds
-                    // a head that never ends (the listener's sweep).
-                    Some(_) if park.is_some() && conn.spoke.load(Ordering::Relaxed) => {
-                        watchdog.as_mut().reset(Instant::now() + idle);
+                    // The client spoke since the connection became idle (or since the last
+                    // look): hyper holds the start of a head. Parked now, the connection would
+                    // close after that request (a head begun is not given back), so it is
+                    // looked at again later; the idle timeout still bounds a head that never
+                    // ends (the listener's sweep).
+                    Some(_) if park.is_some() && conn.spoke.swap(false, Ordering::Relaxed) => {
+                        watchdog.as_mut().reset(Instant::now() + http1::HEAD_PIECES);
                     }
                     Some(since) if now.saturating_sub(since) >= idle.as_millis() as u64 => {
                         if park.is_none() {
