@@ -10,6 +10,10 @@
 //! - `cmd`
 //! - `output`
 
+// The commands' doc comments are their `--help` text, written for a terminal: `[fleet]` and
+// `<name>` there are a budgets file's table and a placeholder, not links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
