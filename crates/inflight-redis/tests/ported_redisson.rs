@@ -9,12 +9,6 @@
 //! `updateLeaseTime`/per-permit lease times (one lease per fleet), `getInClusterNameMapper`,
 //! semaphore `delete`/`expire`/`isExists`, and `release()` without an acquire (a release needs a
 //! lease the store handed out).
-//!
-//! `testReducePermits` with permits still held is not here: while processes run with different
-//! limits (a rolling change of the setting), a release hands the queue's head a permit under
-//! the releasing process's limit, not the waiter's, so a caller of a lowered limit may be let
-//! in while more than its limit are held. The fleet chapter of the guide says so; the limit
-//! lowered once the old holders are gone is ported (`acquire_after_the_limit_is_lowered_and_raised`).
 
 mod support;
 
@@ -715,5 +709,53 @@ async fn a_waiter_dropped_while_queued_leaves_the_queue() {
     assert!(start.elapsed() < ms(1500), "{:?}", start.elapsed());
     assert_eq!(b.snapshot().held, 0);
     drop(got);
+    assert_eq!(until_empty(&server, "sem", ms(3000)).await, (0, 0));
+}
+
+/// `testReducePermits` with permits still held: the limit lowered to 1 while 3 are held under
+/// the old limit of 3 (a rolling change). A caller of the lowered limit waits until fewer than
+/// 1 are held, also when the old limit's holders release one by one: a permit the old process
+/// gives back goes to the queue's head under the head's own limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_limit_is_not_exceeded_while_old_holders_release() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let old = fleet(&server, ms(5000));
+    let old_store = old.store(3, Fail::Closed);
+    let old_budget = budget("sem", 3, ms(1000), &old_store);
+    let mut held: Vec<_> = futures::future::join_all((0..3).map(|_| old_budget.acquire_owned()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let low = fleet(&server, ms(5000));
+    let low_store = low.store(1, Fail::Closed);
+    let low_budget = budget("sem", 1, ms(10_000), &low_store);
+    let waiter = tokio::spawn(owned(low_budget.clone()));
+    // Queued in Redis before the old holders give anything back.
+    let queued = Instant::now();
+    while zcard(&server, "inflight:{sem}:queue") == 0 {
+        assert!(queued.elapsed() < ms(3000), "the caller never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    for left in (0..3).rev() {
+        drop(held.pop());
+        tokio::time::sleep(ms(300)).await;
+        if left > 0 {
+            assert!(
+                !waiter.is_finished(),
+                "a caller limited to 1 was let in while {left} lease(s) of the old limit are held"
+            );
+        }
+    }
+    let permit = timeout(ms(3000), waiter)
+        .await
+        .expect("let in once none is held")
+        .unwrap()
+        .unwrap();
+    drop(permit);
+    low.shutdown().await;
+    old.shutdown().await;
     assert_eq!(until_empty(&server, "sem", ms(3000)).await, (0, 0));
 }

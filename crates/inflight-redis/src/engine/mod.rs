@@ -279,7 +279,13 @@ impl Engine {
             return self.when_down(budget, deadline, down).await;
         }
         let grants = self.server.grants();
-        let id = self.server.lease_id();
+        // The limit this process asks under goes with the id: a permit handed to it from the
+        // queue by a process of another limit (a rolling change) respects it.
+        let id: Arc<str> = Arc::from(format!(
+            "{}/{}",
+            self.server.lease_id(),
+            self.settings.limit
+        ));
         let budget: Arc<str> = Arc::from(budget);
         // Registered before the first ask, so that a grant told before the answer counts.
         let ticket = grants.register(&id);

@@ -28,7 +28,10 @@ pub(super) const FENCE: &str = include_str!("lua/fence.lua");
 /// at the limit, reclaims expired leases (a holder killed with SIGKILL frees its permits within
 /// one lease); then, unless the budget is learning, while there is room and someone waits,
 /// grants the head of the queue its lease and tells it on its process's channel. So no permit
-/// is free while anyone waits: a newcomer never overtakes the queue.
+/// is free while anyone waits: a newcomer never overtakes the queue. A lease id that ends in
+/// `/N` was asked for under a limit of N (its process's): its waiter is granted only while
+/// fewer than N are held, and keeps the head of the queue until then (processes of different
+/// limits, in a rolling change of it, each hold their own).
 pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// `tell(id)` on one server: `PUBLISH` on the process's channel.

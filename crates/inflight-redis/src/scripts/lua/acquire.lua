@@ -10,6 +10,10 @@ if not first and redis.call('ZSCORE', KEYS[1], id) then
   return {epoch, version, learn_left(), 1, n, reclaimed, 0, 0}
 end
 if n < limit and now >= learn then
+  if not first and redis.call('ZREM', KEYS[2], id) == 1 then
+    -- Queued behind a waiter of a lower limit of its own, which keeps the queue's head.
+    redis.call('ZREM', KEYS[3], id)
+  end
   redis.call('ZADD', KEYS[1], now + lease, id)
   bump()
   return {epoch, version, learn_left(), 1, n + 1, reclaimed, 0, 0}

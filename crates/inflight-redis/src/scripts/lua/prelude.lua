@@ -35,8 +35,16 @@ local function promote()
   end
   local granted = 0
   while n < limit and queued > 0 do
-    local head = redis.call('ZPOPMIN', KEYS[2])[1]
+    local popped = redis.call('ZPOPMIN', KEYS[2])
+    local head = popped[1]
     if not head then break end
+    -- A waiter asked under a limit of its own (after the last '/' of its id): a process whose
+    -- limit was lowered is not let in past it by one that still runs the old one.
+    local own = tonumber(string.match(head, '/(%d+)$'))
+    if own and n >= own then
+      redis.call('ZADD', KEYS[2], popped[2], head)
+      break
+    end
     redis.call('ZREM', KEYS[3], head)
     n = n + redis.call('ZADD', KEYS[1], now + lease, head)
     queued = queued - 1
