@@ -31,6 +31,15 @@ fn budget(name: &str, local: usize, permit_timeout: Duration, store: &RedisStore
         .unwrap()
 }
 
+/// `n` permits of `b`, each granted (in the order asked).
+async fn hold(b: &Budget, n: usize) -> Vec<inflight::OwnedPermit> {
+    futures::future::join_all((0..n).map(|_| b.acquire_owned()))
+        .await
+        .into_iter()
+        .map(|r| r.expect("each permit asked for is granted"))
+        .collect()
+}
+
 /// `b.acquire_owned()` as a `'static` future.
 async fn owned(b: Budget) -> Result<inflight::OwnedPermit, AcquireError> {
     b.acquire_owned().await
@@ -505,11 +514,7 @@ async fn acquire_after_the_limit_is_lowered_and_raised() {
     let old = fleet(&server, ms(5000));
     let old_store = old.store(3, Fail::Closed);
     let old_budget = budget("sem", 3, ms(1000), &old_store);
-    let held: Vec<_> = futures::future::join_all((0..3).map(|_| old_budget.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let held: Vec<_> = hold(&old_budget, 3).await;
     drop(held);
     old.shutdown().await;
     assert_eq!(until_empty(&server, "sem", ms(3000)).await, (0, 0));
@@ -526,11 +531,7 @@ async fn acquire_after_the_limit_is_lowered_and_raised() {
     // Raised to 4.
     let high = fleet(&server, ms(5000)).store(4, Fail::Closed);
     let high_budget = budget("sem", 8, ms(300), &high);
-    let four: Vec<_> = futures::future::join_all((0..4).map(|_| high_budget.acquire_owned()))
-        .await
-        .into_iter()
-        .map(|r| r.expect("the raised limit admits 4"))
-        .collect();
+    let four: Vec<_> = hold(&high_budget, 4).await;
     assert_eq!(
         high_budget.acquire().await.unwrap_err(),
         AcquireError::PermitTimeout
@@ -724,11 +725,7 @@ async fn a_lowered_limit_is_not_exceeded_while_old_holders_release() {
     let old = fleet(&server, ms(5000));
     let old_store = old.store(3, Fail::Closed);
     let old_budget = budget("sem", 3, ms(1000), &old_store);
-    let mut held: Vec<_> = futures::future::join_all((0..3).map(|_| old_budget.acquire_owned()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let mut held: Vec<_> = hold(&old_budget, 3).await;
     let low = fleet(&server, ms(5000));
     let low_store = low.store(1, Fail::Closed);
     let low_budget = budget("sem", 1, ms(10_000), &low_store);

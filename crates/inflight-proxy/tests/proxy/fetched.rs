@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::HeaderMap;
 
-use crate::support::TestClient;
+use crate::support::{request, TestClient};
 
 /// The bound on each step a test waits for: no test hangs.
 pub(crate) const BOUND: Duration = Duration::from_secs(5);
@@ -62,15 +62,7 @@ pub(crate) async fn fetch(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Got {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let request = request
-        .body(Full::new(Bytes::copy_from_slice(body)))
-        .unwrap();
+    let request = request(addr, method, path, headers, Bytes::copy_from_slice(body));
     let response = match bounded(path, client.request(request)).await {
         Ok(response) => response,
         Err(e) => {

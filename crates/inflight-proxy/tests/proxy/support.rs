@@ -234,6 +234,23 @@ pub async fn get(client: &TestClient, addr: SocketAddr, path: &str) -> (u16, Hea
     send(client, addr, "GET", path, &[], "").await
 }
 
+/// A request to the proxy at `addr`: `method` on `path`, with `headers` and `body`.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    request.body(Full::new(body)).unwrap()
+}
+
 pub async fn send(
     client: &TestClient,
     addr: SocketAddr,
@@ -242,15 +259,7 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, HeaderMap, String) {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
+    let request = request(addr, method, path, headers, Bytes::from(body.to_string()));
     let response = within(client.request(request)).await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
