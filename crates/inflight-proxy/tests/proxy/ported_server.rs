@@ -656,6 +656,28 @@ async fn a_first_head_in_small_writes_with_pauses_keeps_the_connection() {
     );
 }
 
+/// A head whose client stalls inside it for longer than a second (the proxy looks again after
+/// one): the connection is parked then, and so is answered with `connection: close` and closed
+/// once the head comes whole. A stalled head costs no look every 10 ms (the 20,000-client test
+/// in `inflight-cli` measures what those cost).
+#[tokio::test]
+async fn a_head_that_stalls_for_seconds_is_answered_then_its_connection_closed() {
+    let (_upstream, _proxy, addr) = setup().await;
+    let mut c = Raw::connect(addr).await;
+    c.send("GET /stalled HTTP/1.1\r\nHost: exam").await;
+    pause(2_500).await;
+    c.send("ple.domain\r\n\r\n").await;
+    let a = c.answer().await;
+    assert_eq!(
+        (a.status, a.text().as_str()),
+        (200, "GET /stalled"),
+        "{}",
+        a.head
+    );
+    assert!(a.connection_has("close"), "{}", a.head);
+    c.expect_closed("the answer to a head that stalled").await;
+}
+
 /// The same for a request after the connection idled (and was parked): its head in pieces
 /// 15 ms apart is answered, and the connection stays usable.
 #[tokio::test]
