@@ -24,8 +24,23 @@ pub(crate) struct Grants {
 #[derive(Debug, Default)]
 struct Slot {
     granted: AtomicBool,
+    /// The latest `(epoch, version)` of the budget a word for this id was told at, when the word
+    /// said it (`id@epoch.version`, the shares script's): a process whose own answer came from
+    /// later than that has nothing to ask.
+    told_at: Mutex<Option<(u64, u64)>>,
+    /// The latest turn handed over to this id (`id@epoch.version+holds.term_ms`), not taken yet.
+    handed: Mutex<Option<Handed>>,
     /// One waiter per slot, so `notify_one`: a word that comes before the waiter waits is kept.
     changed: Notify,
+}
+
+/// A turn of a share handed over to a process by another's report: what it holds now on the
+/// server, as of the budget's `(epoch, version)`, and the time to its term's end (zero: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) at: (u64, u64),
+    pub(crate) holds: usize,
+    pub(crate) term: std::time::Duration,
 }
 
 /// One waiting lease's place in [`Grants`]; leaves it when dropped.
@@ -47,9 +62,21 @@ impl Grants {
         }
     }
 
-    /// The server granted lease `id`.
-    pub(crate) fn grant(&self, id: &str) {
+    /// The server granted lease `id`, or told process `id` to report (`id@epoch.version`: at
+    /// that state of the budget).
+    pub(crate) fn grant(&self, word: &str) {
+        let (id, at, handed) = parse_word(word);
         if let Some(slot) = self.lock().get(id) {
+            if let Some(at) = at {
+                let mut told = slot.told_at.lock().unwrap_or_else(PoisonError::into_inner);
+                *told = Some(told.map_or(at, |t| t.max(at)));
+            }
+            if let Some(handed) = handed {
+                let mut latest = slot.handed.lock().unwrap_or_else(PoisonError::into_inner);
+                if latest.is_none_or(|h| h.at < handed.at) {
+                    *latest = Some(handed);
+                }
+            }
             slot.granted.store(true, Ordering::Release);
             slot.changed.notify_one();
         }
@@ -92,10 +119,61 @@ impl Grants {
     }
 }
 
+/// A word heard on a grants channel: `id`, `id@epoch.version` or
+/// `id@epoch.version+holds.term_ms` (anything past the id that does not parse is left out).
+fn parse_word(word: &str) -> (&str, Option<(u64, u64)>, Option<Handed>) {
+    let Some((id, rest)) = word.split_once('@') else {
+        return (word, None, None);
+    };
+    let pair = |s: &str| -> Option<(u64, u64)> {
+        let (a, b) = s.split_once('.')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    };
+    let (at, turn) = match rest.split_once('+') {
+        Some((at, turn)) => (pair(at), pair(turn)),
+        None => (pair(rest), None),
+    };
+    let handed = at.zip(turn).and_then(|(at, (holds, ms))| {
+        Some(Handed {
+            at,
+            holds: usize::try_from(holds).ok()?,
+            term: std::time::Duration::from_millis(ms),
+        })
+    });
+    (id, at, handed)
+}
+
 impl Ticket {
+    /// The latest turn handed over to this id since the last call, if any.
+    pub(crate) fn take_handed(&self) -> Option<Handed> {
+        self.slot
+            .handed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
     /// Whether the server said this lease was granted.
     pub(crate) fn is_granted(&self) -> bool {
         self.slot.granted.load(Ordering::Acquire)
+    }
+
+    /// The latest `(epoch, version)` this id was told at, if a word said it.
+    pub(crate) fn told_at(&self) -> Option<(u64, u64)> {
+        *self
+            .slot
+            .told_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets a wake to ask again that came before now, for a waiter whose answer just came
+    /// and covers it; a grant is kept (see [`Ticket::is_granted`]). Always `true`.
+    pub(crate) fn settle(&self) -> bool {
+        let wake = self.slot.changed.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        true
     }
 
     /// Returns when the lease is granted, or when its waiter should ask again.
@@ -127,6 +205,48 @@ mod tests {
         assert!(ticket.is_granted());
         drop(ticket);
         assert!(grants.lock().is_empty());
+    }
+
+    #[test]
+    fn a_word_with_the_budgets_state_keeps_the_latest() {
+        let grants = Arc::new(Grants::default());
+        let id: Arc<str> = Arc::from("p");
+        let ticket = grants.register(&id);
+        assert_eq!(ticket.told_at(), None);
+        grants.grant("p@5.7");
+        grants.grant("p@5.3");
+        grants.grant("p@x.1");
+        assert_eq!(ticket.told_at(), Some((5, 7)));
+        grants.grant("p@6.1");
+        assert_eq!(ticket.told_at(), Some((6, 1)));
+        assert!(ticket.is_granted());
+        assert_eq!(ticket.take_handed(), None);
+        grants.grant("p@6.4+2.150");
+        grants.grant("p@6.3+1.0");
+        grants.grant("p@6.9+x.1");
+        assert_eq!(ticket.told_at(), Some((6, 9)));
+        let handed = Handed {
+            at: (6, 4),
+            holds: 2,
+            term: std::time::Duration::from_millis(150),
+        };
+        assert_eq!(ticket.take_handed(), Some(handed));
+        assert_eq!(ticket.take_handed(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_wake_is_forgotten_and_a_grant_kept() {
+        let grants = Arc::new(Grants::default());
+        let id: Arc<str> = Arc::from("a");
+        let ticket = grants.register(&id);
+        grants.set_live(true);
+        assert!(ticket.settle());
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_secs(1), ticket.changed()).await;
+        assert!(waited.is_err(), "the wake of going live was forgotten");
+        grants.grant("a");
+        ticket.settle();
+        assert!(ticket.is_granted());
     }
 
     #[tokio::test(start_paused = true)]

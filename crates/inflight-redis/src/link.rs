@@ -553,7 +553,14 @@ impl Link {
         for source in Scripts::for_node().sources() {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
         }
-        let (cluster, role): (String, Vec<Value>) = pipe.query_async(&mut conn).await?;
+        // The grants channel is subscribed alongside (no round trip of its own): by the time
+        // the connection serves a call, its grants are heard, so a caller queued by its first
+        // ask need not ask again to cover the time before the subscription.
+        let mut subscriber = conn.clone();
+        let channel = scripts::grants_channel(&self.token);
+        let (answer, subscribed) =
+            tokio::join!(pipe.query_async(&mut conn), subscriber.subscribe(channel));
+        let (cluster, role): (String, Vec<Value>) = answer?;
         if cluster.lines().any(|l| l.trim() == "cluster_enabled:1") {
             return Ok(None);
         }
@@ -565,13 +572,11 @@ impl Link {
                 info.addr()
             )));
         }
-        // Grants are heard once the subscription is confirmed (its push sets them live); until
-        // then waiters ask again after short pauses, so the first call need not wait for it.
-        let mut subscriber = conn.clone();
-        let channel = scripts::grants_channel(&self.token);
-        tokio::spawn(async move {
-            let _ = subscriber.subscribe(channel).await;
-        });
+        // Grants are heard once the subscription is confirmed (its push sets them live); if it
+        // failed, waiters ask again after short pauses until a reconnect subscribes again.
+        if subscribed.is_ok() {
+            self.grants.set_live(true);
+        }
         Ok(Some(Current {
             conn: Conn::Node(conn),
             kind,

@@ -135,6 +135,17 @@ async fn calls_that_follow_each_other_cost_one_script_each() {
         }
         tokio::time::sleep(ms(10)).await;
     }
+    let (evalsha, other, stats) = round_trips(&server);
+    assert_eq!(
+        evalsha, 101,
+        "each acquire takes the previous call's release along; the last release goes alone: {stats}"
+    );
+    assert_eq!(other, 0, "nothing else: {stats}");
+}
+
+/// Since the last `CONFIG RESETSTAT`: the scripts Redis received, the other commands clients
+/// sent (the scripts' own and the test's left out), and the stats.
+fn round_trips(server: &RedisServer) -> (u64, u64, String) {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
@@ -158,11 +169,52 @@ async fn calls_that_follow_each_other_cost_one_script_each() {
             other += calls(line);
         }
     }
+    (evalsha, other, stats)
+}
+
+/// A new process whose first call is queued asks once: its grants channel is subscribed as its
+/// connection is made, so the first answer covers the time before the channel was heard, and
+/// the grant comes on the channel. (Before, it asked again as soon as the channel went live.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_queued_by_its_first_call_asks_once() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let a_store = fleet(&server, ms(5000)).store(1, Fail::Closed);
+    let a = budget("records", 1, ms(5000), &a_store);
+    let held = a.acquire().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut server.conn())
+        .unwrap();
+    let b_store = fleet(&server, ms(5000)).store(1, Fail::Closed);
+    let b = budget("records", 1, ms(5000), &b_store);
+    let waiter = tokio::spawn(async move { b.acquire().await.map(drop) });
+    for _ in 0..100 {
+        if server.queued("records") == 1 {
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert_eq!(server.queued("records"), 1, "b waits in the fleet's queue");
+    tokio::time::sleep(ms(300)).await;
+    drop(held);
+    tokio::time::timeout(ms(3000), waiter)
+        .await
+        .expect("the release hands the permit over on the channel")
+        .unwrap()
+        .unwrap();
+    for _ in 0..100 {
+        if server.holders("records").is_empty() {
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    let (evalsha, _, stats) = round_trips(&server);
     assert_eq!(
-        evalsha, 101,
-        "each acquire takes the previous call's release along; the last release goes alone: {stats}"
+        evalsha, 3,
+        "b's one ask, a's release, b's release (a queued first call asks once): {stats}"
     );
-    assert_eq!(other, 0, "nothing else: {stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

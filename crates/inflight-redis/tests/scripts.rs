@@ -350,7 +350,12 @@ fn the_shares_script_splits_max_min_and_grows_only_from_free_permits() {
         (1, 0, 0, 100, 2)
     );
     let message = pubsub.get_message().unwrap();
-    assert_eq!(message.get_payload::<String>().unwrap(), p1);
+    let word = message.get_payload::<String>().unwrap();
+    let (id, at) = word.split_once('@').unwrap();
+    assert_eq!(id, p1);
+    // Told at the budget's state after p2's report: p1's own next report comes later.
+    let (epoch, version) = at.split_once('.').unwrap();
+    assert!(epoch.parse::<u64>().unwrap() > 0 && version.parse::<u64>().unwrap() >= 2);
     // p1 still runs 450: it keeps 450 reserved, and may admit up to its share of 412.
     assert_eq!(
         shares(conn, p1, (900, 450, 2), 5000, false),
@@ -379,35 +384,74 @@ fn the_shares_script_splits_max_min_and_grows_only_from_free_permits() {
     );
 }
 
+/// A shares report of process `p`, wanting one, on `budget` with a limit of 2 (the turns'
+/// tests): `(holding, seq)`, the lease, and what it has seen of the budget.
+fn turn(
+    conn: &mut redis::Connection,
+    budget: &str,
+    p: &str,
+    (holding, seq): (u64, u64),
+    lease_ms: u64,
+    seen: (u64, u64),
+) -> Shares {
+    scripts()
+        .shares
+        .key(&share_keys(budget)[..])
+        .arg(p)
+        .arg(1)
+        .arg(holding)
+        .arg(seq)
+        .arg(2)
+        .arg(lease_ms)
+        .arg(0)
+        .arg(seen.0)
+        .arg(seen.1)
+        .invoke(conn)
+        .unwrap()
+}
+
+/// A shares reply's `(cap, has, base)`.
+fn cap_has_base(r: Shares) -> (u64, u64, u64) {
+    (r.1, r.2, r.3)
+}
+
+/// The turns' tests' three processes (the first 16 characters name their grants channels).
+const TURNS: (&str, &str, &str) = (
+    "00000000000000p1-a",
+    "00000000000000p2-b",
+    "00000000000000p3-c",
+);
+
+/// A subscriber to the grants channels of processes `ids`, reading with a short timeout.
+fn listen<'a>(listener: &'a mut redis::Connection, ids: &[&str]) -> redis::PubSub<'a> {
+    let mut pubsub = listener.as_pubsub();
+    for id in ids {
+        pubsub.subscribe(grants_channel(&id[..16])).unwrap();
+    }
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    pubsub
+}
+
+/// The words told on the subscribed channels, until none comes within the read timeout.
+fn words(pubsub: &mut redis::PubSub<'_>) -> Vec<String> {
+    std::iter::from_fn(|| pubsub.get_message().ok())
+        .map(|m| m.get_payload::<String>().unwrap())
+        .collect()
+}
+
 #[test]
 fn permits_beyond_every_base_go_in_turns() {
     let Some(mut server) = server() else {
         return;
     };
     let conn = &mut server.1;
-    let (p1, p2, p3) = (
-        "00000000000000p1-a",
-        "00000000000000p2-b",
-        "00000000000000p3-c",
-    );
+    let (p1, p2, p3) = TURNS;
     // A limit of 2 (the tests' helper says 512: use a budget of its own) among three
     // processes that want one each: every base is 0, the two permits go in turns.
     let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
-        let r: Shares = scripts()
-            .shares
-            .key(&share_keys("turns")[..])
-            .arg(p)
-            .arg(1)
-            .arg(holding)
-            .arg(seq)
-            .arg(2)
-            .arg(300)
-            .arg(0)
-            .arg(0)
-            .arg(0)
-            .invoke(conn)
-            .unwrap();
-        (r.1, r.2, r.3)
+        cap_has_base(turn(conn, "turns", p, (holding, seq), 300, (0, 0)))
     };
     // Alone, then two of them: a base of 1 each.
     assert_eq!(report(conn, p1, 0, 1), (1, 1, 1), "cap 1, has 1, base 1");
@@ -438,6 +482,120 @@ fn permits_beyond_every_base_go_in_turns() {
         .map(|v| v.split(':').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(reserved, 2, "never past the limit: {held:?}");
+}
+
+/// A holder whose term ran out is told to give back once, and only if it does not know: the
+/// waiters that report after it answered (its reply capped it at its base) tell the next holder
+/// whose term ran out, not it again; and a holder whose answer said when its term ends (others
+/// waited) gives back on its own then, untold. (Before, every waiter's report told the same
+/// holder until its calls drained, and each word cost it a report.)
+#[test]
+fn a_holder_whose_term_ran_out_is_told_once_and_only_if_it_does_not_know() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1, p2, p3]);
+    let conn = &mut server.1;
+    // A lease of 600 ms: terms of 100 ms, and every entry outlives the test.
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        cap_has_base(turn(conn, "told", p, (holding, seq), 600, (0, 0)))
+    };
+    let told = |pubsub: &mut redis::PubSub<'_>| -> Vec<String> {
+        words(pubsub)
+            .iter()
+            .map(|w| w.split('@').next().unwrap().to_string())
+            .collect()
+    };
+    // p1 and p2 take the two permits while nobody else waits: their answers name no term end.
+    assert_eq!(report(conn, p1, 0, 1), (1, 1, 1));
+    assert_eq!(report(conn, p2, 0, 1), (1, 1, 1));
+    std::thread::sleep(Duration::from_millis(120));
+    // p3 comes: every base is 0, and both terms ran out. Its report tells the first, p1.
+    assert_eq!(report(conn, p3, 0, 1), (0, 0, 0));
+    assert_eq!(told(&mut pubsub), [p1]);
+    // p1 reports while its call still runs: capped at its base, it drains.
+    assert_eq!(report(conn, p1, 1, 2), (0, 1, 0));
+    // p3's next report tells p2, and not p1 again.
+    assert_eq!(report(conn, p3, 0, 2), (0, 0, 0));
+    assert_eq!(told(&mut pubsub), [p2]);
+    assert_eq!(report(conn, p2, 1, 2), (0, 1, 0));
+    // p1's call ended: it gives its permit back, and the queue's head, p3, is handed it: told
+    // what it holds now (1) and the time to its term's end (p1 queues behind it).
+    assert_eq!(report(conn, p1, 0, 3), (0, 0, 0));
+    assert_eq!(told(&mut pubsub), [p3]);
+    let held: String = redis::cmd("HGET")
+        .arg(shares_key("told"))
+        .arg(p3)
+        .query(conn)
+        .unwrap();
+    assert!(held.starts_with("1:1:"), "p3 holds 1 on the server: {held}");
+    // p3's next report says it runs its call under the turn: kept, with its term's end.
+    let taken = turn(conn, "told", p3, (1, 3), 600, (0, 0));
+    assert_eq!((taken.1, taken.2), (1, 1));
+    assert!(taken.8 > 0, "a term's end: {taken:?}");
+    std::thread::sleep(Duration::from_millis(120));
+    // Its term ran out; p1's report tells nobody: p3 gives back on its own, and p2 knows.
+    assert_eq!(report(conn, p1, 0, 4), (0, 0, 0));
+    assert_eq!(told(&mut pubsub), Vec::<String>::new());
+}
+
+/// A permit given back while others wait in the turns is handed to the head of the queue by
+/// the report that gives it back: the head's entry holds it, and its word says what it holds
+/// and the time to its term's end, at the budget's state then. A report sent after hearing it
+/// (its `seen` at that state) that holds nothing gives it back; one sent without hearing it
+/// keeps it (the other test).
+#[test]
+fn a_permit_given_back_is_handed_to_the_head_of_the_turns() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1, p3]);
+    let conn = &mut server.1;
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64, seen| {
+        cap_has_base(turn(conn, "handed", p, (holding, seq), 600, seen))
+    };
+    let word = |pubsub: &mut redis::PubSub<'_>| -> String { words(pubsub).remove(0) };
+    assert_eq!(report(conn, p1, 0, 1, (0, 0)), (1, 1, 1));
+    assert_eq!(report(conn, p2, 0, 1, (0, 0)), (1, 1, 1));
+    assert_eq!(report(conn, p3, 0, 1, (0, 0)), (0, 0, 0), "p3 queues");
+    // p1 gives its permit back (its call ended): p3 is handed it, and p1 queues behind.
+    assert_eq!(report(conn, p1, 0, 2, (0, 0)), (0, 0, 0));
+    let handed = word(&mut pubsub);
+    let (id, rest) = handed.split_once('@').unwrap();
+    assert_eq!(id, p3);
+    let (at, turn) = rest.split_once('+').expect("a turn handed over");
+    let (epoch, version) = at.split_once('.').unwrap();
+    let (epoch, version) = (
+        epoch.parse::<u64>().unwrap(),
+        version.parse::<u64>().unwrap(),
+    );
+    let (holds, term_ms) = turn.split_once('.').unwrap();
+    assert_eq!(holds, "1");
+    let term_ms = term_ms.parse::<u64>().unwrap();
+    assert!(
+        (1..=100).contains(&term_ms),
+        "a term of 100 ms, p1 waiting: {term_ms}"
+    );
+    let entry: String = redis::cmd("HGET")
+        .arg(shares_key("handed"))
+        .arg(p3)
+        .query(conn)
+        .unwrap();
+    assert!(
+        entry.starts_with("1:1:") && entry.ends_with(&format!(":{version}")),
+        "{entry}"
+    );
+    // p3 heard it, ran its call, and gives it back: handed on to p1, the queue's head now.
+    assert_eq!(report(conn, p3, 0, 2, (epoch, version)), (0, 0, 0));
+    let handed = word(&mut pubsub);
+    assert!(
+        handed.starts_with(&format!("{p1}@")) && handed.contains('+'),
+        "{handed}"
+    );
 }
 
 #[test]

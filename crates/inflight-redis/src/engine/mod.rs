@@ -364,6 +364,10 @@ impl Engine {
             if acquired.granted {
                 return Ok(Some(self.granted(&mut pending, asked)));
             }
+            // Grants went live during this ask (this ask made the connection): the channel is
+            // subscribed before a connection serves a script, so this answer covers the time
+            // before it, and the wake that going live gave every waiter asks for nothing more.
+            let live = live || (grants.is_live() && ticket.settle());
             if ticket.is_granted() {
                 // Told on the channel before this answer: the grant left no later than it.
                 return Ok(Some(self.granted(&mut pending, asked)));

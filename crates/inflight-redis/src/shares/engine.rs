@@ -2,12 +2,16 @@
 //! share, and the reporter that tells the server what the process wants and learns its share.
 //!
 //! Admission is local: a semaphore of `cap` permits, no round trip per call. The reporter runs
-//! one report at a time: every third of a lease (the renewal), at once when a caller waits and
-//! the demand is above what was last reported, when the calls of a shrunk share have drained
-//! (to give the rest back), and when the server tells this process on its grants channel that
-//! others are short. Before a report leaves, the cap is lowered to the `holding` it names, and
-//! it only grows again from the reply, so the process never runs more calls than the server
-//! reserves for it.
+//! one report at a time: every third of a lease while it holds a share and every two thirds
+//! while it only waits (the renewal), at once when a caller waits and the demand is above what
+//! was last reported, when the calls of a shrunk share have drained (to give the rest back),
+//! and when the server tells this process on its grants channel that others are short (unless
+//! its own last answer came from a later state of the budget than the word). At a turn's term
+//! (the answer said when) the cap goes down to the base without asking, and the report once
+//! the calls have drained gives the turn back. Before a report leaves, the cap is lowered to
+//! the `holding` it names, and it only grows again from the reply, or from a turn another
+//! process's report handed over on the channel, taken when no report is out and newer than
+//! the last answer; so the process never runs more calls than the server reserves for it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,7 +27,8 @@ use tokio::time::Instant;
 use crate::error::FleetUnavailable;
 use crate::fallback::Fail;
 use crate::fallback::Fallback;
-use crate::server::{Seen, Server, ServerError, ShareReport};
+use crate::grants::Handed;
+use crate::server::{Fence, Seen, Server, ServerError, ShareReport};
 
 use super::ShareSnapshot;
 
@@ -103,6 +108,16 @@ struct State {
     watches: HashMap<u64, LeaseWatch>,
     /// What this process has seen of the budget's state.
     seen: Seen,
+    /// The budget's state as of the last applied answer (or turn handed over): a word told
+    /// before it is covered.
+    answered: Seen,
+    /// Reports sent and not answered yet: a turn handed over meanwhile waits for their answers.
+    in_flight: usize,
+    /// A turn handed over on the channel while a report was out.
+    handed: Option<Handed>,
+    /// Whether the share's last move was a turn handed over on the channel (not an answer): its
+    /// renewal waits for the report that gives it back (see [`ShareEngine::renew_due`]).
+    turn_handed: bool,
     /// Whether the budget learns (its state was lost), as the last reply said.
     learning: bool,
     /// When to report again to give back a turn (others wait), as the last reply said.
@@ -459,9 +474,7 @@ impl ShareEngine {
         let renew = if self.idle(state) && state.down.is_none() {
             now + Duration::from_secs(3600)
         } else {
-            state
-                .last_sent
-                .map_or(now, |at| at + self.settings.lease / 3)
+            self.renew_due(state)
         };
         let mut wake = renew;
         if let Some(at) = state.recheck_at {
@@ -475,6 +488,82 @@ impl ShareEngine {
             wake = wake.min(at + self.settings.lease);
         }
         wake
+    }
+
+    /// A turn handed over on the grants channel by another process's report: the server now
+    /// reserves `handed.holds` for this process. Taken when no report is out and it is newer
+    /// than the last answer (a report that ran after it answered for it); while a report is
+    /// out, kept for its answer.
+    pub(crate) fn hand_over(&self, handed: Handed) {
+        let mut state = self.lock();
+        if state.in_flight > 0 {
+            if state.handed.is_none_or(|h| h.at < handed.at) {
+                state.handed = Some(handed);
+            }
+            return;
+        }
+        self.take_turn(&mut state, handed);
+    }
+
+    fn take_turn(&self, state: &mut State, handed: Handed) {
+        let newer = handed.at > (state.answered.epoch, state.answered.version);
+        if !newer
+            || handed.at.0 != state.seen.epoch
+            || self.closed.load(Relaxed)
+            || state.learning
+            || state.confirmed.is_none()
+        {
+            return;
+        }
+        state.answered = Seen {
+            epoch: handed.at.0,
+            version: handed.at.1,
+        };
+        // Seen: the next report says it knows of the turn (the server keeps a turn for a
+        // report sent without knowing of it).
+        state.seen.update(Fence {
+            epoch: handed.at.0,
+            version: handed.at.1,
+            learning: Duration::ZERO,
+        });
+        state.has = handed.holds;
+        state.turn_handed = true;
+        state.recheck_at = (!handed.term.is_zero()).then(|| Instant::now() + handed.term);
+        // The server reserves for the calls the fallback admitted too, as in an answer.
+        self.set_cap(state, handed.holds.saturating_sub(self.fallback.held()));
+    }
+
+    /// When the next renewal is due: [`ShareEngine::renew_every`] after the last report left;
+    /// for a turn handed over on the channel, two thirds of a lease after it (a third to spare
+    /// before the share ends on this clock), so that the report giving the turn back at its
+    /// term's end is its renewal.
+    fn renew_due(&self, state: &State) -> Instant {
+        let Some(sent) = state.last_sent else {
+            return Instant::now();
+        };
+        match state.confirmed {
+            Some(at) if state.turn_handed => at + self.settings.lease * 2 / 3,
+            _ => sent + self.renew_every(state),
+        }
+    }
+
+    /// How often this process renews: every third of a lease while it holds any of a share (its
+    /// own clock ends the share one lease after the last report left) or Redis is down (to see
+    /// it back); every two thirds while it holds nothing and only waits, since its entry on the
+    /// server lasts a lease (it keeps its place in the turns with a third to spare, for half the
+    /// reports).
+    fn renew_every(&self, state: &State) -> Duration {
+        let waits_only = state.has == 0
+            && state.cap == 0
+            && state.debt == 0
+            && state.in_use == 0
+            && state.down.is_none()
+            && self.fallback.held() == 0;
+        if waits_only {
+            self.settings.lease * 2 / 3
+        } else {
+            self.settings.lease / 3
+        }
     }
 
     /// Whether a report is worth sending now: a renewal is skipped while this process holds
@@ -515,6 +604,7 @@ impl ShareEngine {
             // Until the reply, no more than `holding` run: the server reserves that much.
             let cap = state.cap.min(holding);
             self.set_cap(&mut state, cap);
+            state.in_flight += 1;
             state.seq += 1;
             state.reported = peak;
             state.peak = demand;
@@ -545,6 +635,7 @@ impl ShareEngine {
                     Relaxed,
                 );
                 let mut state = self.lock();
+                state.in_flight -= 1;
                 if state.down.take().is_some() {
                     state.down_logged = None;
                     tracing::info!(
@@ -574,6 +665,11 @@ impl ShareEngine {
                     state.target = reply.target;
                     state.processes = reply.processes;
                     state.confirmed = Some(sent);
+                    state.answered = Seen {
+                        epoch: reply.fence.epoch,
+                        version: reply.fence.version,
+                    };
+                    state.turn_handed = false;
                     state.recheck_at = reply.recheck.map(|d| answered + d);
                     // The server reserves for the calls admitted locally too (they were in the
                     // report's holding): the share admits that many fewer while they run. Those
@@ -583,6 +679,11 @@ impl ShareEngine {
                     // free for a new call.
                     let local = local.max(self.fallback.held());
                     self.set_cap(&mut state, reply.cap.saturating_sub(local));
+                }
+                if state.in_flight == 0 {
+                    if let Some(handed) = state.handed.take() {
+                        self.take_turn(&mut state, handed);
+                    }
                 }
                 return;
             }
@@ -594,6 +695,10 @@ impl ShareEngine {
         };
         let say = {
             let mut state = self.lock();
+            state.in_flight -= 1;
+            // Whether this report ran before or after a turn handed over meanwhile is not
+            // known: the turn is left to the server (the next report says what runs).
+            state.handed = None;
             let since = state.down.as_ref().map_or(answered, |d| d.since);
             state.down = Some(Down {
                 until: answered + self.settings.retry_after,
@@ -778,12 +883,20 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
         let closing = signals.closing.notified();
         tokio::pin!(closing);
         closing.as_mut().enable();
-        let asked = tokio::select! {
-            () = tokio::time::sleep_until(wake) => false,
-            () = signals.kick.notified() => true,
-            () = told.changed() => true,
+        let (asked, by_word) = tokio::select! {
+            () = tokio::time::sleep_until(wake) => (false, false),
+            () = signals.kick.notified() => (true, false),
+            () = told.changed() => (true, true),
             () = closing => return,
         };
+        if by_word {
+            if let Some(handed) = told.take_handed() {
+                let Some(e) = engine.upgrade() else {
+                    return;
+                };
+                e.hand_over(handed);
+            }
+        }
         if asked {
             // Callers arriving together are asked for in one report.
             if let Some(at) = gap_end {
@@ -798,19 +911,37 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
             let now = Instant::now();
             e.expire_if_stale(&mut state, now);
             let paused = state.down.as_ref().is_some_and(|d| now < d.until);
-            let renewal_due = state
-                .last_sent
-                .is_none_or(|at| now >= at + e.settings.lease / 3)
-                || state.recheck_at.is_some_and(|at| now >= at);
+            let mut renewal_due = now >= e.renew_due(&state);
             if state.recheck_at.is_some_and(|at| now >= at) {
+                // The turn's term is over, and others waited at the last answer: what is
+                // beyond the base goes back as its calls end, without asking first (the report
+                // that gives it back asks for a turn again, and takes one at once if nobody
+                // waits any more; the server does not tell a holder that knows its term).
                 state.recheck_at = None;
+                let cap = state.cap.min(state.target);
+                e.set_cap(&mut state, cap);
+                renewal_due |= state.has > state.cap && e.held_out(&state) <= state.cap;
             }
             let probe = state.down.is_some();
+            // A word told at a state of the budget this process's last answer came after (its
+            // own report ran later, and its answer took the change in) asks for nothing.
+            let covered = by_word
+                && told.told_at().is_some_and(|(epoch, version)| {
+                    (epoch, version) <= (state.answered.epoch, state.answered.version)
+                });
+            let asked = asked && !covered;
             !paused
                 && !e.closed.load(Relaxed)
                 && (asked || (renewal_due && (probe || !e.idle(&state))))
         };
         if send {
+            // A kick that came before this report is answered by it (the report says the
+            // demand as it is when it leaves): forgotten, so that it asks for no second one.
+            {
+                let answered = signals.kick.notified();
+                tokio::pin!(answered);
+                answered.as_mut().enable();
+            }
             e.report_once(false).await;
         }
     }

@@ -24,10 +24,13 @@ use crate::fallback::Fail;
 /// and 900 of 512 get 100 and 412), and answers each its share. What the whole permits of those
 /// fair shares leave over (all of the limit when there are more processes than permits: 200
 /// processes on a budget of 40) goes in turns: a process that wants more than its base queues,
-/// the head of the queue takes a free permit, and a process that has held one beyond its base
-/// for a sixth of a lease while others wait gives it back as its calls end and queues again, so
-/// that over a run every process gets its part. A report costs a few commands whatever the
-/// number of processes (about 50 µs of Redis time at 5,000; see the scale bench).
+/// and a process that has held a permit beyond its base for a sixth of a lease while others
+/// wait gives it back as its calls end and queues again, so that over a run every process gets
+/// its part. The report that gives a permit back hands it to the head of the queue on the
+/// server, and tells that process on its grants channel what it now holds and when its term
+/// ends: the turn moves in that one report, and the process it goes to asks nothing. A report
+/// costs a few commands whatever the number of processes (about 50 µs of Redis time at 5,000;
+/// see the scale bench).
 ///
 /// # Guarantees
 ///
@@ -35,7 +38,9 @@ use crate::fallback::Fail;
 ///   share grows only from permits no other process holds. A process told its share shrank
 ///   admits nothing above the new share at once, and gives the rest back as its running calls
 ///   end. Before a report leaves, the process lowers its own cap to what the report says it
-///   holds, and raises it only from the reply, so it never runs more calls than the server
+///   holds, and raises it only from the reply, or from a turn handed over to it when no report
+///   of its own is out and the turn is newer than its last answer (a report sent without
+///   knowing of a turn keeps it on the server), so it never runs more calls than the server
 ///   reserves for it.
 /// - **Expiry.** A process that stops reporting (killed, stalled) keeps its share one lease
 ///   after its last report reached the server; then the others take it up at their next report
@@ -46,11 +51,14 @@ use crate::fallback::Fail;
 ///   its last report *left*, before the server's expiry, so a process that is merely cut off
 ///   from Redis stops admitting in time, and its running calls see their leases lost
 ///   ([`Lease::is_lost`]).
-/// - **Cost.** Redis is asked once per process per third of a lease (the renewal), once when a
-///   caller finds the share full and the demand is above what was last reported, once when a
-///   shrunk share has drained, and once when the server says others are short: the number of
-///   Redis commands follows the moves of the shares, not the calls. A process with nothing
-///   held and nobody waiting does not renew.
+/// - **Cost.** Redis is asked once per process per third of a lease while it holds a share
+///   (the renewal; every two thirds while it holds nothing and only waits), once when a caller
+///   finds the share full and the demand is above what was last reported, once when a shrunk
+///   share has drained (which also hands a turn on), and once when the server says others are
+///   short: the number of Redis commands follows the moves of the shares, not the calls. A word
+///   on the grants channel carries the budget's state it was told at, and a process whose own
+///   last answer came from later skips it. A process with nothing held and nobody waiting does
+///   not renew.
 /// - **Deadlines.** An acquire returns by the budget's permit deadline.
 /// - **After Redis lost the state** (a restart without persistence, a flush, a failover that
 ///   lost writes), a process's next report keeps what it runs whole, and no share grows while

@@ -151,6 +151,14 @@ impl RedisServer {
             .query(&mut self.conn())
             .unwrap()
     }
+
+    /// Callers of `budget` waiting in the fleet's queue now.
+    pub fn queued(&self, budget: &str) -> usize {
+        redis::cmd("ZCARD")
+            .arg(format!("inflight:{{{budget}}}:queue"))
+            .query(&mut self.conn())
+            .unwrap()
+    }
 }
 
 impl Drop for RedisServer {

@@ -9,9 +9,12 @@ local learning = now < learn
 local term = math.max(math.floor(lease / 6), 1)
 local sums = redis.call('HMGET', KEYS[7], 'reserved', 'wants', 'n')
 local reserved, total, n = tonumber(sums[1]) or 0, tonumber(sums[2]) or 0, tonumber(sums[3]) or 0
+-- An entry: held, wants, expiry, last seq; when its answer said when its term ends (others
+-- waited), that time: it gives back then on its own; and when another's report handed it a
+-- turn it has not answered for yet, the budget's version then.
 local function parse(raw)
-  local h, w, e, q = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
-  return tonumber(h), tonumber(w), tonumber(e), tonumber(q)
+  local h, w, e, q, r, g = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
+  return tonumber(h), tonumber(w), tonumber(e), tonumber(q), tonumber(r) or 0, tonumber(g) or 0
 end
 local function forget(id)
   redis.call('HDEL', KEYS[1], id)
@@ -36,11 +39,17 @@ end
 local raw = redis.call('HGET', KEYS[1], me)
 local before = 0
 if raw then
-  local h, w, e, q = parse(raw)
+  local h, w, e, q, _, g = parse(raw)
   if e > now and seq <= q and not behind then
     return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0}
   end
   if e > now then before = h end
+  -- A turn handed to it that this report was sent without knowing (it had not seen the
+  -- budget's state it was handed at): kept for it, and this answer tells it.
+  local seen_epoch, seen_version = tonumber(ARGV[8]), tonumber(ARGV[9])
+  if e > now and g > 0 and not behind and ARGV[7] ~= '1' and (seen_epoch < epoch or seen_version < g) then
+    holding = math.max(holding, h)
+  end
   reserved, total, n = reserved - h, total - w, n - 1
 end
 if ARGV[7] == '1' then wants = 0 end
@@ -105,7 +114,7 @@ if mhas > base then
   end
 elseif wants > mhas and not learning and mhas == base then
   -- A turn at a permit beyond the base: the head of the queue takes one when one is free.
-  if not redis.call('ZSCORE', KEYS[4], me) then redis.call('ZADD', KEYS[4], now, me) end
+  if not redis.call('ZSCORE', KEYS[4], me) then redis.call('ZADD', KEYS[4], string.format('%.0f', now_us), me) end
   local rank = redis.call('ZRANK', KEYS[4], me)
   if free > rank and others_below == 0 then
     -- One permit beyond the base at most: what the bases leave over is fewer permits than
@@ -117,11 +126,20 @@ elseif wants > mhas and not learning and mhas == base then
       recheck = tonumber(redis.call('ZSCORE', KEYS[5], me)) + term - now
     end
   else
-    -- Its turn is not yet: the holder of extras whose term ran out first gives them back.
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - term, 'LIMIT', 0, 5)) do
+    -- Its turn is not yet: the holder of extras whose term ran out first gives them back,
+    -- told once, and only if it does not know: one that reported since its term ran out was
+    -- answered so (or nobody waited then, and its next renewal is), and one whose answer said
+    -- when its term ends gives back then on its own (told all the same a term past that).
+    local ran_out = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - term, 'WITHSCORES', 'LIMIT', 0, 5)
+    for i = 1, #ran_out, 2 do
+      local id, since = ran_out[i], tonumber(ran_out[i + 1])
       if id ~= me and tonumber(redis.call('ZSCORE', KEYS[9], id) or 0) > math.floor(level) then
-        told[#told + 1] = id
-        break
+        local raw = redis.call('HGET', KEYS[1], id)
+        local _, _, e, _, r = parse(raw or '0:0:0:0')
+        if e - lease < since + term and (r == 0 or now > r + term) then
+          told[#told + 1] = id
+          break
+        end
       end
     end
   end
@@ -139,25 +157,66 @@ else
   redis.call('ZREM', KEYS[6], me)
 end
 if wants <= mhas or mhas > base then redis.call('ZREM', KEYS[4], me) end
+-- Turns handed over here: {id, held now, entry} (told with what they hold, not to report).
+local handed = {}
 if mhas < before and free > 0 then
-  -- Permits went back: to those below their base first, then the turns queue.
+  -- Permits went back: to those below their base first (told to report and take them), then
+  -- the turns queue.
   for _, id in ipairs(redis.call('ZRANGE', KEYS[6], 0, free - 1)) do
     if id ~= me then told[#told + 1] = id end
   end
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-    if id ~= me then told[#told + 1] = id end
+  local heads = redis.call('ZRANGE', KEYS[4], 0, free - 1)
+  if redis.call('ZCARD', KEYS[6]) == 0 and not learning then
+    -- Nobody is below its base: each head of the queue is handed a permit here, as its own
+    -- report would take it, and told what it holds now (it asks nothing).
+    for _, id in ipairs(heads) do
+      local raw = id ~= me and redis.call('HGET', KEYS[1], id)
+      if raw then
+        local h, w, e, q = parse(raw)
+        if free > 0 and e > now and w > h and h == math.min(w, math.floor(level)) then
+          free, reserved = free - 1, reserved + 1
+          redis.call('ZREM', KEYS[4], id)
+          if h == 0 then redis.call('ZADD', KEYS[5], now, id) end
+          redis.call('ZADD', KEYS[9], h + 1, id)
+          handed[#handed + 1] = {id, h + 1, w, e, q}
+        else
+          told[#told + 1] = id
+        end
+      end
+    end
+  else
+    for _, id in ipairs(heads) do
+      if id ~= me then told[#told + 1] = id end
+    end
   end
+end
+-- A turn handed over ends a term after its holder began to hold, if others still queue.
+local queued_after = #handed > 0 and redis.call('ZCARD', KEYS[4]) or 0
+for _, g in ipairs(handed) do
+  local ends = 0
+  if queued_after > 0 then ends = tonumber(redis.call('ZSCORE', KEYS[5], g[1])) + term end
+  g[6] = ends
 end
 if ARGV[7] == '1' and holding == 0 then
   forget(me)
 else
-  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+  local ends = 0
+  if recheck > 0 then ends = now + recheck end
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq .. ':' .. ends)
   redis.call('ZADD', KEYS[3], now + lease, me)
   redis.call('ZADD', KEYS[9], mhas, me)
   reserved, total, n = reserved + mhas, total + wants, n + 1
 end
 redis.call('HSET', KEYS[7], 'reserved', reserved, 'wants', total, 'n', n)
 version = redis.call('HINCRBY', KEYS[2], 'version', 1)
-for _, id in ipairs(told) do tell(id) end
+for _, g in ipairs(handed) do
+  redis.call('HSET', KEYS[1], g[1], g[2] .. ':' .. g[3] .. ':' .. g[4] .. ':' .. g[5] .. ':' .. g[6] .. ':' .. version)
+end
+-- Told with the budget's version: a process whose own report ran after this one skips it. A
+-- turn handed over says what its holder holds now and the ms to its term's end.
+for _, id in ipairs(told) do tell(id .. string.format('@%d.%d', epoch, version)) end
+for _, g in ipairs(handed) do
+  tell(g[1] .. string.format('@%d.%d+%d.%d', epoch, version, g[2], math.max(g[6] - now, 0)))
+end
 cap = math.min(cap, room)
 return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0)}

@@ -2,6 +2,7 @@
 //! moving demand, expiry of a process cut off, the cost in reports, and the fail policies.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 use inflight::{AcquireError, Budget};
@@ -87,11 +88,15 @@ fn callers(
 }
 
 /// A server that one process alone can lose: while `cut`, its calls never answer, as for a
-/// process killed or stalled, while the others go on.
-#[derive(Debug, Clone)]
+/// process killed or stalled, while the others go on. It counts that process's reports, and
+/// can answer its next one as the server answers a turn taken while others wait (`turn`: a
+/// base of 0, and the term's end).
+#[derive(Debug, Clone, Default)]
 struct Cut {
     server: Shared,
     cut: Arc<AtomicBool>,
+    reports: Arc<AtomicUsize>,
+    turn: Arc<Mutex<Option<Duration>>>,
 }
 
 impl Server for Cut {
@@ -160,7 +165,17 @@ impl Server for Cut {
         if self.cut.load(Relaxed) {
             return Box::pin(std::future::pending());
         }
-        self.server.shares(b, report)
+        self.reports.fetch_add(1, Relaxed);
+        let turn = self.turn.lock().unwrap().take();
+        let reply = self.server.shares(b, report);
+        Box::pin(async move {
+            let mut reply = reply.await?;
+            if let Some(term) = turn {
+                reply.target = 0;
+                reply.recheck = Some(term);
+            }
+            Ok(reply)
+        })
     }
     fn lease_id(&self) -> Arc<str> {
         self.server.lease_id()
@@ -244,6 +259,7 @@ async fn the_limit_holds_at_the_dependency_while_processes_join_leave_and_are_cu
             Arc::new(Cut {
                 server: server.clone(),
                 cut: cut.clone(),
+                ..Cut::default()
             })
         } else {
             Arc::new(server.clone())
@@ -317,6 +333,182 @@ async fn reports_follow_the_moves_of_the_shares_not_the_calls() {
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+/// At the end of a turn's term (others waited at the answer), the permit beyond the base goes
+/// back as its call ends, without a report first: one report, when the call has ended, gives
+/// it back. (Before, a report at the term's end asked whether others still waited, and a second
+/// gave the permit back.)
+#[tokio::test(start_paused = true)]
+async fn a_turn_ends_at_its_term_without_asking_and_one_report_gives_it_back() {
+    let cut = Cut::default();
+    *cut.turn.lock().unwrap() = Some(ms(50));
+    let a = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let records = budget(&a, 1);
+    let held = records.acquire().await.unwrap();
+    let reports = cut.reports.load(Relaxed);
+    assert_eq!(a.snapshot().share, 1, "its turn");
+    tokio::time::sleep(ms(60)).await;
+    assert_eq!(
+        a.snapshot().share,
+        0,
+        "the term is over: nothing more is admitted"
+    );
+    assert_eq!(cut.reports.load(Relaxed), reports, "and nothing asked");
+    drop(held);
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(
+        cut.reports.load(Relaxed),
+        reports + 1,
+        "the call ended: given back"
+    );
+    assert_eq!(
+        a.snapshot().reserved,
+        1,
+        "no turn this time: taken again at once"
+    );
+}
+
+/// A process's first call costs one report: the call's own ask for a share is answered by the
+/// reporter's first report, not by a second one after it (which of the two wakes the reporter
+/// heard first was chance: 16 processes).
+#[tokio::test(start_paused = true)]
+async fn a_first_call_costs_one_report() {
+    let cut = Cut::default();
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let records = budget(&store(Arc::new(cut.clone()), 64, Fail::Closed), 4);
+        held.push(records.acquire_owned().await.unwrap());
+    }
+    tokio::time::sleep(ms(50)).await;
+    assert_eq!(cut.reports.load(Relaxed), 16);
+}
+
+/// A process that holds nothing and only waits renews its place every two thirds of a lease,
+/// not every third: its entry lasts a lease on the server, and it holds nothing that could
+/// outlive it.
+#[tokio::test(start_paused = true)]
+async fn a_process_that_only_waits_renews_every_two_thirds_of_a_lease() {
+    let cut = Cut::default();
+    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
+    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let first = budget(&a, 1);
+    let held = first.acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let records = budget(&b, 1);
+        async move { records.acquire().await.map(drop) }
+    });
+    tokio::time::sleep(ms(100)).await;
+    let reports = cut.reports.load(Relaxed);
+    tokio::time::sleep(LEASE * 6).await;
+    let renewals = cut.reports.load(Relaxed) - reports;
+    assert!(
+        (8..=10).contains(&renewals),
+        "{renewals} renewals in six leases"
+    );
+    assert_eq!(b.snapshot().reserved, 0);
+    drop(held);
+    tokio::time::timeout(LEASE, waiter)
+        .await
+        .expect("a's share expires or goes back, and b takes it")
+        .unwrap()
+        .unwrap();
+}
+
+/// A turn handed over on the grants channel (another process's report gave a permit back and
+/// handed it to this one, the head of the turns) is taken without a report: the waiting caller
+/// gets in at once. One told at a state before the process's last answer is not taken.
+#[tokio::test(start_paused = true)]
+async fn a_turn_handed_over_is_taken_without_a_report() {
+    let cut = Cut::default();
+    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
+    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let first = budget(&a, 1);
+    let held = first.acquire().await.unwrap();
+    let second = budget(&b, 1);
+    let mut waiter = tokio::spawn(async move { second.acquire_owned().await.map(drop) });
+    tokio::time::sleep(ms(20)).await;
+    let reports = cut.reports.load(Relaxed);
+    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
+    grants.grant(&format!("{process}@{epoch}.0+1.50"));
+    tokio::time::sleep(ms(10)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a turn from before the last answer is not taken"
+    );
+    grants.grant(&format!("{process}@{epoch}.{}+1.50", u64::MAX / 2));
+    tokio::time::timeout(ms(10), &mut waiter)
+        .await
+        .expect("the turn is taken at once")
+        .unwrap()
+        .unwrap();
+    assert_eq!(cut.reports.load(Relaxed), reports, "without a report");
+    assert_eq!(b.snapshot().reserved, 1);
+    drop(held);
+}
+
+/// A turn handed over while a report of the process is out waits for its answer, and is taken
+/// after it when it is newer (the report ran before it was handed).
+#[tokio::test(start_paused = true)]
+async fn a_turn_handed_over_while_a_report_is_out_waits_for_its_answer() {
+    let cut = Cut::default();
+    cut.server.0.delay_ms.store(50, Relaxed);
+    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
+    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let first = budget(&a, 1);
+    let held = first.acquire().await.unwrap();
+    let waiting = budget(&b, 2);
+    let one = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { waiting.acquire_owned().await.map(drop) }
+    });
+    tokio::time::sleep(ms(300)).await;
+    let reports = cut.reports.load(Relaxed);
+    // A second caller raises the demand: a report leaves, answered 50 ms later.
+    let two = tokio::spawn(async move { waiting.acquire_owned().await.map(drop) });
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(cut.reports.load(Relaxed), reports + 1, "a report is out");
+    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
+    grants.grant(&format!("{process}@{epoch}.{}+1.50", u64::MAX / 2));
+    tokio::time::sleep(ms(20)).await;
+    assert!(
+        !one.is_finished() && !two.is_finished(),
+        "not while the report is out"
+    );
+    tokio::time::sleep(ms(40)).await;
+    assert!(
+        one.is_finished() || two.is_finished(),
+        "taken after its answer"
+    );
+    assert_eq!(b.snapshot().reserved, 1);
+    drop(held);
+    one.abort();
+    two.abort();
+}
+
+/// A word on the grants channel carries the budget's state it was told at: one from before the
+/// process's last answer (its own report ran later and took the change in) asks for nothing,
+/// one from after asks for a report.
+#[tokio::test(start_paused = true)]
+async fn a_word_told_before_the_last_answer_asks_for_nothing() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 8, Fail::Closed);
+    let records = budget(&a, 8);
+    let held = records.acquire().await.unwrap();
+    tokio::time::sleep(ms(20)).await;
+    let (process, grants) = (a.engine.process.clone(), server.grants());
+    let reports = || server.0.calls.load(Relaxed);
+    let before = reports();
+    grants.grant(&format!("{process}@0.0"));
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(reports(), before, "told before the last answer");
+    grants.grant(&format!("{process}@{}.0", u64::MAX));
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(reports(), before + 1, "told after it");
+    grants.grant(&process);
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(reports(), before + 2, "a word that says no state asks");
+    drop(held);
 }
 
 #[tokio::test(start_paused = true)]
