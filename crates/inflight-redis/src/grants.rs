@@ -30,6 +30,9 @@ struct Slot {
     told_at: Mutex<Option<(u64, u64)>>,
     /// The latest turn handed over to this id (`id@epoch.version+holds.term_ms`), not taken yet.
     handed: Mutex<Option<Handed>>,
+    /// Words may have been missed: the channel was not heard for a while (see
+    /// [`Grants::set_live`]).
+    gap: AtomicBool,
     /// One waiter per slot, so `notify_one`: a word that comes before the waiter waits is kept.
     changed: Notify,
 }
@@ -92,6 +95,7 @@ impl Grants {
                 self.went_live.notify_waiters();
             }
             for slot in self.lock().values() {
+                slot.gap.store(true, Ordering::Release);
                 slot.changed.notify_one();
             }
         }
@@ -144,6 +148,12 @@ fn parse_word(word: &str) -> (&str, Option<(u64, u64)>, Option<Handed>) {
 }
 
 impl Ticket {
+    /// Whether the channel went deaf or live since the last call: words may have been missed,
+    /// and a wake then asks for a report whatever the last word said.
+    pub(crate) fn take_gap(&self) -> bool {
+        self.slot.gap.swap(false, Ordering::AcqRel)
+    }
+
     /// The latest turn handed over to this id since the last call, if any.
     pub(crate) fn take_handed(&self) -> Option<Handed> {
         self.slot

@@ -19,7 +19,7 @@
 //! per process (per node on a Cluster) carries the scripts and the grants; subscriptions are
 //! made again after a reconnect.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
@@ -269,8 +269,9 @@ struct Current {
     /// The node it reaches (the primary, on Sentinel), for a blocking release.
     node: Option<ConnectionInfo>,
     generation: u64,
-    /// Budgets whose sharded grants channel is subscribed on this connection (Cluster).
-    subscribed: Arc<Mutex<HashSet<String>>>,
+    /// Budgets whose sharded grants channel is subscribed on this connection, or being
+    /// subscribed by a call that the others of the budget wait for (Cluster).
+    subscribed: Arc<Mutex<HashMap<String, Arc<tokio::sync::OnceCell<()>>>>>,
 }
 
 /// The link to the fleet's Redis: see the module's docs.
@@ -411,22 +412,31 @@ impl Link {
     pub(crate) async fn conn(self: &Arc<Self>, budget: &str) -> Result<Conn, RedisError> {
         let current = self.current_or_connect().await?;
         if let Conn::Cluster(conn) = &current.conn {
-            let fresh = current
+            // Every call of the budget waits for its channel: a script run before the
+            // subscription could grant a waiter that never hears of it.
+            let once = current
                 .subscribed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(budget.to_string());
-            if fresh {
-                let mut conn = conn.clone();
-                let channel = scripts::sharded_grants_channel(budget, &self.token);
-                if let Err(e) = conn.ssubscribe(&channel).await {
-                    current
-                        .subscribed
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(budget);
-                    return Err(e);
+                .entry(budget.to_string())
+                .or_default()
+                .clone();
+            let subscribed = once
+                .get_or_try_init(|| {
+                    let mut conn = conn.clone();
+                    let channel = scripts::sharded_grants_channel(budget, &self.token);
+                    async move { conn.ssubscribe(&channel).await }
+                })
+                .await;
+            if let Err(e) = subscribed {
+                let mut all = current
+                    .subscribed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if all.get(budget).is_some_and(|o| Arc::ptr_eq(o, &once)) {
+                    all.remove(budget);
                 }
+                return Err(e);
             }
         }
         Ok(current.conn)

@@ -567,35 +567,102 @@ fn a_permit_given_back_is_handed_to_the_head_of_the_turns() {
     let handed = word(&mut pubsub);
     let (id, rest) = handed.split_once('@').unwrap();
     assert_eq!(id, p3);
-    let (at, turn) = rest.split_once('+').expect("a turn handed over");
+    let (at, what) = rest.split_once('+').expect("a turn handed over");
     let (epoch, version) = at.split_once('.').unwrap();
     let (epoch, version) = (
         epoch.parse::<u64>().unwrap(),
         version.parse::<u64>().unwrap(),
     );
-    let (holds, term_ms) = turn.split_once('.').unwrap();
+    let (holds, term_ms) = what.split_once('.').unwrap();
     assert_eq!(holds, "1");
     let term_ms = term_ms.parse::<u64>().unwrap();
     assert!(
         (1..=100).contains(&term_ms),
         "a term of 100 ms, p1 waiting: {term_ms}"
     );
+    // Its entry holds it in the format processes of earlier versions read (held, wants,
+    // expiry, seq); the turn's end and the version it was handed at are kept apart.
     let entry: String = redis::cmd("HGET")
         .arg(shares_key("handed"))
         .arg(p3)
         .query(conn)
         .unwrap();
-    assert!(
-        entry.starts_with("1:1:") && entry.ends_with(&format!(":{version}")),
-        "{entry}"
-    );
-    // p3 heard it, ran its call, and gives it back: handed on to p1, the queue's head now.
-    assert_eq!(report(conn, p3, 0, 2, (epoch, version)), (0, 0, 0));
+    let fields: Vec<&str> = entry.split(':').collect();
+    assert!(fields.len() == 4 && fields[0] == "1", "{entry}");
+    let kept: String = redis::cmd("HGET")
+        .arg(share_keys("handed")[9].as_str())
+        .arg(p3)
+        .query(conn)
+        .unwrap();
+    assert!(kept.ends_with(&format!(":{version}")), "{kept}");
+    // A report p3 sent before it heard of the turn (it says it runs nothing, and has seen no
+    // state of the budget) keeps the turn for it, and the answer tells it.
+    let answer = turn(conn, "handed", p3, (0, 2), 600, (0, 0));
+    assert_eq!(cap_has_base(answer), (1, 1, 0), "kept for p3");
+    // p3 ran its call and gives the turn back, knowing of it: handed on to p1, the head now.
+    assert_eq!(report(conn, p3, 0, 3, (answer.5, answer.6)), (0, 0, 0));
     let handed = word(&mut pubsub);
     assert!(
         handed.starts_with(&format!("{p1}@")) && handed.contains('+'),
         "{handed}"
     );
+    assert!(words(&mut pubsub).is_empty());
+    let _ = epoch;
+}
+
+/// A turn handed to a process that holds its base (a base of 1 here) has a full term from
+/// when it is handed, not from when the process began to hold its base (long past: a term of
+/// 0, held until a renewal while others waited).
+#[test]
+fn a_turn_handed_to_a_holder_of_its_base_has_a_full_term() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1]);
+    let conn = &mut server.1;
+    // A limit of 4 over three processes that want 2: bases of 1, one permit in turns.
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        let r: Shares = scripts()
+            .shares
+            .key(&share_keys("base")[..])
+            .arg(p)
+            .arg(2)
+            .arg(holding)
+            .arg(seq)
+            .arg(4)
+            .arg(600)
+            .arg(0)
+            .arg(0)
+            .arg(0)
+            .invoke(conn)
+            .unwrap();
+        (r.1, r.2, r.3)
+    };
+    assert_eq!(report(conn, p1, 0, 1), (2, 2, 2));
+    assert_eq!(report(conn, p2, 0, 1), (2, 2, 2));
+    assert_eq!(report(conn, p3, 0, 1), (0, 0, 1), "below its base");
+    // p1 is capped at its base and gives one back, which p3 takes; p1 queues for the turn.
+    assert_eq!(report(conn, p1, 2, 2), (1, 2, 1));
+    assert_eq!(report(conn, p1, 1, 3), (1, 1, 1));
+    assert_eq!(report(conn, p3, 0, 2), (1, 1, 1));
+    // A term after p2 began to hold, it is capped, and its give-back hands the turn to p1.
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(report(conn, p2, 2, 2), (1, 2, 1));
+    let _ = words(&mut pubsub);
+    assert_eq!(report(conn, p2, 1, 3), (1, 1, 1));
+    let handed = words(&mut pubsub);
+    let what = handed
+        .iter()
+        .find_map(|w| w.strip_prefix(&format!("{p1}@")))
+        .and_then(|rest| rest.split_once('+'))
+        .unwrap_or_else(|| panic!("p1 is handed the turn: {handed:?}"))
+        .1;
+    let (holds, term_ms) = what.split_once('.').unwrap();
+    assert_eq!(holds, "2");
+    let term_ms = term_ms.parse::<u64>().unwrap();
+    assert!((90..=100).contains(&term_ms), "a full term: {term_ms} ms");
 }
 
 #[test]
@@ -653,7 +720,8 @@ fn keys_share_the_budget_hash_tag() {
             "inflight:{records}:shares_below",
             "inflight:{records}:shares_sums",
             "inflight:{records}:shares_wants",
-            "inflight:{records}:shares_has"
+            "inflight:{records}:shares_has",
+            "inflight:{records}:shares_terms"
         ]
     );
     assert_eq!(rate_key("records"), "inflight:{records}:rate");

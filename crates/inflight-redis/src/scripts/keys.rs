@@ -8,8 +8,9 @@ pub(crate) fn shares_key(budget: &str) -> String {
 
 /// The keys the shares script takes, in its order: the processes, the epoch, the entries'
 /// expiries, the turns queue, the holders of extras, the processes below their base, the sums,
-/// the wants, the permits reserved.
-pub(crate) fn share_keys(budget: &str) -> [String; 9] {
+/// the wants, the permits reserved, and the processes' turns (their terms' ends and turns
+/// handed over; apart from the processes' entries, which processes of earlier versions read).
+pub(crate) fn share_keys(budget: &str) -> [String; 10] {
     [
         shares_key(budget),
         epoch_key(budget),
@@ -20,6 +21,7 @@ pub(crate) fn share_keys(budget: &str) -> [String; 9] {
         format!("inflight:{{{budget}}}:shares_sums"),
         format!("inflight:{{{budget}}}:shares_wants"),
         format!("inflight:{{{budget}}}:shares_has"),
+        format!("inflight:{{{budget}}}:shares_terms"),
     ]
 }
 

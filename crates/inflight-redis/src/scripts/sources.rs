@@ -87,9 +87,12 @@ pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 ///
 /// `KEYS`: see [`share_keys`](super::keys::share_keys): the processes (a hash of process id to
 /// `has:wants:expiry:seq`, expiry in server milliseconds), the budget's epoch, the entries'
-/// expiries, the processes waiting for a turn at a permit beyond their base share, the processes
-/// holding such extra permits (by when they took them), the processes below their base, the
-/// sums (`reserved`, `wants`, `n`), the wants and the permits reserved (sorted sets).
+/// expiries, the processes waiting for a turn at a permit beyond their base share (by when they
+/// queued, in milliseconds with their microseconds), the processes holding such extra permits
+/// (by when their term began), the processes below their base, the sums (`reserved`, `wants`,
+/// `n`), the wants and the permits reserved (sorted sets), and the processes' terms (a hash of
+/// process id to `term_end:handed_version`: when its answer said its term ends, and the
+/// budget's version when another's report handed it a turn it has not answered for yet).
 ///
 /// `ARGV`: process id, wants, holding (the most calls it may run until it hears back), report
 /// number, limit, lease in milliseconds, leaving (`1`: it wants nothing more; its entry goes
@@ -114,9 +117,14 @@ pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 ///   while the budget learns after a loss of state or when the reporter is behind, kept whole
 ///   (its calls run) with no growth. Whatever it keeps, its cap is never more than the others
 ///   leave: past the limit, it starts nothing new until they make room.
-/// - **Told.** A process below its base tells those holding more than any base to report (they
-///   are capped at once); one that gave permits back tells those below their base, then the heads of the turns
-///   queue; one that queued for a turn tells the holder of extras whose term ran out.
+/// - **Told, and handed.** A process below its base tells those holding more than any base to
+///   report (they are capped at once); one that gave permits back tells those below their base,
+///   or, when none is, hands each permit to a head of the turns queue (its entry holds it now,
+///   and its word, `id@epoch.version+holds.term_ms`, says so); one that queued for a turn tells
+///   the holder of extras whose term ran out, if that holder has not reported since and was not
+///   told when its term ends. Words are `id@epoch.version`: the budget's state they were told
+///   at. A report sent without knowing of a turn handed to it (its `seen` below the version the
+///   turn was handed at) keeps the turn.
 ///
 /// Expired entries are dropped twenty at a time by each report. A report numbered no higher than
 /// the last one applied (a late duplicate) is ignored.

@@ -506,7 +506,11 @@ impl ShareEngine {
     }
 
     fn take_turn(&self, state: &mut State, handed: Handed) {
-        let newer = handed.at > (state.answered.epoch, state.answered.version);
+        // Newer than every answer this process heard, applied or not: one from later came from
+        // a report of its own that ran after the turn was handed, and said what it ran without
+        // the turn (the server then kept the turn only if the report had not seen it).
+        let newer = handed.at > (state.seen.epoch, state.seen.version);
+        self.expire_if_stale(state, Instant::now());
         if !newer
             || handed.at.0 != state.seen.epoch
             || self.closed.load(Relaxed)
@@ -926,6 +930,7 @@ async fn reporter(engine: Weak<ShareEngine>, signals: Arc<Signals>) {
             // A word told at a state of the budget this process's last answer came after (its
             // own report ran later, and its answer took the change in) asks for nothing.
             let covered = by_word
+                && !told.take_gap()
                 && told.told_at().is_some_and(|(epoch, version)| {
                     (epoch, version) <= (state.answered.epoch, state.answered.version)
                 });

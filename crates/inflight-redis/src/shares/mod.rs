@@ -52,7 +52,9 @@ use crate::fallback::Fail;
 ///   from Redis stops admitting in time, and its running calls see their leases lost
 ///   ([`Lease::is_lost`]).
 /// - **Cost.** Redis is asked once per process per third of a lease while it holds a share
-///   (the renewal; every two thirds while it holds nothing and only waits), once when a caller
+///   (the renewal; every two thirds while it holds nothing and only waits, and a turn handed
+///   over to it renews with the report that gives it back, two thirds of a lease after its
+///   last report at the latest), once when a caller
 ///   finds the share full and the demand is above what was last reported, once when a shrunk
 ///   share has drained (which also hands a turn on), and once when the server says others are
 ///   short: the number of Redis commands follows the moves of the shares, not the calls. A word

@@ -9,12 +9,19 @@ local learning = now < learn
 local term = math.max(math.floor(lease / 6), 1)
 local sums = redis.call('HMGET', KEYS[7], 'reserved', 'wants', 'n')
 local reserved, total, n = tonumber(sums[1]) or 0, tonumber(sums[2]) or 0, tonumber(sums[3]) or 0
--- An entry: held, wants, expiry, last seq; when its answer said when its term ends (others
--- waited), that time: it gives back then on its own; and when another's report handed it a
--- turn it has not answered for yet, the budget's version then.
+-- An entry: held, wants, expiry, last seq (processes of earlier versions read the same).
 local function parse(raw)
-  local h, w, e, q, r, g = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
-  return tonumber(h), tonumber(w), tonumber(e), tonumber(q), tonumber(r) or 0, tonumber(g) or 0
+  local h, w, e, q = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)')
+  return tonumber(h), tonumber(w), tonumber(e), tonumber(q)
+end
+-- Of its turn, kept apart (KEYS[10]): when its answer said its term ends (others waited), that
+-- time, and it gives back then on its own; and when another's report handed it the turn and it
+-- has not answered for it yet, the budget's version then.
+local function turn_of(id)
+  local raw = redis.call('HGET', KEYS[10], id)
+  if not raw then return 0, 0 end
+  local r, g = string.match(raw, '^(%d+):(%d+)$')
+  return tonumber(r) or 0, tonumber(g) or 0
 end
 local function forget(id)
   redis.call('HDEL', KEYS[1], id)
@@ -24,6 +31,7 @@ local function forget(id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('ZREM', KEYS[8], id)
   redis.call('ZREM', KEYS[9], id)
+  redis.call('HDEL', KEYS[10], id)
 end
 -- Expired entries go, a few per report.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 20)) do
@@ -39,7 +47,8 @@ end
 local raw = redis.call('HGET', KEYS[1], me)
 local before = 0
 if raw then
-  local h, w, e, q, _, g = parse(raw)
+  local h, w, e, q = parse(raw)
+  local _, g = turn_of(me)
   if e > now and seq <= q and not behind then
     return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0}
   end
@@ -114,12 +123,17 @@ if mhas > base then
   end
 elseif wants > mhas and not learning and mhas == base then
   -- A turn at a permit beyond the base: the head of the queue takes one when one is free.
-  if not redis.call('ZSCORE', KEYS[4], me) then redis.call('ZADD', KEYS[4], string.format('%.0f', now_us), me) end
+  -- Queued by the server's milliseconds with their microseconds (ties are not broken by id),
+  -- on the scale processes of earlier versions queue by.
+  if not redis.call('ZSCORE', KEYS[4], me) then
+    redis.call('ZADD', KEYS[4], string.format('%.3f', now_us / 1000), me)
+  end
   local rank = redis.call('ZRANK', KEYS[4], me)
   if free > rank and others_below == 0 then
     -- One permit beyond the base at most: what the bases leave over is fewer permits than
     -- the processes at the level.
-    if mhas == 0 then redis.call('ZADD', KEYS[5], now, me) end
+    -- Its term at the extra runs from now.
+    redis.call('ZADD', KEYS[5], now, me)
     mhas, free, cap = mhas + 1, free - 1, mhas + 1
     redis.call('ZREM', KEYS[4], me)
     if redis.call('ZCARD', KEYS[4]) > 0 then
@@ -135,7 +149,8 @@ elseif wants > mhas and not learning and mhas == base then
       local id, since = ran_out[i], tonumber(ran_out[i + 1])
       if id ~= me and tonumber(redis.call('ZSCORE', KEYS[9], id) or 0) > math.floor(level) then
         local raw = redis.call('HGET', KEYS[1], id)
-        local _, _, e, _, r = parse(raw or '0:0:0:0')
+        local _, _, e = parse(raw or '0:0:0:0')
+        local r = turn_of(id)
         if e - lease < since + term and (r == 0 or now > r + term) then
           told[#told + 1] = id
           break
@@ -176,7 +191,7 @@ if mhas < before and free > 0 then
         if free > 0 and e > now and w > h and h == math.min(w, math.floor(level)) then
           free, reserved = free - 1, reserved + 1
           redis.call('ZREM', KEYS[4], id)
-          if h == 0 then redis.call('ZADD', KEYS[5], now, id) end
+          redis.call('ZADD', KEYS[5], now, id)
           redis.call('ZADD', KEYS[9], h + 1, id)
           handed[#handed + 1] = {id, h + 1, w, e, q}
         else
@@ -200,9 +215,12 @@ end
 if ARGV[7] == '1' and holding == 0 then
   forget(me)
 else
-  local ends = 0
-  if recheck > 0 then ends = now + recheck end
-  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq .. ':' .. ends)
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+  if recheck > 0 then
+    redis.call('HSET', KEYS[10], me, (now + recheck) .. ':0')
+  else
+    redis.call('HDEL', KEYS[10], me)
+  end
   redis.call('ZADD', KEYS[3], now + lease, me)
   redis.call('ZADD', KEYS[9], mhas, me)
   reserved, total, n = reserved + mhas, total + wants, n + 1
@@ -210,7 +228,8 @@ end
 redis.call('HSET', KEYS[7], 'reserved', reserved, 'wants', total, 'n', n)
 version = redis.call('HINCRBY', KEYS[2], 'version', 1)
 for _, g in ipairs(handed) do
-  redis.call('HSET', KEYS[1], g[1], g[2] .. ':' .. g[3] .. ':' .. g[4] .. ':' .. g[5] .. ':' .. g[6] .. ':' .. version)
+  redis.call('HSET', KEYS[1], g[1], g[2] .. ':' .. g[3] .. ':' .. g[4] .. ':' .. g[5])
+  redis.call('HSET', KEYS[10], g[1], g[6] .. ':' .. version)
 end
 -- Told with the budget's version: a process whose own report ran after this one skips it. A
 -- turn handed over says what its holder holds now and the ms to its term's end.

@@ -447,6 +447,56 @@ async fn a_turn_handed_over_is_taken_without_a_report() {
     drop(held);
 }
 
+/// When the grants channel went deaf and live again, words may have been missed: the wake asks
+/// for a report whatever the last word heard said.
+#[tokio::test(start_paused = true)]
+async fn a_gap_in_the_grants_channel_asks_for_a_report() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 8, Fail::Closed);
+    let records = budget(&a, 8);
+    let held = records.acquire().await.unwrap();
+    tokio::time::sleep(ms(20)).await;
+    let (process, grants) = (a.engine.process.clone(), server.grants());
+    let reports = || server.0.calls.load(Relaxed);
+    grants.grant(&format!("{process}@0.0"));
+    tokio::time::sleep(ms(20)).await;
+    let before = reports();
+    grants.set_live(false);
+    grants.set_live(true);
+    tokio::time::sleep(ms(20)).await;
+    assert!(reports() > before, "a gap in the channel asks");
+    drop(held);
+}
+
+/// A turn is taken only if it is newer than every answer the process heard, applied or not: an
+/// answer from later came from a report of its own that ran after the turn was handed and said
+/// what it ran without it (the server gave the turn on unless that report had not seen it).
+#[tokio::test(start_paused = true)]
+async fn a_turn_older_than_an_answer_heard_is_not_taken() {
+    let cut = Cut::default();
+    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
+    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let first = budget(&a, 1);
+    let held = first.acquire().await.unwrap();
+    let second = budget(&b, 1);
+    let waiter = tokio::spawn(async move { second.acquire_owned().await.map(drop) });
+    tokio::time::sleep(ms(20)).await;
+    // An answer not applied (a late duplicate's) was heard from a later state than the last
+    // applied one.
+    let (epoch, answered) = {
+        let mut state = b.engine.lock();
+        state.seen.version = state.answered.version + 10;
+        (state.seen.epoch, state.answered.version)
+    };
+    let (process, grants) = (b.engine.process.clone(), cut.grants());
+    grants.grant(&format!("{process}@{epoch}.{}+1.50", answered + 5));
+    tokio::time::sleep(ms(10)).await;
+    assert!(!waiter.is_finished(), "not taken");
+    assert_eq!(b.snapshot().reserved, 0);
+    drop(held);
+    waiter.abort();
+}
+
 /// A turn handed over while a report of the process is out waits for its answer, and is taken
 /// after it when it is newer (the report ran before it was handed).
 #[tokio::test(start_paused = true)]
