@@ -11,7 +11,7 @@
 //! the calls have drained gives the turn back. Before a report leaves, the cap is lowered to
 //! the `holding` it names, and it only grows again from the reply, or from a turn another
 //! process's report handed over on the channel, taken when no report is out and newer than
-//! the last answer; so the process never runs more calls than the server reserves for it.
+//! every answer heard; so the process never runs more calls than the server reserves for it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -492,8 +492,9 @@ impl ShareEngine {
 
     /// A turn handed over on the grants channel by another process's report: the server now
     /// reserves `handed.holds` for this process. Taken when no report is out and it is newer
-    /// than the last answer (a report that ran after it answered for it); while a report is
-    /// out, kept for its answer.
+    /// than every answer heard (a report that ran after it answered for it); while a report is
+    /// out, kept for its answer, and dropped if that report fails (the server keeps the turn
+    /// for the next report if the failed one had not seen it, and its answer tells).
     pub(crate) fn hand_over(&self, handed: Handed) {
         let mut state = self.lock();
         if state.in_flight > 0 {

@@ -39,7 +39,7 @@ use crate::fallback::Fail;
 ///   admits nothing above the new share at once, and gives the rest back as its running calls
 ///   end. Before a report leaves, the process lowers its own cap to what the report says it
 ///   holds, and raises it only from the reply, or from a turn handed over to it when no report
-///   of its own is out and the turn is newer than its last answer (a report sent without
+///   of its own is out and the turn is newer than every answer it heard (a report sent without
 ///   knowing of a turn keeps it on the server), so it never runs more calls than the server
 ///   reserves for it.
 /// - **Expiry.** A process that stops reporting (killed, stalled) keeps its share one lease
