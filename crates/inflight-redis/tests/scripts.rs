@@ -545,7 +545,7 @@ fn a_holder_whose_term_ran_out_is_told_once_and_only_if_it_does_not_know() {
 /// the report that gives it back: the head's entry holds it, and its word says what it holds
 /// and the time to its term's end, at the budget's state then. A report sent after hearing it
 /// (its `seen` at that state) that holds nothing gives it back; one sent without hearing it
-/// keeps it (the other test).
+/// keeps it.
 #[test]
 fn a_permit_given_back_is_handed_to_the_head_of_the_turns() {
     let Some(mut server) = server() else {

@@ -130,15 +130,7 @@ impl Link {
             match tokio::time::timeout_at(until, fill).await {
                 // No word from the upstream: the body goes all the same.
                 Err(_) => break,
-                Ok(Ok(0)) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the upstream closed the connection before its answer's head",
-                    );
-                    return Err(Failed::new(UpstreamError::Io(e), !read_any));
-                }
-                Ok(Ok(_)) => read_any = true,
-                Ok(Err(e)) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
+                Ok(filled) => head_bytes(filled, &mut read_any)?,
             }
         }
         self.send_body_and_read_head(body, sending, method).await
@@ -250,17 +242,26 @@ async fn read_head<R: AsyncRead + Unpin>(
             Err(malformed) => return Err(Failed::answered(UpstreamError::Malformed(malformed))),
         }
         let fill = std::future::poll_fn(|cx| answer::poll_fill(rd, buf, cx)).await;
-        match fill {
-            Ok(0) => {
-                let e = io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the upstream closed the connection before its answer's head",
-                );
-                return Err(Failed::new(UpstreamError::Io(e), !read_any));
-            }
-            Ok(_) => read_any = true,
-            Err(e) => return Err(Failed::new(UpstreamError::Io(e), !read_any)),
+        head_bytes(fill, &mut read_any)?;
+    }
+}
+
+/// A read while an answer's head is awaited: bytes came (`read_any` says so from then on), or
+/// the upstream closed or failed, with nothing of an answer yet unless `read_any`.
+fn head_bytes(fill: io::Result<usize>, read_any: &mut bool) -> Result<(), Failed> {
+    match fill {
+        Ok(0) => {
+            let e = io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the upstream closed the connection before its answer's head",
+            );
+            Err(Failed::new(UpstreamError::Io(e), !*read_any))
         }
+        Ok(_) => {
+            *read_any = true;
+            Ok(())
+        }
+        Err(e) => Err(Failed::new(UpstreamError::Io(e), !*read_any)),
     }
 }
 

@@ -384,21 +384,31 @@ async fn a_first_call_costs_one_report() {
     assert_eq!(cut.reports.load(Relaxed), 16);
 }
 
+/// Two processes on a budget of 1 through one server: a's caller holds the permit, and b's
+/// (whose reports `Cut` counts) waits for it; 20 ms on, when both have reported.
+async fn one_holds_one_waits() -> (
+    Cut,
+    ShareStore,
+    inflight::OwnedPermit,
+    tokio::task::JoinHandle<Result<(), AcquireError>>,
+) {
+    let cut = Cut::default();
+    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
+    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
+    let held = budget(&a, 1).acquire_owned().await.unwrap();
+    let second = budget(&b, 1);
+    let waiter = tokio::spawn(async move { second.acquire_owned().await.map(drop) });
+    tokio::time::sleep(ms(20)).await;
+    (cut, b, held, waiter)
+}
+
 /// A process that holds nothing and only waits renews its place every two thirds of a lease,
 /// not every third: its entry lasts a lease on the server, and it holds nothing that could
 /// outlive it.
 #[tokio::test(start_paused = true)]
 async fn a_process_that_only_waits_renews_every_two_thirds_of_a_lease() {
-    let cut = Cut::default();
-    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
-    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
-    let first = budget(&a, 1);
-    let held = first.acquire().await.unwrap();
-    let waiter = tokio::spawn({
-        let records = budget(&b, 1);
-        async move { records.acquire().await.map(drop) }
-    });
-    tokio::time::sleep(ms(100)).await;
+    let (cut, b, held, waiter) = one_holds_one_waits().await;
+    tokio::time::sleep(ms(80)).await;
     let reports = cut.reports.load(Relaxed);
     tokio::time::sleep(LEASE * 6).await;
     let renewals = cut.reports.load(Relaxed) - reports;
@@ -420,14 +430,7 @@ async fn a_process_that_only_waits_renews_every_two_thirds_of_a_lease() {
 /// gets in at once. One told at a state before the process's last answer is not taken.
 #[tokio::test(start_paused = true)]
 async fn a_turn_handed_over_is_taken_without_a_report() {
-    let cut = Cut::default();
-    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
-    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
-    let first = budget(&a, 1);
-    let held = first.acquire().await.unwrap();
-    let second = budget(&b, 1);
-    let mut waiter = tokio::spawn(async move { second.acquire_owned().await.map(drop) });
-    tokio::time::sleep(ms(20)).await;
+    let (cut, b, held, mut waiter) = one_holds_one_waits().await;
     let reports = cut.reports.load(Relaxed);
     let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
     grants.grant(&format!("{process}@{epoch}.0+1.50"));
@@ -452,14 +455,7 @@ async fn a_turn_handed_over_is_taken_without_a_report() {
 /// what it ran without it (the server gave the turn on unless that report had not seen it).
 #[tokio::test(start_paused = true)]
 async fn a_turn_older_than_an_answer_heard_is_not_taken() {
-    let cut = Cut::default();
-    let a = store(Arc::new(cut.server.clone()), 1, Fail::Closed);
-    let b = store(Arc::new(cut.clone()), 1, Fail::Closed);
-    let first = budget(&a, 1);
-    let held = first.acquire().await.unwrap();
-    let second = budget(&b, 1);
-    let waiter = tokio::spawn(async move { second.acquire_owned().await.map(drop) });
-    tokio::time::sleep(ms(20)).await;
+    let (cut, b, held, waiter) = one_holds_one_waits().await;
     // An answer not applied (a late duplicate's) was heard from a later state than the last
     // applied one.
     let (epoch, answered) = {
