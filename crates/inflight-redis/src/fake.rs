@@ -265,6 +265,7 @@ impl FakeServer {
                 processes: others.len() + 1,
                 fence: meta.out(now),
                 recheck: None,
+                life: mine.map_or(Duration::ZERO, |m| m.expiry - now),
             };
             return (reply, Vec::new());
         }
@@ -281,6 +282,16 @@ impl FakeServer {
             out.has = holding;
             out.cap = out.has.min(out.target);
         }
+        // As the script: an entry that reserves nothing and only waits for a turn (its base
+        // is 0: more processes want than there are permits) lives three leases.
+        let wanting = others.iter().filter(|(_, e)| e.wants > 0).count() + usize::from(wants > 0);
+        let life = if r.leaving && holding == 0 {
+            Duration::ZERO
+        } else if out.has == 0 && wants > 0 && r.limit < wanting {
+            r.lease * 3
+        } else {
+            r.lease
+        };
         if r.leaving && holding == 0 {
             b.remove(&*r.process);
         } else {
@@ -289,7 +300,7 @@ impl FakeServer {
                 ShareEntry {
                     has: out.has,
                     wants,
-                    expiry: now + r.lease,
+                    expiry: now + life,
                     seq: r.seq,
                 },
             );
@@ -319,6 +330,7 @@ impl FakeServer {
             processes: others.len() + 1,
             fence: meta.out(now),
             recheck: None,
+            life,
         };
         (reply, tell)
     }

@@ -113,6 +113,9 @@ pub(crate) struct ShareReply {
     pub(crate) fence: Fence,
     /// When to report again to give back a turn (others wait), if at all.
     pub(crate) recheck: Option<Duration>,
+    /// How long the server keeps the process's entry (and what it reserves) from the report:
+    /// a lease, or three for a process that reserves nothing and only waits.
+    pub(crate) life: Duration,
 }
 
 /// What a lease operation needs to know of the budget besides its name.
@@ -443,8 +446,9 @@ impl Server for RedisServer {
         report: ShareReport,
     ) -> BoxFuture<'static, Result<ShareReply, ServerError>> {
         let name = budget.to_string();
-        let reply =
-            self.run::<(u8, usize, usize, usize, usize, i64, i64, i64, u64)>(budget, move |s| {
+        let reply = self.run::<(u8, usize, usize, usize, usize, i64, i64, i64, u64, u64)>(
+            budget,
+            move |s| {
                 let mut call = s.shares.prepare_invoke();
                 for key in scripts::share_keys(&name) {
                     call.key(key);
@@ -459,9 +463,10 @@ impl Server for RedisServer {
                     .arg(report.seen.epoch)
                     .arg(report.seen.version);
                 call
-            });
+            },
+        );
         Box::pin(async move {
-            let (applied, cap, has, target, processes, epoch, version, learning, recheck) =
+            let (applied, cap, has, target, processes, epoch, version, learning, recheck, life) =
                 reply.await?;
             Ok(ShareReply {
                 applied: applied == 1,
@@ -471,6 +476,7 @@ impl Server for RedisServer {
                 processes,
                 fence: fence(epoch, version, learning),
                 recheck: (recheck > 0).then(|| Duration::from_millis(recheck)),
+                life: Duration::from_millis(life),
             })
         })
     }

@@ -13,7 +13,7 @@ mod scripts;
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
@@ -296,7 +296,7 @@ fn shares(
 }
 
 /// `(applied, cap, has, target, processes, epoch, version, learning ms, recheck ms)`.
-type Shares = (u8, u64, u64, u64, u64, u64, u64, u64, u64);
+type Shares = (u8, u64, u64, u64, u64, u64, u64, u64, u64, u64);
 
 fn shares_seen(
     conn: &mut redis::Connection,
@@ -415,6 +415,27 @@ fn cap_has_base(r: Shares) -> (u64, u64, u64) {
     (r.1, r.2, r.3)
 }
 
+/// The water level is found by walking the wants in ascending order, read a few first and then
+/// in larger chunks: 70 processes that want one each and one that wants 900 of 512 give the
+/// last 442 (the walk reads past both the first read and a chunk).
+#[test]
+fn the_water_level_walks_every_want_below_it() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let conn = &mut server.1;
+    for i in 0..70 {
+        let small = format!("{i:016}-small");
+        assert_eq!(shares(conn, &small, (1, 0, 1), 5000, false).3, 1);
+    }
+    let big = shares(conn, "0000000000000big-b", (900, 0, 1), 5000, false);
+    assert_eq!(
+        (big.2, big.3, big.4),
+        (442, 442, 71),
+        "has, base, processes"
+    );
+}
+
 /// The turns' tests' three processes (the first 16 characters name their grants channels).
 const TURNS: (&str, &str, &str) = (
     "00000000000000p1-a",
@@ -446,8 +467,11 @@ fn permits_beyond_every_base_go_in_turns() {
     let Some(mut server) = server() else {
         return;
     };
-    let conn = &mut server.1;
     let (p1, p2, p3) = TURNS;
+    // The processes listen on their grants channels, as live ones do.
+    let mut listener = server.0.conn();
+    let _pubsub = listen(&mut listener, &[p1, p2, p3]);
+    let conn = &mut server.1;
     // A limit of 2 (the tests' helper says 512: use a budget of its own) among three
     // processes that want one each: every base is 0, the two permits go in turns.
     let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
@@ -608,6 +632,197 @@ fn a_permit_given_back_is_handed_to_the_head_of_the_turns() {
     );
     assert!(words(&mut pubsub).is_empty());
     let _ = epoch;
+}
+
+/// The turns' tests' fourth process.
+const P4: &str = "00000000000000p4-d";
+
+/// Two processes take the two permits of `budget` (`TURNS`' first two: a base of 1 each), then
+/// `waiting` queue for a turn, in order; every report with a lease of `lease_ms`.
+fn two_hold_then_queue(
+    conn: &mut redis::Connection,
+    budget: &str,
+    lease_ms: u64,
+    waiting: &[&str],
+) {
+    let (p1, p2, _) = TURNS;
+    for p in [p1, p2] {
+        assert_eq!(
+            cap_has_base(turn(conn, budget, p, (0, 1), lease_ms, (0, 0))),
+            (1, 1, 1)
+        );
+    }
+    for p in waiting {
+        let answer = cap_has_base(turn(conn, budget, p, (0, 1), lease_ms, (0, 0)));
+        assert_eq!(answer, (0, 0, 0), "{p} queues");
+    }
+}
+
+/// A turn is not handed to a process nobody listens for (its grants channel has no
+/// subscriber: the process was killed, and its connection went with it): the next head takes
+/// it. The gone one, which reserves nothing, keeps its entry while its last report is less
+/// than a lease old (a live process whose channel is reconnecting reports once it is back),
+/// and is dropped by the first hand-over past that, instead of three leases after its last
+/// report. (Before, the permit idled at the gone process until its entry expired.)
+#[test]
+fn a_turn_is_not_handed_to_a_process_that_no_longer_listens() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let p4 = P4;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1, p2, p4]);
+    // p3 listened, then was killed: its connection is gone, and Redis has seen it go.
+    let mut killed = server.0.conn();
+    drop(listen(&mut killed, &[p3]));
+    drop(killed);
+    let conn = &mut server.1;
+    let channel = grants_channel(&p3[..16]);
+    let listeners = |conn: &mut redis::Connection| -> u64 {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query(conn)
+            .unwrap();
+        n
+    };
+    let gone = Instant::now();
+    while listeners(conn) > 0 {
+        assert!(
+            gone.elapsed() < Duration::from_secs(5),
+            "p3's connection closes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        cap_has_base(turn(conn, "gone", p, (holding, seq), 300, (0, 0)))
+    };
+    two_hold_then_queue(conn, "gone", 300, &[p3, p4]);
+    // p1 gives its permit back: p3 heads the turns but is gone; p4 is handed the permit.
+    assert_eq!(report(conn, p1, 0, 2), (0, 0, 0));
+    let told = words(&mut pubsub);
+    assert!(
+        told.len() == 1 && told[0].starts_with(&format!("{p4}@")) && told[0].contains('+'),
+        "{told:?}"
+    );
+    let entry = |conn: &mut redis::Connection, p: &str| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(shares_key("gone"))
+            .arg(p)
+            .query(conn)
+            .unwrap()
+    };
+    assert!(entry(conn, p4).unwrap().starts_with("1:"), "p4 holds it");
+    assert!(
+        entry(conn, p3).is_some(),
+        "p3 reported less than a lease ago"
+    );
+    // A lease on, p2's entry (a holder's: one lease) has expired; p1's renewal drops it and
+    // hands its permit on: p3, gone and silent for more than a lease, is dropped.
+    std::thread::sleep(Duration::from_millis(320));
+    let _ = report(conn, p1, 0, 3);
+    assert_eq!(entry(conn, p3), None, "p3 is dropped");
+    let sums: Vec<u64> = redis::cmd("HMGET")
+        .arg(share_keys("gone")[6].as_str())
+        .arg("reserved")
+        .arg("wants")
+        .arg("n")
+        .query(conn)
+        .unwrap();
+    assert_eq!(sums, [1, 2, 2], "p4 holds one; p1 and p4 want one each");
+}
+
+/// A turn handed over keeps the entry's expiry of the waiter it was handed to (three leases from
+/// its last report), so that expiry says nothing of whether it reported since its term began: a
+/// turn it has not answered for says it has not. A process that queues once that turn's term
+/// has run out (and a term more: its holder was told when it ends) tells it to give back.
+#[test]
+fn a_handed_turn_not_answered_for_is_told_when_others_queue_past_its_term() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let p4 = P4;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1, p2, p3, p4]);
+    let conn = &mut server.1;
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        cap_has_base(turn(conn, "unanswered", p, (holding, seq), 600, (0, 0)))
+    };
+    two_hold_then_queue(conn, "unanswered", 600, &[p3]);
+    // p1 gives its permit back and queues again: p3 is handed it, for a term.
+    assert_eq!(report(conn, p1, 0, 2), (0, 0, 0));
+    let told = words(&mut pubsub);
+    assert!(
+        told.len() == 1 && told[0].starts_with(&format!("{p3}@")) && told[0].contains("+1."),
+        "{told:?}"
+    );
+    // Two terms on (a term is a sixth of the lease), p2 renews (and is capped: p1 waits),
+    // then p4 queues: p3 has held its extra past its term's end and a term more, and has not
+    // answered for it: told.
+    std::thread::sleep(Duration::from_millis(220));
+    assert_eq!(report(conn, p2, 1, 2), (0, 1, 0));
+    assert_eq!(report(conn, p4, 0, 1), (0, 0, 0), "p4 queues");
+    let told = words(&mut pubsub);
+    assert!(
+        told.len() == 1 && told[0].starts_with(&format!("{p3}@")) && !told[0].contains('+'),
+        "{told:?}"
+    );
+}
+
+/// An entry that reserves nothing and only waits for a turn (its base is 0) lives three
+/// leases, and the answer says so; one that holds a permit lives one.
+#[test]
+fn a_process_that_only_waits_for_a_turn_keeps_its_entry_three_leases() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let conn = &mut server.1;
+    let life = |conn: &mut redis::Connection, p: &str| turn(conn, "life", p, (0, 1), 600, (0, 0)).9;
+    assert_eq!(life(conn, p1), 600, "p1 holds one");
+    assert_eq!(life(conn, p2), 600);
+    assert_eq!(life(conn, p3), 1800, "p3 only waits");
+    let expiry = |conn: &mut redis::Connection, p: &str| -> u64 {
+        redis::cmd("ZSCORE")
+            .arg(share_keys("life")[2].as_str())
+            .arg(p)
+            .query(conn)
+            .unwrap()
+    };
+    let gap = expiry(conn, p3) - expiry(conn, p1);
+    assert!((1100..=1300).contains(&gap), "{gap} ms");
+}
+
+/// What an expired entry reserved is handed on by the report that drops it, as a permit given
+/// back is: the head of the turns gets it without waiting for its own next report (which,
+/// renewing every two leases, could be long in coming).
+#[test]
+fn permits_of_an_expired_entry_are_handed_to_the_head_of_the_turns() {
+    let Some(mut server) = server() else {
+        return;
+    };
+    let (p1, p2, p3) = TURNS;
+    let mut listener = server.0.conn();
+    let mut pubsub = listen(&mut listener, &[p1, p2, p3, P4]);
+    let conn = &mut server.1;
+    let report = |conn: &mut redis::Connection, p: &str, holding: u64, seq: u64| {
+        cap_has_base(turn(conn, "expired", p, (holding, seq), 300, (0, 0)))
+    };
+    two_hold_then_queue(conn, "expired", 300, &[p3, P4]);
+    assert!(words(&mut pubsub).is_empty());
+    // p1 stops reporting (a holder killed); a lease on, p2's renewal drops its entry (three
+    // processes for two permits: every base is still 0)...
+    std::thread::sleep(Duration::from_millis(350));
+    let _ = report(conn, p2, 1, 2);
+    // ...and hands its permit to p3.
+    let told = words(&mut pubsub);
+    assert!(
+        told.iter()
+            .any(|w| w.starts_with(&format!("{p3}@")) && w.contains("+1.")),
+        "{told:?}"
+    );
 }
 
 /// A turn handed to a process that holds its base (a base of 1 here) has a full term from

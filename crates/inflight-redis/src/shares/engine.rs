@@ -2,8 +2,9 @@
 //! share, and the reporter that tells the server what the process wants and learns its share.
 //!
 //! Admission is local: a semaphore of `cap` permits, no round trip per call. The reporter runs
-//! one report at a time: every third of a lease while it holds a share and every two thirds
-//! while it only waits (the renewal), at once when a caller waits and the demand is above what
+//! one report at a time: every third of a lease while it holds a share, every two thirds while
+//! it holds nothing below its base, and every two leases while it only waits for a turn (the
+//! server keeps such an entry three leases), at once when a caller waits and the demand is above what
 //! was last reported, when the calls of a shrunk share have drained (to give the rest back),
 //! and when the server tells this process on its grants channel that others are short (unless
 //! its own last answer came from a later state of the budget than the word). At a turn's term
@@ -99,9 +100,10 @@ struct State {
     processes: usize,
     seq: u64,
     last_sent: Option<Instant>,
-    /// When the last applied report left: the server holds the share until one lease after
-    /// it at least.
-    confirmed: Option<Instant>,
+    /// Until when the server holds this process's entry at least, on this clock: the entry's
+    /// life (a lease, or three while it reserves nothing and only waits) after the last applied
+    /// report left. A turn handed over keeps it (the server keeps the entry's expiry).
+    holds_until: Option<Instant>,
     down: Option<Down>,
     /// When the fallback state was last logged.
     down_logged: Option<Instant>,
@@ -115,9 +117,9 @@ struct State {
     in_flight: usize,
     /// A turn handed over on the channel while a report was out.
     handed: Option<Handed>,
-    /// Whether the share's last move was a turn handed over on the channel (not an answer): its
+    /// When the share's last move was a turn handed over on the channel (not an answer): its
     /// renewal waits for the report that gives it back (see [`ShareEngine::renew_due`]).
-    turn_handed: bool,
+    turn_handed: Option<Instant>,
     /// Whether the budget learns (its state was lost), as the last reply said.
     learning: bool,
     /// When to report again to give back a turn (others wait), as the last reply said.
@@ -369,13 +371,11 @@ impl ShareEngine {
     /// no earlier): past that, nothing more is admitted under it and its running calls are told
     /// their leases are lost.
     fn expire_if_stale(&self, state: &mut State, now: Instant) {
-        let stale = state
-            .confirmed
-            .is_some_and(|at| now >= at + self.settings.lease);
+        let stale = state.holds_until.is_some_and(|until| now >= until);
         if !stale {
             return;
         }
-        state.confirmed = None;
+        state.holds_until = None;
         state.has = 0;
         state.target = 0;
         self.set_cap(state, 0);
@@ -484,8 +484,8 @@ impl ShareEngine {
             wake = wake.max(down.until);
         }
         // A pause after a failure does not put off the share's end: its calls are told then.
-        if let Some(at) = state.confirmed {
-            wake = wake.min(at + self.settings.lease);
+        if let Some(until) = state.holds_until {
+            wake = wake.min(until);
         }
         wake
     }
@@ -516,7 +516,7 @@ impl ShareEngine {
             || handed.at.0 != state.seen.epoch
             || self.closed.load(Relaxed)
             || state.learning
-            || state.confirmed.is_none()
+            || state.holds_until.is_none()
         {
             return;
         }
@@ -532,43 +532,43 @@ impl ShareEngine {
             learning: Duration::ZERO,
         });
         state.has = handed.holds;
-        state.turn_handed = true;
+        state.turn_handed = Some(Instant::now());
         state.recheck_at = (!handed.term.is_zero()).then(|| Instant::now() + handed.term);
         // The server reserves for the calls the fallback admitted too, as in an answer.
         self.set_cap(state, handed.holds.saturating_sub(self.fallback.held()));
     }
 
-    /// When the next renewal is due: [`ShareEngine::renew_every`] after the last report left;
-    /// for a turn handed over on the channel, two thirds of a lease after it (a third to spare
-    /// before the share ends on this clock), so that the report giving the turn back at its
-    /// term's end is its renewal.
+    /// When the next renewal is due. A process that holds any of a share (or while Redis is
+    /// down, to see it back) renews every third of a lease after its last report left: its own
+    /// clock ends the share one lease after that. A turn handed over on the channel renews
+    /// two thirds of a lease after it was taken, or a third of a lease before its entry's end
+    /// on this clock if that comes first, so that the report giving the turn back at its term's
+    /// end is its renewal (and a holder reports within a lease of taking it, as the budget's
+    /// learning after a loss of state needs). A process that holds nothing and only waits
+    /// renews a lease before its entry's end (the server keeps such an entry three leases), and
+    /// two thirds of a lease after its last report at the soonest.
     fn renew_due(&self, state: &State) -> Instant {
         let Some(sent) = state.last_sent else {
             return Instant::now();
         };
-        match state.confirmed {
-            Some(at) if state.turn_handed => at + self.settings.lease * 2 / 3,
-            _ => sent + self.renew_every(state),
+        let lease = self.settings.lease;
+        let waits = self.waits_only(state);
+        match (state.holds_until, state.turn_handed) {
+            (Some(until), Some(taken)) => (until - lease / 3).min(taken + lease * 2 / 3),
+            (Some(until), None) if waits => (until - lease).max(sent + lease * 2 / 3),
+            _ if waits => sent + lease * 2 / 3,
+            _ => sent + lease / 3,
         }
     }
 
-    /// How often this process renews: every third of a lease while it holds any of a share (its
-    /// own clock ends the share one lease after the last report left) or Redis is down (to see
-    /// it back); every two thirds while it holds nothing and only waits, since its entry on the
-    /// server lasts a lease (it keeps its place in the turns with a third to spare, for half the
-    /// reports).
-    fn renew_every(&self, state: &State) -> Duration {
-        let waits_only = state.has == 0
+    /// Whether this process holds nothing and only waits (Redis answering).
+    fn waits_only(&self, state: &State) -> bool {
+        state.has == 0
             && state.cap == 0
             && state.debt == 0
             && state.in_use == 0
             && state.down.is_none()
-            && self.fallback.held() == 0;
-        if waits_only {
-            self.settings.lease * 2 / 3
-        } else {
-            self.settings.lease / 3
-        }
+            && self.fallback.held() == 0
     }
 
     /// Whether a report is worth sending now: a renewal is skipped while this process holds
@@ -606,7 +606,12 @@ impl ShareEngine {
             } else {
                 (self.held_out(&state) + local).max(state.cap.min(peak))
             };
-            // Until the reply, no more than `holding` run: the server reserves that much.
+            // Until the reply, no more than `holding` run: the server reserves that much. And
+            // until then, the entry is only known to last a lease from now: applied, this
+            // report may have made it a holder's (one lease) where it was a waiter's (three).
+            state.holds_until = state
+                .holds_until
+                .map(|until| until.min(sent + self.settings.lease));
             let cap = state.cap.min(holding);
             self.set_cap(&mut state, cap);
             state.in_flight += 1;
@@ -669,12 +674,12 @@ impl ShareEngine {
                     state.has = reply.has;
                     state.target = reply.target;
                     state.processes = reply.processes;
-                    state.confirmed = Some(sent);
+                    state.holds_until = Some(sent + reply.life);
                     state.answered = Seen {
                         epoch: reply.fence.epoch,
                         version: reply.fence.version,
                     };
-                    state.turn_handed = false;
+                    state.turn_handed = None;
                     state.recheck_at = reply.recheck.map(|d| answered + d);
                     // The server reserves for the calls admitted locally too (they were in the
                     // report's holding): the share admits that many fewer while they run. Those
@@ -766,14 +771,14 @@ impl ShareEngine {
         }
         let holds = {
             let state = self.lock();
-            state.has > 0 || state.confirmed.is_some()
+            state.has > 0 || state.holds_until.is_some()
         };
         if holds {
             self.report_once(true).await;
         }
         let mut state = self.lock();
         state.has = 0;
-        state.confirmed = None;
+        state.holds_until = None;
     }
 
     pub(crate) fn snapshot(&self) -> ShareSnapshot {
@@ -816,7 +821,7 @@ impl Drop for ShareEngine {
     fn drop(&mut self) {
         self.signals.closing.notify_waiters();
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if self.closed.load(Relaxed) || (state.has == 0 && state.confirmed.is_none()) {
+        if self.closed.load(Relaxed) || (state.has == 0 && state.holds_until.is_none()) {
             return;
         }
         let Some(budget) = self.budget.get() else {

@@ -43,18 +43,27 @@ use crate::fallback::Fail;
 ///   knowing of a turn keeps it on the server), so it never runs more calls than the server
 ///   reserves for it.
 /// - **Expiry.** A process that stops reporting (killed, stalled) keeps its share one lease
-///   after its last report reached the server; then the others take it up at their next report
-///   (at once if one of them reports it is short). A process stalled past its lease (`SIGSTOP`,
+///   after its last report reached the server; then the first report to see it expired hands
+///   it on as a share given back is (or the others take it up at their next report). A process
+///   that holds nothing and only waits for a turn keeps its entry three leases, and renews it
+///   every two; a turn is not handed to a process nobody listens for on its grants channel
+///   (`PUBSUB NUMSUB`: one killed, whose connection closed), and such a waiter is dropped once
+///   its last report is a lease old. One stalled while it waits, or whose host vanished
+///   without closing its connection (Redis keeps it until `tcp-keepalive` tells), may be
+///   handed a turn: that permit idles until its entry expires, three leases after its last
+///   report at most. A process stalled past its lease (`SIGSTOP`,
 ///   a long pause) may still be running the calls it admitted before the stall, at most its
 ///   share, while that share is handed to others: for as long as those calls run, the fleet
-///   can run up to that share above the limit. Its own clock ends its share at one lease after
-///   its last report *left*, before the server's expiry, so a process that is merely cut off
+///   can run up to that share above the limit. Its own clock ends its share when the server's
+///   entry may end at the soonest: its entry's life (a lease; three for a waiter's entry, and a
+///   turn handed over keeps it) after its last answered report *left*, and no later than a
+///   lease after any report left since, before the server's expiry, so a process that is merely cut off
 ///   from Redis stops admitting in time, and its running calls see their leases lost
 ///   ([`Lease::is_lost`]).
 /// - **Cost.** Redis is asked once per process per third of a lease while it holds a share
-///   (the renewal; every two thirds while it holds nothing and only waits, and a turn handed
-///   over to it renews with the report that gives it back, two thirds of a lease after its
-///   last report at the latest), once when a caller
+///   (the renewal; every two thirds while it holds nothing below its base, every two leases
+///   while it only waits for a turn, and a turn handed over to it renews with the report that
+///   gives it back, two thirds of a lease after it was taken at the latest), once when a caller
 ///   finds the share full and the demand is above what was last reported, once when a shrunk
 ///   share has drained (which also hands a turn on), and once when the server says others are
 ///   short: the number of Redis commands follows the moves of the shares, not the calls. A word

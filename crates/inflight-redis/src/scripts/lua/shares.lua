@@ -7,6 +7,10 @@ local lease = tonumber(ARGV[6])
 local epoch, version, learn, behind = fence(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), lease)
 local learning = now < learn
 local term = math.max(math.floor(lease / 6), 1)
+-- An entry lives a lease after its report; one that reserves nothing and only waits for a turn
+-- (its base is 0), three: it renews less often, and a turn is not handed to a process that is
+-- gone (`alive`).
+local wait_life = 3 * lease
 local sums = redis.call('HMGET', KEYS[7], 'reserved', 'wants', 'n')
 local reserved, total, n = tonumber(sums[1]) or 0, tonumber(sums[2]) or 0, tonumber(sums[3]) or 0
 -- An entry: held, wants, expiry, last seq (processes of earlier versions read the same).
@@ -33,13 +37,15 @@ local function forget(id)
   redis.call('ZREM', KEYS[9], id)
   redis.call('HDEL', KEYS[10], id)
 end
--- Expired entries go, a few per report.
+-- Expired entries go, a few per report; what they reserved is handed on below.
+local swept = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 20)) do
   if id ~= me then
     local raw = redis.call('HGET', KEYS[1], id)
     if raw then
       local h, w = parse(raw)
       reserved, total, n = reserved - h, total - w, n - 1
+      swept = swept + h
     end
     forget(id)
   end
@@ -50,7 +56,7 @@ if raw then
   local h, w, e, q = parse(raw)
   local _, g = turn_of(me)
   if e > now and seq <= q and not behind then
-    return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0}
+    return {0, 0, 0, 0, math.max(n, 1), epoch, version, math.max(learn - now, 0), 0, e - now}
   end
   if e > now then before = h end
   -- A turn handed to it that this report was sent without knowing (it had not seen the
@@ -72,9 +78,12 @@ else
 end
 local nw = redis.call('ZCARD', KEYS[8])
 local level = limit
-local left, k = limit, 0
+-- The first read is short: when every process wants more than its part (turns), the first want
+-- ends the walk.
+local left, k, size = limit, 0, 4
 while k < nw do
-  local chunk = redis.call('ZRANGE', KEYS[8], k, k + 63, 'WITHSCORES')
+  local chunk = redis.call('ZRANGE', KEYS[8], k, k + size - 1, 'WITHSCORES')
+  size = 64
   if #chunk == 0 then break end
   local found = false
   for i = 2, #chunk, 2 do
@@ -150,8 +159,10 @@ elseif wants > mhas and not learning and mhas == base then
       if id ~= me and tonumber(redis.call('ZSCORE', KEYS[9], id) or 0) > math.floor(level) then
         local raw = redis.call('HGET', KEYS[1], id)
         local _, _, e = parse(raw or '0:0:0:0')
-        local r = turn_of(id)
-        if e - lease < since + term and (r == 0 or now > r + term) then
+        local r, g = turn_of(id)
+        -- Not reported since its term began: a turn handed to it it has not answered for, or
+        -- its entry's last report (a holder's entry lives one lease) before then.
+        if (g > 0 or e - lease < since + term) and (r == 0 or now > r + term) then
           told[#told + 1] = id
           break
         end
@@ -174,21 +185,30 @@ end
 if wants <= mhas or mhas > base then redis.call('ZREM', KEYS[4], me) end
 -- Turns handed over here: {id, held now, entry} (told with what they hold, not to report).
 local handed = {}
-if mhas < before and free > 0 then
-  -- Permits went back: to those below their base first (told to report and take them), then
-  -- the turns queue.
+if (mhas < before or swept > 0) and free > 0 then
+  -- Permits went back (or expired with their process's entry): to those below their base
+  -- first (told to report and take them), then the turns queue.
   for _, id in ipairs(redis.call('ZRANGE', KEYS[6], 0, free - 1)) do
     if id ~= me then told[#told + 1] = id end
   end
-  local heads = redis.call('ZRANGE', KEYS[4], 0, free - 1)
   if redis.call('ZCARD', KEYS[6]) == 0 and not learning then
     -- Nobody is below its base: each head of the queue is handed a permit here, as its own
-    -- report would take it, and told what it holds now (it asks nothing).
-    for _, id in ipairs(heads) do
-      local raw = id ~= me and redis.call('HGET', KEYS[1], id)
+    -- report would take it, and told what it holds now (it asks nothing). Two heads more are
+    -- read, for heads whose process is gone.
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, free + 1)) do
+      local raw = free > 0 and id ~= me and redis.call('HGET', KEYS[1], id)
       if raw then
         local h, w, e, q = parse(raw)
-        if free > 0 and e > now and w > h and h == math.min(w, math.floor(level)) then
+        if not alive(id) then
+          -- Nobody listens on its process's channel: the process is gone, or reconnecting (it
+          -- reports once it hears again). No turn is handed to it; one that reserves nothing
+          -- and last reported more than a lease ago is dropped now rather than when its entry
+          -- expires (a live one renews every two leases, and reports when its channel is back).
+          if h == 0 and e < now + wait_life - lease then
+            total, n = total - w, n - 1
+            forget(id)
+          end
+        elseif e > now and w > h and h == math.min(w, math.floor(level)) then
           free, reserved = free - 1, reserved + 1
           redis.call('ZREM', KEYS[4], id)
           redis.call('ZADD', KEYS[5], now, id)
@@ -200,7 +220,7 @@ if mhas < before and free > 0 then
       end
     end
   else
-    for _, id in ipairs(heads) do
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
       if id ~= me then told[#told + 1] = id end
     end
   end
@@ -212,16 +232,19 @@ for _, g in ipairs(handed) do
   if queued_after > 0 then ends = tonumber(redis.call('ZSCORE', KEYS[5], g[1])) + term end
   g[6] = ends
 end
+local life = 0
 if ARGV[7] == '1' and holding == 0 then
   forget(me)
 else
-  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + lease) .. ':' .. seq)
+  life = lease
+  if mhas == 0 and base == 0 and wants > 0 then life = wait_life end
+  redis.call('HSET', KEYS[1], me, mhas .. ':' .. wants .. ':' .. (now + life) .. ':' .. seq)
   if recheck > 0 then
     redis.call('HSET', KEYS[10], me, (now + recheck) .. ':0')
   else
     redis.call('HDEL', KEYS[10], me)
   end
-  redis.call('ZADD', KEYS[3], now + lease, me)
+  redis.call('ZADD', KEYS[3], now + life, me)
   redis.call('ZADD', KEYS[9], mhas, me)
   reserved, total, n = reserved + mhas, total + wants, n + 1
 end
@@ -238,4 +261,4 @@ for _, g in ipairs(handed) do
   tell(g[1] .. string.format('@%d.%d+%d.%d', epoch, version, g[2], math.max(g[6] - now, 0)))
 end
 cap = math.min(cap, room)
-return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0)}
+return {1, cap, mhas, base, math.max(n, 1), epoch, version, math.max(learn - now, 0), math.max(recheck, 0), life}
