@@ -425,8 +425,9 @@ impl ProxyBuilder {
             let log = log.clone();
             tokio::spawn(async move {
                 // Every second: a fleet budget that lost Redis (or got it back, or learns after
-                // Redis lost its state) is said; every few seconds, the histograms are folded.
-                let mut every = tokio::time::interval(FLEET_WATCH_INTERVAL);
+                // Redis lost its state) is said; every tenth of a second, the histograms are
+                // folded.
+                let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut health: Vec<inflight_redis::HealthLog> = Vec::new();
                 let mut ticks = 0u32;
@@ -443,6 +444,16 @@ impl ProxyBuilder {
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
+                    shared.registry.upkeep();
+                    // The fleets at the first tick, and every FLEET_WATCH_INTERVAL after.
+                    let watch = ticks == 0;
+                    ticks += 1;
+                    if crate::metrics::UPKEEP_INTERVAL * ticks >= FLEET_WATCH_INTERVAL {
+                        ticks = 0;
+                    }
+                    if !watch {
+                        continue;
+                    }
                     let fleets = shared.fleets();
                     health.resize_with(fleets.len(), || {
                         inflight_redis::HealthLog::new(FLEET_REPEAT)
@@ -451,11 +462,6 @@ impl ProxyBuilder {
                         for line in health.lines(fleet) {
                             log(&line);
                         }
-                    }
-                    ticks += 1;
-                    if FLEET_WATCH_INTERVAL * ticks >= crate::metrics::UPKEEP_INTERVAL {
-                        ticks = 0;
-                        shared.registry.upkeep();
                     }
                 }
             })

@@ -68,8 +68,10 @@ const REASONS: [Reason; 11] = [
 ];
 
 /// How often a proxy folds the histograms' samples into their buckets when nobody scrapes
-/// `/metrics` (a scrape does it too).
-pub(crate) const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// `/metrics` (a scrape does it too). Often, so that each fold is short: the fold runs on the
+/// proxy's runtime, and the samples of 5 s at 46,000 answers a second (two histograms) held
+/// the requests behind it for milliseconds.
+pub(crate) const UPKEEP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// One proxy's recorder.
 pub(crate) struct Registry {
