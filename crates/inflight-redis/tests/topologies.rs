@@ -141,6 +141,64 @@ async fn every_primary(cluster: &RedisCluster, fleet: impl Fn(&str) -> RedisFlee
     );
 }
 
+/// Shares on a Cluster with more processes than permits: the permits go in turns, each handed
+/// over by a give-back's script on the budget's primary to a process it finds listening in the
+/// budget's slot (`PUBSUB SHARDNUMSUB` inside the script, the word by `SPUBLISH`). Six
+/// processes share a budget of 2: no report fails, the observer never sees more than 2, every
+/// process gets calls, and the scripts looked for listeners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_on_a_cluster_go_in_turns_handed_over_in_the_budgets_slot() {
+    let Some(cluster) = RedisCluster::start(3, 0, ms(2000)) else {
+        return;
+    };
+    let name = "turns";
+    let port = cluster.owner(name);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut cluster.conn_to(port))
+        .unwrap();
+    let observer = Observer::start();
+    let fleets: Vec<RedisFleet> = (0..6)
+        .map(|_| fleet(&cluster.url(), ms(600), None))
+        .collect();
+    let stores: Vec<_> = fleets.iter().map(|f| f.shares(2, Fail::Closed)).collect();
+    let budgets: Vec<Budget> = stores
+        .iter()
+        .map(|store| {
+            Budget::builder(name)
+                .max_concurrent(2)
+                .permit_timeout(ms(5000))
+                .store(Arc::new(store.clone()))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let load = Load::start(&budgets, 2, &observer.addr(), ms(20));
+    tokio::time::sleep(ms(3000)).await;
+    let report = load.stop().await;
+    let served = observer.served();
+    assert!(served.peak <= 2, "never past the limit: {served:?}");
+    assert_eq!(
+        (report.unavailable, report.other),
+        (0, 0),
+        "{}",
+        report.summary()
+    );
+    for (i, store) in stores.iter().enumerate() {
+        let snapshot = store.snapshot();
+        assert!(snapshot.acquired > 0, "process {i} got calls: {snapshot:?}");
+        assert_eq!(snapshot.unavailable, 0, "process {i}: {snapshot:?}");
+    }
+    assert!(
+        calls(&cluster, port, "pubsub|shardnumsub") > 0,
+        "the give-backs looked for listeners in the slot"
+    );
+    assert!(calls(&cluster, port, "spublish") > 0);
+    for fleet in &fleets {
+        fleet.shutdown().await;
+    }
+}
+
 /// Runs a load of 3 processes × 4 callers on one budget of 4 through `url` (trusting `ca`)
 /// while `fault` runs; returns the longest time without a grant after the fault began, and the
 /// peak at the observer.
