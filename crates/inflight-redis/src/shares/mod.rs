@@ -51,7 +51,9 @@ use crate::fallback::Fail;
 ///   its last report is a lease old. One stalled while it waits, or whose host vanished
 ///   without closing its connection (Redis keeps it until `tcp-keepalive` tells), may be
 ///   handed a turn: that permit idles until its entry expires, three leases after its last
-///   report at most. A process stalled past its lease (`SIGSTOP`,
+///   report at most; so does a turn held by a process killed before it reported again (a
+///   handed turn keeps the waiter's entry, and its holder reports within two thirds of a
+///   lease of taking it). A process stalled past its lease (`SIGSTOP`,
 ///   a long pause) may still be running the calls it admitted before the stall, at most its
 ///   share, while that share is handed to others: for as long as those calls run, the fleet
 ///   can run up to that share above the limit. Its own clock ends its share when the server's
