@@ -427,10 +427,12 @@ impl ProxyBuilder {
                 // Every second: a fleet budget that lost Redis (or got it back, or learns after
                 // Redis lost its state) is said; every tenth of a second, the histograms are
                 // folded.
-                let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut fold = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
+                let mut watch = tokio::time::interval(FLEET_WATCH_INTERVAL);
+                for every in [&mut fold, &mut watch] {
+                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
                 let mut health: Vec<inflight_redis::HealthLog> = Vec::new();
-                let mut ticks = 0u32;
                 // At start, whether the fleet's Redis answers: a budget whose Redis does not
                 // is marked down then (said on the first tick, and in the metrics), not at the
                 // first request.
@@ -440,18 +442,15 @@ impl ProxyBuilder {
                 }
                 drop(fleets);
                 loop {
-                    every.tick().await;
+                    let watching = tokio::select! {
+                        _ = fold.tick() => false,
+                        _ = watch.tick() => true,
+                    };
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    shared.registry.upkeep();
-                    // The fleets at the first tick, and every FLEET_WATCH_INTERVAL after.
-                    let watch = ticks == 0;
-                    ticks += 1;
-                    if crate::metrics::UPKEEP_INTERVAL * ticks >= FLEET_WATCH_INTERVAL {
-                        ticks = 0;
-                    }
-                    if !watch {
+                    if !watching {
+                        shared.registry.upkeep();
                         continue;
                     }
                     let fleets = shared.fleets();

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use inflight::store::Store;
 use inflight::Budget;
 use inflight_redis::{Fail, RedisFleet, RedisStore};
 use support::cluster::RedisCluster;
@@ -29,7 +30,7 @@ fn fleet(url: &str, lease: Duration, ca: Option<&Path>) -> RedisFleet {
     builder.build().unwrap()
 }
 
-fn budget(name: &str, limit: usize, store: &RedisStore) -> Budget {
+fn budget<S: Store + Clone + 'static>(name: &str, limit: usize, store: &S) -> Budget {
     Budget::builder(name)
         .max_concurrent(limit)
         .permit_timeout(ms(2000))
@@ -162,17 +163,7 @@ async fn shares_on_a_cluster_go_in_turns_handed_over_in_the_budgets_slot() {
         .map(|_| fleet(&cluster.url(), ms(600), None))
         .collect();
     let stores: Vec<_> = fleets.iter().map(|f| f.shares(2, Fail::Closed)).collect();
-    let budgets: Vec<Budget> = stores
-        .iter()
-        .map(|store| {
-            Budget::builder(name)
-                .max_concurrent(2)
-                .permit_timeout(ms(5000))
-                .store(Arc::new(store.clone()))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let budgets: Vec<Budget> = stores.iter().map(|store| budget(name, 2, store)).collect();
     let load = Load::start(&budgets, 2, &observer.addr(), ms(20));
     tokio::time::sleep(ms(3000)).await;
     let report = load.stop().await;

@@ -37,6 +37,11 @@ local function forget(id)
   redis.call('ZREM', KEYS[9], id)
   redis.call('HDEL', KEYS[10], id)
 end
+-- Another process's entry (held `h`, wanting `w`) goes, and the sums with it.
+local function drop(id, h, w)
+  reserved, total, n = reserved - h, total - w, n - 1
+  forget(id)
+end
 -- Expired entries go, a few per report; what they reserved is handed on below.
 local swept = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 20)) do
@@ -44,10 +49,11 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0
     local raw = redis.call('HGET', KEYS[1], id)
     if raw then
       local h, w = parse(raw)
-      reserved, total, n = reserved - h, total - w, n - 1
       swept = swept + h
+      drop(id, h, w)
+    else
+      forget(id)
     end
-    forget(id)
   end
 end
 local raw = redis.call('HGET', KEYS[1], me)
@@ -204,10 +210,7 @@ if (mhas < before or swept > 0) and free > 0 then
           -- reports once it hears again). No turn is handed to it; one that reserves nothing
           -- and last reported more than a lease ago is dropped now rather than when its entry
           -- expires (a live one renews every two leases, and reports when its channel is back).
-          if h == 0 and e < now + wait_life - lease then
-            total, n = total - w, n - 1
-            forget(id)
-          end
+          if h == 0 and e < now + wait_life - lease then drop(id, h, w) end
         elseif e > now and w > h and h == math.min(w, math.floor(level)) then
           free, reserved = free - 1, reserved + 1
           redis.call('ZREM', KEYS[4], id)

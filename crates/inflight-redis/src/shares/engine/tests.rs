@@ -402,6 +402,18 @@ async fn one_holds_one_waits() -> (
     (cut, b, held, waiter)
 }
 
+/// A version of the budget's state newer than any answer the tests' processes hear.
+const NEWEST: u64 = u64::MAX / 2;
+
+/// Tells process `b`, on `cut`'s grants channel, that another's report handed it a turn at the
+/// budget's state `version` (in its epoch now): it holds 1, and its term ends in `term_ms`
+/// (0: no end).
+fn hand_turn(cut: &Cut, b: &ShareStore, version: u64, term_ms: u64) {
+    let (process, epoch) = (b.engine.process.clone(), b.snapshot().epoch);
+    cut.grants()
+        .grant(&format!("{process}@{epoch}.{version}+1.{term_ms}"));
+}
+
 /// A process that holds nothing and only waits for a turn (its base share is 0) renews its place
 /// every two leases, not every third of one: the server keeps its entry three leases, and it
 /// holds nothing that could outlive it.
@@ -429,14 +441,13 @@ async fn a_process_that_only_waits_for_a_turn_renews_every_two_leases() {
 async fn a_turn_handed_over_is_taken_without_a_report() {
     let (cut, b, held, mut waiter) = one_holds_one_waits().await;
     let reports = cut.reports.load(Relaxed);
-    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
-    grants.grant(&format!("{process}@{epoch}.0+1.50"));
+    hand_turn(&cut, &b, 0, 50);
     tokio::time::sleep(ms(10)).await;
     assert!(
         !waiter.is_finished(),
         "a turn from before the last answer is not taken"
     );
-    grants.grant(&format!("{process}@{epoch}.{}+1.50", u64::MAX / 2));
+    hand_turn(&cut, &b, NEWEST, 50);
     tokio::time::timeout(ms(10), &mut waiter)
         .await
         .expect("the turn is taken at once")
@@ -453,10 +464,9 @@ async fn a_turn_handed_over_is_taken_without_a_report() {
 #[tokio::test(start_paused = true)]
 async fn a_turn_handed_over_renews_within_two_thirds_of_a_lease_of_being_taken() {
     let (cut, b, held, mut waiter) = one_holds_one_waits().await;
-    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
     tokio::time::sleep(ms(300)).await;
     let reports = cut.reports.load(Relaxed);
-    grants.grant(&format!("{process}@{epoch}.{}+1.0", u64::MAX / 2));
+    hand_turn(&cut, &b, NEWEST, 0);
     tokio::time::timeout(ms(10), &mut waiter)
         .await
         .expect("the turn is taken at once")
@@ -474,7 +484,6 @@ async fn a_turn_handed_over_renews_within_two_thirds_of_a_lease_of_being_taken()
 async fn a_report_without_an_answer_leaves_the_share_a_lease_at_most() {
     let (cut, b, held, waiter) = one_holds_one_waits().await;
     drop(waiter);
-    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
     // Redis answers late from now on: a caller's report is applied, and its answer times out.
     cut.server.0.delay_ms.store(10_000, Relaxed);
     let second = budget(&b, 2);
@@ -483,7 +492,7 @@ async fn a_report_without_an_answer_leaves_the_share_a_lease_at_most() {
     assert!(refused.is_err(), "no answer: refused (fail closed)");
     tokio::time::sleep(ms(50)).await;
     // A turn handed over now is taken (newer than every answer heard)...
-    grants.grant(&format!("{process}@{epoch}.{}+1.0", u64::MAX / 2));
+    hand_turn(&cut, &b, NEWEST, 0);
     tokio::time::sleep(ms(5)).await;
     assert_eq!(b.snapshot().share, 1, "taken");
     let permit = tokio::time::timeout(ms(10), second.acquire_owned())
@@ -508,13 +517,12 @@ async fn a_turn_older_than_an_answer_heard_is_not_taken() {
     let (cut, b, held, waiter) = one_holds_one_waits().await;
     // An answer not applied (a late duplicate's) was heard from a later state than the last
     // applied one.
-    let (epoch, answered) = {
+    let answered = {
         let mut state = b.engine.lock();
         state.seen.version = state.answered.version + 10;
-        (state.seen.epoch, state.answered.version)
+        state.answered.version
     };
-    let (process, grants) = (b.engine.process.clone(), cut.grants());
-    grants.grant(&format!("{process}@{epoch}.{}+1.50", answered + 5));
+    hand_turn(&cut, &b, answered + 5, 50);
     tokio::time::sleep(ms(10)).await;
     assert!(!waiter.is_finished(), "not taken");
     assert_eq!(b.snapshot().reserved, 0);
@@ -543,8 +551,7 @@ async fn a_turn_handed_over_while_a_report_is_out_waits_for_its_answer() {
     let two = tokio::spawn(async move { waiting.acquire_owned().await.map(drop) });
     tokio::time::sleep(ms(10)).await;
     assert_eq!(cut.reports.load(Relaxed), reports + 1, "a report is out");
-    let (process, epoch, grants) = (b.engine.process.clone(), b.snapshot().epoch, cut.grants());
-    grants.grant(&format!("{process}@{epoch}.{}+1.50", u64::MAX / 2));
+    hand_turn(&cut, &b, NEWEST, 50);
     tokio::time::sleep(ms(20)).await;
     assert!(
         !one.is_finished() && !two.is_finished(),
