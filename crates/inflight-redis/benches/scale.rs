@@ -8,6 +8,7 @@
 //! cargo bench -p inflight-redis --bench scale -- --processes 100 --seconds 5 --shares-clients 5000
 //! cargo bench -p inflight-redis --bench scale -- --only single  # or: cluster, shares-script, gaps
 //! cargo bench -p inflight-redis --bench scale -- --pin         # Redis on CPU 0, the processes on CPU 1
+//! cargo bench -p inflight-redis --bench scale -- --lease-ms 20000  # the fleet's lease (5 s by default)
 //! ```
 //!
 //! Each process is this bench run again as a child: `--callers` callers (2) loop on one budget
@@ -79,6 +80,9 @@ struct Settings {
     limit: usize,
     seconds: f64,
     hold_ms: u64,
+    /// `--lease-ms`: the fleet's lease (its default, 5 s, when not given). A shares turn's term
+    /// is a sixth of it.
+    lease_ms: Option<u64>,
     shares_clients: usize,
     only: Option<String>,
     json: Option<String>,
@@ -93,6 +97,7 @@ fn settings() -> Settings {
         limit: 40,
         seconds: 10.0,
         hold_ms: 100,
+        lease_ms: None,
         shares_clients: 5000,
         only: None,
         json: None,
@@ -114,6 +119,7 @@ fn settings() -> Settings {
             "--limit" => s.limit = number() as usize,
             "--seconds" => s.seconds = number(),
             "--hold-ms" => s.hold_ms = number() as u64,
+            "--lease-ms" => s.lease_ms = Some(number() as u64),
             "--shares-clients" => s.shares_clients = number() as usize,
             "--only" => s.only = Some(value),
             "--json" => s.json = Some(value),
@@ -348,6 +354,7 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
                 .env("CALLERS", s.callers.to_string())
                 .env("SECONDS", s.seconds.to_string())
                 .env("HOLD_MS", s.hold_ms.to_string())
+                .env("LEASE_MS", lease_ms(s).to_string())
                 .env("PACE_MS", pace_ms(s).to_string())
                 .env("OBSERVER", observer.addr.to_string())
                 .env("START_MS", &start_ms)
@@ -459,6 +466,12 @@ fn run(s: &Settings, topology: &str, url: &str, ports: &[u16], mode: &str) -> Ro
     row
 }
 
+/// The fleet's lease in the run: `--lease-ms`, else the fleet's default.
+fn lease_ms(s: &Settings) -> u64 {
+    s.lease_ms
+        .unwrap_or(RedisFleet::DEFAULT_LEASE.as_millis() as u64)
+}
+
 /// How often each caller of `plain_set` calls: the pace at which the fleet's callers get their
 /// turns when they all wait (the limit's calls of `hold_ms` shared by every caller).
 fn pace_ms(s: &Settings) -> u64 {
@@ -491,7 +504,10 @@ fn child() {
             let conn = client.get_multiplexed_async_connection().await.unwrap();
             (None, Some(conn))
         } else {
-            let fleet = RedisFleet::builder(&env("URL")).build().unwrap();
+            let fleet = RedisFleet::builder(&env("URL"))
+                .lease(Duration::from_millis(num("LEASE_MS") as u64))
+                .build()
+                .unwrap();
             let store: Arc<dyn Store> = if mode == "shares" {
                 Arc::new(fleet.shares(limit, Fail::Closed))
             } else {
@@ -766,8 +782,8 @@ fn shares_script(s: &Settings) -> ScriptRow {
 
 fn print_tables(s: &Settings, rows: &[Row], script: Option<&ScriptRow>) {
     println!(
-        "\n{} processes x {} callers, calls of {} ms, a budget of {}, {} s each\n",
-        s.processes, s.callers, s.hold_ms, s.limit, s.seconds
+        "\n{} processes x {} callers, calls of {} ms, a budget of {}, a lease of {} ms, {} s each\n",
+        s.processes, s.callers, s.hold_ms, s.limit, lease_ms(s), s.seconds
     );
     println!("| topology | lease mode | calls | Jain | processes with no call | scripts per call | script µs per call | Redis CPU µs per call | wait p50 | wait p99 | connections per process | peak (limit) |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -822,8 +838,8 @@ fn serde_json_like(
     gaps: Option<&[GapRow]>,
 ) -> String {
     let mut out = format!(
-        "{{\n  \"processes\": {},\n  \"callers\": {},\n  \"limit\": {},\n  \"seconds\": {},\n  \"hold_ms\": {},\n  \"pinned\": {},\n  \"designs\": [\n",
-        s.processes, s.callers, s.limit, s.seconds, s.hold_ms, s.pin
+        "{{\n  \"processes\": {},\n  \"callers\": {},\n  \"limit\": {},\n  \"seconds\": {},\n  \"hold_ms\": {},\n  \"lease_ms\": {},\n  \"pinned\": {},\n  \"designs\": [\n",
+        s.processes, s.callers, s.limit, s.seconds, s.hold_ms, lease_ms(s), s.pin
     );
     for (i, r) in rows.iter().enumerate() {
         out.push_str(&format!(
