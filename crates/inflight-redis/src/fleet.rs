@@ -384,8 +384,8 @@ impl FleetBuilder {
     /// # Errors
     ///
     /// [`FleetError::Url`] when the URL is not a fleet URL; [`FleetError::Invalid`] when the
-    /// lease is under 3 ms, the round-trip timeout is zero, or the CA file cannot be read or
-    /// holds no certificate.
+    /// lease is under 3 ms, the round-trip timeout is zero, or the CA file cannot be read,
+    /// holds no certificate, or is given for a URL without TLS.
     pub fn build(self) -> Result<RedisFleet, FleetError> {
         if self.lease < Duration::from_millis(3) {
             return Err(FleetError::Invalid(format!(
@@ -403,10 +403,18 @@ impl FleetBuilder {
             source: redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "invalid fleet url",
-                bad.0,
+                inflight::config::capped(&bad.0),
             )),
         })?;
         let certs = match &self.ca_file {
+            Some(path) if !topology.uses_tls() => {
+                return Err(FleetError::Invalid(format!(
+                    "ca_file {} is for a TLS URL (rediss://, rediss+cluster:// or \
+                     rediss+sentinel://), and {} is not one",
+                    path.display(),
+                    inflight::config::shown_url(&self.url)
+                )))
+            }
             Some(path) => {
                 let pem = std::fs::read(path)
                     .map_err(|e| FleetError::Invalid(format!("ca_file {}: {e}", path.display())))?;

@@ -20,6 +20,8 @@ pub struct FleetHealth {
     pub fail: Fail,
     /// Whether the last call to Redis failed: calls go to the fail policy now.
     pub redis_down: bool,
+    /// Why, while `redis_down`: the last call's error, cut to 200 characters.
+    pub error: Option<String>,
     /// Acquires served by the local fallback so far.
     pub fallbacks: u64,
     /// Acquires refused because Redis could not be reached so far (`fail = "closed"`).
@@ -33,18 +35,19 @@ pub struct FleetHealth {
 }
 
 impl FleetHealth {
-    /// From a store's state: `(redis_down, fallbacks, refused, local_held)` and
-    /// `(learning, epochs_moved)`.
+    /// From a store's state: `(error, fallbacks, refused, local_held)` (Redis is down while
+    /// there is an error) and `(learning, epochs_moved)`.
     pub(crate) fn new(
         budget: String,
         fail: Fail,
-        (redis_down, fallbacks, refused, local_held): (bool, u64, u64, usize),
+        (error, fallbacks, refused, local_held): (Option<String>, u64, u64, usize),
         (learning, epochs_moved): (bool, u64),
     ) -> FleetHealth {
         FleetHealth {
             budget,
             fail,
-            redis_down,
+            redis_down: error.is_some(),
+            error,
             fallbacks,
             refused,
             local_held,
@@ -108,8 +111,9 @@ impl HealthLog {
             let mut say = said;
             if h.redis_down && !was_down {
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} cannot be reached; {policy}",
-                    h.budget
+                    "fleet budget {}: redis at {address} cannot be reached: {}; {policy}",
+                    h.budget,
+                    h.error.as_deref().unwrap_or("no answer")
                 ));
                 say = now;
             } else if h.redis_down && now >= said + self.repeat {
@@ -148,7 +152,7 @@ impl FleetSnapshot {
     /// Whether budget `budget` (of a store with `fail`) runs on Redis now, as this says.
     pub(crate) fn health(&self, budget: String, fail: Fail) -> FleetHealth {
         let state = (
-            self.redis_down,
+            self.redis_error.clone(),
             self.fallbacks,
             self.unavailable,
             self.local_held,
@@ -161,7 +165,7 @@ impl ShareSnapshot {
     /// Whether budget `budget` (of a share store with `fail`) runs on Redis now, as this says.
     pub(crate) fn health(&self, budget: String, fail: Fail) -> FleetHealth {
         let state = (
-            self.redis_down,
+            self.redis_error.clone(),
             self.fallbacks,
             self.unavailable,
             self.local_held,

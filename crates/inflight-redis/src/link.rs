@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::StreamExt;
 use redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -78,6 +79,15 @@ impl Kind {
 pub(crate) struct BadUrl(pub(crate) String);
 
 impl Topology {
+    /// Whether its URL asks for TLS (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`).
+    pub(crate) fn uses_tls(&self) -> bool {
+        match self {
+            Topology::Node(info) => is_tls(info),
+            Topology::Cluster(seeds) => seeds.iter().any(is_tls),
+            Topology::Sentinel { tls, .. } => *tls,
+        }
+    }
+
     /// Reads a fleet URL: `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://`,
     /// `redis+sentinel://` or `rediss+sentinel://`.
     pub(crate) fn parse(url: &str) -> Result<Topology, BadUrl> {
@@ -283,7 +293,8 @@ pub(crate) struct Link {
     token: String,
     grants: Arc<Grants>,
     current: RwLock<Option<Current>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// The connection being made, if one is: every caller awaits the same one.
+    connecting: Mutex<Option<Connecting>>,
     generation: AtomicU64,
     watching: AtomicBool,
     /// What the last connection found, for status.
@@ -297,6 +308,9 @@ impl fmt::Debug for Link {
             .finish_non_exhaustive()
     }
 }
+
+/// A connection being made, awaited by every caller that needs one meanwhile.
+type Connecting = Shared<BoxFuture<'static, Result<Current, RedisError>>>;
 
 /// Tells grants (and whether they are heard) to the process's waiters, from the pushes of the
 /// connection.
@@ -368,7 +382,7 @@ impl Link {
             ),
             grants: Arc::default(),
             current: RwLock::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: Mutex::new(None),
             generation: AtomicU64::new(0),
             watching: AtomicBool::new(false),
             kind: Mutex::new(None),
@@ -442,14 +456,43 @@ impl Link {
         Ok(current.conn)
     }
 
+    /// The connection in use, or one made now. It is made by a task of its own that every
+    /// caller meanwhile awaits: a caller whose round-trip timeout ends first leaves it to finish
+    /// for the next (a Cluster with a node that does not answer takes that node's connection
+    /// timeout to be reached without it, which may be longer than one call's timeout).
     async fn current_or_connect(self: &Arc<Self>) -> Result<Current, RedisError> {
         if let Some(current) = self.read() {
             return Ok(current);
         }
-        let _one = self.connecting.lock().await;
-        if let Some(current) = self.read() {
-            return Ok(current);
-        }
+        let connecting = {
+            let mut slot = self
+                .connecting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // A connection made (or refused) is not awaited again.
+            if slot.as_ref().is_some_and(|c| c.peek().is_some()) {
+                *slot = None;
+            }
+            if let Some(current) = self.read() {
+                return Ok(current);
+            }
+            slot.get_or_insert_with(|| {
+                let link = self.clone();
+                let task = tokio::spawn(async move { link.connect_and_keep().await });
+                async move {
+                    task.await
+                        .unwrap_or_else(|e| Err(odd(format!("connecting ended: {e}"))))
+                }
+                .boxed()
+                .shared()
+            })
+            .clone()
+        };
+        connecting.await
+    }
+
+    /// Connects, and keeps the connection as the one in use.
+    async fn connect_and_keep(self: Arc<Self>) -> Result<Current, RedisError> {
         let current = self.connect().await?;
         *self.kind.lock().unwrap_or_else(PoisonError::into_inner) = Some(current.kind);
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(current.clone());
@@ -570,7 +613,19 @@ impl Link {
         let channel = scripts::grants_channel(&self.token);
         let (answer, subscribed) =
             tokio::join!(pipe.query_async(&mut conn), subscriber.subscribe(channel));
-        let (cluster, role): (String, Vec<Value>) = answer?;
+        let (cluster, role): (String, Vec<Value>) = answer.map_err(|e| {
+            // A sentinel answers INFO and ROLE but runs no scripts; its error would quote them.
+            if e.to_string().contains("unknown command 'SCRIPT'") {
+                odd(format!(
+                    "{} runs no scripts: a sentinel? Name the primary it watches as \
+                     redis+sentinel://{}/<primary name>",
+                    info.addr(),
+                    info.addr()
+                ))
+            } else {
+                e
+            }
+        })?;
         if cluster.lines().any(|l| l.trim() == "cluster_enabled:1") {
             return Ok(None);
         }
@@ -579,6 +634,14 @@ impl Link {
         if kind == Kind::Sentinel && !primary {
             return Err(odd(format!(
                 "{} is named the primary by the sentinels, but is not one (yet)",
+                info.addr()
+            )));
+        }
+        if !primary {
+            // Its scripts would be refused (READONLY): said once, here, with what to do.
+            return Err(odd(format!(
+                "{} is a read-only replica: name its primary, or the sentinels that watch it as \
+                 redis+sentinel://HOST:PORT/<primary name>",
                 info.addr()
             )));
         }

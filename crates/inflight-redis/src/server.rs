@@ -16,6 +16,12 @@ use crate::status::{self, FleetStatus, StatusReply};
 /// Why the server could not be asked (unreachable, or it answered with an error).
 pub(crate) type ServerError = Arc<dyn std::error::Error + Send + Sync>;
 
+/// A server's error as logs, snapshots and `fleet status` show it: cut to 200 characters a
+/// line (an error of a pipeline may quote the scripts it sent).
+pub(crate) fn shown_error(error: &ServerError) -> String {
+    inflight::config::capped(&error.to_string())
+}
+
 /// The state of a budget a process has seen: the epoch and the highest version (see
 /// [`scripts`]'s docs). Zero for none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

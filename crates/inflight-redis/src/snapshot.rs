@@ -33,6 +33,8 @@ pub struct FleetSnapshot {
     pub mean_round_trip: Duration,
     /// Whether the last call to Redis failed (calls skip it for a while, then ask again).
     pub redis_down: bool,
+    /// Why, while `redis_down`: the error of the last failed call, cut to 200 characters.
+    pub redis_error: Option<String>,
     /// The budget's epoch as this process last saw it (0 before its first reply): it moves
     /// when Redis loses the budget's state (a restart without persistence, a flush, a failover
     /// that lost writes).

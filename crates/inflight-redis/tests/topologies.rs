@@ -348,3 +348,85 @@ async fn sentinel_failover(sentinels: Sentinels) {
         .unwrap();
     assert!(!holders.is_empty(), "the budget lives on the new primary");
 }
+
+/// A plain URL that names a replica, or a sentinel, instead of a primary: every call is
+/// refused (`Fail::Closed`), and the error and `fleet status` say what the address is and
+/// what to name instead, short (a sentinel's refusal of the scripts would quote them whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_naming_a_replica_or_a_sentinel_is_refused_saying_what_it_names() {
+    let Some(sentinels) = Sentinels::start(1, ms(5000)) else {
+        return;
+    };
+    let primary = sentinels.primary();
+    let replica = sentinels
+        .data
+        .iter()
+        .find(|n| n.port != primary)
+        .expect("a replica");
+    for (url, says) in [
+        (replica.url(), "is a read-only replica"),
+        (sentinels.sentinels[0].url(), "runs no scripts: a sentinel?"),
+    ] {
+        let fleet = fleet(&url, ms(2000), None);
+        let store = fleet.store(2, Fail::Closed);
+        let records = budget("records", 2, &store);
+        let err = records.acquire().await.map(drop).unwrap_err().to_string();
+        assert!(err.contains(says), "{url}: {err}");
+        assert!(
+            err.contains("redis+sentinel://"),
+            "what to name instead: {err}"
+        );
+        assert!(err.len() < 600, "{url}: {} bytes: {err}", err.len());
+        let status = fleet.status("records").await.unwrap_err().to_string();
+        assert!(status.contains(says), "{url}: {status}");
+        let health = fleet.health();
+        assert!(
+            health[0].error.as_deref().is_some_and(|e| e.contains(says)),
+            "{health:?}"
+        );
+    }
+}
+
+/// A primary that hangs (SIGSTOP: its connections stay open, nothing answers) before a process
+/// first connects: the budgets on the other primaries are reached all the same, within a few
+/// calls. The connection to the cluster is made by a task of its own, so a call whose
+/// round-trip timeout ends while the hung node's connection times out does not undo it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_leaves_the_budgets_of_the_others_reachable_to_a_new_process() {
+    // A node timeout longer than the test: the cluster never counts the hung node failed.
+    let Some(mut cluster) = RedisCluster::start(3, 0, Duration::from_secs(30)) else {
+        return;
+    };
+    let names = cluster.budget_on_each_master();
+    let masters = cluster.masters();
+    let seed = cluster.url();
+    let hung = *masters
+        .iter()
+        .find(|p| !seed.ends_with(&format!(":{p}")))
+        .expect("a primary other than the seed");
+    cluster.node(hung).pause(true);
+    let fleet = fleet(&seed, ms(5000), None);
+    let store = fleet.store(2, Fail::Closed);
+    for (name, owner) in names.iter().zip(&masters) {
+        if *owner == hung {
+            continue;
+        }
+        let records = budget(name, 2, &store);
+        let start = Instant::now();
+        let mut errors = Vec::new();
+        let took = loop {
+            match records.acquire().await {
+                Ok(permit) => break permit,
+                Err(e) => errors.push(e.to_string()),
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{name} on {owner} was never reached with {hung} hung: {errors:?}"
+            );
+            tokio::time::sleep(ms(100)).await;
+        };
+        assert!(took.lease().is_some(), "a fleet lease");
+        assert!(fleet.status(name).await.is_ok(), "{name}");
+    }
+    cluster.node(hung).pause(false);
+}

@@ -371,6 +371,46 @@ fn fleet_keys_are_checked() {
 }
 
 #[test]
+fn every_mistake_of_a_file_is_named_at_once_those_of_its_fleet_table_too() {
+    let err = refused(
+        "[fleet]\nleese = \"5s\"\nlease = \"1ms\"\n\n\
+         [budgets.r]\nmax_concurrent = 0\nscope = \"fleet\"\n\n\
+         [budgets.s]\nmax_concurrent = 2\n\n\
+         [extra]\n",
+    )
+    .to_string();
+    for says in [
+        "fleet.leese: unknown key",
+        "fleet.url: missing",
+        "fleet.lease: must be at least 3ms",
+        "budgets.r.max_concurrent",
+        "extra: unknown top-level key",
+    ] {
+        assert!(err.contains(says), "{says:?} in {err}");
+    }
+    // The [fleet] table is there, mistaken: its budget is not told to add one.
+    assert!(!err.contains("needs a [fleet] table"), "{err}");
+}
+
+#[test]
+fn what_a_message_echoes_from_the_file_is_cut_to_200_characters() {
+    let long = "z".repeat(1_000_000);
+    let fleet = "[fleet]\nurl = \"redis://127.0.0.1:6379\"\n";
+    let budget = "[budgets.r]\nmax_concurrent = 2\n";
+    for text in [
+        format!("{fleet}{budget}scope = \"fleet\"\nlease_mode = \"{long}\"\n"),
+        format!("{fleet}{budget}scope = \"fleet\"\nfail = \"{long}\"\n"),
+        format!("{fleet}{budget}scope = \"{long}\"\n"),
+        format!("{budget}{long} = 1\n"),
+        format!("[fleet]\nurl = 7{long}\n{budget}"),
+    ] {
+        let err = refused(&text).to_string();
+        assert!(err.len() < 1_000, "{} bytes: {}", err.len(), &err[..300]);
+        assert!(err.contains("characters in all"), "{err}");
+    }
+}
+
+#[test]
 fn a_store_can_be_attached_to_a_loaded_budget() {
     use std::sync::Arc;
     let budgets = Budgets::from_toml_str(

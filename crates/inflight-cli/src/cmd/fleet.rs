@@ -38,7 +38,7 @@ When Redis cannot be reached, the budget shows its fail policy instead: the proc
 (fail = \"closed\") or run on their local limit (fail = \"local\").
 Nothing is changed. The URL is shown without its password.
 Exit status: 0 when every budget was read, 1 when Redis could not be reached for one, 2 when the
-file is invalid or has no [fleet] table.
+file is invalid or keeps no budget in Redis (no [fleet] table, or no budget with scope = \"fleet\").
 
 Examples:
   inflight fleet status --config budgets.toml
@@ -77,8 +77,9 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             args.config.display()
         );
     };
+    // One line, as check-config says it (the error's causes repeat its message).
     let (budgets, fleet) = inflight_redis::attach_fleet(budgets)
-        .with_context(|| format!("{}", args.config.display()))?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     let fleet = fleet.context("no fleet")?;
     let names: Vec<(String, usize, LeaseMode, FleetFail)> = budgets
         .iter()
@@ -92,6 +93,12 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             _ => None,
         })
         .collect();
+    if names.is_empty() {
+        anyhow::bail!(
+            "{}: no budget has scope = \"fleet\": this file keeps no budget in Redis",
+            args.config.display()
+        );
+    }
     let rows: Vec<Row> = super::async_runtime()?.block_on(async {
         let mut rows = Vec::new();
         for (name, limit, lease_mode, fail) in names {

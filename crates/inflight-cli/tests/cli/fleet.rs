@@ -271,3 +271,31 @@ fn fleet_status_refuses_a_file_without_a_fleet() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("no [fleet] table"), "{err}");
 }
+
+#[test]
+fn fleet_status_refuses_a_file_whose_fleet_keeps_no_budget_and_says_a_bad_url_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = |text: &str| {
+        let path = dir.path().join("budgets.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = inflight()
+            .args(["fleet", "status", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    // A [fleet] table, but no budget in it: Redis is not asked, and the file is refused.
+    let (code, err) =
+        status("[fleet]\nurl = \"redis://127.0.0.1:1\"\n[budgets.records]\nmax_concurrent = 4\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no budget has scope = \"fleet\""), "{err}");
+    // A URL that is not a fleet URL: one line, as check-config says it.
+    let (code, err) = status(
+        "[fleet]\nurl = \"http://127.0.0.1:6379\"\n\
+         [budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scheme"), "{err}");
+}

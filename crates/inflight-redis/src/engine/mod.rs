@@ -37,7 +37,7 @@ use crate::backoff::Backoff;
 use crate::error::FleetUnavailable;
 use crate::fallback::Fail;
 use crate::fallback::Fallback;
-use crate::server::{Fence, Seen, Server, ServerError, Terms};
+use crate::server::{shown_error, Fence, Seen, Server, ServerError, Terms};
 use crate::snapshot::FleetSnapshot;
 
 /// How often a fleet budget that keeps running on its fallback says so again.
@@ -752,6 +752,12 @@ impl Engine {
         let c = &self.counters;
         let round_trips = c.round_trips.load(Relaxed);
         let learning_until = c.learning_until_ms.load(Relaxed);
+        let down = self
+            .down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|d| shown_error(&d.reason));
         FleetSnapshot {
             held: self.running_fleet(),
             local_held: self.fallback.held(),
@@ -770,11 +776,8 @@ impl Engine {
                     .checked_div(round_trips)
                     .unwrap_or(0),
             ),
-            redis_down: self
-                .down
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_some(),
+            redis_down: down.is_some(),
+            redis_error: down,
             epoch: self
                 .seen
                 .lock()

@@ -29,7 +29,7 @@ use crate::error::FleetUnavailable;
 use crate::fallback::Fail;
 use crate::fallback::Fallback;
 use crate::grants::Handed;
-use crate::server::{Fence, Seen, Server, ServerError, ShareReport};
+use crate::server::{shown_error, Fence, Seen, Server, ServerError, ShareReport};
 
 use super::ShareSnapshot;
 
@@ -120,8 +120,10 @@ struct State {
     /// When the share's last move was a turn handed over on the channel (not an answer): its
     /// renewal waits for the report that gives it back (see [`ShareEngine::renew_due`]).
     turn_handed: Option<Instant>,
-    /// Whether the budget learns (its state was lost), as the last reply said.
-    learning: bool,
+    /// Until when the budget learns (its state was lost), as the last reply said: nothing new
+    /// is granted meanwhile. Read against the clock, so a budget idle since says it no more
+    /// once the time is past.
+    learning_until: Option<Instant>,
     /// When to report again to give back a turn (others wait), as the last reply said.
     recheck_at: Option<Instant>,
 }
@@ -515,7 +517,7 @@ impl ShareEngine {
         if !newer
             || handed.at.0 != state.seen.epoch
             || self.closed.load(Relaxed)
-            || state.learning
+            || state.learning_until.is_some_and(|t| Instant::now() < t)
             || state.holds_until.is_none()
         {
             return;
@@ -655,7 +657,8 @@ impl ShareEngine {
                         "fleet budget: redis is back"
                     );
                 }
-                state.learning = !reply.fence.learning.is_zero();
+                state.learning_until =
+                    (!reply.fence.learning.is_zero()).then(|| answered + reply.fence.learning);
                 if state.seen.update(reply.fence) {
                     self.counters.epochs.fetch_add(1, Relaxed);
                     tracing::warn!(
@@ -806,9 +809,10 @@ impl ShareEngine {
                     .unwrap_or(0),
             ),
             redis_down: state.down.is_some(),
+            redis_error: state.down.as_ref().map(|d| shown_error(&d.reason)),
             epoch: state.seen.epoch,
             epochs_moved: c.epochs.load(Relaxed),
-            learning: state.learning,
+            learning: state.learning_until.is_some_and(|t| Instant::now() < t),
             local_held: self.fallback.held(),
         }
     }

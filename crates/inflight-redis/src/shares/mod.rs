@@ -152,6 +152,8 @@ pub struct ShareSnapshot {
     pub mean_round_trip: Duration,
     /// Whether the last report failed.
     pub redis_down: bool,
+    /// Why, while `redis_down`: the error of the last failed report, cut to 200 characters.
+    pub redis_error: Option<String>,
     /// The budget's epoch as this process last saw it (0 before its first reply): it moves
     /// when Redis loses the budget's state.
     pub epoch: u64,

@@ -46,6 +46,16 @@ impl Node {
         }
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`): a node that hangs, its connections open, and
+    /// answers nothing until it goes on.
+    pub fn pause(&self, paused: bool) {
+        if let Some(child) = &self.child {
+            let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+            // SAFETY: kill(2) on the pid of a child this node started and has not reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

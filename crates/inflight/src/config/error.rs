@@ -5,6 +5,35 @@ use std::path::{Path, PathBuf};
 
 use crate::budget::BuildError;
 
+/// The most characters of one line of a message echoed back from a file: a file of one 5 MB
+/// line must not put 5 MB on a terminal.
+pub(crate) const MAX_ECHOED_LINE: usize = 200;
+
+/// `message` with every line cut to 200 characters, and how long it was: how a message that
+/// echoes what a user wrote (a value, a key, a URL, a server's answer) is shown.
+///
+/// ```
+/// use inflight::config::capped;
+///
+/// assert_eq!(capped("short"), "short");
+/// let long = "x".repeat(1_000_000);
+/// assert_eq!(capped(&long), format!("{}... (1000000 characters in all)", "x".repeat(200)));
+/// ```
+pub fn capped(message: &str) -> String {
+    message
+        .lines()
+        .map(|line| {
+            if line.chars().count() > MAX_ECHOED_LINE {
+                let cut: String = line.chars().take(MAX_ECHOED_LINE).collect();
+                format!("{cut}... ({} characters in all)", line.chars().count())
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Why a budget or a budgets file was refused.
 ///
 /// Messages name the field they are about, as `budgets.<name>.<field>: <what is wrong>`.
@@ -52,10 +81,12 @@ impl ConfigError {
     /// assert_eq!(e.to_string(), "proxy.drain: must be a duration");
     /// assert_eq!(e.field(), Some("proxy.drain"));
     /// ```
+    ///
+    /// What it echoes is cut to 200 characters a line (see [`capped`]).
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
-            field: field.into(),
-            message: message.into(),
+            field: capped(&field.into()),
+            message: capped(&message.into()),
         }
     }
 

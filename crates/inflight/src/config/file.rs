@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::{budget_path, ConfigError};
-use super::value::{capped, Table, Value};
+use super::error::{budget_path, capped, ConfigError};
+use super::value::{Table, Value};
 
 /// Keys of a budgets file that a crate other than this one reads: top-level tables of its own,
 /// and keys of its own in each budget's table.

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::error::capped;
+
 /// The `[fleet]` table of a budgets file: where fleet-scoped budgets keep their permits. Its
 /// `Debug` shows the URL without its password, as [`FleetConfig::shown_url`] does.
 #[derive(Clone, PartialEq, Eq)]
@@ -63,7 +65,8 @@ impl FleetConfig {
 /// shown in logs, reports and errors. The user part ends at the last `@` before any query, so a
 /// password with a raw `/` or `@` in it (which a URL should percent-encode) is hidden too; with
 /// no `@` before the first `?` or `#`, the whole user part up to the last `@` of all is hidden,
-/// so a raw `?` or `#` in it shows nothing of it.
+/// so a raw `?` or `#` in it shows nothing of it. Cut to 200 characters, as every value a
+/// message echoes ([`capped`]).
 ///
 /// ```
 /// use inflight::config::shown_url;
@@ -75,8 +78,15 @@ impl FleetConfig {
 /// assert_eq!(shown_url("redis://app:Top?Secret1@h:6401/0"), "redis://***@h:6401/0");
 /// assert_eq!(shown_url("redis://SEK#RIT@h:6401"), "redis://***@h:6401");
 /// assert_eq!(shown_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+/// let long = format!("redis://{}:6379", "h".repeat(300));
+/// assert!(shown_url(&long).ends_with("... (313 characters in all)"));
 /// ```
 pub fn shown_url(url: &str) -> String {
+    capped(&without_password(url))
+}
+
+/// `url` with its password hidden, whole (see [`shown_url`]).
+fn without_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

@@ -92,6 +92,6 @@ pub mod value;
 
 pub use budgets::Budgets;
 pub use classes::MAX_CLASS_NAME;
-pub use error::{budget_path, ConfigError};
+pub use error::{budget_path, capped, ConfigError};
 pub use file::{BudgetsFile, Keys};
 pub use fleet::{shown_url, FleetConfig, FleetFail, LeaseMode, Scope};

@@ -62,9 +62,11 @@ pub(super) struct Parsed {
 /// The budgets of `file`, whose keys are this crate's or those `others` read.
 pub(super) fn budgets_file(file: &BudgetsFile, others: &[Keys]) -> Result<Parsed, ConfigError> {
     let root = file.root();
+    // Every key is checked, so a file with several mistakes names them all at once.
+    let mut errors = Vec::new();
     for key in root.keys() {
         if !known_table(key, others) {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 key.as_str(),
                 format!(
                     "unknown top-level key (expected only {})",
@@ -73,34 +75,37 @@ pub(super) fn budgets_file(file: &BudgetsFile, others: &[Keys]) -> Result<Parsed
             ));
         }
     }
-    let fleet = root
-        .get("fleet")
-        .map(|v| fleet_config(v, file))
-        .transpose()?;
-    let budgets = match root.get("budgets") {
-        None => {
-            return Err(ConfigError::invalid(
-                "budgets",
-                "no budgets defined (add a [budgets.<name>] table with max_concurrent)",
-            ))
+    let fleet = match root.get("fleet").map(|v| fleet_config(v, file)) {
+        Some(Ok(fleet)) => Some(fleet),
+        Some(Err(e)) => {
+            errors.push(e);
+            None
         }
-        Some(Value::Table(t)) => t,
-        Some(other) => {
-            return Err(ConfigError::invalid(
-                "budgets",
-                format!("must be a table of budgets, got {}", other.type_str()),
-            ))
-        }
+        None => None,
     };
-    if budgets.is_empty() {
-        return Err(ConfigError::invalid(
+    // A [fleet] table with a mistake in it is there all the same: its budgets are checked as
+    // fleet budgets.
+    let has_fleet = root.contains_key("fleet");
+    let no_budgets = || {
+        ConfigError::invalid(
             "budgets",
             "no budgets defined (add a [budgets.<name>] table with max_concurrent)",
-        ));
-    }
-    // Every budget is checked, so a file with several mistakes names them all at once.
+        )
+    };
+    let budgets = match root.get("budgets") {
+        Some(Value::Table(t)) if !t.is_empty() => t,
+        other => {
+            errors.push(match other {
+                Some(Value::Table(_)) | None => no_budgets(),
+                Some(other) => ConfigError::invalid(
+                    "budgets",
+                    format!("must be a table of budgets, got {}", other.type_str()),
+                ),
+            });
+            return Err(ConfigError::join(errors).expect("one error at least"));
+        }
+    };
     let mut configs = Vec::new();
-    let mut errors = Vec::new();
     for (name, value) in budgets {
         let Some(table) = value.as_table() else {
             errors.push(ConfigError::invalid(
@@ -110,7 +115,7 @@ pub(super) fn budgets_file(file: &BudgetsFile, others: &[Keys]) -> Result<Parsed
             continue;
         };
         let checked = budget_config(name, table, others).and_then(|config| {
-            let scope = scope(name, table, &config, fleet.is_some())?;
+            let scope = scope(name, table, &config, has_fleet)?;
             Ok((config, scope))
         });
         match checked {
@@ -165,7 +170,8 @@ fn lease_mode(name: &str, table: &Table, scope: Scope) -> Result<Option<LeaseMod
     }
 }
 
-/// The `[fleet]` table: where fleet-scoped budgets keep their permits.
+/// The `[fleet]` table: where fleet-scoped budgets keep their permits. Every mistake in it is
+/// named, not only the first.
 fn fleet_config(value: &Value, file: &BudgetsFile) -> Result<FleetConfig, ConfigError> {
     let table = value.as_table().ok_or_else(|| {
         ConfigError::invalid(
@@ -173,69 +179,81 @@ fn fleet_config(value: &Value, file: &BudgetsFile) -> Result<FleetConfig, Config
             format!("must be a table, got {}", value.type_str()),
         )
     })?;
+    let mut errors = Vec::new();
     for key in table.keys() {
         if !FLEET_FIELDS.contains(&key.as_str()) {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 format!("fleet.{key}"),
                 format!("unknown key (expected one of {})", FLEET_FIELDS.join(", ")),
             ));
         }
     }
     let url = match table.get("url") {
-        Some(Value::String(url)) if !url.trim().is_empty() => url.clone(),
+        Some(Value::String(url)) if !url.trim().is_empty() => Some(url.clone()),
         Some(other) => {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 "fleet.url",
                 format!(
                     "must be a URL string like \"redis://127.0.0.1:6379\", got {}",
                     shown(other)
                 ),
-            ))
+            ));
+            None
         }
         None => {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 "fleet.url",
                 "missing (where the fleet keeps its permits, e.g. \"redis://127.0.0.1:6379\")",
-            ))
+            ));
+            None
         }
     };
-    let lease = table
-        .get("lease")
-        .map(|v| duration("fleet.lease", v))
-        .transpose()?;
-    if let Some(lease) = lease {
+    let lease = match table.get("lease").map(|v| duration("fleet.lease", v)) {
         // A lease is how long a crashed holder's permits stay taken: a week at most, as every
         // timeout; 3 ms at least (renewed every third of it).
-        if lease > std::time::Duration::from_secs(7 * 24 * 3600)
-            || lease < std::time::Duration::from_millis(3)
+        Some(Ok(lease))
+            if lease > std::time::Duration::from_secs(7 * 24 * 3600)
+                || lease < std::time::Duration::from_millis(3) =>
         {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 "fleet.lease",
                 format!(
                     "must be at least 3ms and at most 7 days, got {}",
                     humantime::format_duration(lease)
                 ),
             ));
+            None
         }
-    }
+        Some(Ok(lease)) => Some(lease),
+        Some(Err(e)) => {
+            errors.push(e);
+            None
+        }
+        None => None,
+    };
     let ca_file = match table.get("ca_file") {
         None => None,
         Some(Value::String(p)) if !p.trim().is_empty() => Some(file.resolve(p)),
         Some(other) => {
-            return Err(ConfigError::invalid(
+            errors.push(ConfigError::invalid(
                 "fleet.ca_file",
                 format!(
                     "must be the path of a PEM file like \"redis-ca.pem\", got {}",
                     shown(other)
                 ),
-            ))
+            ));
+            None
         }
     };
-    Ok(FleetConfig {
-        url,
-        lease,
-        ca_file,
-    })
+    match (ConfigError::join(errors), url) {
+        (None, Some(url)) => Ok(FleetConfig {
+            url,
+            lease,
+            ca_file,
+        }),
+        (Some(e), _) => Err(e),
+        (None, None) => Err(ConfigError::invalid("fleet.url", "missing")),
+    }
 }
 
 /// Where a budget's permits live: `scope`, and for a fleet budget `fail` and `local_limit`.

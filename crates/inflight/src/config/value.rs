@@ -9,28 +9,8 @@ use std::time::Duration;
 
 pub use toml::{Table, Value};
 
-use super::error::ConfigError;
+use super::error::{ConfigError, MAX_ECHOED_LINE};
 use crate::rate::{ParseRateError, Rate};
-
-/// The most characters of one line of a TOML error echoed back: a file of one 5 MB line must not
-/// put 5 MB on a terminal.
-const MAX_ECHOED_LINE: usize = 200;
-
-/// `message` with every line cut to [`MAX_ECHOED_LINE`] characters.
-pub(crate) fn capped(message: &str) -> String {
-    message
-        .lines()
-        .map(|line| {
-            if line.chars().count() > MAX_ECHOED_LINE {
-                let cut: String = line.chars().take(MAX_ECHOED_LINE).collect();
-                format!("{cut}... ({} characters in all)", line.chars().count())
-            } else {
-                line.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// A whole number of at least `min` at `field`.
 ///

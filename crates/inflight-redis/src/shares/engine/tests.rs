@@ -973,3 +973,38 @@ async fn a_check_before_any_call_says_redis_is_down_and_sees_it_back_without_a_c
     tokio::time::sleep(LEASE * 3).await;
     assert_eq!(s.snapshot().reports, reports);
 }
+
+/// Learning after Redis lost the budget's state lasts as long as the answer said: a process
+/// whose last report was answered while the budget learned (its caller gave up meanwhile) and
+/// that sends none after it stops saying it learns once that is past.
+#[tokio::test(start_paused = true)]
+async fn an_idle_budget_stops_saying_it_learns_once_the_learning_is_over() {
+    let server = Shared::default();
+    let a = store(Arc::new(server.clone()), 6, Fail::Closed);
+    let ra = budget(&a, 6);
+    // a has met the budget and holds nothing.
+    drop(ra.acquire().await.unwrap());
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(a.snapshot().reserved, 0);
+    // Redis comes back empty: a's next report hears that the budget learns, for a lease; its
+    // caller gives up before anything is granted.
+    server.0.wipe();
+    let gave_up = tokio::time::timeout(ms(100), ra.acquire()).await;
+    assert!(
+        gave_up.is_err(),
+        "nothing is granted while the budget learns"
+    );
+    assert!(server.0.learning("search"));
+    tokio::time::sleep(ms(50)).await;
+    assert!(a.snapshot().learning, "{:?}", a.snapshot());
+    let reports = a.snapshot().reports;
+    tokio::time::sleep(LEASE).await;
+    assert!(!server.0.learning("search"));
+    assert_eq!(
+        a.snapshot().reports,
+        reports,
+        "a sent nothing since: {:?}",
+        a.snapshot()
+    );
+    assert!(!a.snapshot().learning, "{:?}", a.snapshot());
+}
