@@ -26,6 +26,11 @@ pub(crate) struct CallSlot {
     /// is reading: hyper stops polling a body while the client takes no bytes, and the upstream
     /// must not go on serving a call whose permit was given back.
     upstream: Mutex<Option<Upstream>>,
+    /// Whether the call waits for more of the client's request body now (set by the sender).
+    client_sending: Option<Arc<AtomicBool>>,
+    /// Whether the call timed out while it waited for the client's body: the client's doing,
+    /// not the upstream's.
+    client_stalled: AtomicBool,
 }
 
 /// How a call that ends early stops its upstream.
@@ -49,7 +54,19 @@ pub(crate) struct Held {
 impl CallSlot {
     /// `call`, which tells the limit `on_timeout` if it outlasts its call timeout; until a
     /// verdict is given it would end as a failure that teaches the limit nothing.
+    #[cfg(test)]
     pub(crate) fn new(call: HeldCall, on_timeout: Outcome) -> Arc<CallSlot> {
+        Self::watching_client(call, on_timeout, None)
+    }
+
+    /// [`CallSlot::new`], for a call whose sender sets `client_sending` while it waits for
+    /// more of the client's request body: a call that outlasts its timeout then ends as the
+    /// client's doing (teaching the limit nothing), not as the upstream's timeout.
+    pub(crate) fn watching_client(
+        call: HeldCall,
+        on_timeout: Outcome,
+        client_sending: Option<Arc<AtomicBool>>,
+    ) -> Arc<CallSlot> {
         Arc::new(CallSlot {
             held: Mutex::new(Some(Held {
                 call,
@@ -61,6 +78,8 @@ impl CallSlot {
             lease_lost: AtomicBool::new(false),
             waker: Mutex::new(None),
             upstream: Mutex::new(None),
+            client_sending,
+            client_stalled: AtomicBool::new(false),
         })
     }
 
@@ -122,7 +141,13 @@ impl CallSlot {
         let Some(held) = self.take() else {
             return;
         };
-        if timed_out {
+        let sending = self.client_sending.as_ref();
+        if timed_out && sending.is_some_and(|s| s.load(Ordering::Acquire)) {
+            // The client had not sent its whole body: nothing is learned of the upstream.
+            self.client_stalled.store(true, Ordering::Release);
+            self.timed_out.store(true, Ordering::Release);
+            held.call.finish(false, Outcome::Ignore);
+        } else if timed_out {
             self.timed_out.store(true, Ordering::Release);
             held.call.timed_out_as(held.on_timeout);
         } else {
@@ -158,6 +183,12 @@ impl CallSlot {
     /// Whether the call was ended at its deadline.
     pub(crate) fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::Acquire)
+    }
+
+    /// Whether the call was ended at its deadline while the client had not sent its whole
+    /// request body.
+    pub(crate) fn client_stalled(&self) -> bool {
+        self.client_stalled.load(Ordering::Acquire)
     }
 
     /// Whether the call was dropped for its lost lease.

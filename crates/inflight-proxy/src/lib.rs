@@ -203,6 +203,8 @@ pub struct Drained {
 pub struct Reloaded {
     /// Budgets whose limits or settings changed: new permits follow the new settings.
     pub changed: Vec<String>,
+    /// `[proxy]` keys that changed and apply from now on (`proxy.drain`).
+    pub proxy_changed: Vec<String>,
 }
 
 /// What the accept loops, the admin server and reloads share.
@@ -321,10 +323,18 @@ impl ProxyBuilder {
             return Err(StartError::NoProxiedBudget);
         }
         let budgets = file.budgets();
+        // A request body that goes idle_timeout without a frame is the client's failure.
+        let body_stall = file
+            .proxy()
+            .cloned()
+            .unwrap_or_default()
+            .clients()
+            .idle_timeout();
         let mut routes = Vec::new();
         for (budget, route) in file.routes() {
             let scope = budgets.scope(budget.name()).unwrap_or_default();
-            let state = RouteState::new(&registry, budget.clone(), route.clone(), scope);
+            let state =
+                RouteState::new(&registry, budget.clone(), route.clone(), scope, body_stall);
             routes.push(Arc::new(RouteSlot::new(budget.name(), state)));
         }
         let mut listeners = Vec::new();
@@ -665,6 +675,9 @@ impl Proxy {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(fleet);
+        }
+        if proxy.drain() != self.shared.proxy_config().drain() {
+            reloaded.proxy_changed.push("proxy.drain".to_string());
         }
         *self
             .shared

@@ -101,7 +101,10 @@ impl Registry {
             describe_counter!(
                 REPLIES,
                 Unit::Count,
-                "Responses the proxy made itself, by reason: queue_full, permit_timeout, rate_limited, paused, evicted, unavailable, call_timeout, upstream_unreachable, upstream_tls, client_body, lease_lost."
+                format!(
+                    "Responses the proxy made itself, by reason: {}.",
+                    REASONS.map(Reason::as_str).join(", ")
+                )
             );
             describe_counter!(
                 GRPC_CALLS,
@@ -121,7 +124,10 @@ impl Registry {
             describe_counter!(
                 CONNECTIONS_CLOSED,
                 Unit::Count,
-                "Client connections the proxy closed, by reason: first_byte_timeout, idle_timeout, keepalive_timeout, max_connections."
+                format!(
+                    "Client connections the proxy closed, by reason: {}.",
+                    Closed::ALL.map(Closed::as_str).join(", ")
+                )
             );
             describe_histogram!(
                 REQUEST_DURATION,

@@ -5,6 +5,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -48,9 +49,17 @@ impl UpstreamClient {
     /// Sends `request`; `continues`: its client expects `100 Continue` before it sends the
     /// body (the proxy's own client waits for the upstream's; hyper's sends the body at once).
     /// The request goes into the returned future at once, which holds it only inside its box.
-    fn request(&self, request: Request<Incoming>, continues: bool) -> Sent<'_> {
+    /// `client_sending` is set while the client's body is waited for (HTTP/1.1 upstreams).
+    fn request(
+        &self,
+        request: Request<Incoming>,
+        continues: bool,
+        client_sending: Option<Arc<AtomicBool>>,
+    ) -> Sent<'_> {
         match self {
-            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request, continues))),
+            UpstreamClient::Http1(pool) => {
+                Sent::Http1(Box::pin(pool.request(request, continues, client_sending)))
+            }
             UpstreamClient::Plain(client) => Sent::Legacy(client.request(request)),
             UpstreamClient::Tls(client) => Sent::Legacy(client.request(request)),
         }
@@ -117,6 +126,8 @@ pub(crate) struct RouteState {
     /// Ends the budget's calls at their deadline: one per budget, whose call timeout is one
     /// duration.
     sweeper: Arc<Sweeper>,
+    /// How long a client's request body may go without a frame (the proxy's `idle_timeout`).
+    body_stall: Duration,
 }
 
 impl RouteState {
@@ -125,26 +136,37 @@ impl RouteState {
         matches!(self.scope, Scope::Fleet { .. })
     }
 
+    /// `body_stall`: how long a client's request body may go without a frame.
     pub(crate) fn new(
         registry: &Registry,
         budget: Budget,
         route: Route,
         scope: Scope,
+        body_stall: Duration,
     ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
-        let client = client(&route);
+        let client = client(&route, body_stall);
         let sweeper = Arc::new(Sweeper::new());
-        RouteState::with(budget, 0, route, scope, client, metrics, sweeper)
+        RouteState::with(
+            budget,
+            (0, sweeper),
+            route,
+            scope,
+            client,
+            metrics,
+            body_stall,
+        )
     }
 
+    /// `(generation, sweeper)`: the budget's generation and the sweeper of its calls.
     fn with(
         budget: Budget,
-        generation: u64,
+        (generation, sweeper): (u64, Arc<Sweeper>),
         route: Route,
         scope: Scope,
         client: UpstreamClient,
         metrics: Arc<RouteMetrics>,
-        sweeper: Arc<Sweeper>,
+        body_stall: Duration,
     ) -> RouteState {
         let authority = HeaderValue::from_str(route.upstream().authority())
             .expect("a checked upstream's authority is a valid header value");
@@ -168,6 +190,7 @@ impl RouteState {
             client,
             metrics,
             sweeper,
+            body_stall,
         }
     }
 
@@ -192,16 +215,16 @@ impl RouteState {
         let client = if same_upstream {
             self.client.clone()
         } else {
-            client(&route)
+            client(&route, self.body_stall)
         };
         let state = RouteState::with(
             budget,
-            generation,
+            (generation, sweeper),
             route,
             scope,
             client,
             self.metrics.clone(),
-            sweeper,
+            self.body_stall,
         );
         (state, replaced)
     }
@@ -210,7 +233,7 @@ impl RouteState {
 /// A pooled client to the route's upstream: HTTP/1.1 with keep-alive, or HTTP/2
 /// (`upstream_http2`: with prior knowledge, or by ALPN over TLS) whose requests share one
 /// connection as streams.
-fn client(route: &Route) -> UpstreamClient {
+fn client(route: &Route, body_stall: Duration) -> UpstreamClient {
     let http2 = route.upstream_http2();
     if !http2 && !route.upstream().is_tls() {
         let authority = hyper::http::uri::Authority::try_from(route.upstream().authority())
@@ -219,6 +242,7 @@ fn client(route: &Route) -> UpstreamClient {
             &authority,
             POOL_IDLE,
             CONNECT_TIMEOUT,
+            body_stall,
         )));
     }
     let mut connector = HttpConnector::new();
@@ -491,6 +515,9 @@ fn forward_call<'a>(
     tally: Option<GrpcTally>,
 ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
     let grpc = tally.is_some();
+    // Watched only for a request with a body to come (no allocation for the others).
+    let client_sending = (!hyper::body::Body::is_end_stream(request.body()))
+        .then(|| Arc::new(AtomicBool::new(false)));
     let sent = upstream_uri(state, request.uri()).map(|uri| {
         // An HTTP/2 client names the host in the request target, not in a Host header.
         let client_host = request
@@ -514,7 +541,9 @@ fn forward_call<'a>(
             state.route.preserve_host(),
             &peer,
         );
-        state.client.request(request, continues)
+        state
+            .client
+            .request(request, continues, client_sending.clone())
     });
     async move {
         let replied = |state: &RouteState, reason: Reason| replied(state, reason, grpc);
@@ -527,7 +556,7 @@ fn forward_call<'a>(
         // answers is dropped: `None`.
         let watched = call.cancels_on();
         let deadline = call.deadline();
-        let slot = CallSlot::new(call, timeout_outcome(&state.route));
+        let slot = CallSlot::watching_client(call, timeout_outcome(&state.route), client_sending);
         // The budget's sweeper ends the call at its deadline, whether the upstream has not
         // answered by then or the answer's body is still streaming.
         let watch = deadline.map(|at| state.sweeper.watch(at, &slot));
@@ -555,8 +584,9 @@ fn forward_call<'a>(
             .await
         };
         let Some(result) = result else {
-            // The sweeper ended the call (timed out) before the upstream answered.
-            return replied(state, Reason::CallTimeout);
+            // The sweeper ended the call (timed out) before the upstream answered: while the
+            // client still owed its body, the client's doing.
+            return replied(state, timed_out(&slot));
         };
         let Some(result) = result else {
             // Counted as cancelled; nothing is learned of the upstream.
@@ -569,7 +599,7 @@ fn forward_call<'a>(
                 // The client's request body failed, not the upstream: nothing for the limit to
                 // learn. (Unless the sweeper ended the call first: then it timed out.)
                 if !slot.end(false, Outcome::Ignore) {
-                    return replied(state, Reason::CallTimeout);
+                    return replied(state, timed_out(&slot));
                 }
                 return replied(state, Reason::ClientBody);
             }
@@ -736,8 +766,20 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
 
 /// Whether the request failed because its body, read from the client, did (hyper's "user body"
 /// error somewhere in the chain), rather than the upstream or the way to it.
+/// Why a call ended at its deadline: the client's body (it had not sent all of it), or the
+/// call's timeout.
+fn timed_out(slot: &CallSlot) -> Reason {
+    if slot.client_stalled() {
+        Reason::ClientBody
+    } else {
+        Reason::CallTimeout
+    }
+}
+
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
-    if let Some(UpstreamError::ClientBody(_)) = e.downcast_ref::<UpstreamError>() {
+    if let Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) =
+        e.downcast_ref::<UpstreamError>()
+    {
         return true;
     }
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
@@ -793,7 +835,7 @@ mod tests {
             ),
             (
                 "Http1Pool::request",
-                returned(|| Http1Pool::request(any(), any(), any())),
+                returned(|| Http1Pool::request(any(), any(), any(), any())),
             ),
         ];
         for (name, size) in sizes {

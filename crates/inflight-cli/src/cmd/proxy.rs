@@ -187,13 +187,7 @@ async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
     loop {
         tokio::select! {
             _ = hangup.recv() => match proxy.reload_path(&args.config) {
-                Ok(reloaded) if reloaded.changed.is_empty() => {
-                    eprintln!("inflight proxy: reloaded {shown}: nothing changed");
-                }
-                Ok(reloaded) => eprintln!(
-                    "inflight proxy: reloaded {shown}: new settings for {}",
-                    reloaded.changed.join(", ")
-                ),
+                Ok(reloaded) => eprintln!("inflight proxy: reloaded {shown}: {}", said(&reloaded)),
                 Err(e) => eprintln!(
                     "inflight proxy: reload of {shown} refused, the running config stays: {e}"
                 ),
@@ -215,4 +209,21 @@ async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
         eprintln!("inflight proxy: the drain time passed with {cut}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a reload changed, for its line: `nothing changed`, or the budgets with new settings
+/// and the `[proxy]` keys that changed.
+fn said(reloaded: &inflight_proxy::Reloaded) -> String {
+    let mut parts = Vec::new();
+    if !reloaded.changed.is_empty() {
+        parts.push(format!("new settings for {}", reloaded.changed.join(", ")));
+    }
+    if !reloaded.proxy_changed.is_empty() {
+        parts.push(format!("new {}", reloaded.proxy_changed.join(", ")));
+    }
+    if parts.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        parts.join("; ")
+    }
 }

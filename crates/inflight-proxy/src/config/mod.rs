@@ -516,7 +516,7 @@ impl ProxyFile {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming every mistake by its path, in file order.
+    /// A [`ConfigError`] naming every mistake by its path.
     pub fn from_toml_str(text: &str) -> Result<ProxyFile, ConfigError> {
         ProxyFile::from_file(&BudgetsFile::from_toml_str(text)?)
     }

@@ -98,6 +98,25 @@ pub(super) fn proxy_keys(file: &BudgetsFile) -> ProxyKeys {
     if let Err(e) = distinct_addresses(&named, proxy.as_ref()) {
         errors.push(e);
     }
+    // An upstream that is one of the proxy's own listeners: each request would come back to
+    // the proxy, and again, until the client gave up.
+    for (name, route) in &routes {
+        let upstream = route.upstream();
+        let looped = listeners.iter().map(|l| l.addr).find(|addr| {
+            addr.port() != 0
+                && addr.port() == upstream.port()
+                && upstream.host().trim_matches(['[', ']']).parse() == Ok(addr.ip())
+        });
+        if let Some(addr) = looped {
+            errors.push(ConfigError::invalid(
+                format!("{}.upstream", budget_path(name)),
+                format!(
+                    "{} is this proxy's own listener {addr}: every request would come back to it",
+                    upstream.url()
+                ),
+            ));
+        }
+    }
     // A listener only routes name may not take the admin address either.
     if let Some(admin) = proxy
         .as_ref()

@@ -208,6 +208,8 @@ pub(super) fn listeners(
             )),
         }
     }
+    // Budgets named by routes refused below: their route's mistake is said, not theirs.
+    let mut named = Vec::new();
     // Addresses only routes name: the catch-all route is the default.
     while let Some((i, first)) = orphans.first().cloned() {
         let addr = first.listen;
@@ -219,6 +221,7 @@ pub(super) fn listeners(
             .find(|(_, r)| r.prefix == "/" && r.host.is_none())
             .map(|(_, r)| r.budget.clone());
         let Some(default) = default else {
+            named.extend(mine.iter().map(|(_, r)| r.budget.clone()));
             errors.push(ConfigError::invalid(
                 format!("proxy.routes[{i}].listen"),
                 format!(
@@ -244,9 +247,10 @@ pub(super) fn listeners(
             .sort_by_key(|r| (std::cmp::Reverse(r.prefix.len()), r.host.is_none()));
     }
     for name in proxied {
-        let reached = listeners
-            .iter()
-            .any(|l| l.default == *name || l.rules.iter().any(|r| r.budget == *name));
+        let reached = named.contains(name)
+            || listeners
+                .iter()
+                .any(|l| l.default == *name || l.rules.iter().any(|r| r.budget == *name));
         if !reached {
             errors.push(ConfigError::invalid(
                 format!("{}.listen", budget_path(name)),

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -48,6 +49,41 @@ pub(crate) struct Http1Pool {
     reaping: std::sync::atomic::AtomicBool,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    /// How long the client's request body may go without a frame (the proxy's
+    /// `idle_timeout`).
+    body_stall: Duration,
+}
+
+/// How a request's body is waited for from its client: at most `stall` for each frame, with
+/// `waiting` set meanwhile, which the call reads to tell a client's stall from an upstream's.
+struct ClientBodyWatch {
+    waiting: Option<Arc<AtomicBool>>,
+    stall: Duration,
+}
+
+impl ClientBodyWatch {
+    fn set_waiting(&self, waiting: bool) {
+        if let Some(flag) = &self.waiting {
+            flag.store(waiting, Ordering::Release);
+        }
+    }
+
+    /// The client's next frame of `body`; `None` at its end.
+    async fn next(&self, body: &mut Incoming) -> Result<Option<Frame<Bytes>>, UpstreamError> {
+        self.set_waiting(true);
+        let next = tokio::time::timeout(
+            self.stall,
+            std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)),
+        )
+        .await;
+        self.set_waiting(false);
+        match next {
+            Err(_) => Err(UpstreamError::ClientBodyStalled(self.stall)),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(e))) => Err(UpstreamError::ClientBody(e)),
+            Ok(Some(Ok(frame))) => Ok(Some(frame)),
+        }
+    }
 }
 
 /// What ends a connection's call early shuts it down with ([`Socket::shut`]): a second
@@ -109,6 +145,7 @@ impl Link {
         body: (Option<Frame<Bytes>>, Incoming),
         sending: Sending,
         method: &Method,
+        watch: &ClientBodyWatch,
     ) -> Result<wire::Head, Failed> {
         let until = Instant::now() + CONTINUE_WAIT;
         let mut read_any = !self.buf.is_empty();
@@ -133,7 +170,8 @@ impl Link {
                 Ok(filled) => head_bytes(filled, &mut read_any)?,
             }
         }
-        self.send_body_and_read_head(body, sending, method).await
+        self.send_body_and_read_head(body, sending, method, watch)
+            .await
     }
 
     /// Sends a request's body as it comes from the client, framed as `sending` says, while the
@@ -145,9 +183,10 @@ impl Link {
         (first, body): (Option<Frame<Bytes>>, Incoming),
         sending: Sending,
         method: &Method,
+        watch: &ClientBodyWatch,
     ) -> Result<wire::Head, Failed> {
         let (mut rd, mut wr) = self.stream.split();
-        let sent = send_body(&mut wr, first, body, sending);
+        let sent = send_body(&mut wr, first, body, sending, watch);
         let read = read_head(&mut rd, &mut self.buf, method);
         tokio::pin!(sent, read);
         let mut sending_done = false;
@@ -170,7 +209,10 @@ impl Link {
                     sending_done = true;
                     match done {
                         Ok(()) => all_sent = true,
-                        Err(e @ UpstreamError::ClientBody(_)) => return Err(Failed::answered(e)),
+                        Err(e @ (UpstreamError::ClientBody(_)
+                        | UpstreamError::ClientBodyStalled(_))) => {
+                            return Err(Failed::answered(e))
+                        }
                         // The upstream stopped taking it: its answer may still come.
                         Err(e) => write_failed = Some(e),
                     }
@@ -187,25 +229,22 @@ async fn send_body<W: AsyncWrite + Unpin>(
     mut first: Option<Frame<Bytes>>,
     mut body: Incoming,
     sending: Sending,
+    watch: &ClientBodyWatch,
 ) -> Result<(), UpstreamError> {
     let chunked = sending == Sending::Chunked;
     let mut out = Vec::new();
     loop {
         let frame = match first.take() {
-            Some(frame) => Some(Ok(frame)),
-            None => std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await,
+            Some(frame) => Some(frame),
+            None => watch.next(&mut body).await?,
         };
         out.clear();
-        let frame = match frame {
-            None => {
-                if chunked {
-                    wire::last_chunk(&mut out, None);
-                    wr.write_all(&out).await.map_err(UpstreamError::Io)?;
-                }
-                return Ok(());
+        let Some(frame) = frame else {
+            if chunked {
+                wire::last_chunk(&mut out, None);
+                wr.write_all(&out).await.map_err(UpstreamError::Io)?;
             }
-            Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
-            Some(Ok(frame)) => frame,
+            return Ok(());
         };
         match frame.into_data() {
             Ok(data) if data.is_empty() => {}
@@ -302,6 +341,9 @@ pub(crate) enum UpstreamError {
     Malformed(wire::Malformed),
     /// The client's request body failed as it was read.
     ClientBody(hyper::Error),
+    /// The client sent no more of its request body for this long (the proxy's
+    /// `idle_timeout`).
+    ClientBodyStalled(Duration),
     /// From hyper-util's client (HTTP/2 and TLS upstreams).
     Client(hyper_util::client::legacy::Error),
 }
@@ -323,6 +365,10 @@ impl fmt::Display for UpstreamError {
             UpstreamError::Connect(_) => f.write_str("tcp connect error"),
             UpstreamError::Io(_) | UpstreamError::Malformed(_) => f.write_str("request failed"),
             UpstreamError::ClientBody(_) => f.write_str("the client's request body failed"),
+            UpstreamError::ClientBodyStalled(d) => write!(
+                f,
+                "the client sent no more of its request body within {d:?}"
+            ),
             UpstreamError::Client(e) => e.fmt(f),
         }
     }
@@ -334,6 +380,7 @@ impl StdError for UpstreamError {
             UpstreamError::Connect(e) | UpstreamError::Io(e) => Some(e),
             UpstreamError::Malformed(e) => Some(e),
             UpstreamError::ClientBody(e) => Some(e),
+            UpstreamError::ClientBodyStalled(_) => None,
             UpstreamError::Client(e) => e.source(),
         }
     }
@@ -345,6 +392,7 @@ impl Http1Pool {
         authority: &hyper::http::uri::Authority,
         idle_timeout: Duration,
         connect_timeout: Duration,
+        body_stall: Duration,
     ) -> Http1Pool {
         let host = authority.host();
         let host = host
@@ -358,6 +406,7 @@ impl Http1Pool {
             reaping: std::sync::atomic::AtomicBool::new(false),
             idle_timeout,
             connect_timeout,
+            body_stall,
         }
     }
 
@@ -368,10 +417,15 @@ impl Http1Pool {
     /// not the request. A request without a body whose method may be sent twice (RFC 9110,
     /// 9.2.2) is sent again, once, on a new connection when a pooled one closes before any of
     /// its answer came: the upstream closed it meanwhile.
+    ///
+    /// `client_sending` is set while the client's body is waited for; a body that goes
+    /// `idle_timeout` without a frame fails as the client's
+    /// ([`UpstreamError::ClientBodyStalled`]).
     pub(crate) fn request(
         self: &Arc<Self>,
         request: Request<Incoming>,
         continues: bool,
+        client_sending: Option<Arc<AtomicBool>>,
     ) -> impl Future<Output = Pooled> + Send + '_ {
         let (mut parts, body) = request.into_parts();
         let mut taken = self.take();
@@ -393,6 +447,10 @@ impl Http1Pool {
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
+        let watch = ClientBodyWatch {
+            waiting: client_sending,
+            stall: self.body_stall,
+        };
         async move {
             let (mut sending, mut empty, mut body) = (sending, empty, body);
             let mut first = None;
@@ -400,16 +458,13 @@ impl Http1Pool {
                 // A GET (say) whose body's end has not come yet: most such bodies are empty
                 // (an HTTP/2 stream ended by an empty DATA frame), and go without chunks.
                 loop {
-                    match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                    match watch.next(&mut body).await? {
                         None => {
                             wire::without_body(&mut head);
                             (sending, empty) = (Sending::Empty, true);
                         }
-                        Some(Ok(frame)) if frame.data_ref().is_some_and(|d| d.is_empty()) => {
-                            continue
-                        }
-                        Some(Ok(frame)) => first = Some(frame),
-                        Some(Err(e)) => return Err(UpstreamError::ClientBody(e)),
+                        Some(frame) if frame.data_ref().is_some_and(|d| d.is_empty()) => continue,
+                        Some(frame) => first = Some(frame),
                     }
                     break;
                 }
@@ -420,7 +475,7 @@ impl Http1Pool {
                 Some(link) => (link, true),
                 None => (Box::pin(self.connect()).await?, false),
             };
-            match exchange(link, &head, body, sending, &method, expects).await {
+            match exchange(link, &head, body, sending, &method, expects, &watch).await {
                 Ok((answer, mut link)) => {
                     link.out = head;
                     Ok(self.answer(answer, link))
@@ -428,9 +483,10 @@ impl Http1Pool {
                 Err(failed) if failed.unanswered && pooled && again => {
                     Box::pin(async {
                         let link = self.connect().await?;
-                        let (answer, link) = exchange(link, &head, None, sending, &method, false)
-                            .await
-                            .map_err(|f| f.error)?;
+                        let (answer, link) =
+                            exchange(link, &head, None, sending, &method, false, &watch)
+                                .await
+                                .map_err(|f| f.error)?;
                         Ok(self.answer(answer, link))
                     })
                     .await
@@ -562,6 +618,7 @@ async fn exchange(
     sending: Sending,
     method: &Method,
     expects: bool,
+    watch: &ClientBodyWatch,
 ) -> Result<(wire::Head, Box<Link>), Failed> {
     let written = link.stream.write_all(head).await;
     if let Err(e) = written {
@@ -569,8 +626,10 @@ async fn exchange(
     }
     let answer = match body {
         // Boxed apart: most requests have no body, and their future stays small.
-        Some(body) if expects => Box::pin(link.send_body_when_asked(body, sending, method)).await?,
-        Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method)).await?,
+        Some(body) if expects => {
+            Box::pin(link.send_body_when_asked(body, sending, method, watch)).await?
+        }
+        Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method, watch)).await?,
         None => link.read_head(method).await?,
     };
     Ok((answer, link))

@@ -601,3 +601,42 @@ fn a_shadowed_default_the_admin_address_and_absurd_client_limits_are_refused() {
         );
     }
 }
+
+/// A route on an address no budget listens on, and with no catch-all there, is the one mistake
+/// said: the budget it names is named by a route, and not told it has no listen address.
+#[test]
+fn a_route_on_a_listener_without_a_default_is_the_only_mistake_said() {
+    let err = refused(
+        "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:9000\"\nlisten = \"127.0.0.1:28030\"\n\n\
+         [budgets.b]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:9001\"\n\n\
+         [[proxy.routes]]\nlisten = \"127.0.0.1:28031\"\nprefix = \"/x\"\nbudget = \"b\"\n",
+    );
+    assert!(
+        err.contains("proxy.routes[0].listen: no budget listens on 127.0.0.1:28031"),
+        "{err}"
+    );
+    assert!(!err.contains("budgets.b.listen"), "{err}");
+}
+
+/// A budget whose upstream is one of the proxy's own listeners is refused: each request would
+/// come back to the proxy until its client gave up.
+#[test]
+fn an_upstream_that_is_the_proxys_own_listener_is_refused() {
+    let err = refused(
+        "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:28040\"\nlisten = \"127.0.0.1:28040\"\n",
+    );
+    assert!(
+        err.contains("budgets.a.upstream: http://127.0.0.1:28040 is this proxy's own listener"),
+        "{err}"
+    );
+    let err = refused(
+        "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:9000\"\nlisten = \"127.0.0.1:28041\"\n\n\
+         [budgets.b]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:28041\"\nlisten = \"127.0.0.1:28042\"\n",
+    );
+    assert!(err.contains("budgets.b.upstream"), "{err}");
+    // Another host on the same port is not this proxy.
+    assert!(ProxyFile::from_toml_str(
+        "[budgets.a]\nmax_concurrent = 1\nupstream = \"http://10.0.0.1:28043\"\nlisten = \"127.0.0.1:28043\"\n",
+    )
+    .is_ok());
+}

@@ -57,3 +57,30 @@ async fn upstream_http2_sends_every_request_as_a_stream_of_one_connection() {
     let last = upstream.seen().pop().unwrap();
     assert_eq!(last.headers["host"], addr.to_string());
 }
+
+/// An HTTP/2 request head of 33 to 64 KiB gets 431, as over HTTP/1.1; one past 64 KiB is
+/// refused by the HTTP/2 layer without a status (the stream refused, or the connection ended).
+/// Neither reaches the upstream, and the proxy goes on serving.
+#[tokio::test]
+async fn http2_request_heads_past_32_kib_are_refused() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 2")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let big = |kib: usize| {
+        hyper::Request::get(format!("http://{addr}/"))
+            .header("x-big", "a".repeat(kib * 1024))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap()
+    };
+    let answer = crate::support::within(h2_client().request(big(40)))
+        .await
+        .expect("an answer to a head of 40 KiB");
+    assert_eq!(answer.status(), 431);
+    let refused = crate::support::within(h2_client().request(big(80))).await;
+    assert!(
+        refused.is_err(),
+        "no answer to a head of 80 KiB: {refused:?}"
+    );
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen().len());
+    assert_eq!(get(&h2_client(), addr, "/").await.0, 200);
+}

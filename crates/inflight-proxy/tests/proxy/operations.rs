@@ -59,6 +59,17 @@ async fn the_admin_server_serves_metrics_health_and_readiness() {
         value("inflight_budget_limit", ("budget", "records")),
         Some(prometheus_parse::Value::Gauge(3.0))
     );
+    // Each counter by reason names every reason it counts in its HELP.
+    for name in [
+        "inflight_proxy_connections_closed_total",
+        "inflight_proxy_replies_total",
+    ] {
+        let help = &scrape.docs[name];
+        for sample in scrape.samples.iter().filter(|s| s.metric == name) {
+            let reason = sample.labels.get("reason").unwrap();
+            assert!(help.contains(reason), "{name}: {reason:?} not in {help:?}");
+        }
+    }
     assert_eq!(get(&client, admin, "/healthz").await.0, 200);
     assert_eq!(get(&client, admin, "/readyz").await.0, 200);
     assert_eq!(get(&client, admin, "/nothing").await.0, 404);
@@ -131,7 +142,7 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
         3.0
     );
     // So does one that moves the listener.
-    let moved = "[budgets.records]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:1\"\n";
+    let moved = "[budgets.records]\nmax_concurrent = 1\nupstream = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n";
     let err = proxy.reload(moved).unwrap_err();
     assert!(
         err.to_string().starts_with("budgets.records.listen: "),
@@ -246,11 +257,17 @@ async fn draining_finishes_what_is_in_flight_and_refuses_new_connections() {
 #[tokio::test]
 async fn a_drain_stops_waiting_at_its_limit() {
     let upstream = Upstream::start().await;
-    let text = format!(
-        "[proxy]\ndrain = \"100ms\"\n{}",
-        budget("records", &upstream.url(), "max_concurrent = 4")
-    );
-    let (proxy, _) = proxy(&text).await;
+    let text = |drain: &str| {
+        format!(
+            "[proxy]\ndrain = \"{drain}\"\n{}",
+            budget("records", &upstream.url(), "max_concurrent = 4")
+        )
+    };
+    let (proxy, _) = proxy(&text("10s")).await;
+    // A reload sets the drain time, and says so.
+    let reloaded = proxy.reload(&text("100ms")).unwrap();
+    assert_eq!(reloaded.proxy_changed, ["proxy.drain"], "{reloaded:?}");
+    assert!(reloaded.changed.is_empty(), "{reloaded:?}");
     let addr = proxy.local_addr("records").unwrap();
     let _held = tokio::spawn(async move { get(&client(), addr, "/hold").await });
     until("one request held upstream", || upstream.seen().len() == 1).await;
@@ -309,13 +326,26 @@ async fn malformed_requests_get_400_and_oversized_headers_431() {
     );
     let answer = raw(addr, fits.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // More than 100 fields, however short, are refused too; 100 are served.
+    let fields = |n: usize| {
+        let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        for i in 0..n - 2 {
+            head.push_str(&format!("X-F{i}: v\r\n"));
+        }
+        head + "\r\n"
+    };
+    let answer = raw(addr, fields(101).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let answer = raw(addr, fields(100).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let answer = raw(
         addr,
         b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert_eq!(upstream.seen().len(), 2, "bad input was forwarded");
+    // The HTTP/1.0 request, the head of 24 KiB and the one of 100 fields.
+    assert_eq!(upstream.seen().len(), 3, "bad input was forwarded");
     // The proxy is still serving.
     assert_eq!(get(&client(), addr, "/").await.0, 200);
 }

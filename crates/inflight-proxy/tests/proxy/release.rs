@@ -194,3 +194,85 @@ async fn never_read(extra: &str) {
     );
     drop(socket);
 }
+
+/// Sends a POST whose body stops after 10 of its 100 bytes to `addr`, and returns the first
+/// bytes of the answer (within 10 s), the socket held open meanwhile.
+async fn stalled_post(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"POST /upload HTTP/1.1\r\nhost: proxy\r\ncontent-length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), socket.read(&mut answer))
+        .await
+        .expect("an answer to a stalled body within 10 s")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// A client that stops sending its request body holds no permit past the proxy's
+/// `idle_timeout`: the request is answered 400 (`client_body`), the client's failure, and the
+/// next request is served.
+#[tokio::test]
+async fn a_request_body_that_stalls_gives_the_permit_back_at_the_idle_timeout() {
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[proxy]\nidle_timeout = \"300ms\"\n\n{}",
+        budget(
+            "uploads",
+            &upstream.url(),
+            "max_concurrent = 1\nmax_queued = 0"
+        )
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("uploads").unwrap();
+    let answer = stalled_post(addr).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("x-inflight-refused: client_body"),
+        "{answer}"
+    );
+    let (status, _, _) = get(&client(), addr, "/next").await;
+    assert_eq!(status, 200, "the permit came back");
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=uploads,reason=client_body}"],
+        1.0
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=uploads}"], 0.0);
+}
+
+/// A body that stalls past the call timeout is the client's failure too: 400 (`client_body`),
+/// not 504, and an adaptive limit learns nothing from it.
+#[tokio::test]
+async fn a_request_body_stalled_past_the_call_timeout_teaches_an_adaptive_limit_nothing() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "uploads",
+        &upstream.url(),
+        "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 4\nmax = 20\ncall_timeout = \"300ms\"",
+    ))
+    .await;
+    let addr = proxy.local_addr("uploads").unwrap();
+    for _ in 0..3 {
+        let answer = stalled_post(addr).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            answer.contains("x-inflight-refused: client_body"),
+            "{answer}"
+        );
+    }
+    let m = metrics(&proxy);
+    assert_eq!(m["inflight_budget_limit{budget=uploads}"], 4.0);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=uploads,reason=call_timeout}"],
+        0.0
+    );
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=uploads,reason=client_body}"],
+        3.0
+    );
+}

@@ -20,11 +20,20 @@ pub(crate) const MAX_ECHOED_LINE: usize = 200;
 /// assert_eq!(capped(&long), format!("{}... (1000000 characters in all)", "x".repeat(200)));
 /// ```
 pub fn capped(message: &str) -> String {
+    cut_lines(message, MAX_ECHOED_LINE)
+}
+
+/// The most characters of one line of a message: its own words (a list of the keys a table
+/// takes runs to hundreds) and the values it echoes, each cut to [`MAX_ECHOED_LINE`].
+const MAX_MESSAGE_LINE: usize = 2_000;
+
+/// `message` with every line cut to `max` characters, saying how long it was.
+fn cut_lines(message: &str, max: usize) -> String {
     message
         .lines()
         .map(|line| {
-            if line.chars().count() > MAX_ECHOED_LINE {
-                let cut: String = line.chars().take(MAX_ECHOED_LINE).collect();
+            if line.chars().count() > max {
+                let cut: String = line.chars().take(max).collect();
                 format!("{cut}... ({} characters in all)", line.chars().count())
             } else {
                 line.to_string()
@@ -82,11 +91,12 @@ impl ConfigError {
     /// assert_eq!(e.field(), Some("proxy.drain"));
     /// ```
     ///
-    /// What it echoes is cut to 200 characters a line (see [`capped`]).
+    /// The field (which may echo a key as written) is cut to 200 characters, and each line of
+    /// the message to 2,000 (a value it echoes should be cut to 200 by itself, see [`capped`]).
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
             field: capped(&field.into()),
-            message: capped(&message.into()),
+            message: cut_lines(&message.into(), MAX_MESSAGE_LINE),
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 pub use toml::{Table, Value};
 
-use super::error::{ConfigError, MAX_ECHOED_LINE};
+use super::error::{capped, ConfigError, MAX_ECHOED_LINE};
 use crate::rate::{ParseRateError, Rate};
 
 /// A whole number of at least `min` at `field`.
@@ -137,10 +137,11 @@ pub fn short(text: &str) -> String {
 }
 
 /// A value of the wrong type, for a message: its type and its text as written (`integer 500`,
-/// `datetime 1979-05-27`; toml would show a datetime as its internal table).
+/// `datetime 1979-05-27`; toml would show a datetime as its internal table), cut to 200
+/// characters ([`capped`]).
 pub fn shown(value: &Value) -> String {
-    match value {
+    capped(&match value {
         Value::Datetime(d) => format!("datetime {d}"),
         other => format!("{} {other}", other.type_str()),
-    }
+    })
 }
