@@ -117,9 +117,16 @@ impl HealthLog {
                 ));
                 say = now;
             } else if h.redis_down && now >= said + self.repeat {
+                let so_far = match h.fail {
+                    Fail::Local(_) => format!(
+                        "{} calls admitted on the local fallback so far (calls past its limit wait within their permit deadline)",
+                        h.fallbacks
+                    ),
+                    _ => format!("{} calls refused so far", h.refused),
+                };
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} still cannot be reached: {} calls admitted on the local fallback, {} refused so far",
-                    h.budget, h.fallbacks, h.refused
+                    "fleet budget {}: redis at {address} still cannot be reached: {so_far}",
+                    h.budget
                 ));
                 say = now;
             } else if !h.redis_down && was_down {

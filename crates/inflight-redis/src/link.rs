@@ -401,6 +401,14 @@ impl Link {
         &self.grants
     }
 
+    /// `host:port` of the node the connection in use reaches, on one server or a primary
+    /// found through Sentinel (`None` on a Cluster, or before a connection is made).
+    pub(crate) fn node_addr(&self) -> Option<String> {
+        self.read()
+            .and_then(|current| current.node)
+            .map(|info| addr(&info))
+    }
+
     /// What the last connection found, if one was made.
     pub(crate) fn kind(&self) -> Option<Kind> {
         *self.kind.lock().unwrap_or_else(PoisonError::into_inner)

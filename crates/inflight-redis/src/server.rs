@@ -541,6 +541,16 @@ impl Server for RedisServer {
             call.key(scripts::shares_key(&name));
             call
         });
-        Box::pin(async move { Ok(status::from_reply(reply.await?)) })
+        let link = self.link.clone();
+        Box::pin(async move {
+            let mut status = status::from_reply(reply.await?);
+            // The script knows its own port only: the host is the one this process reached.
+            if status.node.starts_with(':') {
+                if let Some(addr) = link.node_addr() {
+                    status.node = addr;
+                }
+            }
+            Ok(status)
+        })
     }
 }

@@ -10,7 +10,8 @@ use redis::Script;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FleetStatus {
-    /// The node that owns the budget (`host:port`; on one server, `:port`).
+    /// The node that owns the budget (`host:port`, on one server and on Sentinel the address
+    /// this process reached it at).
     pub node: String,
     /// Its role (`master`, or `slave` for a replica, as Redis says).
     pub role: String,

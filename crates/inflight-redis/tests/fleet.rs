@@ -791,3 +791,20 @@ async fn a_budget_on_its_fallback_is_said_when_it_starts_while_it_lasts_and_when
     assert!(lines.iter().any(|l| l.contains("is back")), "{lines:?}");
     drop(back);
 }
+
+/// `status` names the node that holds the budget as `host:port`: on one server, the address
+/// this process reached it at (the server's script knows only its port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_node_by_host_and_port() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let fleet = fleet(&server, ms(5000));
+    let store = fleet.store(2, Fail::Closed);
+    let records = budget("records", 2, ms(2000), &store);
+    let held = records.acquire().await.unwrap();
+    let status = fleet.status("records").await.unwrap();
+    assert_eq!(status.node, server.addr());
+    assert_eq!(status.holders, 1, "{status:?}");
+    drop(held);
+}
