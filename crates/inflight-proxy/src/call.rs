@@ -141,15 +141,20 @@ impl CallSlot {
         let Some(held) = self.take() else {
             return;
         };
-        let sending = self.client_sending.as_ref();
-        if timed_out && sending.is_some_and(|s| s.load(Ordering::Acquire)) {
-            // The client had not sent its whole body: nothing is learned of the upstream.
-            self.client_stalled.store(true, Ordering::Release);
+        if timed_out {
+            // Whether the client had not sent its whole body: then nothing is learned of the
+            // upstream. Said before `timed_out`, which those who read it look at first.
+            let stalled = self
+                .client_sending
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Acquire));
+            self.client_stalled.store(stalled, Ordering::Release);
             self.timed_out.store(true, Ordering::Release);
-            held.call.finish(false, Outcome::Ignore);
-        } else if timed_out {
-            self.timed_out.store(true, Ordering::Release);
-            held.call.timed_out_as(held.on_timeout);
+            if stalled {
+                held.call.finish(false, Outcome::Ignore);
+            } else {
+                held.call.timed_out_as(held.on_timeout);
+            }
         } else {
             // Counted as cancelled: nothing is learned of the upstream.
             self.lease_lost.store(true, Ordering::Release);

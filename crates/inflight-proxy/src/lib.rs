@@ -323,13 +323,9 @@ impl ProxyBuilder {
             return Err(StartError::NoProxiedBudget);
         }
         let budgets = file.budgets();
+        let proxy_config = file.proxy().cloned().unwrap_or_default();
         // A request body that goes idle_timeout without a frame is the client's failure.
-        let body_stall = file
-            .proxy()
-            .cloned()
-            .unwrap_or_default()
-            .clients()
-            .idle_timeout();
+        let body_stall = proxy_config.clients().idle_timeout();
         let mut routes = Vec::new();
         for (budget, route) in file.routes() {
             let scope = budgets.scope(budget.name()).unwrap_or_default();
@@ -350,7 +346,6 @@ impl ProxyBuilder {
             };
             listeners.push((listener.clone(), bind(&field, listener.addr()).await?));
         }
-        let proxy_config = file.proxy().cloned().unwrap_or_default();
         let admin_listener = match proxy_config.admin() {
             Some(addr) => Some(bind("proxy.admin", addr).await?),
             None => None,

@@ -764,8 +764,6 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
     Uri::from_parts(parts).ok()
 }
 
-/// Whether the request failed because its body, read from the client, did (hyper's "user body"
-/// error somewhere in the chain), rather than the upstream or the way to it.
 /// Why a call ended at its deadline: the client's body (it had not sent all of it), or the
 /// call's timeout.
 fn timed_out(slot: &CallSlot) -> Reason {
@@ -776,6 +774,9 @@ fn timed_out(slot: &CallSlot) -> Reason {
     }
 }
 
+/// Whether the request failed because its body, read from the client, did (hyper's "user body"
+/// error somewhere in the chain, or it stopped coming), rather than the upstream or the way to
+/// it.
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
     if let Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) =
         e.downcast_ref::<UpstreamError>()

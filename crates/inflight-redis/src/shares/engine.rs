@@ -128,6 +128,13 @@ struct State {
     recheck_at: Option<Instant>,
 }
 
+impl State {
+    /// Whether the budget learns now, as the last reply said.
+    fn learns(&self) -> bool {
+        self.learning_until.is_some_and(|t| Instant::now() < t)
+    }
+}
+
 /// The server failed a report: callers beyond the share go to the fail policy until `until`.
 struct Down {
     until: Instant,
@@ -517,7 +524,7 @@ impl ShareEngine {
         if !newer
             || handed.at.0 != state.seen.epoch
             || self.closed.load(Relaxed)
-            || state.learning_until.is_some_and(|t| Instant::now() < t)
+            || state.learns()
             || state.holds_until.is_none()
         {
             return;
@@ -812,7 +819,7 @@ impl ShareEngine {
             redis_error: state.down.as_ref().map(|d| shown_error(&d.reason)),
             epoch: state.seen.epoch,
             epochs_moved: c.epochs.load(Relaxed),
-            learning: state.learning_until.is_some_and(|t| Instant::now() < t),
+            learning: state.learns(),
             local_held: self.fallback.held(),
         }
     }
