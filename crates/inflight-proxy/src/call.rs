@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 
+use crate::client_body::ClientBody;
 use crate::upstream::Socket;
 
 /// The call of one request, with its permit, until it ends: as it went (its answer read to
@@ -26,8 +27,8 @@ pub(crate) struct CallSlot {
     /// is reading: hyper stops polling a body while the client takes no bytes, and the upstream
     /// must not go on serving a call whose permit was given back.
     upstream: Mutex<Option<Upstream>>,
-    /// Whether the call waits for more of the client's request body now (set by the sender).
-    client_sending: Option<Arc<AtomicBool>>,
+    /// How the client's request body comes (set by whoever reads it).
+    client_sending: Option<Arc<ClientBody>>,
     /// Whether the call timed out while it waited for the client's body: the client's doing,
     /// not the upstream's.
     client_stalled: AtomicBool,
@@ -65,7 +66,7 @@ impl CallSlot {
     pub(crate) fn watching_client(
         call: HeldCall,
         on_timeout: Outcome,
-        client_sending: Option<Arc<AtomicBool>>,
+        client_sending: Option<Arc<ClientBody>>,
     ) -> Arc<CallSlot> {
         Arc::new(CallSlot {
             held: Mutex::new(Some(Held {
@@ -142,12 +143,10 @@ impl CallSlot {
             return;
         };
         if timed_out {
-            // Whether the client had not sent its whole body: then nothing is learned of the
-            // upstream. Said before `timed_out`, which those who read it look at first.
-            let stalled = self
-                .client_sending
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Acquire));
+            // Whether the client had not sent its whole body before the upstream answered: then
+            // nothing is learned of the upstream. Said before `timed_out`, which those who read
+            // it look at first.
+            let stalled = self.client_sending.as_ref().is_some_and(|s| s.owes_body());
             self.client_stalled.store(stalled, Ordering::Release);
             self.timed_out.store(true, Ordering::Release);
             if stalled {
@@ -188,6 +187,20 @@ impl CallSlot {
     /// Whether the call was ended at its deadline.
     pub(crate) fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::Acquire)
+    }
+
+    /// The upstream's answer has begun: a deadline reached from now on is not the client's
+    /// doing, whatever its body does.
+    pub(crate) fn answered(&self) {
+        if let Some(sending) = &self.client_sending {
+            sending.answered();
+        }
+    }
+
+    /// Whether the client's request body failed or stalled: what failed the request after it
+    /// (an HTTP/2 stream reset for it, say) is the client's doing.
+    pub(crate) fn client_body_failed(&self) -> bool {
+        self.client_sending.as_ref().is_some_and(|s| s.failed())
     }
 
     /// Whether the call was ended at its deadline while the client had not sent its whole

@@ -118,12 +118,13 @@
 //! - `sweep`
 //! - `call`
 //! - `upstream`
-//! - `grpc`
+//! - `client_body`, `grpc`
 //! - `config`
 
 mod admin;
 mod body;
 mod call;
+mod client_body;
 pub mod config;
 mod conn;
 mod error;

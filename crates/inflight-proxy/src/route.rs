@@ -5,7 +5,6 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::body::ProxyBody;
 use crate::call::CallSlot;
+use crate::client_body::ClientBody;
 use crate::grpc;
 use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
@@ -33,7 +33,7 @@ use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
 use crate::sweep::Sweeper;
 use crate::upstream::answer::AnswerBody;
-use crate::upstream::{chunked_alone, Http1Pool, Malformed, Pooled, UpstreamError};
+use crate::upstream::{chunked_alone, Http1Pool, Malformed, Pooled, UpstreamError, WatchedBody};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
@@ -41,27 +41,39 @@ use crate::{tls, Log};
 #[derive(Clone)]
 pub(crate) enum UpstreamClient {
     Http1(Arc<Http1Pool>),
-    Plain(Client<HttpConnector, Incoming>),
-    Tls(Client<tls::Connector, Incoming>),
+    Plain(Client<HttpConnector, WatchedBody>),
+    Tls(Client<tls::Connector, WatchedBody>),
 }
 
 impl UpstreamClient {
     /// Sends `request`; `continues`: its client expects `100 Continue` before it sends the
     /// body (the proxy's own client waits for the upstream's; hyper's sends the body at once).
     /// The request goes into the returned future at once, which holds it only inside its box.
-    /// `client_sending` is set while the client's body is waited for (HTTP/1.1 upstreams).
+    /// `client_sending` says while the client's body is waited for; a body that goes
+    /// `body_stall` without a frame before the upstream answers fails as the client's.
     fn request(
         &self,
         request: Request<Incoming>,
         continues: bool,
-        client_sending: Option<Arc<AtomicBool>>,
+        client_sending: Option<Arc<ClientBody>>,
+        body_stall: Duration,
     ) -> Sent<'_> {
+        let watched = |request: Request<Incoming>, sending| {
+            request.map(|body| WatchedBody::new(body, sending, body_stall))
+        };
         match self {
-            UpstreamClient::Http1(pool) => {
-                Sent::Http1(Box::pin(pool.request(request, continues, client_sending)))
+            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(
+                request,
+                continues,
+                client_sending,
+                body_stall,
+            ))),
+            UpstreamClient::Plain(client) => {
+                Sent::Legacy(client.request(watched(request, client_sending)))
             }
-            UpstreamClient::Plain(client) => Sent::Legacy(client.request(request)),
-            UpstreamClient::Tls(client) => Sent::Legacy(client.request(request)),
+            UpstreamClient::Tls(client) => {
+                Sent::Legacy(client.request(watched(request, client_sending)))
+            }
         }
     }
 
@@ -145,7 +157,7 @@ impl RouteState {
         body_stall: Duration,
     ) -> RouteState {
         let metrics = Arc::new(RouteMetrics::new(registry, budget.name()));
-        let client = client(&route, body_stall);
+        let client = client(&route);
         let sweeper = Arc::new(Sweeper::new());
         RouteState::with(
             budget,
@@ -215,7 +227,7 @@ impl RouteState {
         let client = if same_upstream {
             self.client.clone()
         } else {
-            client(&route, self.body_stall)
+            client(&route)
         };
         let state = RouteState::with(
             budget,
@@ -233,7 +245,7 @@ impl RouteState {
 /// A pooled client to the route's upstream: HTTP/1.1 with keep-alive, or HTTP/2
 /// (`upstream_http2`: with prior knowledge, or by ALPN over TLS) whose requests share one
 /// connection as streams.
-fn client(route: &Route, body_stall: Duration) -> UpstreamClient {
+fn client(route: &Route) -> UpstreamClient {
     let http2 = route.upstream_http2();
     if !http2 && !route.upstream().is_tls() {
         let authority = hyper::http::uri::Authority::try_from(route.upstream().authority())
@@ -242,7 +254,6 @@ fn client(route: &Route, body_stall: Duration) -> UpstreamClient {
             &authority,
             POOL_IDLE,
             CONNECT_TIMEOUT,
-            body_stall,
         )));
     }
     let mut connector = HttpConnector::new();
@@ -517,7 +528,7 @@ fn forward_call<'a>(
     let grpc = tally.is_some();
     // Watched only for a request with a body to come (no allocation for the others).
     let client_sending = (!hyper::body::Body::is_end_stream(request.body()))
-        .then(|| Arc::new(AtomicBool::new(false)));
+        .then(|| Arc::new(ClientBody::default()));
     let sent = upstream_uri(state, request.uri()).map(|uri| {
         // An HTTP/2 client names the host in the request target, not in a Host header.
         let client_host = request
@@ -543,7 +554,7 @@ fn forward_call<'a>(
         );
         state
             .client
-            .request(request, continues, client_sending.clone())
+            .request(request, continues, client_sending.clone(), state.body_stall)
     });
     async move {
         let replied = |state: &RouteState, reason: Reason| replied(state, reason, grpc);
@@ -594,8 +605,11 @@ fn forward_call<'a>(
             return replied(state, Reason::LeaseLost);
         };
         let mut response = match result {
-            Ok(answered) => answered,
-            Err(e) if from_client_body(&e) => {
+            Ok(answered) => {
+                slot.answered();
+                answered
+            }
+            Err(e) if from_client_body(&e) || slot.client_body_failed() => {
                 // The client's request body failed, not the upstream: nothing for the limit to
                 // learn. (Unless the sweeper ended the call first: then it timed out.)
                 if !slot.end(false, Outcome::Ignore) {
@@ -836,7 +850,7 @@ mod tests {
             ),
             (
                 "Http1Pool::request",
-                returned(|| Http1Pool::request(any(), any(), any(), any())),
+                returned(|| Http1Pool::request(any(), any(), any(), any(), any())),
             ),
         ];
         for (name, size) in sizes {

@@ -237,7 +237,8 @@ impl ClientLimits {
     /// How long a connection may go without a request (`idle_timeout`). HTTP/1.1: from the
     /// moment the connection can take a request (its first bytes arrived, or the last response
     /// was sent) until that request's headers are in full, so it also bounds a client that
-    /// sends its headers slowly. HTTP/2: while no stream is open.
+    /// sends its headers slowly. HTTP/2: while no stream is open. It also bounds a request's
+    /// body that stops coming before the upstream answers (400, `client_body`).
     pub fn idle_timeout(&self) -> Duration {
         self.idle_timeout
     }

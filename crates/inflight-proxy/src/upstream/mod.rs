@@ -5,6 +5,7 @@
 //! socket (with a second descriptor of it, for a call ended early) and its two buffers.
 
 pub(crate) mod answer;
+mod watched;
 mod wire;
 
 use std::error::Error as StdError;
@@ -13,7 +14,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,7 +25,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::client_body::ClientBody;
 use answer::AnswerBody;
+pub(crate) use watched::WatchedBody;
 use wire::Sending;
 pub(crate) use wire::{chunked_alone, Malformed};
 
@@ -49,22 +51,19 @@ pub(crate) struct Http1Pool {
     reaping: std::sync::atomic::AtomicBool,
     idle_timeout: Duration,
     connect_timeout: Duration,
-    /// How long the client's request body may go without a frame (the proxy's
-    /// `idle_timeout`).
-    body_stall: Duration,
 }
 
 /// How a request's body is waited for from its client: at most `stall` for each frame, with
 /// `waiting` set meanwhile, which the call reads to tell a client's stall from an upstream's.
 struct ClientBodyWatch {
-    waiting: Option<Arc<AtomicBool>>,
+    sending: Option<Arc<ClientBody>>,
     stall: Duration,
 }
 
 impl ClientBodyWatch {
     fn set_waiting(&self, waiting: bool) {
-        if let Some(flag) = &self.waiting {
-            flag.store(waiting, Ordering::Release);
+        if let Some(sending) = &self.sending {
+            sending.set_waiting(waiting);
         }
     }
 
@@ -392,7 +391,6 @@ impl Http1Pool {
         authority: &hyper::http::uri::Authority,
         idle_timeout: Duration,
         connect_timeout: Duration,
-        body_stall: Duration,
     ) -> Http1Pool {
         let host = authority.host();
         let host = host
@@ -406,7 +404,6 @@ impl Http1Pool {
             reaping: std::sync::atomic::AtomicBool::new(false),
             idle_timeout,
             connect_timeout,
-            body_stall,
         }
     }
 
@@ -418,14 +415,15 @@ impl Http1Pool {
     /// 9.2.2) is sent again, once, on a new connection when a pooled one closes before any of
     /// its answer came: the upstream closed it meanwhile.
     ///
-    /// `client_sending` is set while the client's body is waited for; a body that goes
-    /// `idle_timeout` without a frame fails as the client's
+    /// `client_sending` says while the client's body is waited for; a body that goes
+    /// `body_stall` (the proxy's `idle_timeout`) without a frame fails as the client's
     /// ([`UpstreamError::ClientBodyStalled`]).
     pub(crate) fn request(
         self: &Arc<Self>,
         request: Request<Incoming>,
         continues: bool,
-        client_sending: Option<Arc<AtomicBool>>,
+        client_sending: Option<Arc<ClientBody>>,
+        body_stall: Duration,
     ) -> impl Future<Output = Pooled> + Send + '_ {
         let (mut parts, body) = request.into_parts();
         let mut taken = self.take();
@@ -448,8 +446,8 @@ impl Http1Pool {
         let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
         let watch = ClientBodyWatch {
-            waiting: client_sending,
-            stall: self.body_stall,
+            sending: client_sending,
+            stall: body_stall,
         };
         async move {
             let (mut sending, mut empty, mut body) = (sending, empty, body);

@@ -6,7 +6,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-use crate::support::{budget, client, get, metrics, proxy, within, TestClient, Upstream};
+use crate::support::{
+    assert_client_body, budget, client, get, metrics, proxy, stalled_post, within, TestClient,
+    Upstream,
+};
 
 /// Starts a GET of `/stream` and returns the response once its headers and first chunk came.
 async fn first_chunk(client: &TestClient, addr: SocketAddr) -> (hyper::Response<Incoming>, Bytes) {
@@ -195,24 +198,6 @@ async fn never_read(extra: &str) {
     drop(socket);
 }
 
-/// Sends a POST whose body stops after 10 of its 100 bytes to `addr`, and returns the first
-/// bytes of the answer (within 10 s), the socket held open meanwhile.
-async fn stalled_post(addr: SocketAddr) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    socket
-        .write_all(b"POST /upload HTTP/1.1\r\nhost: proxy\r\ncontent-length: 100\r\n\r\n0123456789")
-        .await
-        .unwrap();
-    let mut answer = vec![0; 4096];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(10), socket.read(&mut answer))
-        .await
-        .expect("an answer to a stalled body within 10 s")
-        .unwrap();
-    String::from_utf8_lossy(&answer[..n]).into_owned()
-}
-
 /// A client that stops sending its request body holds no permit past the proxy's
 /// `idle_timeout`: the request is answered 400 (`client_body`), the client's failure, and the
 /// next request is served.
@@ -230,11 +215,7 @@ async fn a_request_body_that_stalls_gives_the_permit_back_at_the_idle_timeout() 
     let (proxy, _) = proxy(&text).await;
     let addr = proxy.local_addr("uploads").unwrap();
     let answer = stalled_post(addr).await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(
-        answer.contains("x-inflight-refused: client_body"),
-        "{answer}"
-    );
+    assert_client_body(&answer);
     let (status, _, _) = get(&client(), addr, "/next").await;
     assert_eq!(status, 200, "the permit came back");
     let m = metrics(&proxy);
@@ -259,11 +240,7 @@ async fn a_request_body_stalled_past_the_call_timeout_teaches_an_adaptive_limit_
     let addr = proxy.local_addr("uploads").unwrap();
     for _ in 0..3 {
         let answer = stalled_post(addr).await;
-        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-        assert!(
-            answer.contains("x-inflight-refused: client_body"),
-            "{answer}"
-        );
+        assert_client_body(&answer);
     }
     let m = metrics(&proxy);
     assert_eq!(m["inflight_budget_limit{budget=uploads}"], 4.0);
@@ -275,4 +252,111 @@ async fn a_request_body_stalled_past_the_call_timeout_teaches_an_adaptive_limit_
         m["inflight_proxy_replies_total{budget=uploads,reason=client_body}"],
         3.0
     );
+}
+
+/// The same to an HTTP/2 upstream (hyper's client sends the body there): a body that stalls
+/// gives its permit back at the proxy's `idle_timeout`, as the client's failure (400
+/// `client_body`), even with no call timeout, and an adaptive limit learns nothing from it.
+#[tokio::test]
+async fn a_request_body_to_an_http2_upstream_that_stalls_gives_the_permit_back_at_the_idle_timeout()
+{
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[proxy]\nidle_timeout = \"300ms\"\n\n{}",
+        budget(
+            "uploads",
+            &upstream.url(),
+            "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 2\nmin = 1\nmax = 20\n\
+             max_queued = 0\nupstream_http2 = true"
+        )
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("uploads").unwrap();
+    for _ in 0..2 {
+        let answer = stalled_post(addr).await;
+        assert_client_body(&answer);
+    }
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=uploads,reason=client_body}"],
+        2.0
+    );
+    assert_eq!(
+        m.get("inflight_proxy_replies_total{budget=uploads,reason=unreachable}"),
+        None
+    );
+    assert_eq!(
+        m["inflight_budget_limit{budget=uploads}"], 2.0,
+        "nothing learned"
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=uploads}"], 0.0);
+    let (status, _, _) = get(&client(), addr, "/next").await;
+    assert_eq!(status, 200);
+    let seen = upstream.seen();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the last request reached the upstream whole"
+    );
+    assert_eq!(seen[0].version, hyper::Version::HTTP_2);
+}
+
+/// A request body that pauses longer than the `idle_timeout` after the upstream's answer
+/// began (a stream fed at the client's pace, as a gRPC client stream is) is not cut.
+#[tokio::test]
+async fn a_request_body_that_pauses_after_the_http2_upstream_answered_is_not_cut() {
+    use http_body_util::channel::Channel;
+
+    // An HTTP/2 upstream that answers at once, echoing the request's body as it comes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request: hyper::Request<Incoming>| {
+                    std::future::ready(Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        request.into_body(),
+                    )))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                        .await;
+            });
+        }
+    });
+    let text = format!(
+        "[proxy]\nidle_timeout = \"300ms\"\n\n{}",
+        budget(
+            "streams",
+            &format!("http://{echo}"),
+            "max_concurrent = 1\nmax_queued = 0\nupstream_http2 = true"
+        )
+    );
+    let (proxy, _) = proxy(&text).await;
+    let addr = proxy.local_addr("streams").unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Channel<Bytes>>();
+    let (mut tx, body) = Channel::<Bytes>::new(1);
+    let request = hyper::Request::post(format!("http://{addr}/stream"))
+        .body(body)
+        .unwrap();
+    tx.send_data(Bytes::from("first ")).await.unwrap();
+    let mut response = within(client.request(request)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let first = within(response.body_mut().frame()).await.unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "first ");
+    // Three idle timeouts without a frame of the request's body.
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    tx.send_data(Bytes::from("second")).await.unwrap();
+    drop(tx);
+    let rest = within(response.into_body().collect()).await.unwrap();
+    assert_eq!(rest.to_bytes(), "second");
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=streams,reason=client_body}"],
+        0.0
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=streams}"], 0.0);
 }

@@ -119,7 +119,10 @@ async fn record(state: &UpstreamState, request: Request<Body>) {
         .extensions
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
-    let body = body.collect().await.unwrap().to_bytes();
+    // A request whose body failed on its way (reset by the proxy) was not seen whole.
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+        return;
+    };
     state.seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
@@ -403,4 +406,32 @@ pub fn version_of(program: &str) -> Option<String> {
         output.stdout
     };
     Some(String::from_utf8_lossy(&text).trim().to_string())
+}
+
+/// Sends a POST whose body stops after 10 of its 100 bytes to `addr`, and returns the first
+/// bytes of the answer (within 10 s), the socket held open meanwhile.
+pub async fn stalled_post(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"POST /upload HTTP/1.1\r\nhost: proxy\r\ncontent-length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), socket.read(&mut answer))
+        .await
+        .expect("an answer to a stalled body within 10 s")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// Asserts that `answer` is the proxy's 400 for a request body that failed on the client's side
+/// (`client_body`).
+pub fn assert_client_body(answer: &str) {
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("x-inflight-refused: client_body"),
+        "{answer}"
+    );
 }

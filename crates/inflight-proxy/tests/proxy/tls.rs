@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -66,6 +66,8 @@ struct Seen {
     server_names: Mutex<Vec<Option<String>>>,
     /// Each request's `Host` header.
     hosts: Mutex<Vec<String>>,
+    /// Requests whose body failed on its way.
+    bodies_failed: AtomicUsize,
 }
 
 /// An HTTPS server on 127.0.0.1 that answers every request with its version, method and target,
@@ -126,6 +128,12 @@ impl TlsUpstream {
                                 .or_else(|| request.uri().authority().map(|a| a.to_string()))
                                 .unwrap_or_default();
                             state.hosts.lock().unwrap().push(host);
+                            // The request's body is read whole before the answer.
+                            let (parts, body) = request.into_parts();
+                            if body.collect().await.is_err() {
+                                state.bodies_failed.fetch_add(1, Ordering::SeqCst);
+                            }
+                            let request = Request::from_parts(parts, ());
                             let body = format!(
                                 "tls upstream: {:?} {} {}",
                                 request.version(),
@@ -515,4 +523,43 @@ async fn an_ipv6_upstream_is_checked_against_its_address_without_brackets() {
     );
     let hosts = upstream.seen.hosts.lock().unwrap().clone();
     assert_eq!(hosts, [format!("[::1]:{}", upstream.addr.port())]);
+}
+
+/// A request body that stops coming to an `https://` upstream (hyper's client sends it there)
+/// gives its permit back at the proxy's `idle_timeout`, as the client's failure: 400
+/// (`client_body`), with no call timeout to bound it.
+#[tokio::test]
+async fn a_request_body_to_an_https_upstream_that_stalls_gives_the_permit_back_at_the_idle_timeout()
+{
+    let pki = pki(&["localhost", "127.0.0.1"]);
+    let upstream = TlsUpstream::start(&pki, &["http/1.1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let (proxy, _) = crate::support::proxy(&format!(
+        "[proxy]\nidle_timeout = \"300ms\"\n\n{}",
+        budget(
+            "uploads",
+            &format!("https://127.0.0.1:{}", upstream.addr.port()),
+            &format!(
+                "max_concurrent = 1\nmax_queued = 0\nca_file = {:?}",
+                ca.display().to_string()
+            ),
+        )
+    ))
+    .await;
+    let addr = proxy.local_addr("uploads").unwrap();
+    crate::support::assert_client_body(&crate::support::stalled_post(addr).await);
+    let (status, _, body) = get(&client(), addr, "/next").await;
+    assert_eq!(status, 200, "the permit came back: {body}");
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_proxy_replies_total{budget=uploads,reason=client_body}"],
+        1.0
+    );
+    assert_eq!(m["inflight_budget_in_flight{budget=uploads}"], 0.0);
+    crate::support::until("the upstream saw the body fail", || {
+        upstream.seen.bodies_failed.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
