@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use inflight::limit::Outcome;
 use tokio::task::JoinHandle;
 
-use crate::call::{CallSlot, Held, Upstream};
+use crate::call::{CallSlot, Early, Held, Upstream};
 use crate::grpc::{grpc_ended, GrpcTally};
 use crate::sweep::Watch;
 use crate::upstream::answer::AnswerBody;
@@ -75,6 +75,18 @@ impl fmt::Display for LeaseLost {
 
 impl StdError for LeaseLost {}
 
+/// The body was cut because its client took no byte of it for the proxy's `idle_timeout`.
+#[derive(Debug)]
+struct ClientStopped;
+
+impl fmt::Display for ClientStopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the client took no byte of the response body for idle_timeout")
+    }
+}
+
+impl StdError for ClientStopped {}
+
 impl ProxyBody {
     /// A body of the proxy's own.
     pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -125,7 +137,7 @@ impl ProxyBody {
             let slot = Arc::clone(&slot);
             tokio::spawn(async move {
                 lease.lost().await;
-                slot.expire(false);
+                slot.expire(Early::LeaseLost);
             })
         });
         // A pooled connection is shut down by the slot, and the body stays here (polled without
@@ -152,6 +164,14 @@ impl ProxyBody {
                 grpc,
                 tally,
             })),
+        }
+    }
+
+    /// The call this body holds, if any: what ends it when its client stops reading.
+    pub(crate) fn call(&self) -> Option<&Arc<CallSlot>> {
+        match &self.kind {
+            Kind::Streamed(s) => s.call.as_ref(),
+            Kind::Full(_) => None,
         }
     }
 }
@@ -204,6 +224,8 @@ impl Streamed {
         self.ended = true;
         if self.lease_lost() {
             Box::new(LeaseLost)
+        } else if self.client_stopped() {
+            Box::new(ClientStopped)
         } else {
             Box::new(CallTimeout)
         }
@@ -262,9 +284,14 @@ impl Streamed {
         self.call.as_ref().is_some_and(|slot| slot.lease_lost())
     }
 
-    /// Whether the call was ended early: at its deadline, or for its lost lease.
+    fn client_stopped(&self) -> bool {
+        self.call.as_ref().is_some_and(|slot| slot.client_stopped())
+    }
+
+    /// Whether the call was ended early: at its deadline, for its lost lease, or because its
+    /// client stopped reading.
     fn ended_early(&self) -> bool {
-        self.timed_out() || self.lease_lost()
+        self.timed_out() || self.lease_lost() || self.client_stopped()
     }
 }
 

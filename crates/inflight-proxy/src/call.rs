@@ -20,6 +20,8 @@ pub(crate) struct CallSlot {
     timed_out: AtomicBool,
     /// The call's fleet lease was lost and the budget drops such calls (`on_lost = "cancel"`).
     lease_lost: AtomicBool,
+    /// Its client took no byte of the answer for the proxy's `idle_timeout` (HTTP/2).
+    client_stopped: AtomicBool,
     /// The task that last waited on the call (for its answer, or to send its body): woken when
     /// the call ends early, so that it is cut then.
     waker: Mutex<Option<Waker>>,
@@ -32,6 +34,18 @@ pub(crate) struct CallSlot {
     /// Whether the call timed out while it waited for the client's body: the client's doing,
     /// not the upstream's.
     client_stalled: AtomicBool,
+}
+
+/// Why a call ends early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Early {
+    /// Its call timeout was reached: timed out (or the client's doing, while it still owed its
+    /// request's body).
+    Deadline,
+    /// Its fleet lease was lost, and the budget drops such calls: cancelled.
+    LeaseLost,
+    /// Its client took no byte of the answer for the proxy's `idle_timeout`: cancelled.
+    ClientStopped,
 }
 
 /// How a call that ends early stops its upstream.
@@ -77,6 +91,7 @@ impl CallSlot {
             })),
             timed_out: AtomicBool::new(false),
             lease_lost: AtomicBool::new(false),
+            client_stopped: AtomicBool::new(false),
             waker: Mutex::new(None),
             upstream: Mutex::new(None),
             client_sending,
@@ -136,28 +151,36 @@ impl CallSlot {
         }
     }
 
-    /// Ends the call early, if it has not ended: as timed out (`timed_out`), or as cancelled
-    /// for a lost lease. The task that waits on it, if any, is woken to cut it.
-    pub(crate) fn expire(&self, timed_out: bool) {
+    /// Ends the call early, if it has not ended, for `why`. The task that waits on it, if any,
+    /// is woken to cut it.
+    pub(crate) fn expire(&self, why: Early) {
         let Some(held) = self.take() else {
             return;
         };
-        if timed_out {
-            // Whether the client had not sent its whole body before the upstream answered: then
-            // nothing is learned of the upstream. Said before `timed_out`, which those who read
-            // it look at first.
-            let stalled = self.client_sending.as_ref().is_some_and(|s| s.owes_body());
-            self.client_stalled.store(stalled, Ordering::Release);
-            self.timed_out.store(true, Ordering::Release);
-            if stalled {
-                held.call.finish(false, Outcome::Ignore);
-            } else {
-                held.call.timed_out_as(held.on_timeout);
+        match why {
+            Early::Deadline => {
+                // Whether the client had not sent its whole body before the upstream answered:
+                // then nothing is learned of the upstream. Said before `timed_out`, which those
+                // who read it look at first.
+                let stalled = self.client_sending.as_ref().is_some_and(|s| s.owes_body());
+                self.client_stalled.store(stalled, Ordering::Release);
+                self.timed_out.store(true, Ordering::Release);
+                if stalled {
+                    held.call.finish(false, Outcome::Ignore);
+                } else {
+                    held.call.timed_out_as(held.on_timeout);
+                }
             }
-        } else {
-            // Counted as cancelled: nothing is learned of the upstream.
-            self.lease_lost.store(true, Ordering::Release);
-            drop(held);
+            Early::LeaseLost | Early::ClientStopped => {
+                // Counted as cancelled: nothing is learned of the upstream.
+                let flag = if why == Early::LeaseLost {
+                    &self.lease_lost
+                } else {
+                    &self.client_stopped
+                };
+                flag.store(true, Ordering::Release);
+                drop(held);
+            }
         }
         // After the flags: a body found gone is found ended early.
         let upstream = self.upstream().take();
@@ -212,5 +235,11 @@ impl CallSlot {
     /// Whether the call was dropped for its lost lease.
     pub(crate) fn lease_lost(&self) -> bool {
         self.lease_lost.load(Ordering::Acquire)
+    }
+
+    /// Whether the call was dropped because its client took no byte of the answer for the
+    /// proxy's `idle_timeout`.
+    pub(crate) fn client_stopped(&self) -> bool {
+        self.client_stopped.load(Ordering::Acquire)
     }
 }

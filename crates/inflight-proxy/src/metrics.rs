@@ -8,7 +8,8 @@
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
 //! | `inflight_proxy_grpc_calls_total` | counter | budget, method, grpc_status | gRPC calls that ended, by method (`/package.Service/Method`; the first 100 a budget sees by name, any later or malformed one as `other`) and status (`OK` ... `UNAUTHENTICATED`, the upstream's or the proxy's own; `none` when the answer ended without one) |
 //! | `inflight_proxy_connections` | gauge | listener | client connections open now (`listener`: the budget's name, or `admin`) |
-//! | `inflight_proxy_connections_closed_total` | counter | listener, reason | client connections the proxy closed: `first_byte_timeout`, `idle_timeout`, `keepalive_timeout` (HTTP/2 pings unanswered), `max_connections` (idle longest when the listener was full) |
+//! | `inflight_proxy_connections_closed_total` | counter | listener, reason | client connections the proxy closed: `first_byte_timeout`, `idle_timeout`, `keepalive_timeout` (HTTP/2 pings unanswered), `max_connections` (idle longest when the listener was full), `send_timeout` (the client took no byte of an answer for `idle_timeout`; over HTTP/2, only such streams were left) |
+//! | `inflight_proxy_streams_cut_total` | counter | listener, reason | HTTP/2 streams whose calls the proxy ended because of their client: `send_timeout` (it gave the stream no room for `idle_timeout`) |
 //!
 //! Each proxy renders through a recorder of its own, so two proxies in one process never mix
 //! their numbers; budgets are built under it, as `inflight::metrics` requires.
@@ -48,6 +49,9 @@ pub const CONNECTIONS: &str = "inflight_proxy_connections";
 pub const CONNECTIONS_PARKED: &str = "inflight_proxy_connections_parked";
 /// Client connections the proxy closed, by listener and reason (counter).
 pub const CONNECTIONS_CLOSED: &str = "inflight_proxy_connections_closed_total";
+/// HTTP/2 streams whose calls the proxy ended for their client, by listener and reason
+/// (counter).
+pub const STREAMS_CUT: &str = "inflight_proxy_streams_cut_total";
 
 /// The content type of Prometheus text exposition 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -128,6 +132,11 @@ impl Registry {
                     "Client connections the proxy closed, by reason: {}.",
                     Closed::ALL.map(Closed::as_str).join(", ")
                 )
+            );
+            describe_counter!(
+                STREAMS_CUT,
+                Unit::Count,
+                "HTTP/2 streams whose calls the proxy ended because of their client, by reason: send_timeout (it gave the stream no room for idle_timeout)."
             );
             describe_histogram!(
                 REQUEST_DURATION,
@@ -312,7 +321,8 @@ pub(crate) enum Closed {
     KeepaliveTimeout,
     /// Its listener was full and it was the connection idle longest.
     MaxConnections,
-    /// HTTP/1.1: it took no byte of an answer for `idle_timeout` (the client stopped reading).
+    /// It took no byte of an answer for `idle_timeout` (the client stopped reading); over
+    /// HTTP/2, only streams whose calls were ended for it were left.
     SendTimeout,
 }
 
@@ -355,6 +365,7 @@ pub(crate) struct ConnMetrics {
     open: Gauge,
     parked: Gauge,
     closed: [Counter; Closed::ALL.len()],
+    streams_cut: Counter,
 }
 
 impl ConnMetrics {
@@ -367,6 +378,7 @@ impl ConnMetrics {
                 closed: Closed::ALL.map(
                     |c| counter!(CONNECTIONS_CLOSED, "listener" => l.clone(), "reason" => c.as_str()),
                 ),
+                streams_cut: counter!(STREAMS_CUT, "listener" => l.clone(), "reason" => "send_timeout"),
             }
         })
     }
@@ -385,6 +397,13 @@ impl ConnMetrics {
             self.parked.increment(1.0);
         } else {
             self.parked.decrement(1.0);
+        }
+    }
+
+    /// `n` HTTP/2 streams' calls ended: their client gave them no room for `idle_timeout`.
+    pub(crate) fn streams_cut(&self, n: usize) {
+        if n > 0 {
+            self.streams_cut.increment(n as u64);
         }
     }
 

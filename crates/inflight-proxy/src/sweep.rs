@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::call::CallSlot;
+use crate::call::{CallSlot, Early};
 
 /// The calls of one budget that have a deadline, and the task that ends them at it.
 pub(crate) struct Sweeper {
@@ -182,7 +182,7 @@ async fn sweep(inner: Arc<Inner>) {
         };
         // Outside the lock: ending a call gives its permit back, which may grant a waiter.
         for slot in due.drain(..) {
-            slot.expire(true);
+            slot.expire(Early::Deadline);
         }
         match next {
             _ if !running => return,

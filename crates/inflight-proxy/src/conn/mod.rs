@@ -28,8 +28,10 @@ use crate::body::{BodyError, ProxyBody};
 use crate::config::ClientLimits;
 use crate::headers::Peer;
 use crate::metrics::{Closed, ConnMetrics};
+use streams::{StreamWait, Streams};
 
 mod http1;
+mod streams;
 
 /// What hyper serves an HTTP/1.1 or HTTP/2 request with: the proxy's answer, boxed.
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Tracked>, Infallible>> + Send + 'static>>;
@@ -128,6 +130,8 @@ pub(crate) struct Conn {
     reason: std::sync::atomic::AtomicU8,
     /// The task of a parked HTTP/1.1 connection, woken when it is asked to close.
     parked: std::sync::Mutex<Option<std::task::Waker>>,
+    /// HTTP/2: its answers still being sent (made at its first).
+    streams: std::sync::OnceLock<Box<Streams>>,
 }
 
 impl Conn {
@@ -149,7 +153,18 @@ impl Conn {
             told: AtomicBool::new(false),
             reason: std::sync::atomic::AtomicU8::new(0),
             parked: std::sync::Mutex::new(None),
+            streams: std::sync::OnceLock::new(),
         }
+    }
+
+    /// HTTP/2: its answers still being sent.
+    fn streams(&self) -> &Streams {
+        self.streams.get_or_init(Box::default)
+    }
+
+    /// Milliseconds since the connection's epoch.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     /// The socket refused bytes (`blocked`), or took them: since when it refuses them is kept.
@@ -273,10 +288,12 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its connection busy until it is sent.
+/// A response body that keeps its connection busy until it is sent; over HTTP/2, watched for a
+/// client that gives its stream no room ([`streams`]).
 pub(crate) struct Tracked {
     body: ProxyBody,
-    _busy: Busy,
+    busy: Busy,
+    wait: Option<Arc<StreamWait>>,
 }
 
 impl Body for Tracked {
@@ -287,7 +304,19 @@ impl Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let this = &mut *self;
+        let Some(wait) = &this.wait else {
+            return Pin::new(&mut this.body).poll_frame(cx);
+        };
+        wait.asked();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        // hyper asks for the next frame only once the stream has room for this one.
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if frame.data_ref().is_some_and(|d| !d.is_empty()) {
+                wait.handed(this.busy.0.now());
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -455,6 +484,7 @@ where
     /// until its answer is sent.
     fn service(
         &self,
+        http2: bool,
     ) -> impl hyper::service::HttpService<
         Incoming,
         ResBody = Tracked,
@@ -472,7 +502,10 @@ where
             // combinator, not an `async` block: a block would hold the handler's future twice
             // (as captured, and as awaited), and the box is copied whole when it is made.
             let answer: Answer = Box::pin(handle(request, peer.clone()).map(move |response| {
-                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
+                Ok::<_, Infallible>(response.map(|body| {
+                    let wait = http2.then(|| busy.0.streams().watch(body.call().cloned()));
+                    Tracked { body, busy, wait }
+                }))
             }));
             answer
         })
@@ -480,7 +513,7 @@ where
 
     /// Served by hyper's HTTP/1.1 server until it is given back or closes.
     fn http1(&self, io: http1::Rewound) -> State {
-        let service = self.service();
+        let service = self.service(false);
         let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
             match http1::serve(io, &conn, &limits, &mut stop, &metrics, service).await {
@@ -492,7 +525,7 @@ where
 
     /// Served by hyper's HTTP/2 server until it closes.
     fn http2(&self, stream: TcpStream) -> State {
-        let service = self.service();
+        let service = self.service(true);
         let Owned(conn, mut stop, metrics, limits) = self.owned();
         State::Busy(Box::pin(async move {
             serve_http2(stream, &conn, &limits, &mut stop, &metrics, service).await;
@@ -850,6 +883,21 @@ where
                         watchdog
                             .as_mut()
                             .reset(Instant::now() + Duration::from_millis(left));
+                    }
+                    // HTTP/2, inside requests: the call of an answer whose stream the client
+                    // gave no room for `linger` (`idle_timeout`) ends (its permit goes back,
+                    // the upstream stops). A connection left with only such streams, cut at an
+                    // earlier look, is closed.
+                    None if protocol == Protocol::Http2 => {
+                        let stalled = conn.streams().cut_stalled(now, linger.as_millis() as u64);
+                        metrics.streams_cut(stalled.cut_now);
+                        if stalled.cut_before > 0
+                            && stalled.cut_before >= conn.busy.load(Ordering::Acquire)
+                        {
+                            metrics.closed(Closed::SendTimeout);
+                            return None;
+                        }
+                        watchdog.as_mut().reset(Instant::now() + idle);
                     }
                     // Inside a request whose answer the client has taken no byte of for
                     // `linger` (`idle_timeout`): it is not reading, and is cut (the call ends,

@@ -22,6 +22,13 @@ fn closed(proxy: &inflight_proxy::Proxy, reason: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Budget `r`'s calls in flight, once it has any figure.
+fn in_flight(proxy: &inflight_proxy::Proxy) -> Option<f64> {
+    metrics(proxy)
+        .get("inflight_budget_in_flight{budget=r}")
+        .copied()
+}
+
 /// Reads until the proxy closes `stream`; how long that took. Panics after 10 s.
 async fn closed_within(stream: &mut TcpStream) -> Duration {
     let start = Instant::now();
@@ -181,10 +188,7 @@ async fn the_drain_cuts_what_still_runs_when_its_time_is_over() {
     hung.write_all(b"GET /sleep/30000 HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    until("in flight", || {
-        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&1.0)
-    })
-    .await;
+    until("in flight", || in_flight(&proxy) == Some(1.0)).await;
     let drained = within(proxy.drain()).await;
     assert!(!drained.in_time);
     // The client sees its connection end soon after, not after the upstream's 30 s.
@@ -395,24 +399,142 @@ async fn an_http1_client_that_stops_reading_is_cut_at_idle_timeout() {
         .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    until("the call to start", || {
-        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&1.0)
-    })
-    .await;
+    until("the call to start", || in_flight(&proxy) == Some(1.0)).await;
     until("the connection cut", || {
         closed(&proxy, "send_timeout") == 1.0
     })
     .await;
-    until("the permit back", || {
-        metrics(&proxy).get("inflight_budget_in_flight{budget=r}") == Some(&0.0)
-    })
-    .await;
+    until("the permit back", || in_flight(&proxy) == Some(0.0)).await;
     let body = within(feeder).await.unwrap();
     assert!(body.is_closed(), "the upstream still serves the call");
     assert_eq!(closed(&proxy, "idle_timeout"), 0.0);
     // The client reads what was sent, then the connection's end.
     let waited = closed_within(&mut stream).await;
     assert!(waited < Duration::from_secs(10));
+}
+
+/// How many HTTP/2 streams of listener `r` the proxy cut for `reason`.
+fn streams_cut(proxy: &inflight_proxy::Proxy, reason: &str) -> f64 {
+    metrics(proxy)
+        .get(&format!(
+            "inflight_proxy_streams_cut_total{{listener=r,reason={reason}}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// An HTTP/2 connection to `addr` whose streams' windows are HTTP/2's smallest (64 KiB), so a
+/// stream not read fills soon; the task that drives it.
+async fn h2_small_window(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(65_535)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
+fn get_request(addr: std::net::SocketAddr, path: &str) -> hyper::Request<Empty<Bytes>> {
+    hyper::Request::get(format!("http://{addr}{path}"))
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// An HTTP/2 client that asks on one stream and then takes no byte of its answer (its stream's
+/// window spent): with no call timeout, at `idle_timeout` without a byte taken the stream's
+/// call ends: its permit goes back and the upstream stops serving it. The connection's other
+/// streams are served; once only such streams are left, it is closed.
+#[tokio::test]
+async fn an_http2_client_that_stops_reading_a_stream_loses_its_call_at_idle_timeout() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let feeder = upstream.flood_next_stream();
+    let (mut sender, connection) = h2_small_window(addr).await;
+    let request = |path: &str| get_request(addr, path);
+    // The answer's head, and then nothing taken.
+    let stalled = within(sender.send_request(request("/stream")))
+        .await
+        .unwrap();
+    assert_eq!(stalled.status(), 200);
+    until("the call to start", || in_flight(&proxy) == Some(1.0)).await;
+    until("the stream's call cut", || {
+        streams_cut(&proxy, "send_timeout") == 1.0
+    })
+    .await;
+    until("the permit back", || in_flight(&proxy) == Some(0.0)).await;
+    let body = within(feeder).await.unwrap();
+    assert!(body.is_closed(), "the upstream still serves the call");
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_calls_total{budget=r,outcome=cancelled}"],
+        1.0
+    );
+    // Another stream of the same connection is served meanwhile.
+    let other = within(sender.send_request(request("/other")))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    let other = within(other.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(other, "GET /other");
+    // Then only the stalled stream is left: the connection is closed.
+    until("the connection closed", || {
+        closed(&proxy, "send_timeout") == 1.0
+    })
+    .await;
+    within(connection).await.unwrap().ok();
+    assert_eq!(closed(&proxy, "idle_timeout"), 0.0);
+    drop(stalled);
+}
+
+/// An HTTP/2 client that reads slowly but steadily is not cut, nor is one whose upstream pauses
+/// between frames for longer than `idle_timeout` (a stream of events): only a stream waiting
+/// for its client's room counts.
+#[tokio::test]
+async fn an_http2_client_that_reads_slowly_or_waits_on_a_slow_upstream_is_not_cut() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&file(&upstream.url(), "idle_timeout = \"500ms\"", "")).await;
+    let addr = proxy.local_addr("r").unwrap();
+    let (mut sender, _connection) = h2_small_window(addr).await;
+    let stream = || get_request(addr, "/stream");
+    // A slow upstream: two frames 1.5 s apart.
+    let events = upstream.next_stream();
+    events.send(Bytes::from("first ")).await.unwrap();
+    let mut response = within(sender.send_request(stream())).await.unwrap();
+    let first = within(response.body_mut().frame()).await.unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "first ");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    events.send(Bytes::from("second")).await.unwrap();
+    drop(events);
+    let rest = within(response.into_body().collect()).await.unwrap();
+    assert_eq!(rest.to_bytes(), "second");
+    // A slow reader: 16 KiB every 50 ms for 3 s, of a flood.
+    let feeder = upstream.flood_next_stream();
+    let mut response = within(sender.send_request(stream())).await.unwrap();
+    let start = Instant::now();
+    let mut read = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        let frame = within(response.body_mut().frame()).await;
+        let data = frame
+            .unwrap_or_else(|| panic!("ended after {read} bytes"))
+            .unwrap_or_else(|e| panic!("cut after {read} bytes, {:?}: {e}", start.elapsed()))
+            .into_data()
+            .unwrap();
+        read += data.len();
+        tokio::time::sleep(Duration::from_millis(50 * data.len() as u64 / 16_384)).await;
+    }
+    assert_eq!(streams_cut(&proxy, "send_timeout"), 0.0);
+    assert_eq!(closed(&proxy, "send_timeout"), 0.0);
+    assert_eq!(in_flight(&proxy), Some(1.0));
+    feeder.abort();
 }
 
 /// A client that reads an answer slowly but steadily is not cut, though its socket (whose send
@@ -441,9 +563,6 @@ async fn an_http1_client_that_reads_slowly_is_not_cut() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(closed(&proxy, "send_timeout"), 0.0);
-    assert_eq!(
-        metrics(&proxy).get("inflight_budget_in_flight{budget=r}"),
-        Some(&1.0)
-    );
+    assert_eq!(in_flight(&proxy), Some(1.0));
     feeder.abort();
 }
