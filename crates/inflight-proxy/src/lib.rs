@@ -250,7 +250,8 @@ impl Shared {
                 inflight_redis::metrics::publish_fleet(fleet);
             }
         });
-        self.registry.render(states.iter().map(|s| &s.budget))
+        self.registry
+            .render(states.iter().map(|s| (&s.budget, s.in_flight())))
     }
 
     /// The document of `/budgets.json`: see the `page` module.
@@ -649,15 +650,10 @@ impl Proxy {
             let old = slot.current();
             let scope = budgets.scope(budget.name()).unwrap_or_default();
             let fleet = matches!(scope, Scope::Fleet { .. });
-            let (state, new_budget) = old.reloaded(budget, route, scope);
+            let (mut state, new_budget) = old.reloaded(budget, route, scope);
             fleet_rebuilt |= new_budget && fleet;
             if new_budget {
-                route::hand_over(
-                    &self.shared.runtime,
-                    old.budget.clone(),
-                    state.budget.clone(),
-                    fleet,
-                );
+                route::hand_over(&self.shared.runtime, &old, &mut state, fleet);
             }
             if new_budget || state.route != old.route {
                 reloaded.changed.push(slot.name.clone());
@@ -712,7 +708,7 @@ impl Proxy {
             .shared
             .routes
             .iter()
-            .map(|r| r.current().budget.in_flight())
+            .map(|r| r.current().in_flight())
             .sum();
         // What still runs when the drain time is over is cut: each listener's task owns its
         // connections' tasks, and aborting it aborts them.

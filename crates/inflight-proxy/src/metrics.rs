@@ -159,9 +159,19 @@ impl Registry {
         self.handle.run_upkeep();
     }
 
-    /// The Prometheus text now, `budgets` published first.
-    pub(crate) fn render<'a>(&self, budgets: impl IntoIterator<Item = &'a Budget>) -> String {
-        self.within(|| inflight::metrics::publish_all(budgets));
+    /// The Prometheus text now, `budgets` published first, each with the calls it has at its
+    /// upstream (more than its own in flight while a reload's hand-over runs).
+    pub(crate) fn render<'a>(
+        &self,
+        budgets: impl IntoIterator<Item = (&'a Budget, usize)> + Clone,
+    ) -> String {
+        self.within(|| {
+            inflight::metrics::publish_all(budgets.clone().into_iter().map(|(b, _)| b));
+            for (budget, in_flight) in budgets {
+                gauge!(inflight::metrics::IN_FLIGHT, "budget" => budget.name().to_string())
+                    .set(in_flight as f64);
+            }
+        });
         self.handle.render()
     }
 }

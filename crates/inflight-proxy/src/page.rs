@@ -96,7 +96,7 @@ fn budget_json(state: &RouteState, listen: std::net::SocketAddr, fleet: Value) -
         "limit": s.limit,
         "max_concurrent": s.max_concurrent,
         "adaptive": budget.config().adaptive_limit().is_some(),
-        "in_flight": s.in_flight,
+        "in_flight": state.in_flight(),
         "waiting": s.waiting,
         "peak_in_flight": s.peak_in_flight,
         "peak_waiting": s.peak_waiting,

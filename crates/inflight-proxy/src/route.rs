@@ -5,7 +5,8 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -140,6 +141,17 @@ pub(crate) struct RouteState {
     sweeper: Arc<Sweeper>,
     /// How long a client's request body may go without a frame (the proxy's `idle_timeout`).
     body_stall: Duration,
+    /// The calls still running under the budget this one replaced, while there are any.
+    carried: Option<Arc<Carried>>,
+}
+
+/// The calls a budget replaced by a reload still runs, and the permits of the new budget held
+/// for them ([`hand_over`]).
+pub(crate) struct Carried {
+    /// The replaced route's state, while calls run or wait under it.
+    old: Mutex<Option<Arc<RouteState>>>,
+    /// Permits of the new budget held for them.
+    held: AtomicUsize,
 }
 
 impl RouteState {
@@ -203,7 +215,25 @@ impl RouteState {
             metrics,
             sweeper,
             body_stall,
+            carried: None,
         }
+    }
+
+    /// The calls at the upstream now: the budget's in flight, with those still running under
+    /// the budgets it replaced in place of the permits held for them (there may be more of
+    /// them than the new limit).
+    pub(crate) fn in_flight(&self) -> usize {
+        let own = self.budget.in_flight();
+        let Some(carried) = &self.carried else {
+            return own;
+        };
+        let older = carried
+            .old
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |old| old.in_flight());
+        own.saturating_sub(carried.held.load(Ordering::Acquire)) + older
     }
 
     /// This route under new settings, and whether its budget was replaced: the same budget
@@ -276,10 +306,12 @@ fn client(route: &Route) -> UpstreamClient {
 /// How often a budget replaced by a reload is checked for calls still running under it.
 const HANDOFF_POLL: Duration = Duration::from_millis(5);
 
-/// Keeps `new` from admitting on top of the calls still running under `old`, the budget it
-/// replaced: holds one permit of `new` for each call in flight or waiting under `old` (up to
-/// `new`'s limit), and gives them back as those calls end. Held permits of `old` are never
-/// revoked; new ones come from `new` only as far as its limit leaves room beside them.
+/// Keeps `new` from admitting on top of the calls still running under `old`, the state it
+/// replaced: holds one permit of `new`'s budget for each call in flight or waiting under
+/// `old`'s (up to `new`'s limit), and gives them back as those calls end. Held permits of
+/// `old` are never revoked; new ones come from `new` only as far as its limit leaves room
+/// beside them. Meanwhile `new` counts the calls at the upstream as `old`'s and its own
+/// ([`RouteState::in_flight`]).
 ///
 /// Checked every [`HANDOFF_POLL`], so a permit comes back up to that late: the limit is kept,
 /// at the cost of a moment's unused capacity. A permit taken here is counted by `new` as
@@ -288,19 +320,33 @@ const HANDOFF_POLL: Duration = Duration::from_millis(5);
 /// Not done for a budget with a rate limit (a permit taken here would spend a rate slot that a
 /// request should have) or with permits in the fleet's store (the old calls' leases are in the
 /// store already, under the same keys, and count against the new budget there).
-pub(crate) fn hand_over(runtime: &tokio::runtime::Handle, old: Budget, new: Budget, fleet: bool) {
-    if fleet || new.config().rate_limit().is_some() {
+pub(crate) fn hand_over(
+    runtime: &tokio::runtime::Handle,
+    old: &Arc<RouteState>,
+    new: &mut RouteState,
+    fleet: bool,
+) {
+    if fleet || new.budget.config().rate_limit().is_some() {
         return;
     }
+    let (old_budget, new_budget) = (old.budget.clone(), new.budget.clone());
     // The first permits are taken before the new budget serves anyone.
     let mut held: Vec<OwnedPermit> = Vec::new();
-    if !take_over(&old, &new, &mut held) {
+    if !take_over(&old_budget, &new_budget, &mut held) {
         return;
     }
+    let carried = Arc::new(Carried {
+        old: Mutex::new(Some(old.clone())),
+        held: AtomicUsize::new(held.len()),
+    });
+    new.carried = Some(carried.clone());
     runtime.spawn(async move {
         loop {
             tokio::time::sleep(HANDOFF_POLL).await;
-            if !take_over(&old, &new, &mut held) {
+            let running = take_over(&old_budget, &new_budget, &mut held);
+            carried.held.store(held.len(), Ordering::Release);
+            if !running {
+                *carried.old.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 return;
             }
         }

@@ -173,7 +173,12 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
 #[tokio::test]
 async fn a_lowered_limit_holds_for_requests_queued_before_the_reload() {
     let upstream = Upstream::start().await;
-    let file = |extra: &str| budget("records", &upstream.url(), extra);
+    let file = |extra: &str| {
+        format!(
+            "[proxy]\nadmin = \"127.0.0.1:0\"\n{}",
+            budget("records", &upstream.url(), extra)
+        )
+    };
     let (proxy, _) = proxy(&file("max_concurrent = 3\nmax_queued = 10")).await;
     let addr = proxy.local_addr("records").unwrap();
     let requests: Vec<_> = (0..9)
@@ -187,9 +192,23 @@ async fn a_lowered_limit_holds_for_requests_queued_before_the_reload() {
     proxy
         .reload(&file("max_concurrent = 1\nmax_queued = 10"))
         .unwrap();
+    // The gauge counts the calls at the upstream, the three of the replaced budget (not the
+    // one permit of the new held for them).
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"],
+        3.0
+    );
+    let admin = proxy.admin_addr().unwrap();
+    let (_, _, doc) = get(&client(), admin, "/budgets.json").await;
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["budgets"][0]["in_flight"], 3, "{doc}");
     // The three held requests end; of the six that waited, one at a time reaches the upstream.
     upstream.release(3);
     until("a fourth request upstream", || upstream.seen().len() == 4).await;
+    until("the gauge at the one call upstream", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 1.0
+    })
+    .await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(
         upstream.seen().len(),
