@@ -890,7 +890,7 @@ where
                     // earlier look, is closed.
                     None if protocol == Protocol::Http2 => {
                         let stalled = conn.streams().cut_stalled(now, linger.as_millis() as u64);
-                        metrics.streams_cut(stalled.cut_now);
+                        metrics.streams_cut(stalled.calls_ended);
                         if stalled.cut_before > 0
                             && stalled.cut_before >= conn.busy.load(Ordering::Acquire)
                         {

@@ -52,8 +52,10 @@ struct List {
 /// What a look at the connection's answers found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Stalled {
-    /// Answers whose calls it ended now.
+    /// Answers found stalled now: their calls ended (a refusal of the proxy's own holds none).
     pub(crate) cut_now: usize,
+    /// Of them, those that held a call.
+    pub(crate) calls_ended: usize,
     /// Answers whose calls were ended at an earlier look, their streams still open.
     pub(crate) cut_before: usize,
 }
@@ -101,6 +103,7 @@ impl Streams {
         // Outside the lock: ending a call gives its permit back, which may grant a waiter.
         for wait in due {
             if let Some(call) = &wait.call {
+                stalled.calls_ended += 1;
                 call.expire(Early::ClientStopped);
             }
         }
@@ -122,7 +125,10 @@ mod tests {
         stalled.handed(100);
         assert_eq!(streams.cut_stalled(599, 500), Stalled::default());
         let first = streams.cut_stalled(600, 500);
-        assert_eq!((first.cut_now, first.cut_before), (1, 0));
+        assert_eq!(
+            (first.cut_now, first.calls_ended, first.cut_before),
+            (1, 0, 0)
+        );
         let second = streams.cut_stalled(1100, 500);
         assert_eq!((second.cut_now, second.cut_before), (0, 1));
         drop(stalled);
