@@ -52,8 +52,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    output::reset_sigpipe();
     let cli = Cli::parse();
+    // Commands that write to no socket end quietly in a pipe closed early; the others must
+    // not die of a peer's closed socket (see `reset_sigpipe`).
+    if matches!(
+        cli.command,
+        Command::CheckConfig(_) | Command::Probe(_) | Command::PoolBench(_)
+    ) {
+        output::reset_sigpipe();
+    }
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::Capacity(args) => cmd::capacity::run(args),

@@ -9,10 +9,22 @@ pub fn print_error(err: &anyhow::Error) {
 }
 
 /// Restore the default SIGPIPE action so that `inflight ... | head` ends quietly instead of
-/// panicking on a closed stdout.
+/// panicking on a closed stdout. Only for commands that write to no socket: with the default
+/// action a write to a socket its peer closed (a `writev`, which cannot be told not to signal)
+/// kills the process without a word, so a server or a client keeps Rust's (ignored: the write
+/// fails with `EPIPE`).
 pub fn reset_sigpipe() {
     // SAFETY: setting a signal disposition to SIG_DFL at startup, before any threads exist.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+}
+
+/// Writes `line` to stderr, as a long-running process logs: a stderr whose reader has gone
+/// (`EPIPE`) or that was closed loses the line, and the process goes on (`eprintln!` would
+/// panic).
+pub fn log_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
 }

@@ -322,6 +322,131 @@ fn sigterm_lets_a_request_in_flight_finish() {
     server.join().unwrap();
 }
 
+/// An HTTP/2 connection (prior knowledge) that asks with a head of `header` bytes, then closes
+/// (`reset`: with a TCP reset) without reading the answer.
+fn http2_ask_and_leave(addr: SocketAddr, header: usize, reset: bool) {
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    // HPACK: a literal field without indexing, with a new name (lengths as 7-bit integers).
+    fn literal(block: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        fn length(block: &mut Vec<u8>, mut n: usize) {
+            if n < 127 {
+                block.push(n as u8);
+                return;
+            }
+            block.push(127);
+            n -= 127;
+            while n >= 128 {
+                block.push((n & 127) as u8 | 128);
+                n >>= 7;
+            }
+            block.push(n as u8);
+        }
+        block.push(0);
+        length(block, name.len());
+        block.extend_from_slice(name);
+        length(block, value.len());
+        block.extend_from_slice(value);
+    }
+    let mut block = Vec::new();
+    literal(&mut block, b":method", b"GET");
+    literal(&mut block, b":scheme", b"http");
+    literal(&mut block, b":path", b"/");
+    literal(&mut block, b":authority", addr.to_string().as_bytes());
+    literal(&mut block, b"x-big", &vec![b'a'; header]);
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    let chunks: Vec<&[u8]> = block.chunks(16_384).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let end_headers = if i + 1 == chunks.len() { 4 } else { 0 };
+        out.extend(if i == 0 {
+            frame(1, end_headers | 1, 1, chunk)
+        } else {
+            frame(9, end_headers, 1, chunk)
+        });
+    }
+    let stream = TcpStream::connect(addr).unwrap();
+    let _ = (&stream).write_all(&out);
+    if reset {
+        // SO_LINGER of 0: the close sends a reset.
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: the socket is open; the option's value is a `linger` of its size.
+        let set = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0);
+    }
+    drop(stream);
+}
+
+/// Clients that leave while the proxy writes to them (an HTTP/2 head too large, refused with a
+/// GOAWAY the client never reads; closed, or reset) do not end the proxy: a write to a socket
+/// its peer closed fails there, and kills no process (it was killed by SIGPIPE, exit 141,
+/// without a word).
+#[test]
+fn clients_that_leave_while_the_proxy_writes_to_them_do_not_end_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut proxy = ProxyProcess::start(&path);
+    let addr = proxy.addr("records");
+    for i in 0..40 {
+        http2_ask_and_leave(addr, 65_600, i % 2 == 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
+        None,
+        "the proxy ended"
+    );
+    assert_eq!(request(addr, "GET /after HTTP/1.1").0, 502);
+}
+
+/// A proxy whose stderr's reader has gone (a log shipper that exited) goes on serving: the lines
+/// it would log are lost, not the process or the requests.
+#[test]
+fn a_proxy_whose_stderr_reader_has_gone_goes_on_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut proxy = ProxyProcess::start(&path);
+    let addr = proxy.addr("records");
+    // The test's reader of the proxy's stderr ends with the receiver: dropped, the next line
+    // read ends the thread and closes the pipe's last reading end.
+    drop(std::mem::replace(&mut proxy.stderr, mpsc::channel().1));
+    // Each 502 logs a line (at most one a second): the first one read ends the reader.
+    for _ in 0..3 {
+        assert_eq!(request(addr, "GET /logged HTTP/1.1").0, 502);
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    assert_eq!(
+        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
+        None,
+        "the proxy ended"
+    );
+    send_signal(&proxy.child, libc::SIGTERM);
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn check_config_accepts_proxied_budgets_and_names_wrong_proxy_fields() {
     let dir = tempfile::tempdir().unwrap();
