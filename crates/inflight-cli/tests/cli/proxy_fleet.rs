@@ -1,5 +1,6 @@
 //! `inflight proxy` with a fleet budget, against a real `redis-server` on loopback: a drain
-//! gives back every lease of the proxy before it exits.
+//! gives back every lease of the proxy before it exits, and a Redis restart under load leaves it
+//! running.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -28,6 +29,18 @@ impl Redis {
             .and_then(|l| l.local_addr())
             .unwrap()
             .port();
+        Redis::start_on(port, password)
+    }
+
+    /// A new server on the same port, empty: the old one is killed first.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        let password = self.password.take();
+        let fresh = Redis::start_on(self.port, password.as_deref()).expect("redis-server ran once");
+        *self = fresh;
+    }
+
+    fn start_on(port: u16, password: Option<&str>) -> Option<Redis> {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -247,4 +260,74 @@ fn sigterm_gives_back_every_fleet_lease_before_the_proxy_exits() {
     for client in clients {
         client.join().unwrap();
     }
+}
+
+/// A Redis restarted while the proxy's calls take fleet leases (the proxy's connection to it
+/// closed under it) leaves the proxy process running, its requests answered, and its drain
+/// whole.
+#[test]
+fn a_redis_restart_under_load_leaves_the_proxy_running() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    // An upstream that refuses every connection: each request takes a lease and answers 502.
+    std::fs::write(
+        &path,
+        format!(
+            "[fleet]\nurl = \"{}\"\n\n[budgets.records]\nmax_concurrent = 4\n\
+             permit_timeout = \"2s\"\nscope = \"fleet\"\nfail = \"local\"\nlocal_limit = 2\n\
+             upstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let mut proxy = start_proxy(&path);
+    let addr = proxy.listen;
+    let ask = move || {
+        let mut conn = TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        conn.write_all(b"GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    // Load from four threads while Redis is restarted.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut answered = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if ask().starts_with("HTTP/1.1 ") {
+                        answered += 1;
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    redis.restart();
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: usize = load.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(answered > 0);
+    assert_eq!(
+        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
+        None,
+        "the proxy ended"
+    );
+    let last = ask();
+    assert!(
+        last.starts_with("HTTP/1.1 "),
+        "answered after the restarts: {last:?}"
+    );
+    assert_eq!(send_signal(&proxy.child, libc::SIGTERM), 0);
+    let status = wait_exit(&mut proxy.child, Duration::from_secs(30), "the proxy");
+    assert_eq!(status.code(), Some(0));
 }
