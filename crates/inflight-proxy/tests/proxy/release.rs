@@ -282,8 +282,10 @@ async fn a_request_body_to_an_http2_upstream_that_stalls_gives_the_permit_back_a
         2.0
     );
     assert_eq!(
-        m.get("inflight_proxy_replies_total{budget=uploads,reason=unreachable}"),
-        None
+        m.get("inflight_proxy_replies_total{budget=uploads,reason=upstream_unreachable}")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
     );
     assert_eq!(
         m["inflight_budget_limit{budget=uploads}"], 2.0,
@@ -359,4 +361,46 @@ async fn a_request_body_that_pauses_after_the_http2_upstream_answered_is_not_cut
         0.0
     );
     assert_eq!(m["inflight_budget_in_flight{budget=streams}"], 0.0);
+}
+
+/// A request body that breaks off on the client's side (malformed chunks) on its way to an
+/// HTTP/2 upstream is the client's failure: 400 (`client_body`), and an adaptive limit learns
+/// nothing (it was a 502 `upstream_unreachable` counted as overload).
+#[tokio::test]
+async fn a_malformed_request_body_to_an_http2_upstream_is_the_clients_failure() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget(
+        "uploads",
+        &upstream.url(),
+        "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 4\nmin = 1\nmax = 20\n\
+         upstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("uploads").unwrap();
+    for _ in 0..3 {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(
+                b"POST /post HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\
+                  connection: close\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        within(socket.read_to_end(&mut answer)).await.unwrap();
+        assert_client_body(&String::from_utf8_lossy(&answer));
+    }
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_limit{budget=uploads}"], 4.0,
+        "nothing learned"
+    );
+    assert_eq!(
+        m.get("inflight_proxy_replies_total{budget=uploads,reason=upstream_unreachable}")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
 }
