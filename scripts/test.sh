@@ -70,6 +70,22 @@ if command -v chromium >/dev/null; then
     chromium --version 2>/dev/null || true
 fi
 
+step "nginx (a real HTTP/2 upstream of the proxy in its tests)"
+if ! command -v nginx >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null \
+            || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -qq nginx >/dev/null; }; }; then
+            echo "  could not install nginx: its test will say it skipped"
+        fi
+    else
+        echo "  nginx missing and cannot be installed here: its test will say it skipped"
+    fi
+fi
+if command -v nginx >/dev/null; then
+    nginx -v 2>&1 | sed 's/^/  /'
+fi
+
 step "grpcio (a real gRPC server and client run through the proxy in its tests)"
 if ! python3 -c "import grpc" 2>/dev/null; then
     if ! python3 -m pip install -q grpcio >/dev/null 2>&1; then

@@ -83,14 +83,16 @@ impl Peer {
 
 /// Rewrites a request's headers for the upstream: hop-by-hop headers out, `Expect` out,
 /// `Host` set to `authority` unless `preserve_host` (and the client sent one), and `peer`
-/// appended to `X-Forwarded-For`. Answers whether the request expected `100 Continue` (the
+/// appended to `X-Forwarded-For`. Without an `authority` (an HTTP/2 upstream, told the
+/// upstream's authority in `:authority`) a `Host` that is not preserved goes: a request with
+/// both is refused by some servers (nginx: "duplicate host header"). Answers whether the request expected `100 Continue` (the
 /// proxy's own HTTP/1.1 client asks the upstream for it again, and waits for its word).
 ///
 /// One pass over the names tells which of these the request has: most have none but `Host`,
 /// and each look-up by name hashes it.
 pub(crate) fn for_upstream(
     headers: &mut HeaderMap,
-    authority: &HeaderValue,
+    authority: Option<&HeaderValue>,
     preserve_host: bool,
     peer: &Peer,
 ) -> bool {
@@ -127,8 +129,16 @@ pub(crate) fn for_upstream(
             .remove(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if !host || !preserve_host {
-        // `insert`, not a value replaced in place: it drops any second `Host` too.
-        headers.insert(header::HOST, authority.clone());
+        match authority {
+            // `insert`, not a value replaced in place: it drops any second `Host` too.
+            Some(authority) => {
+                headers.insert(header::HOST, authority.clone());
+            }
+            None if host => {
+                headers.remove(header::HOST);
+            }
+            None => {}
+        }
     }
     if !forwarded {
         headers.insert(FORWARDED_FOR, peer.forwarded.clone());
@@ -217,8 +227,16 @@ mod tests {
         let peer = Peer::new("10.0.0.9:4000".parse().unwrap());
 
         let mut h = headers(&[("host", "proxy:7002"), ("expect", "100-continue")]);
-        for_upstream(&mut h, &authority, false, &peer);
+        for_upstream(&mut h, Some(&authority), false, &peer);
         assert_eq!(h["host"], "127.0.0.1:7070");
+        // HTTP/2: the upstream's authority goes in `:authority`, the client's Host out, unless
+        // preserved.
+        let mut h2 = headers(&[("host", "proxy:7002")]);
+        for_upstream(&mut h2, None, false, &peer);
+        assert!(!h2.contains_key("host"), "{h2:?}");
+        let mut h2 = headers(&[("host", "proxy:7002")]);
+        for_upstream(&mut h2, None, true, &peer);
+        assert_eq!(h2["host"], "proxy:7002");
         assert_eq!(h["x-forwarded-for"], "10.0.0.9");
         assert!(!h.contains_key("expect"));
 
@@ -227,7 +245,7 @@ mod tests {
             ("x-forwarded-for", "1.1.1.1"),
             ("x-forwarded-for", "2.2.2.2, 3.3.3.3"),
         ]);
-        for_upstream(&mut h, &authority, true, &peer);
+        for_upstream(&mut h, Some(&authority), true, &peer);
         assert_eq!(h["host"], "proxy:7002");
         assert_eq!(
             h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
@@ -236,16 +254,16 @@ mod tests {
 
         // `TE: trailers` is the one TE the upstream hop gets.
         let mut h = headers(&[("te", "gzip, trailers"), ("proxy-authorization", "x")]);
-        for_upstream(&mut h, &authority, false, &peer);
+        for_upstream(&mut h, Some(&authority), false, &peer);
         assert_eq!(h["te"], "trailers");
         assert!(!h.contains_key("proxy-authorization"));
         let mut h = headers(&[("te", "gzip")]);
-        for_upstream(&mut h, &authority, false, &peer);
+        for_upstream(&mut h, Some(&authority), false, &peer);
         assert!(!h.contains_key("te"));
 
         // A request without Host (HTTP/1.0) still names the upstream.
         let mut h = HeaderMap::new();
-        for_upstream(&mut h, &authority, true, &peer);
+        for_upstream(&mut h, Some(&authority), true, &peer);
         assert_eq!(h["host"], "127.0.0.1:7070");
     }
 }

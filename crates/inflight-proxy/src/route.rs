@@ -221,7 +221,8 @@ impl RouteState {
 
     /// The calls at the upstream now: the budget's in flight, with those still running under
     /// the budgets it replaced in place of the permits held for them (there may be more of
-    /// them than the new limit).
+    /// them than the new limit). Never fewer than the budget's own: a permit held for a call
+    /// that ended is given back up to [`HANDOFF_POLL`] later, and counts until then.
     pub(crate) fn in_flight(&self) -> usize {
         let own = self.budget.in_flight();
         let Some(carried) = &self.carried else {
@@ -233,7 +234,7 @@ impl RouteState {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .map_or(0, |old| old.in_flight());
-        own.saturating_sub(carried.held.load(Ordering::Acquire)) + older
+        own.max(own.saturating_sub(carried.held.load(Ordering::Acquire)) + older)
     }
 
     /// This route under new settings, and whether its budget was replaced: the same budget
@@ -592,9 +593,11 @@ fn forward_call<'a>(
         } else {
             Version::HTTP_11
         };
+        // To an HTTP/2 upstream the authority goes as `:authority`, from the URI.
+        let host = (!state.route.upstream_http2()).then_some(&state.authority);
         let continues = headers::for_upstream(
             request.headers_mut(),
-            &state.authority,
+            host,
             state.route.preserve_host(),
             &peer,
         );

@@ -84,3 +84,93 @@ async fn http2_request_heads_past_32_kib_are_refused() {
     assert!(upstream.seen().is_empty(), "{:?}", upstream.seen().len());
     assert_eq!(get(&h2_client(), addr, "/").await.0, 200);
 }
+
+/// nginx on 127.0.0.1 serving HTTP/2 with prior knowledge from a folder of its own, stopped
+/// when dropped; `None` (after saying so) when nginx is not installed.
+struct Nginx {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start() -> Option<Nginx> {
+        if std::process::Command::new("nginx")
+            .arg("-v")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: nginx is not installed (apt-get install nginx-light)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let p = dir.path().display();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {p}/nginx.pid;\n\
+             error_log {p}/error.log;\nevents {{ worker_connections 64; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {p}/body;\n\
+             proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi;\n\
+             uwsgi_temp_path {p}/uwsgi;\n  scgi_temp_path {p}/scgi;\n\
+             server {{\n    listen 127.0.0.1:{port} http2;\n\
+             location / {{ return 200 \"nginx $server_protocol $request_uri\"; }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "nginx listened: {}",
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Some(Nginx {
+            child,
+            addr,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx as an HTTP/2 upstream answers what the proxy forwards, from HTTP/1.1 and HTTP/2
+/// clients: the upstream's authority goes as `:authority` alone (with a `Host` beside it,
+/// nginx refused every request: 400, "client sent duplicate host header").
+#[tokio::test]
+async fn nginx_as_an_http2_upstream_answers_what_the_proxy_forwards() {
+    let Some(nginx) = Nginx::start() else {
+        return;
+    };
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{}", nginx.addr),
+        "max_concurrent = 2\nupstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    for client in [client(), h2_client()] {
+        let (status, _, body) = get(&client, addr, "/records/7?x=1").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body, "nginx HTTP/2.0 /records/7?x=1");
+    }
+}
