@@ -621,8 +621,11 @@ async fn serve_http2<S, B>(
         conn: conn.clone(),
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // The head an HTTP/1.1 client may send, not hyper's 16 KiB: a client gets the same limit
+    // whichever protocol it speaks.
     builder
         .timer(TokioTimer::new())
+        .max_header_list_size(http1::MAX_HEAD as u32)
         .keep_alive_interval(Some(limits.http2_keepalive_interval))
         .keep_alive_timeout(limits.http2_keepalive_timeout);
     let connection = builder.serve_connection(io, service);
