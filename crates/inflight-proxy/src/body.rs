@@ -124,7 +124,11 @@ impl ProxyBody {
     /// timed out; with a lease that `lease` names lost, it is cut and the call cancelled. For
     /// a gRPC call (`grpc`: the codes that mean overload), a `grpc-status` in the trailers
     /// decides instead, and `tally` counts it. A call ended early stops its upstream at once:
-    /// the slot shuts a pooled connection down, or drops another upstream's body.
+    /// the slot shuts a pooled connection down, or drops another upstream's body. For an
+    /// HTTP/2 client (`http2`), whose stream hyper may stop polling for good (its client gives
+    /// it no room), a pooled connection's body goes to the slot too, which drops it: its
+    /// connection is closed then, not kept for as long as the stream is.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn holding(
         inner: AnswerBody,
         slot: Arc<CallSlot>,
@@ -132,6 +136,7 @@ impl ProxyBody {
         lease: Option<inflight::store::Lease>,
         grpc: Option<Arc<[u32]>>,
         tally: Option<GrpcTally>,
+        http2: bool,
     ) -> ProxyBody {
         let lease_watch = lease.map(|lease| {
             let slot = Arc::clone(&slot);
@@ -143,6 +148,10 @@ impl ProxyBody {
         // A pooled connection is shut down by the slot, and the body stays here (polled without
         // a lock); another upstream's body goes to the slot, which drops it.
         let inner = match (inner.socket(), inner) {
+            (Some(socket), inner) if http2 => {
+                slot.stops(Upstream::Pooled(socket, inner));
+                None
+            }
             (Some(socket), inner) => {
                 slot.stops(Upstream::Connection(socket));
                 Some(inner)
@@ -190,6 +199,7 @@ impl Streamed {
                         .poll_frame(cx)
                         .map(|f| f.map(|f| f.map_err(BodyError::from))),
                 ),
+                Some(Upstream::Pooled(_, inner)) => Some(Pin::new(inner).poll_frame(cx)),
                 _ => None,
             },
             (None, None) => None,
@@ -201,9 +211,11 @@ impl Streamed {
     fn upstream_ended(&self) -> bool {
         match (&self.inner, &self.call) {
             (Some(inner), _) => inner.is_end_stream(),
-            (None, Some(slot)) => {
-                matches!(slot.upstream().as_ref(), Some(Upstream::Body(b)) if b.is_end_stream())
-            }
+            (None, Some(slot)) => match slot.upstream().as_ref() {
+                Some(Upstream::Body(b)) => b.is_end_stream(),
+                Some(Upstream::Pooled(_, b)) => b.is_end_stream(),
+                _ => false,
+            },
             (None, None) => false,
         }
     }
@@ -213,6 +225,7 @@ impl Streamed {
             (Some(inner), _) => inner.size_hint(),
             (None, Some(slot)) => match slot.upstream().as_ref() {
                 Some(Upstream::Body(b)) => b.size_hint(),
+                Some(Upstream::Pooled(_, b)) => b.size_hint(),
                 _ => SizeHint::default(),
             },
             (None, None) => SizeHint::default(),
@@ -242,8 +255,15 @@ impl Streamed {
         if let Some(held) = held {
             held.call.finish(held.ok, held.outcome);
         }
-        if let (true, Some(inner)) = (ours, &mut self.inner) {
+        if !ours {
+            return;
+        }
+        if let Some(inner) = &mut self.inner {
             inner.reusable();
+        } else if let Some(slot) = &self.call {
+            if let Some(Upstream::Pooled(_, inner)) = slot.upstream().as_mut() {
+                inner.reusable();
+            }
         }
     }
 

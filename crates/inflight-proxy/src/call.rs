@@ -11,6 +11,7 @@ use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 
 use crate::client_body::ClientBody;
+use crate::upstream::answer::AnswerBody;
 use crate::upstream::Socket;
 
 /// The call of one request, with its permit, until it ends: as it went (its answer read to
@@ -52,6 +53,10 @@ pub(crate) enum Early {
 pub(crate) enum Upstream {
     /// Its pooled HTTP/1.1 connection, shut down.
     Connection(Arc<Socket>),
+    /// Its pooled HTTP/1.1 connection, shut down, and its answer's body, held here for an
+    /// HTTP/2 client (whose stream hyper may stop polling for good) and dropped: the
+    /// connection closes, its descriptors with it.
+    Pooled(Arc<Socket>, AnswerBody),
     /// Its answer's body (from a client that multiplexes or encrypts: HTTP/2, TLS), held here
     /// while it streams and dropped: that connection closes, or that HTTP/2 stream is reset.
     Body(Incoming),
@@ -159,9 +164,9 @@ impl CallSlot {
         };
         match why {
             Early::Deadline => {
-                // Whether the client had not sent its whole body before the upstream answered:
-                // then nothing is learned of the upstream. Said before `timed_out`, which those
-                // who read it look at first.
+                // Whether the call waited for the client's body (before the upstream answered,
+                // or after, in a stream the client feeds): then nothing is learned of the
+                // upstream. Said before `timed_out`, which those who read it look at first.
                 let stalled = self.client_sending.as_ref().is_some_and(|s| s.owes_body());
                 self.client_stalled.store(stalled, Ordering::Release);
                 self.timed_out.store(true, Ordering::Release);
@@ -184,7 +189,7 @@ impl CallSlot {
         }
         // After the flags: a body found gone is found ended early.
         let upstream = self.upstream().take();
-        if let Some(Upstream::Connection(socket)) = &upstream {
+        if let Some(Upstream::Connection(socket) | Upstream::Pooled(socket, _)) = &upstream {
             socket.shut();
         }
         drop(upstream);
@@ -212,8 +217,8 @@ impl CallSlot {
         self.timed_out.load(Ordering::Acquire)
     }
 
-    /// The upstream's answer has begun: a deadline reached from now on is not the client's
-    /// doing, whatever its body does.
+    /// The upstream's answer has begun: the client's body, if it still comes, may pause as
+    /// long as it likes (only the call timeout bounds it).
     pub(crate) fn answered(&self) {
         if let Some(sending) = &self.client_sending {
             sending.answered();

@@ -26,10 +26,11 @@ impl ClientBody {
         }
     }
 
-    /// Whether the call waits for its client's body before the upstream answered: a call that
-    /// times out then is the client's doing.
+    /// Whether the call waits for its client's body now, before the upstream answered or after
+    /// (a stream the client feeds): a call that times out then is not the upstream's doing
+    /// alone, and teaches a limit nothing.
     pub(crate) fn owes_body(&self) -> bool {
-        self.0.load(Ordering::Acquire) & (WAITING | ANSWERED) == WAITING
+        self.0.load(Ordering::Acquire) & WAITING != 0
     }
 
     /// Whether the client's body failed or stalled: what failed the request next (the
@@ -57,7 +58,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_call_owes_its_body_only_while_waited_for_and_not_yet_answered() {
+    fn a_call_owes_its_body_while_it_is_waited_for() {
         let sending = ClientBody::default();
         assert!(!sending.owes_body());
         sending.set_waiting(true);
@@ -67,8 +68,8 @@ mod tests {
         sending.set_waiting(true);
         sending.answered();
         assert!(
-            !sending.owes_body(),
-            "the upstream answered: not the client's doing"
+            sending.owes_body(),
+            "a body still owed after the answer began"
         );
         assert!(!sending.failed());
         sending.fail();

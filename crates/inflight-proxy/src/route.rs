@@ -573,6 +573,8 @@ fn forward_call<'a>(
     tally: Option<GrpcTally>,
 ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
     let grpc = tally.is_some();
+    // An HTTP/2 client's stream may stop being polled for good (see `ProxyBody::holding`).
+    let client_http2 = request.version() == Version::HTTP_2;
     // Watched only for a request with a body to come (no allocation for the others).
     let client_sending = (!hyper::body::Body::is_end_stream(request.body()))
         .then(|| Arc::new(ClientBody::default()));
@@ -729,7 +731,7 @@ fn forward_call<'a>(
                 if !slot.decide(ok, outcome) {
                     return replied(state, Reason::CallTimeout);
                 }
-                ProxyBody::holding(body, slot, watch, watched, trailers, tally)
+                ProxyBody::holding(body, slot, watch, watched, trailers, tally, client_http2)
             }
         };
         Response::from_parts(parts, body)

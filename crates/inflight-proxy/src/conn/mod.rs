@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -288,12 +288,20 @@ impl Drop for Busy {
     }
 }
 
+/// HTTP/2: the largest frame of an answer handed to hyper at once (HTTP/2's smallest frame
+/// limit, so the frames on the wire are the same). hyper asks for the next one once this one
+/// is sent, so a stream whose client takes this much within `idle_timeout` is asked again in
+/// time, and is not cut as stalled.
+const H2_PIECE: usize = 16 * 1024;
+
 /// A response body that keeps its connection busy until it is sent; over HTTP/2, watched for a
-/// client that gives its stream no room ([`streams`]).
+/// client that gives its stream no room ([`streams`]), and handed out in [`H2_PIECE`]s.
 pub(crate) struct Tracked {
     body: ProxyBody,
     busy: Busy,
     wait: Option<Arc<StreamWait>>,
+    /// HTTP/2: what is left of the last frame, past the piece handed out.
+    rest: Bytes,
 }
 
 impl Body for Tracked {
@@ -309,22 +317,42 @@ impl Body for Tracked {
             return Pin::new(&mut this.body).poll_frame(cx);
         };
         wait.asked();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        // hyper asks for the next frame only once the stream has room for this one.
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if frame.data_ref().is_some_and(|d| !d.is_empty()) {
-                wait.handed(this.busy.0.now());
+        let mut data = if this.rest.is_empty() {
+            match ready!(Pin::new(&mut this.body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => data,
+                    Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return Poll::Ready(other),
             }
+        } else {
+            std::mem::take(&mut this.rest)
+        };
+        if data.len() > H2_PIECE {
+            this.rest = data.split_off(H2_PIECE);
         }
-        polled
+        // hyper asks for the next frame only once the stream has had room for this one.
+        wait.handed(this.busy.0.now());
+        Poll::Ready(Some(Ok(Frame::data(data))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        let hint = self.body.size_hint();
+        if self.rest.is_empty() {
+            return hint;
+        }
+        let rest = self.rest.len() as u64;
+        let mut more = SizeHint::new();
+        more.set_lower(hint.lower() + rest);
+        if let Some(upper) = hint.upper() {
+            more.set_upper(upper + rest);
+        }
+        more
     }
 }
 
@@ -504,7 +532,12 @@ where
             let answer: Answer = Box::pin(handle(request, peer.clone()).map(move |response| {
                 Ok::<_, Infallible>(response.map(|body| {
                     let wait = http2.then(|| busy.0.streams().watch(body.call().cloned()));
-                    Tracked { body, busy, wait }
+                    Tracked {
+                        body,
+                        busy,
+                        wait,
+                        rest: Bytes::new(),
+                    }
                 }))
             }));
             answer
@@ -1022,6 +1055,32 @@ async fn sniff(stream: &TcpStream) -> Option<Protocol> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over HTTP/2 an answer's frame larger than [`H2_PIECE`] goes to hyper in pieces, each
+    /// noted as handed, and the body ends only after the last one.
+    #[test]
+    fn an_http2_answer_goes_to_hyper_in_pieces() {
+        let conn = Arc::new(Conn::new(Instant::now()));
+        let busy = conn.started();
+        let wait = conn.streams().watch(None);
+        let mut tracked = Tracked {
+            body: ProxyBody::full(vec![7u8; 3 * H2_PIECE + 10]),
+            busy,
+            wait: Some(wait),
+            rest: Bytes::new(),
+        };
+        assert_eq!(tracked.size_hint().exact(), Some(3 * H2_PIECE as u64 + 10));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut sizes = Vec::new();
+        while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut tracked).poll_frame(&mut cx) {
+            sizes.push(frame.into_data().unwrap().len());
+            if tracked.is_end_stream() {
+                break;
+            }
+        }
+        assert_eq!(sizes, [H2_PIECE, H2_PIECE, H2_PIECE, 10]);
+        assert!(tracked.is_end_stream());
+    }
 
     /// What every parked HTTP/1.1 connection's task holds besides its socket: `Serve` itself
     /// (272 bytes with a handler of two pointers, as the proxy's). It was a 920-byte future

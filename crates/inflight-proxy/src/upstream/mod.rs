@@ -67,15 +67,23 @@ impl ClientBodyWatch {
         }
     }
 
-    /// The client's next frame of `body`; `None` at its end.
+    /// The client's next frame of `body`; `None` at its end. Not waited for any more once
+    /// dropped (the upstream answered, and the rest of the body is not sent).
     async fn next(&self, body: &mut Incoming) -> Result<Option<Frame<Bytes>>, UpstreamError> {
+        struct Waiting<'a>(&'a ClientBodyWatch);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.set_waiting(false);
+            }
+        }
         self.set_waiting(true);
+        let waiting = Waiting(self);
         let next = tokio::time::timeout(
             self.stall,
             std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)),
         )
         .await;
-        self.set_waiting(false);
+        drop(waiting);
         match next {
             Err(_) => Err(UpstreamError::ClientBodyStalled(self.stall)),
             Ok(None) => Ok(None),

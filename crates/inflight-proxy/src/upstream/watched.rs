@@ -69,11 +69,10 @@ impl Body for WatchedBody {
                 Poll::Ready(frame.map(|f| f.map_err(UpstreamError::ClientBody)))
             }
             Poll::Pending => {
+                watch.sending.set_waiting(true);
                 if watch.sending.is_answered() {
-                    watch.sending.set_waiting(false);
                     return Poll::Pending;
                 }
-                watch.sending.set_waiting(true);
                 let deadline = Instant::now() + watch.stall;
                 let timer = watch
                     .timer

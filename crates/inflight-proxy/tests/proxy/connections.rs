@@ -495,6 +495,79 @@ async fn an_http2_client_that_stops_reading_a_stream_loses_its_call_at_idle_time
     drop(stalled);
 }
 
+/// The pooled HTTP/1.1 connection of a stream cut for its client is closed, not half-closed
+/// for as long as the stream stays open: an upstream that only writes (and would block for
+/// ever on a socket nobody reads) sees its writes fail, and the next calls, as many as the
+/// budget allows, are served.
+#[tokio::test]
+async fn a_stream_cut_for_its_client_closes_its_upstream_connection() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    // An upstream that answers each request with an endless body, and counts the connections
+    // whose writes failed.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let counted = failed.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { return };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n");
+                let chunk = vec![b'x'; 64 * 1024];
+                for _ in 0..16_000 {
+                    if conn.write_all(&chunk).is_err() {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (proxy, _) = proxy(&format!(
+        "[proxy]\nidle_timeout = \"500ms\"\n\n{}",
+        budget("r", &format!("http://{upstream}"), "max_concurrent = 5")
+    ))
+    .await;
+    let addr = proxy.local_addr("r").unwrap();
+    let (mut sender, _connection) = h2_small_window(addr).await;
+    // Four streams whose answers are never read, and one read steadily, which keeps the
+    // connection open.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let answer = within(sender.send_request(get_request(addr, "/endless")))
+            .await
+            .unwrap();
+        stalled.push(answer);
+    }
+    let mut read = within(sender.send_request(get_request(addr, "/endless")))
+        .await
+        .unwrap();
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(_)) = read.body_mut().frame().await {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    until("the four calls cut", || {
+        streams_cut(&proxy, "send_timeout") == 4.0
+    })
+    .await;
+    until(
+        "the upstream's writes failed on the four connections",
+        || failed.load(Ordering::SeqCst) == 4,
+    )
+    .await;
+    assert_eq!(in_flight(&proxy), Some(1.0), "the stream read goes on");
+    assert_eq!(closed(&proxy, "send_timeout"), 0.0);
+    reader.abort();
+    drop(stalled);
+}
+
 /// An HTTP/2 client that reads slowly but steadily is not cut, nor is one whose upstream pauses
 /// between frames for longer than `idle_timeout` (a stream of events): only a stream waiting
 /// for its client's room counts.
@@ -516,7 +589,9 @@ async fn an_http2_client_that_reads_slowly_or_waits_on_a_slow_upstream_is_not_cu
     drop(events);
     let rest = within(response.into_body().collect()).await.unwrap();
     assert_eq!(rest.to_bytes(), "second");
-    // A slow reader: 16 KiB every 50 ms for 3 s, of a flood.
+    // A slow reader: 16 KiB every 250 ms (64 KiB a second) for 3 s, of a flood whose frames
+    // are 64 KiB: one takes the reader a second, twice the idle timeout, and only the pieces
+    // the proxy hands hyper are asked for in time.
     let feeder = upstream.flood_next_stream();
     let mut response = within(sender.send_request(stream())).await.unwrap();
     let start = Instant::now();
@@ -529,7 +604,7 @@ async fn an_http2_client_that_reads_slowly_or_waits_on_a_slow_upstream_is_not_cu
             .into_data()
             .unwrap();
         read += data.len();
-        tokio::time::sleep(Duration::from_millis(50 * data.len() as u64 / 16_384)).await;
+        tokio::time::sleep(Duration::from_millis(250 * data.len() as u64 / 16_384)).await;
     }
     assert_eq!(streams_cut(&proxy, "send_timeout"), 0.0);
     assert_eq!(closed(&proxy, "send_timeout"), 0.0);

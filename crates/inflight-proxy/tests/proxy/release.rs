@@ -309,24 +309,7 @@ async fn a_request_body_to_an_http2_upstream_that_stalls_gives_the_permit_back_a
 async fn a_request_body_that_pauses_after_the_http2_upstream_answered_is_not_cut() {
     use http_body_util::channel::Channel;
 
-    // An HTTP/2 upstream that answers at once, echoing the request's body as it comes.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let echo = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|request: hyper::Request<Incoming>| {
-                    std::future::ready(Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                        request.into_body(),
-                    )))
-                });
-                let _ =
-                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                        .await;
-            });
-        }
-    });
+    let echo = h2_echo_upstream().await;
     let text = format!(
         "[proxy]\nidle_timeout = \"300ms\"\n\n{}",
         budget(
@@ -401,6 +384,75 @@ async fn a_malformed_request_body_to_an_http2_upstream_is_the_clients_failure() 
         m.get("inflight_proxy_replies_total{budget=uploads,reason=upstream_unreachable}")
             .copied()
             .unwrap_or(0.0),
+        0.0
+    );
+}
+
+/// An HTTP/2 upstream on 127.0.0.1 that answers at once, echoing the request's body as it
+/// comes.
+async fn h2_echo_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request: hyper::Request<Incoming>| {
+                    std::future::ready(Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        request.into_body(),
+                    )))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                        .await;
+            });
+        }
+    });
+    echo
+}
+
+/// A stream whose client pauses its request body past the call timeout after the upstream
+/// answered is cut there, but teaches an adaptive limit nothing: the call waited for its
+/// client, not for the upstream.
+#[tokio::test]
+async fn a_call_timeout_while_the_client_owes_its_streamed_body_teaches_an_adaptive_limit_nothing()
+{
+    use http_body_util::channel::Channel;
+
+    let echo = h2_echo_upstream().await;
+    let (proxy, _) = proxy(&budget(
+        "streams",
+        &format!("http://{echo}"),
+        "limit = \"adaptive\"\nalgorithm = \"aimd\"\ninitial = 4\nmin = 1\nmax = 20\n\
+         call_timeout = \"400ms\"\nupstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("streams").unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Channel<Bytes>>();
+    for _ in 0..2 {
+        let (mut tx, body) = Channel::<Bytes>::new(1);
+        let request = hyper::Request::post(format!("http://{addr}/stream"))
+            .body(body)
+            .unwrap();
+        tx.send_data(Bytes::from("first")).await.unwrap();
+        let mut response = within(client.request(request)).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let first = within(response.body_mut().frame()).await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "first");
+        // The body pauses past the call timeout: the answer is cut there.
+        let rest = within(response.into_body().collect()).await;
+        assert!(rest.is_err(), "not cut at the call timeout: {rest:?}");
+        drop(tx);
+    }
+    let m = metrics(&proxy);
+    assert_eq!(
+        m["inflight_budget_limit{budget=streams}"], 4.0,
+        "nothing learned"
+    );
+    assert_eq!(
+        m["inflight_budget_calls_total{budget=streams,outcome=timeout}"],
         0.0
     );
 }
