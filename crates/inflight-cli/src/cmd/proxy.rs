@@ -41,7 +41,10 @@ request's headers within idle_timeout [30s] of the connection being ready for on
 is closed after idle_timeout with no stream open; HTTP/2 clients are pinged every
 http2_keepalive_interval [30s] and closed if they do not answer within http2_keepalive_timeout
 [20s]; at most max_connections [10000] per listener, one more closing the connection idle
-longest. At start the soft limit on open files is raised to the hard one, and said on stderr.
+longest. A client that takes no byte of an answer for idle_timeout loses its call (HTTP/1.1:
+its connection; HTTP/2: that stream), and a request body that stops coming for idle_timeout
+before the upstream answers gets 400 (client_body). At start the soft limit on open files is
+raised to the hard one, and said on stderr.
 
 Once listening it prints one line per listener to stdout, then `inflight proxy: ready`.
 SIGHUP reloads the file: new limits apply to new permits, held permits are kept, and an invalid
