@@ -146,7 +146,8 @@ impl ProxyBody {
             })
         });
         // A pooled connection is shut down by the slot, and the body stays here (polled without
-        // a lock); another upstream's body goes to the slot, which drops it.
+        // a lock), except for an HTTP/2 client; another upstream's body goes to the slot, which
+        // drops it.
         let inner = match (inner.socket(), inner) {
             (Some(socket), inner) if http2 => {
                 slot.stops(Upstream::Pooled(socket, inner));
