@@ -184,3 +184,20 @@ async fn nginx_as_an_http2_upstream_answers_what_the_proxy_forwards() {
         assert_eq!(body, "nginx HTTP/2.0 /records/7?x=1");
     }
 }
+
+/// An HTTP/2 client's answers from a plain HTTP/1.1 upstream (whose bodies the call's slot
+/// holds, to close their connections if the client stops reading) give their connections back
+/// to the pool: one upstream connection serves requests one after another.
+#[tokio::test]
+async fn an_http2_clients_requests_reuse_a_pooled_upstream_connection() {
+    let upstream = Upstream::start().await;
+    let (proxy, _) = proxy(&budget("records", &upstream.url(), "max_concurrent = 2")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = h2_client();
+    for i in 0..5 {
+        let (status, _, body) = get(&client, addr, &format!("/r/{i}")).await;
+        assert_eq!((status, body), (200, format!("GET /r/{i}")));
+    }
+    let peers: std::collections::HashSet<_> = upstream.seen().iter().map(|s| s.peer).collect();
+    assert_eq!(peers.len(), 1, "a connection a request: {peers:?}");
+}
