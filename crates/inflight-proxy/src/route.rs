@@ -51,7 +51,8 @@ impl UpstreamClient {
     /// body (the proxy's own client waits for the upstream's; hyper's sends the body at once).
     /// The request goes into the returned future at once, which holds it only inside its box.
     /// `client_sending` says while the client's body is waited for; a body that goes
-    /// `body_stall` without a frame before the upstream answers fails as the client's.
+    /// `body_stall` without a frame before the upstream answers fails as the client's
+    /// ([`WatchedBody`], for every client).
     fn request(
         &self,
         request: Request<Incoming>,
@@ -59,22 +60,11 @@ impl UpstreamClient {
         client_sending: Option<Arc<ClientBody>>,
         body_stall: Duration,
     ) -> Sent<'_> {
-        let watched = |request: Request<Incoming>, sending| {
-            request.map(|body| WatchedBody::new(body, sending, body_stall))
-        };
+        let request = request.map(|body| WatchedBody::new(body, client_sending, body_stall));
         match self {
-            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(
-                request,
-                continues,
-                client_sending,
-                body_stall,
-            ))),
-            UpstreamClient::Plain(client) => {
-                Sent::Legacy(client.request(watched(request, client_sending)))
-            }
-            UpstreamClient::Tls(client) => {
-                Sent::Legacy(client.request(watched(request, client_sending)))
-            }
+            UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request, continues))),
+            UpstreamClient::Plain(client) => Sent::Legacy(client.request(request)),
+            UpstreamClient::Tls(client) => Sent::Legacy(client.request(request)),
         }
     }
 
@@ -901,7 +891,7 @@ mod tests {
             ),
             (
                 "Http1Pool::request",
-                returned(|| Http1Pool::request(any(), any(), any(), any(), any())),
+                returned(|| Http1Pool::request(any(), any(), any())),
             ),
         ];
         for (name, size) in sizes {

@@ -19,13 +19,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Body, Frame};
 use hyper::{Method, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::client_body::ClientBody;
 use answer::AnswerBody;
 pub(crate) use watched::WatchedBody;
 use wire::Sending;
@@ -53,44 +52,11 @@ pub(crate) struct Http1Pool {
     connect_timeout: Duration,
 }
 
-/// How a request's body is waited for from its client: at most `stall` for each frame, with
-/// `waiting` set meanwhile, which the call reads to tell a client's stall from an upstream's.
-struct ClientBodyWatch {
-    sending: Option<Arc<ClientBody>>,
-    stall: Duration,
-}
-
-impl ClientBodyWatch {
-    fn set_waiting(&self, waiting: bool) {
-        if let Some(sending) = &self.sending {
-            sending.set_waiting(waiting);
-        }
-    }
-
-    /// The client's next frame of `body`; `None` at its end. Not waited for any more once
-    /// dropped (the upstream answered, and the rest of the body is not sent).
-    async fn next(&self, body: &mut Incoming) -> Result<Option<Frame<Bytes>>, UpstreamError> {
-        struct Waiting<'a>(&'a ClientBodyWatch);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.set_waiting(false);
-            }
-        }
-        self.set_waiting(true);
-        let waiting = Waiting(self);
-        let next = tokio::time::timeout(
-            self.stall,
-            std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)),
-        )
-        .await;
-        drop(waiting);
-        match next {
-            Err(_) => Err(UpstreamError::ClientBodyStalled(self.stall)),
-            Ok(None) => Ok(None),
-            Ok(Some(Err(e))) => Err(UpstreamError::ClientBody(e)),
-            Ok(Some(Ok(frame))) => Ok(Some(frame)),
-        }
-    }
+/// The client's next frame of `body`; `None` at its end.
+async fn next_frame(body: &mut WatchedBody) -> Result<Option<Frame<Bytes>>, UpstreamError> {
+    std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx))
+        .await
+        .transpose()
 }
 
 /// What ends a connection's call early shuts it down with ([`Socket::shut`]): a second
@@ -149,10 +115,9 @@ impl Link {
     /// client to go on only once the upstream did: a body the upstream refuses is not sent.
     async fn send_body_when_asked(
         &mut self,
-        body: (Option<Frame<Bytes>>, Incoming),
+        body: (Option<Frame<Bytes>>, WatchedBody),
         sending: Sending,
         method: &Method,
-        watch: &ClientBodyWatch,
     ) -> Result<wire::Head, Failed> {
         let until = Instant::now() + CONTINUE_WAIT;
         let mut read_any = !self.buf.is_empty();
@@ -177,8 +142,7 @@ impl Link {
                 Ok(filled) => head_bytes(filled, &mut read_any)?,
             }
         }
-        self.send_body_and_read_head(body, sending, method, watch)
-            .await
+        self.send_body_and_read_head(body, sending, method).await
     }
 
     /// Sends a request's body as it comes from the client, framed as `sending` says, while the
@@ -187,13 +151,12 @@ impl Link {
     /// A connection whose request's body did not all go out carries nothing more.
     async fn send_body_and_read_head(
         &mut self,
-        (first, body): (Option<Frame<Bytes>>, Incoming),
+        (first, body): (Option<Frame<Bytes>>, WatchedBody),
         sending: Sending,
         method: &Method,
-        watch: &ClientBodyWatch,
     ) -> Result<wire::Head, Failed> {
         let (mut rd, mut wr) = self.stream.split();
-        let sent = send_body(&mut wr, first, body, sending, watch);
+        let sent = send_body(&mut wr, first, body, sending);
         let read = read_head(&mut rd, &mut self.buf, method);
         tokio::pin!(sent, read);
         let mut sending_done = false;
@@ -234,16 +197,15 @@ impl Link {
 async fn send_body<W: AsyncWrite + Unpin>(
     wr: &mut W,
     mut first: Option<Frame<Bytes>>,
-    mut body: Incoming,
+    mut body: WatchedBody,
     sending: Sending,
-    watch: &ClientBodyWatch,
 ) -> Result<(), UpstreamError> {
     let chunked = sending == Sending::Chunked;
     let mut out = Vec::new();
     loop {
         let frame = match first.take() {
             Some(frame) => Some(frame),
-            None => watch.next(&mut body).await?,
+            None => next_frame(&mut body).await?,
         };
         out.clear();
         let Some(frame) = frame else {
@@ -423,15 +385,12 @@ impl Http1Pool {
     /// 9.2.2) is sent again, once, on a new connection when a pooled one closes before any of
     /// its answer came: the upstream closed it meanwhile.
     ///
-    /// `client_sending` says while the client's body is waited for; a body that goes
-    /// `body_stall` (the proxy's `idle_timeout`) without a frame fails as the client's
+    /// The body is read as [`WatchedBody`] says: one that stops coming fails as the client's
     /// ([`UpstreamError::ClientBodyStalled`]).
     pub(crate) fn request(
         self: &Arc<Self>,
-        request: Request<Incoming>,
+        request: Request<WatchedBody>,
         continues: bool,
-        client_sending: Option<Arc<ClientBody>>,
-        body_stall: Duration,
     ) -> impl Future<Output = Pooled> + Send + '_ {
         let (mut parts, body) = request.into_parts();
         let mut taken = self.take();
@@ -453,10 +412,6 @@ impl Http1Pool {
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let sending = wire::write_head(&mut head, &parts.method, target, &parts.headers, empty);
         let method = parts.method;
-        let watch = ClientBodyWatch {
-            sending: client_sending,
-            stall: body_stall,
-        };
         async move {
             let (mut sending, mut empty, mut body) = (sending, empty, body);
             let mut first = None;
@@ -464,7 +419,7 @@ impl Http1Pool {
                 // A GET (say) whose body's end has not come yet: most such bodies are empty
                 // (an HTTP/2 stream ended by an empty DATA frame), and go without chunks.
                 loop {
-                    match watch.next(&mut body).await? {
+                    match next_frame(&mut body).await? {
                         None => {
                             wire::without_body(&mut head);
                             (sending, empty) = (Sending::Empty, true);
@@ -481,7 +436,7 @@ impl Http1Pool {
                 Some(link) => (link, true),
                 None => (Box::pin(self.connect()).await?, false),
             };
-            match exchange(link, &head, body, sending, &method, expects, &watch).await {
+            match exchange(link, &head, body, sending, &method, expects).await {
                 Ok((answer, mut link)) => {
                     link.out = head;
                     Ok(self.answer(answer, link))
@@ -489,10 +444,9 @@ impl Http1Pool {
                 Err(failed) if failed.unanswered && pooled && again => {
                     Box::pin(async {
                         let link = self.connect().await?;
-                        let (answer, link) =
-                            exchange(link, &head, None, sending, &method, false, &watch)
-                                .await
-                                .map_err(|f| f.error)?;
+                        let (answer, link) = exchange(link, &head, None, sending, &method, false)
+                            .await
+                            .map_err(|f| f.error)?;
                         Ok(self.answer(answer, link))
                     })
                     .await
@@ -620,11 +574,10 @@ impl Http1Pool {
 async fn exchange(
     mut link: Box<Link>,
     head: &[u8],
-    body: Option<(Option<Frame<Bytes>>, Incoming)>,
+    body: Option<(Option<Frame<Bytes>>, WatchedBody)>,
     sending: Sending,
     method: &Method,
     expects: bool,
-    watch: &ClientBodyWatch,
 ) -> Result<(wire::Head, Box<Link>), Failed> {
     let written = link.stream.write_all(head).await;
     if let Err(e) = written {
@@ -632,10 +585,8 @@ async fn exchange(
     }
     let answer = match body {
         // Boxed apart: most requests have no body, and their future stays small.
-        Some(body) if expects => {
-            Box::pin(link.send_body_when_asked(body, sending, method, watch)).await?
-        }
-        Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method, watch)).await?,
+        Some(body) if expects => Box::pin(link.send_body_when_asked(body, sending, method)).await?,
+        Some(body) => Box::pin(link.send_body_and_read_head(body, sending, method)).await?,
         None => link.read_head(method).await?,
     };
     Ok((answer, link))

@@ -1,6 +1,6 @@
-//! A request's body handed to hyper's client (HTTP/2 and TLS upstreams), watched: it fails a
-//! body that goes the proxy's `idle_timeout` without a frame before the upstream answers, and
-//! says how the body comes in its [`ClientBody`].
+//! A request's body as it goes to the upstream (the proxy's own HTTP/1.1 client and hyper's),
+//! watched: it fails a body that goes the proxy's `idle_timeout` without a frame before the
+//! upstream answers, and says how the body comes in its [`ClientBody`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 use super::UpstreamError;
 use crate::client_body::ClientBody;
 
-/// A request's body handed to hyper's client: the client's, failed as
+/// A request's body on its way to the upstream: the client's, failed as
 /// [`UpstreamError::ClientBodyStalled`] when it goes `stall` without a frame before the upstream
 /// answers. A request without a body is passed as it is, with no timer.
 pub(crate) struct WatchedBody {
@@ -42,6 +42,16 @@ impl WatchedBody {
                 timer: None,
                 armed: false,
             }),
+        }
+    }
+}
+
+impl Drop for WatchedBody {
+    /// Not waited for any more: the request went (or the upstream answered, and the rest of
+    /// the body is not sent to an HTTP/1.1 upstream).
+    fn drop(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.sending.set_waiting(false);
         }
     }
 }
