@@ -122,6 +122,19 @@ fn request(addr: SocketAddr, head: &str) -> (u16, String) {
     (status, answer)
 }
 
+/// A budgets file for one budget `records` whose upstream refuses every connection (each
+/// request gets 502, and logs a line).
+const TO_NOWHERE: &str = "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n";
+
+/// Asserts that the proxy has not exited.
+fn assert_running(proxy: &mut ProxyProcess) {
+    assert_eq!(
+        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
+        None,
+        "the proxy ended"
+    );
+}
+
 fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
     let path = dir.path().join("budgets.toml");
     std::fs::write(&path, text).unwrap();
@@ -267,10 +280,7 @@ fn it_forwards_to_the_sim_reloads_on_sighup_and_drains_on_sigterm() {
 #[test]
 fn with_exit_on_stdin_close_the_proxy_exits_when_its_stdin_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        &dir,
-        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
-    );
+    let path = write_config(&dir, TO_NOWHERE);
     let mut proxy = ProxyProcess::start_with(&path, &["--exit-on-stdin-close"], Stdio::piped());
     let addr = proxy.addr("records");
     assert!(proxy.child.try_wait().unwrap().is_none());
@@ -400,21 +410,14 @@ fn http2_ask_and_leave(addr: SocketAddr, header: usize, reset: bool) {
 #[test]
 fn clients_that_leave_while_the_proxy_writes_to_them_do_not_end_it() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        &dir,
-        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
-    );
+    let path = write_config(&dir, TO_NOWHERE);
     let mut proxy = ProxyProcess::start(&path);
     let addr = proxy.addr("records");
     for i in 0..40 {
         http2_ask_and_leave(addr, 65_600, i % 2 == 1);
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
-        None,
-        "the proxy ended"
-    );
+    assert_running(&mut proxy);
     assert_eq!(request(addr, "GET /after HTTP/1.1").0, 502);
 }
 
@@ -423,10 +426,7 @@ fn clients_that_leave_while_the_proxy_writes_to_them_do_not_end_it() {
 #[test]
 fn a_proxy_whose_stderr_reader_has_gone_goes_on_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        &dir,
-        "[budgets.records]\nmax_concurrent = 2\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\n",
-    );
+    let path = write_config(&dir, TO_NOWHERE);
     let mut proxy = ProxyProcess::start(&path);
     let addr = proxy.addr("records");
     // The test's reader of the proxy's stderr ends with the receiver: dropped, the next line
@@ -437,11 +437,7 @@ fn a_proxy_whose_stderr_reader_has_gone_goes_on_serving() {
         assert_eq!(request(addr, "GET /logged HTTP/1.1").0, 502);
         std::thread::sleep(Duration::from_millis(1100));
     }
-    assert_eq!(
-        proxy.child.try_wait().unwrap().map(|s| s.to_string()),
-        None,
-        "the proxy ended"
-    );
+    assert_running(&mut proxy);
     send_signal(&proxy.child, libc::SIGTERM);
     let status = wait_exit(&mut proxy.child, Duration::from_secs(20), "the proxy");
     assert_eq!(status.code(), Some(0));
