@@ -2,9 +2,9 @@
 
 /// Print an error and its chain of causes to stderr, the way a user should see it.
 pub fn print_error(err: &anyhow::Error) {
-    eprintln!("error: {err}");
+    log_line(format_args!("error: {err}"));
     for cause in err.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
+        log_line(format_args!("  caused by: {cause}"));
     }
 }
 
@@ -28,3 +28,34 @@ pub fn log_line(line: std::fmt::Arguments<'_>) {
     let mut err = std::io::stderr().lock();
     let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
 }
+
+/// Writes `text` to stdout, as a command prints its result. A reader that has gone
+/// (`inflight fleet status | head -1`) takes nothing more and is no error (`print!` would
+/// panic); any other failure is returned.
+pub fn out(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        done => done,
+    }
+}
+
+/// `println!` through [`out`]: `outln!(...)?` prints a line of a command's result.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::out(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprintln!` through [`log_line`]: a line for the user that a closed stderr loses.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::output::log_line(format_args!($($arg)*))
+    };
+}
+
+pub(crate) use {note, outln};

@@ -19,7 +19,7 @@
 //!   reports, and shows progress.
 //! - [`metrics`]: Prometheus text at `/metrics` for the sim and the runner.
 //! - `gate`: the gate a strategy puts in front of a dependency; `numbers`: numbers as the lab
-//!   prints them.
+//!   prints them; `stderr`: lines for the user that a closed stderr loses without a panic.
 //!
 //! # Layers
 //!
@@ -36,7 +36,7 @@
 //! - `gate`, `metrics`
 //! - `results`
 //! - `matrix`, `strategy`, `scenario`, `stats`
-//! - `numbers`
+//! - `numbers`, `stderr`
 
 pub mod files;
 mod gate;
@@ -51,6 +51,7 @@ pub mod runner;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
+mod stderr;
 pub mod strategy;
 
 // The guide's chapter on the lab (`docs/guide/lab.md`) runs its Rust snippets as doctests here, the

@@ -213,7 +213,7 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
             loop {
                 every.tick().await;
                 for line in health.lines(&fleet) {
-                    eprintln!("{line}");
+                    crate::stderr::line(format_args!("{line}"));
                 }
             }
         })
@@ -241,10 +241,10 @@ pub async fn run(config: &RunnerConfig) -> Result<RunResult, RunnerError> {
         // seen a short outage).
         for h in fleet.health() {
             if h.fallbacks > 0 || h.refused > 0 || h.epochs_moved > 0 {
-                eprintln!(
+                crate::stderr::line(format_args!(
                     "fleet budget {}: {} calls on the local fallback, {} refused while redis could not be reached, redis lost its state {} times",
                     h.budget, h.fallbacks, h.refused, h.epochs_moved
-                );
+                ));
             }
         }
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::output::{self, note, outln};
 use anyhow::Context;
 use inflight_bench::shutdown::Shutdown;
 use inflight_capacity::knee::{KneeRules, Verdict};
@@ -271,7 +272,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|c| c.to_string())
         .collect();
-    eprintln!(
+    note!(
         "measuring {} {}: concurrency {} (and up to {} probes), each level {} calls or {}; {} in all",
         sweep.target().method_name(),
         sweep.target().url(),
@@ -282,7 +283,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         sweep.caps()
     );
     if let Some(source) = sweep.in_flight_source() {
-        eprintln!(
+        note!(
             "reading the target's calls in flight from {source} every {}",
             humantime::format_duration(sweep.in_flight_every())
         );
@@ -295,7 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }) {
         Ok(report) => report,
         Err(CapacityError::Interrupted) => {
-            eprintln!("interrupted before the first level: nothing was measured");
+            note!("interrupted before the first level: nothing was measured");
             return Ok(ExitCode::from(130));
         }
         Err(e @ CapacityError::InFlight { .. }) => {
@@ -307,20 +308,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::figure(&report))
             .with_context(|| format!("cannot write the figure to {}", path.display()))?;
-        eprintln!("figure written to {}", path.display());
+        note!("figure written to {}", path.display());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", report.render());
+        output::out(&report.render())?;
     }
     if let Some(e) = &report.suggest_error {
-        eprintln!("warning: no budget suggested: {e}");
+        note!("warning: no budget suggested: {e}");
     }
     Ok(match (&report.stopped, report.verdict) {
         (Some(Stop::Interrupted), _) => ExitCode::from(130),
         (_, Verdict::AllRefused { .. } | Verdict::NoData) => {
-            eprintln!("error: {}", report.conclusion());
+            note!("error: {}", report.conclusion());
             ExitCode::from(1)
         }
         _ => ExitCode::SUCCESS,
@@ -349,7 +350,7 @@ fn print_progress(progress: Progress<'_>) {
             },
             None => String::new(),
         };
-        eprintln!(
+        note!(
             "  concurrency {:>4}{}: {} call{}, {:.1}/s, p50 {}, p99 {} (2xx), {errors}{target}{}{}",
             l.concurrency,
             if l.refined { " (probe)" } else { "" },

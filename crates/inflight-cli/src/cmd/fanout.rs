@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::output::{self, note, outln};
 use anyhow::Context;
 use inflight_bench::fanout::{self, Delay, FanoutConfig, FanoutStrategy};
 use inflight_bench::timer::PreciseTimer;
@@ -89,19 +90,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "tokio" => Delay::Tokio,
         _ => Delay::Precise(PreciseTimer::new()),
     };
-    eprintln!(
+    note!(
         "planned: at least {} in all",
         humantime::format_duration(Duration::from_millis(planned.as_millis() as u64))
     );
     let report = runtime
         .block_on(fanout::run(&config, timer, |stage| {
-            eprintln!("running {stage}");
+            note!("running {stage}");
         }))
         .context("the fan-out benchmark failed")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", fanout::render(&report));
+        output::out(&fanout::render(&report))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::output::{self, note, outln};
 use anyhow::Context;
 use inflight::config::{FleetFail, LeaseMode, Scope};
 use serde_json::{json, Value};
@@ -130,20 +131,20 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             "lease_ms": fleet.lease().as_nanos() as f64 / 1e6,
             "budgets": rows.iter().map(row_json).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        println!(
+        outln!(
             "fleet {} ({topology}), lease {}",
             config.shown_url(),
             humantime::format_duration(fleet.lease())
-        );
+        )?;
         for row in &rows {
-            print!("{}", render(row));
+            output::out(&render(row))?;
         }
     }
     if unreachable > 0 {
         if !args.json {
-            eprintln!("error: redis could not be reached for {unreachable} budget(s)");
+            note!("error: redis could not be reached for {unreachable} budget(s)");
         }
         return Ok(ExitCode::from(1));
     }

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::output::{self, note, outln};
 use anyhow::Context;
 use clap::Subcommand;
 use inflight_cpu::Enforcement;
@@ -182,13 +183,13 @@ fn rewrite_report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let rewritten =
         run::rewrite_report(&args.results, args.out.as_deref(), args.lab_dir.as_deref())?;
     for change in &rewritten.changes {
-        eprintln!("lab report: {change}");
+        note!("lab report: {change}");
     }
     let doc = &rewritten.doc;
-    print!("{}", inflight_lab::report::terminal_summary(doc));
-    println!();
-    print!("{}", inflight_lab::report::hypotheses_table(doc));
-    eprintln!(
+    output::out(&inflight_lab::report::terminal_summary(doc))?;
+    outln!("")?;
+    output::out(&inflight_lab::report::hypotheses_table(doc))?;
+    note!(
         "report written to {}",
         rewritten.dir.join("index.html").display()
     );
@@ -244,10 +245,10 @@ fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = rt.block_on(async { Shutdown::on_signals() });
     let exe = std::env::current_exe().context("cannot find the inflight binary to start")?;
     let request = LabRequest::resolve(args.into(), exe)?;
-    eprintln!("lab: lab files from {}", request.lab().files.origin());
-    eprintln!("{}", request.describe());
+    note!("lab: lab files from {}", request.lab().files.origin());
+    note!("{}", request.describe());
     for note in request.notes() {
-        eprintln!("lab: note: {note}");
+        note!("lab: note: {note}");
     }
     let mut lab_run = request.open()?;
     let result = rt.block_on(async {
@@ -262,38 +263,34 @@ fn run_lab(args: RunArgs) -> anyhow::Result<ExitCode> {
     if end.interrupted() {
         let by = shutdown.signal_name().unwrap_or("a signal");
         // On its own line, whatever the progress bar left on the terminal.
-        eprintln!(
-            "\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups"
-        );
+        note!("\nlab: interrupted by {by}; stopped the runner and the sim and removed the cgroups");
     }
     if let Some(doc) = &end.kept {
         let summary = inflight_lab::report::terminal_summary(doc);
         let hypotheses_table = inflight_lab::report::hypotheses_table(doc);
         if json {
             let text = serde_json::to_string_pretty(doc).context("cannot serialise the results")?;
-            println!("{text}");
-            eprintln!("{summary}\n{hypotheses_table}");
+            outln!("{text}")?;
+            note!("{summary}\n{hypotheses_table}");
         } else {
-            println!("{summary}\n{hypotheses_table}");
+            outln!("{summary}\n{hypotheses_table}")?;
         }
         if doc.meta.enforcement == Enforcement::None {
-            eprintln!(
-                "lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs"
-            );
+            note!("lab: note: no CPU quota was enforced (--no-limit); the runs used all host CPUs");
         }
     }
     if let Some(kept) = end.kept_line() {
-        eprintln!("lab: {kept}");
+        note!("lab: {kept}");
     }
     if let Some(doc) = &end.kept {
-        eprintln!(
+        note!(
             "lab: report in {} (open {})",
             end.dir.display(),
             end.dir.join("index.html").display()
         );
         if doc.meta.partial {
             // This binary: a resumed run must be measured by the same build.
-            eprintln!(
+            note!(
                 "lab: run the rest with: {} lab run --resume {}",
                 request.options().exe.display(),
                 end.dir.display()

@@ -1,6 +1,6 @@
 //! `inflight proxy`: run the `inflight-proxy` sidecar for a budgets file until told to stop.
 
-use std::io::Write;
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,7 +8,7 @@ use anyhow::Context;
 use inflight_proxy::Proxy;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::output::log_line;
+use crate::output::{self, log_line};
 
 /// Forward each request to its dependency only once it holds a permit of that dependency's budget.
 #[derive(Debug, clap::Args)]
@@ -165,7 +165,8 @@ async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
         Some(stdin_closed)
     };
     {
-        let mut out = std::io::stdout().lock();
+        // A reader that has gone (`inflight proxy ... | head -1`) leaves the proxy serving.
+        let mut out = String::new();
         for (name, addr) in proxy.listeners() {
             let upstream = proxy.upstream(name).unwrap_or_default();
             writeln!(
@@ -187,7 +188,7 @@ async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
             writeln!(out, "inflight proxy: admin listening on {admin}")?;
         }
         writeln!(out, "inflight proxy: ready")?;
-        out.flush()?;
+        output::out(&out)?;
     }
     loop {
         tokio::select! {

@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::output::note;
 use anyhow::Context;
 use inflight_lab::scenario::ScenarioSet;
 use inflight_lab::sim::{Sim, SimConfig};
@@ -71,9 +72,11 @@ async fn serve(config: SimConfig, port: u16, exit_on_stdin_close: bool) -> anyho
             .and_then(|_| stdout.flush())
             .context("cannot write to stdout")?;
     }
-    eprintln!(
+    note!(
         "scenario `{}` from {origin}, seed {}, time scale {}",
-        current.scenario.name, current.seed, current.time_scale
+        current.scenario.name,
+        current.seed,
+        current.time_scale
     );
     sim.serve(shutdown_signal(exit_on_stdin_close))
         .await
@@ -104,8 +107,8 @@ async fn shutdown_signal(exit_on_stdin_close: bool) {
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => eprintln!("interrupted; stopping the sim"),
-        _ = terminate => eprintln!("terminated; stopping the sim"),
-        _ = stdin_closed => eprintln!("stdin closed; stopping the sim"),
+        _ = tokio::signal::ctrl_c() => note!("interrupted; stopping the sim"),
+        _ = terminate => note!("terminated; stopping the sim"),
+        _ = stdin_closed => note!("stdin closed; stopping the sim"),
     }
 }

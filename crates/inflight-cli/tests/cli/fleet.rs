@@ -299,3 +299,31 @@ fn fleet_status_refuses_a_file_whose_fleet_keeps_no_budget_and_says_a_bad_url_in
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unknown scheme"), "{err}");
 }
+
+#[test]
+fn fleet_status_whose_readers_have_gone_ends_with_its_code_not_a_panic() {
+    // As `inflight fleet status ... | head -1` once head has its line: stdout, and here stderr
+    // too, are pipes whose reading end is closed before the command writes.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n\
+         [budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
+    )
+    .unwrap();
+    let gone = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let status = std::process::Command::new(crate::support::inflight_path())
+        .args(["fleet", "status", "--config"])
+        .arg(&path)
+        .stdout(gone())
+        .stderr(gone())
+        .status()
+        .unwrap();
+    // 1: Redis could not be reached (as with readers); a panic is 101.
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}

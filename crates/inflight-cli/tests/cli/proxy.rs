@@ -443,6 +443,51 @@ fn a_proxy_whose_stderr_reader_has_gone_goes_on_serving() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// Started by something that reads none of its stdout (`inflight proxy ... | head -0`), the
+/// proxy serves: its start-up lines are lost, and the broken pipe is no error.
+#[test]
+fn a_proxy_whose_stdout_reader_has_gone_before_it_starts_serves() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        &TO_NOWHERE.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    );
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = std::process::Command::new(crate::support::inflight_path())
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .stdout(writer)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let start = std::time::Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert_eq!(child.try_wait().unwrap(), None, "the proxy exited");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the proxy never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(request(addr, "GET / HTTP/1.1").0, 502);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        child.try_wait().unwrap(),
+        None,
+        "the proxy exited after start"
+    );
+    send_signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(20), "the proxy");
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn check_config_accepts_proxied_budgets_and_names_wrong_proxy_fields() {
     let dir = tempfile::tempdir().unwrap();

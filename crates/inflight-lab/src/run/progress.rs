@@ -146,7 +146,7 @@ impl ProgressReporter {
                     bar.set_position(index as u64 - 1);
                     bar.set_message(what);
                 } else {
-                    eprintln!("[{index}/{total}] {what} ...");
+                    crate::stderr::line(format_args!("[{index}/{total}] {what} ..."));
                 }
             }
             Progress::RunDone {
@@ -189,8 +189,8 @@ impl ProgressReporter {
     /// A whole line on stderr, above the bar if there is one.
     fn line(&self, text: String) {
         match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{text}")),
-            None => eprintln!("{text}"),
+            Some(bar) => bar.suspend(|| crate::stderr::line(format_args!("{text}"))),
+            None => crate::stderr::line(format_args!("{text}")),
         }
     }
 }

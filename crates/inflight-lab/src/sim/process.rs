@@ -77,7 +77,7 @@ impl SimProcess {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("sim: {line}");
+                crate::stderr::line(format_args!("sim: {line}"));
             }
         });
         let stdout = child.stdout.take().expect("stdout is piped");
