@@ -113,7 +113,7 @@
 //! - `route`, `server`
 //! - `conn`
 //! - `metrics`
-//! - `refusal`
+//! - `refusal`, `replaced`
 //! - `body`, `headers`, `error`, `tls`
 //! - `sweep`
 //! - `call`
@@ -133,6 +133,7 @@ mod headers;
 pub mod metrics;
 mod page;
 mod refusal;
+mod replaced;
 mod route;
 mod server;
 mod sweep;
@@ -250,8 +251,11 @@ impl Shared {
                 inflight_redis::metrics::publish_fleet(fleet);
             }
         });
-        self.registry
-            .render(states.iter().map(|s| (&s.budget, s.in_flight())))
+        self.registry.render(
+            states
+                .iter()
+                .map(|s| (&s.budget, s.replaced_counts(), s.in_flight())),
+        )
     }
 
     /// The document of `/budgets.json`: see the `page` module.

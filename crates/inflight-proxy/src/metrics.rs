@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use inflight::Budget;
+use inflight::{Budget, BudgetSnapshot};
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
     Gauge, Histogram, Unit,
@@ -159,15 +159,21 @@ impl Registry {
         self.handle.run_upkeep();
     }
 
-    /// The Prometheus text now, `budgets` published first, each with the calls it has at its
-    /// upstream (more than its own in flight while a reload's hand-over runs).
+    /// The Prometheus text now, `budgets` published first, each with the counts of the
+    /// budgets reloads replaced under its name added (if any did: its counters go on from
+    /// theirs) and the calls it has at its upstream (more than its own in flight while a
+    /// reload's hand-over runs).
     pub(crate) fn render<'a>(
         &self,
-        budgets: impl IntoIterator<Item = (&'a Budget, usize)> + Clone,
+        budgets: impl IntoIterator<Item = (&'a Budget, Option<BudgetSnapshot>, usize)>,
     ) -> String {
         self.within(|| {
-            inflight::metrics::publish_all(budgets.clone().into_iter().map(|(b, _)| b));
-            for (budget, in_flight) in budgets {
+            for (budget, counts, in_flight) in budgets {
+                inflight::metrics::publish(budget);
+                // Published as absolute values, the larger counts win.
+                if let Some(counts) = counts {
+                    inflight::metrics::publish_snapshot(&counts);
+                }
                 gauge!(inflight::metrics::IN_FLIGHT, "budget" => budget.name().to_string())
                     .set(in_flight as f64);
             }

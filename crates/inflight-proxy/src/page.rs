@@ -23,8 +23,9 @@
 //!
 //! `limit_history` holds `[seconds from now, limit]` points of the last five minutes, the first
 //! at the window's start; `fleet` is `{ "redis_down", "local_held", "fallbacks", "refused",
-//! "learning" }` for a fleet budget. Counters count since the budget was built: a reader takes
-//! rates from two documents.
+//! "learning" }` for a fleet budget. Counters count since the proxy started: a reload that
+//! replaces a budget carries its counts on (the peaks and the wait and call times are the new
+//! budget's). A reader takes rates from two documents.
 
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ pub(crate) fn budgets_json(
 
 fn budget_json(state: &RouteState, listen: std::net::SocketAddr, fleet: Value) -> Value {
     let budget = &state.budget;
-    let s = budget.snapshot();
+    let s = state.snapshot();
     json!({
         "name": s.name,
         "listen": listen.to_string(),

@@ -21,7 +21,7 @@ use inflight::config::Scope;
 use crate::config::{Release, Route};
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
-use inflight::{AcquireError, Budget, OwnedPermit, RetryAfter};
+use inflight::{AcquireError, Budget, BudgetSnapshot, OwnedPermit, RetryAfter};
 use tokio::time::Instant;
 
 use crate::body::ProxyBody;
@@ -32,6 +32,7 @@ use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
 use crate::metrics::{LogPace, Registry, RouteMetrics};
 use crate::refusal::{self, Reason};
+use crate::replaced::{InUse, Replaced};
 use crate::sweep::Sweeper;
 use crate::upstream::answer::AnswerBody;
 use crate::upstream::{chunked_alone, Http1Pool, Malformed, Pooled, UpstreamError, WatchedBody};
@@ -133,6 +134,10 @@ pub(crate) struct RouteState {
     body_stall: Duration,
     /// The calls still running under the budget this one replaced, while there are any.
     carried: Option<Arc<Carried>>,
+    /// The budgets reloads replaced under this route, whose counts its counters go on from.
+    replaced: Arc<Replaced>,
+    /// Held while this state lives: its budget may still count (see [`Replaced`]).
+    in_use: InUse,
 }
 
 /// The calls a budget replaced by a reload still runs, and the permits of the new budget held
@@ -167,19 +172,20 @@ impl RouteState {
             route,
             scope,
             client,
-            metrics,
+            (metrics, Arc::default()),
             body_stall,
         )
     }
 
-    /// `(generation, sweeper)`: the budget's generation and the sweeper of its calls.
+    /// `(generation, sweeper)`: the budget's generation and the sweeper of its calls;
+    /// `(metrics, replaced)`: the route's, kept from reload to reload.
     fn with(
         budget: Budget,
         (generation, sweeper): (u64, Arc<Sweeper>),
         route: Route,
         scope: Scope,
         client: UpstreamClient,
-        metrics: Arc<RouteMetrics>,
+        (metrics, replaced): (Arc<RouteMetrics>, Arc<Replaced>),
         body_stall: Duration,
     ) -> RouteState {
         let authority = HeaderValue::from_str(route.upstream().authority())
@@ -206,7 +212,24 @@ impl RouteState {
             sweeper,
             body_stall,
             carried: None,
+            replaced,
+            in_use: InUse::default(),
         }
+    }
+
+    /// The budget's snapshot, its counters going on from those of the budgets reloads
+    /// replaced under this route (counted since the route started, not since its budget was
+    /// built).
+    pub(crate) fn snapshot(&self) -> BudgetSnapshot {
+        let mut snapshot = self.budget.snapshot();
+        self.replaced.add_to(&mut snapshot);
+        snapshot
+    }
+
+    /// [`snapshot`](Self::snapshot) if a reload has replaced the route's budget: the
+    /// budget's own counts are the route's otherwise.
+    pub(crate) fn replaced_counts(&self) -> Option<BudgetSnapshot> {
+        self.replaced.any().then(|| self.snapshot())
     }
 
     /// The calls at the upstream now: the budget's in flight, with those still running under
@@ -238,6 +261,7 @@ impl RouteState {
     ) -> (RouteState, bool) {
         let replaced = budget.config() != self.budget.config() || scope != self.scope;
         let (budget, generation, sweeper) = if replaced {
+            self.replaced.push(&self.budget, &self.in_use);
             (budget, self.generation + 1, Arc::new(Sweeper::new()))
         } else {
             (self.budget.clone(), self.generation, self.sweeper.clone())
@@ -256,7 +280,7 @@ impl RouteState {
             route,
             scope,
             client,
-            self.metrics.clone(),
+            (self.metrics.clone(), self.replaced.clone()),
             self.body_stall,
         );
         (state, replaced)

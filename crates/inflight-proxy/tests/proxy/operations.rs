@@ -168,6 +168,62 @@ async fn a_reload_applies_new_limits_to_new_permits_and_keeps_held_ones() {
     );
 }
 
+/// A reload that replaces a budget (new settings) carries its counts on: the counters in
+/// `/metrics` and `/budgets.json` go on from the old budget's, instead of standing still until
+/// the new budget's own counts pass them (the Prometheus counters never go down).
+#[tokio::test]
+async fn a_reload_that_replaces_a_budget_carries_its_counters_on() {
+    let upstream = Upstream::start().await;
+    let file = |extra: &str| {
+        format!(
+            "[proxy]\nadmin = \"127.0.0.1:0\"\n{}",
+            budget("records", &upstream.url(), extra)
+        )
+    };
+    let (proxy, _) = proxy(&file("max_concurrent = 2")).await;
+    let addr = proxy.local_addr("records").unwrap();
+    let admin = proxy.admin_addr().unwrap();
+    let client = client();
+    let calls = |n: usize| {
+        let client = client.clone();
+        async move {
+            for i in 0..n {
+                assert_eq!(get(&client, addr, &format!("/{i}")).await.0, 200);
+            }
+        }
+    };
+    let counted = |proxy: &Proxy| {
+        let m = metrics(proxy);
+        (
+            m["inflight_budget_admitted_total{budget=records}"],
+            m["inflight_budget_calls_total{budget=records,outcome=ok}"],
+            m["inflight_budget_limit{budget=records}"],
+        )
+    };
+    let json = || {
+        let client = client.clone();
+        async move {
+            let (status, _, body) = get(&client, admin, "/budgets.json").await;
+            assert_eq!(status, 200);
+            let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let b = doc["budgets"][0].clone();
+            (b["admitted"].as_u64(), b["calls"]["ok"].as_u64())
+        }
+    };
+    calls(5).await;
+    assert_eq!(counted(&proxy), (5.0, 5.0, 2.0));
+    let reloaded = proxy.reload(&file("max_concurrent = 3")).unwrap();
+    assert_eq!(reloaded.changed, ["records"]);
+    calls(2).await;
+    assert_eq!(counted(&proxy), (7.0, 7.0, 3.0));
+    assert_eq!(json().await, (Some(7), Some(7)));
+    // Again, with the first budget long unused: its counts stay in.
+    proxy.reload(&file("max_concurrent = 4")).unwrap();
+    calls(1).await;
+    assert_eq!(counted(&proxy), (8.0, 8.0, 4.0));
+    assert_eq!(json().await, (Some(8), Some(8)));
+}
+
 /// Lowering a limit holds for requests that were already waiting: the old budget's queue does
 /// not go on admitting up to the old limit.
 #[tokio::test]

@@ -100,6 +100,132 @@ pub struct BudgetSnapshot {
     pub classes: Vec<ClassSnapshot>,
 }
 
+impl BudgetSnapshot {
+    /// Adds the counts of `earlier`, a budget this one took over from (as a reloaded
+    /// configuration replaces one), so that counters published from the sum go on from where
+    /// the earlier budget's stopped instead of starting again at zero.
+    ///
+    /// Every `u64` counter is added, and each class's counters to those of the earlier budget's
+    /// class of the same name (a class the earlier budget had and this one has not is left
+    /// out). Gauges (`in_flight`, `waiting`, `limit` and the peaks) and the latency summaries
+    /// stay this budget's.
+    ///
+    /// ```
+    /// use inflight::{Budget, BudgetConfig};
+    ///
+    /// let old = Budget::new("records", BudgetConfig::new(6)).unwrap();
+    /// drop(old.try_acquire().unwrap());
+    /// let new = Budget::new("records", BudgetConfig::new(8)).unwrap();
+    /// drop(new.try_acquire().unwrap());
+    /// let mut counts = new.snapshot();
+    /// counts.add_counts(&old.snapshot());
+    /// assert_eq!((counts.admitted, counts.limit), (2, 8));
+    /// ```
+    pub fn add_counts(&mut self, earlier: &BudgetSnapshot) {
+        // Taken apart field by field, so that a counter added to the struct cannot be missed.
+        let BudgetSnapshot {
+            name: _,
+            max_concurrent: _,
+            limit: _,
+            in_flight: _,
+            awaiting_store: _,
+            peak_in_flight: _,
+            waiting: _,
+            peak_waiting: _,
+            admitted,
+            rejected,
+            permit_timeouts,
+            rate_limited,
+            cancelled,
+            unavailable,
+            call_timeouts,
+            calls_ok,
+            calls_error,
+            calls_cancelled,
+            paused,
+            pauses,
+            outcomes_success,
+            outcomes_overload,
+            outcomes_ignored,
+            outcomes_error,
+            outcomes_timeout,
+            retries,
+            retries_denied,
+            retries_past_deadline,
+            retries_out_of_attempts,
+            evicted,
+            wait: _,
+            call: _,
+            classes,
+        } = earlier;
+        for (mine, theirs) in [
+            (&mut self.admitted, admitted),
+            (&mut self.rejected, rejected),
+            (&mut self.permit_timeouts, permit_timeouts),
+            (&mut self.rate_limited, rate_limited),
+            (&mut self.cancelled, cancelled),
+            (&mut self.unavailable, unavailable),
+            (&mut self.call_timeouts, call_timeouts),
+            (&mut self.calls_ok, calls_ok),
+            (&mut self.calls_error, calls_error),
+            (&mut self.calls_cancelled, calls_cancelled),
+            (&mut self.paused, paused),
+            (&mut self.pauses, pauses),
+            (&mut self.outcomes_success, outcomes_success),
+            (&mut self.outcomes_overload, outcomes_overload),
+            (&mut self.outcomes_ignored, outcomes_ignored),
+            (&mut self.outcomes_error, outcomes_error),
+            (&mut self.outcomes_timeout, outcomes_timeout),
+            (&mut self.retries, retries),
+            (&mut self.retries_denied, retries_denied),
+            (&mut self.retries_past_deadline, retries_past_deadline),
+            (&mut self.retries_out_of_attempts, retries_out_of_attempts),
+            (&mut self.evicted, evicted),
+        ] {
+            *mine += *theirs;
+        }
+        for class in &mut self.classes {
+            if let Some(earlier) = classes.iter().find(|e| e.name == class.name) {
+                class.add_counts(earlier);
+            }
+        }
+    }
+}
+
+impl ClassSnapshot {
+    /// Adds the counts of `earlier`, the same class of a budget this one took over from (see
+    /// [`BudgetSnapshot::add_counts`]); the gauges and the wait summary stay this class's.
+    pub fn add_counts(&mut self, earlier: &ClassSnapshot) {
+        let ClassSnapshot {
+            name: _,
+            weight: _,
+            in_flight: _,
+            waiting: _,
+            admitted,
+            rejected,
+            permit_timeouts,
+            rate_limited,
+            paused,
+            evicted,
+            cancelled,
+            unavailable,
+            wait: _,
+        } = earlier;
+        for (mine, theirs) in [
+            (&mut self.admitted, admitted),
+            (&mut self.rejected, rejected),
+            (&mut self.permit_timeouts, permit_timeouts),
+            (&mut self.rate_limited, rate_limited),
+            (&mut self.paused, paused),
+            (&mut self.evicted, evicted),
+            (&mut self.cancelled, cancelled),
+            (&mut self.unavailable, unavailable),
+        ] {
+            *mine += *theirs;
+        }
+    }
+}
+
 /// One priority class's share of a [`BudgetSnapshot`].
 ///
 /// Every acquire in the class ends in exactly one of `admitted`, `rejected`, `permit_timeouts`,
