@@ -35,16 +35,20 @@ use crate::refusal::{self, Reason};
 use crate::replaced::{InUse, Replaced};
 use crate::sweep::Sweeper;
 use crate::upstream::answer::AnswerBody;
-use crate::upstream::{chunked_alone, Http1Pool, Malformed, Pooled, UpstreamError, WatchedBody};
+use crate::upstream::{
+    chunked_alone, Http1Pool, Http2Upstream, Malformed, Pooled, UpstreamError, WatchedBody,
+};
 use crate::{tls, Log};
 
 /// The pooled client to one upstream: HTTP/1.1 over plain TCP (`http://`) on a pool of its
-/// own, HTTP/2 with prior knowledge, or TLS (`https://`).
+/// own, HTTP/2 (with prior knowledge, or by ALPN over TLS) on a connection of its own, or
+/// HTTP/1.1 over TLS (`https://`) by hyper-util's client.
 #[derive(Clone)]
 pub(crate) enum UpstreamClient {
     Http1(Arc<Http1Pool>),
-    Plain(Client<HttpConnector, WatchedBody>),
-    Tls(Client<tls::Connector, WatchedBody>),
+    Http2(Arc<Http2Upstream<HttpConnector>>),
+    Http2Tls(Arc<Http2Upstream<tls::Connector>>),
+    Tls(Box<Client<tls::Connector, WatchedBody>>),
 }
 
 impl UpstreamClient {
@@ -64,7 +68,8 @@ impl UpstreamClient {
         let request = request.map(|body| WatchedBody::new(body, client_sending, body_stall));
         match self {
             UpstreamClient::Http1(pool) => Sent::Http1(Box::pin(pool.request(request, continues))),
-            UpstreamClient::Plain(client) => Sent::Legacy(client.request(request)),
+            UpstreamClient::Http2(client) => Sent::Http2(Box::pin(client.request(request))),
+            UpstreamClient::Http2Tls(client) => Sent::Http2(Box::pin(client.request(request))),
             UpstreamClient::Tls(client) => Sent::Legacy(client.request(request)),
         }
     }
@@ -78,6 +83,7 @@ impl UpstreamClient {
 /// A request on its way to the upstream: a pointer's size whatever the client.
 enum Sent<'a> {
     Http1(Pin<Box<dyn Future<Output = Pooled> + Send + 'a>>),
+    Http2(Pin<Box<dyn Future<Output = Result<Response<Incoming>, UpstreamError>> + Send + 'a>>),
     Legacy(hyper_util::client::legacy::ResponseFuture),
 }
 
@@ -87,6 +93,10 @@ impl Future for Sent<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             Sent::Http1(sent) => sent.as_mut().poll(cx),
+            Sent::Http2(sent) => sent
+                .as_mut()
+                .poll(cx)
+                .map_ok(|response| response.map(AnswerBody::Hyper)),
             Sent::Legacy(sent) => Pin::new(sent).poll(cx).map(|answered| {
                 let mut response = answered.map_err(UpstreamError::Client)?;
                 // As the proxy's own client reads answers: its own version to the client, and
@@ -292,7 +302,8 @@ impl RouteState {
 /// connection as streams.
 fn client(route: &Route) -> UpstreamClient {
     let http2 = route.upstream_http2();
-    if !http2 && !route.upstream().is_tls() {
+    let tls = route.upstream().is_tls();
+    if !http2 && !tls {
         let authority = hyper::http::uri::Authority::try_from(route.upstream().authority())
             .expect("a checked upstream's authority is a valid authority");
         return UpstreamClient::Http1(Arc::new(Http1Pool::new(
@@ -304,18 +315,27 @@ fn client(route: &Route) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    if http2 {
+        let target = Uri::builder()
+            .scheme(route.upstream().scheme())
+            .authority(route.upstream().authority())
+            .path_and_query("/")
+            .build()
+            .expect("a checked upstream's scheme and authority make a URI");
+        return if tls {
+            let connector = tls::Connector::new(connector, route.ca_file(), true);
+            UpstreamClient::Http2Tls(Arc::new(Http2Upstream::new(target, connector)))
+        } else {
+            UpstreamClient::Http2(Arc::new(Http2Upstream::new(target, connector)))
+        };
+    }
+    let connector = tls::Connector::new(connector, route.ca_file(), false);
     let mut builder = Client::builder(TokioExecutor::new());
     builder
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE)
-        .timer(TokioTimer::new())
-        .http2_only(http2);
-    if route.upstream().is_tls() {
-        let connector = tls::Connector::new(connector, route.ca_file(), http2);
-        UpstreamClient::Tls(builder.build(connector))
-    } else {
-        UpstreamClient::Plain(builder.build(connector))
-    }
+        .timer(TokioTimer::new());
+    UpstreamClient::Tls(Box::new(builder.build(connector)))
 }
 
 /// How often a budget replaced by a reload is checked for calls still running under it.
@@ -603,18 +623,25 @@ fn forward_call<'a>(
                 request.headers_mut().insert(hyper::header::HOST, host);
             }
         }
-        *request.uri_mut() = uri;
-        *request.version_mut() = if state.route.upstream_http2() {
+        let http2 = state.route.upstream_http2();
+        *request.uri_mut() = if http2 && state.route.preserve_host() {
+            // To an HTTP/2 upstream the client's host goes as `:authority`, from the URI, and
+            // no `Host` beside it (the connection goes to the upstream whatever the URI says).
+            with_authority(uri, request.headers_mut().remove(hyper::header::HOST))
+        } else {
+            uri
+        };
+        *request.version_mut() = if http2 {
             Version::HTTP_2
         } else {
             Version::HTTP_11
         };
         // To an HTTP/2 upstream the authority goes as `:authority`, from the URI.
-        let host = (!state.route.upstream_http2()).then_some(&state.authority);
+        let host = (!http2).then_some(&state.authority);
         let continues = headers::for_upstream(
             request.headers_mut(),
             host,
-            state.route.preserve_host(),
+            state.route.preserve_host() && !http2,
             &peer,
         );
         state
@@ -843,6 +870,20 @@ fn upstream_uri(state: &RouteState, uri: &Uri) -> Option<Uri> {
     Uri::from_parts(parts).ok()
 }
 
+/// `uri` with `host` as its authority, if it is one (else `uri` as it is: the upstream's).
+fn with_authority(uri: Uri, host: Option<HeaderValue>) -> Uri {
+    let Some(authority) = host.and_then(|h| {
+        hyper::http::uri::Authority::try_from(h.as_bytes())
+            .ok()
+            .filter(|a| !a.as_str().contains('@'))
+    }) else {
+        return uri;
+    };
+    let mut parts = uri.into_parts();
+    parts.authority = Some(authority);
+    Uri::from_parts(parts).expect("a URI with another valid authority is valid")
+}
+
 /// Why a call ended at its deadline: the client's body (it had not sent all of it), or the
 /// call's timeout.
 fn timed_out(slot: &CallSlot) -> Reason {
@@ -857,10 +898,10 @@ fn timed_out(slot: &CallSlot) -> Reason {
 /// error somewhere in the chain, or it stopped coming), rather than the upstream or the way to
 /// it.
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
-    if let Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) =
-        e.downcast_ref::<UpstreamError>()
-    {
-        return true;
+    match e.downcast_ref::<UpstreamError>() {
+        Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) => return true,
+        Some(UpstreamError::Http2(e)) if e.is_user() => return true,
+        _ => {}
     }
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(s) = source {

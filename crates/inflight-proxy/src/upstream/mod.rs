@@ -5,6 +5,7 @@
 //! socket (with a second descriptor of it, for a call ended early) and its two buffers.
 
 pub(crate) mod answer;
+mod http2;
 mod watched;
 mod wire;
 
@@ -26,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use answer::AnswerBody;
+pub(crate) use http2::Http2Upstream;
 pub(crate) use watched::WatchedBody;
 use wire::Sending;
 pub(crate) use wire::{chunked_alone, Malformed};
@@ -313,8 +315,13 @@ pub(crate) enum UpstreamError {
     /// The client sent no more of its request body for this long (the proxy's
     /// `idle_timeout`).
     ClientBodyStalled(Duration),
-    /// From hyper-util's client (HTTP/2 and TLS upstreams).
+    /// From hyper-util's client (HTTP/1.1 over TLS).
     Client(hyper_util::client::legacy::Error),
+    /// No connection could be made to an HTTP/2 upstream: the attempt's failure (shared by
+    /// the requests that waited for it).
+    Connecting(Arc<Box<dyn StdError + Send + Sync>>),
+    /// From hyper's HTTP/2 client, on the connection.
+    Http2(hyper::Error),
 }
 
 impl UpstreamError {
@@ -323,6 +330,7 @@ impl UpstreamError {
         match self {
             UpstreamError::Connect(_) => true,
             UpstreamError::Client(e) => e.is_connect(),
+            UpstreamError::Connecting(_) => true,
             _ => false,
         }
     }
@@ -339,6 +347,8 @@ impl fmt::Display for UpstreamError {
                 "the client sent no more of its request body within {d:?}"
             ),
             UpstreamError::Client(e) => e.fmt(f),
+            UpstreamError::Connecting(_) => f.write_str("cannot connect"),
+            UpstreamError::Http2(e) => e.fmt(f),
         }
     }
 }
@@ -351,6 +361,8 @@ impl StdError for UpstreamError {
             UpstreamError::ClientBody(e) => Some(e),
             UpstreamError::ClientBodyStalled(_) => None,
             UpstreamError::Client(e) => e.source(),
+            UpstreamError::Connecting(e) => Some(&***e),
+            UpstreamError::Http2(e) => e.source(),
         }
     }
 }

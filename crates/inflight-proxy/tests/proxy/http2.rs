@@ -50,12 +50,27 @@ async fn upstream_http2_sends_every_request_as_a_stream_of_one_connection() {
     let seen = upstream.seen();
     assert_eq!(seen.len(), 9);
     assert!(seen.iter().all(|s| s.version == hyper::Version::HTTP_2));
+    // The client's host goes as `:authority`, with no `Host` beside it (RFC 9113, 8.3.1).
+    for s in &seen {
+        assert_eq!(s.uri, format!("http://{addr}/sleep/30"));
+        assert!(!s.headers.contains_key("host"), "{:?}", s.headers);
+    }
+    // An HTTP/2 client's host, from its request target, is preserved too; another host goes
+    // on the same connection.
+    get(&h2_client(), addr, "/").await;
+    let other = hyper::Request::get(format!("http://{addr}/other"))
+        .header("host", "records.example:8080")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let answer = crate::support::within(client().request(other))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let seen = upstream.seen();
+    assert_eq!(seen[9].uri, format!("http://{addr}/"));
+    assert_eq!(seen[10].uri, "http://records.example:8080/other");
     let peers: std::collections::HashSet<_> = seen.iter().map(|s| s.peer).collect();
     assert_eq!(peers.len(), 1, "more than one connection: {peers:?}");
-    // An HTTP/2 client's host, from its request target, is preserved too.
-    get(&h2_client(), addr, "/").await;
-    let last = upstream.seen().pop().unwrap();
-    assert_eq!(last.headers["host"], addr.to_string());
 }
 
 /// An HTTP/2 request head of up to 32 KiB is taken and one past it gets 431, as over HTTP/1.1
@@ -126,7 +141,7 @@ impl Nginx {
              proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi;\n\
              uwsgi_temp_path {p}/uwsgi;\n  scgi_temp_path {p}/scgi;\n\
              server {{\n    listen 127.0.0.1:{port} http2;\n\
-             location / {{ return 200 \"nginx $server_protocol $request_uri\"; }}\n  }}\n}}\n"
+             location / {{ return 200 \"nginx $server_protocol $request_uri $host\"; }}\n  }}\n}}\n"
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
         let child = std::process::Command::new("nginx")
@@ -171,17 +186,43 @@ async fn nginx_as_an_http2_upstream_answers_what_the_proxy_forwards() {
     let Some(nginx) = Nginx::start() else {
         return;
     };
-    let (proxy, _) = proxy(&budget(
+    let (plain, _) = proxy(&budget(
         "records",
         &format!("http://{}", nginx.addr),
         "max_concurrent = 2\nupstream_http2 = true",
     ))
     .await;
-    let addr = proxy.local_addr("records").unwrap();
+    let addr = plain.local_addr("records").unwrap();
     for client in [client(), h2_client()] {
         let (status, _, body) = get(&client, addr, "/records/7?x=1").await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body, "nginx HTTP/2.0 /records/7?x=1");
+        assert_eq!(body, "nginx HTTP/2.0 /records/7?x=1 127.0.0.1");
+    }
+    // With `preserve_host`, the client's host goes as `:authority` alone: nginx takes it
+    // (it refused a `Host` beside the upstream's `:authority`).
+    let (preserving, _) = proxy(&budget(
+        "records",
+        &format!("http://{}", nginx.addr),
+        "max_concurrent = 2\nupstream_http2 = true\npreserve_host = true",
+    ))
+    .await;
+    let addr = preserving.local_addr("records").unwrap();
+    for client in [client(), h2_client()] {
+        // Sent to the proxy's address, naming another host.
+        let request = hyper::Request::get(format!("http://{addr}/r"))
+            .header("host", "records.example:8080")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let answer = crate::support::within(client.request(request))
+            .await
+            .unwrap();
+        let status = answer.status();
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(status, 200, "{body:?}");
+        assert_eq!(&body[..], b"nginx HTTP/2.0 /r records.example");
     }
 }
 
@@ -200,4 +241,102 @@ async fn an_http2_clients_requests_reuse_a_pooled_upstream_connection() {
     }
     let peers: std::collections::HashSet<_> = upstream.seen().iter().map(|s| s.peer).collect();
     assert_eq!(peers.len(), 1, "a connection a request: {peers:?}");
+}
+
+/// An HTTP/2 upstream on `listener` whose every connection answers one request ("conn N", N
+/// counting connections) and then goes away with a GOAWAY, as an upstream restarting or
+/// limiting its connections' age does.
+fn one_request_a_connection(listener: tokio::net::TcpListener) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let n = connections.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::spawn(async move {
+                let (answered, done) = tokio::sync::oneshot::channel::<()>();
+                let answered = std::sync::Mutex::new(Some(answered));
+                let service = hyper::service::service_fn(move |_request| {
+                    if let Some(answered) = answered.lock().unwrap().take() {
+                        let _ = answered.send(());
+                    }
+                    async move {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(format!("conn {n}"))),
+                        ))
+                    }
+                });
+                let connection =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let mut connection = std::pin::pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => return,
+                    _ = done => {}
+                }
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            });
+        }
+    });
+}
+
+/// The proxy's one connection to an HTTP/2 upstream is made again when the upstream closes
+/// it: each request below finds the last one's connection gone and is answered on a new one.
+#[tokio::test]
+async fn an_http2_upstream_that_closes_its_connection_is_connected_to_again() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    one_request_a_connection(listener);
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 2\nupstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let client = client();
+    let mut bodies = Vec::new();
+    for _ in 0..4 {
+        let (status, _, body) = get(&client, addr, "/").await;
+        assert_eq!(status, 200, "{body}");
+        bodies.push(body);
+        // The GOAWAY reaches the proxy before the next request, as a rule (one that goes
+        // before it is answered on the old connection; one the closed connection did not
+        // take goes again on a new one: each is answered).
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let connections: std::collections::BTreeSet<_> = bodies.iter().collect();
+    assert!(connections.len() >= 2, "never connected again: {bodies:?}");
+}
+
+/// Requests to an HTTP/2 upstream that takes no connection get 502 `upstream_unreachable` at
+/// once, all of them (the ones that waited for another's attempt share its failure), and
+/// once it listens the next request is answered.
+#[tokio::test]
+async fn an_http2_upstream_that_refuses_connections_gets_502_until_it_listens() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap();
+    drop(listener);
+    let (proxy, _) = proxy(&budget(
+        "records",
+        &format!("http://{upstream}"),
+        "max_concurrent = 8\nupstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let refused: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "/").await }))
+        .collect();
+    for r in refused {
+        let (status, headers, _) = r.await.unwrap();
+        assert_eq!(status, 502);
+        assert_eq!(headers["x-inflight-refused"], "upstream_unreachable");
+    }
+    let Ok(listener) = tokio::net::TcpListener::bind(upstream).await else {
+        eprintln!("skipped the rest: {upstream} was taken meanwhile");
+        return;
+    };
+    one_request_a_connection(listener);
+    let (status, _, body) = get(&client(), addr, "/").await;
+    assert_eq!((status, body.as_str()), (200, "conn 1"));
 }
