@@ -324,9 +324,9 @@ fn client(route: &Route) -> UpstreamClient {
             .expect("a checked upstream's scheme and authority make a URI");
         return if tls {
             let connector = tls::Connector::new(connector, route.ca_file(), true);
-            UpstreamClient::Http2Tls(Arc::new(Http2Upstream::new(target, connector)))
+            UpstreamClient::Http2Tls(Arc::new(Http2Upstream::new(target, connector, POOL_IDLE)))
         } else {
-            UpstreamClient::Http2(Arc::new(Http2Upstream::new(target, connector)))
+            UpstreamClient::Http2(Arc::new(Http2Upstream::new(target, connector, POOL_IDLE)))
         };
     }
     let connector = tls::Connector::new(connector, route.ca_file(), false);

@@ -11,25 +11,32 @@
 use std::error::Error as StdError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{Builder, SendRequest};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::{UpstreamError, WatchedBody};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// The HTTP/2 connection to one upstream, made by `C` (TCP, or TCP and TLS).
-pub(crate) struct Http2Upstream<C> {
+/// The HTTP/2 connection to one upstream, made by `C` (TCP, or TCP and TLS), for requests
+/// with bodies `B`.
+pub(crate) struct Http2Upstream<C, B = WatchedBody> {
     /// The upstream's `scheme://authority/`, what the connector is given.
     target: Uri,
     connector: C,
     builder: Builder<TokioExecutor>,
-    /// The connection's sender, once made and until it closes.
-    current: Mutex<Option<SendRequest<WatchedBody>>>,
+    /// The connection's sender, once made and until it closes, and when a request last took
+    /// it.
+    current: Mutex<Option<(SendRequest<B>, Instant)>>,
+    /// A connection no request took for this long is not used again (a middlebox may have
+    /// dropped it without a word); it closes once the requests still on it end.
+    idle: Duration,
     /// One connection is made at a time; a request that waited for another's attempt shares
     /// its failure rather than trying again on its own (an upstream that takes no connection
     /// would hold each waiter for a connect timeout, one after the other).
@@ -38,15 +45,19 @@ pub(crate) struct Http2Upstream<C> {
     attempts: AtomicU64,
 }
 
-impl<C> Http2Upstream<C>
+impl<C, B> Http2Upstream<C, B>
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
     C::Response: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     C::Future: Send,
     C::Error: Into<BoxError>,
+    B: hyper::body::Body + Unpin + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
 {
-    /// A client of the upstream at `target` (`scheme://authority`), connected by `connector`.
-    pub(crate) fn new(target: Uri, connector: C) -> Http2Upstream<C> {
+    /// A client of the upstream at `target` (`scheme://authority`), connected by `connector`,
+    /// whose connection is not used again after `idle` without a request.
+    pub(crate) fn new(target: Uri, connector: C, idle: Duration) -> Http2Upstream<C, B> {
         let mut builder = Builder::new(TokioExecutor::new());
         builder.timer(TokioTimer::new());
         Http2Upstream {
@@ -54,6 +65,7 @@ where
             connector,
             builder,
             current: Mutex::new(None),
+            idle,
             connecting: tokio::sync::Mutex::new(None),
             attempts: AtomicU64::new(0),
         }
@@ -64,7 +76,7 @@ where
     /// was sent goes once more, on a new connection.
     pub(crate) async fn request(
         &self,
-        mut request: Request<WatchedBody>,
+        mut request: Request<B>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let mut again = true;
         loop {
@@ -83,25 +95,36 @@ where
         }
     }
 
-    /// The open connection's sender, if there is one.
-    fn open(&self) -> Option<SendRequest<WatchedBody>> {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        current.as_ref().filter(|s| !s.is_closed()).cloned()
+    /// The open connection's sender, if there is one that was not left idle too long.
+    fn open(&self) -> Option<SendRequest<B>> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        match current.as_mut() {
+            Some((sender, used)) if !sender.is_closed() && now - *used <= self.idle => {
+                *used = now;
+                Some(sender.clone())
+            }
+            Some(_) => {
+                *current = None;
+                None
+            }
+            None => None,
+        }
     }
 
     /// Forgets the connection of `sender`, which would not take a request.
-    fn forget(&self, sender: &SendRequest<WatchedBody>) {
+    fn forget(&self, sender: &SendRequest<B>) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current
             .as_ref()
-            .is_some_and(|c| c.is_closed() || sender.is_closed())
+            .is_some_and(|(c, _)| c.is_closed() || sender.is_closed())
         {
             *current = None;
         }
     }
 
     /// The connection's sender: the open one, or a new connection's.
-    async fn sender(&self) -> Result<SendRequest<WatchedBody>, UpstreamError> {
+    async fn sender(&self) -> Result<SendRequest<B>, UpstreamError> {
         if let Some(sender) = self.open() {
             return Ok(sender);
         }
@@ -121,7 +144,8 @@ where
         match connected {
             Ok(sender) => {
                 *failed = None;
-                *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
+                *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((sender.clone(), Instant::now()));
                 Ok(sender)
             }
             Err(error) => {
@@ -134,7 +158,7 @@ where
 
     /// A new connection: the connector's, then the HTTP/2 handshake; its task runs on the
     /// runtime until the connection ends.
-    async fn connect(&self) -> Result<SendRequest<WatchedBody>, BoxError> {
+    async fn connect(&self) -> Result<SendRequest<B>, BoxError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -150,5 +174,84 @@ where
         });
         sender.ready().await?;
         Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use std::sync::atomic::AtomicUsize;
+
+    /// An HTTP/2 server on loopback that answers every request with its connection's number.
+    async fn numbering_server() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let n = connections.fetch_add(1, Ordering::SeqCst) + 1;
+                let service = hyper::service::service_fn(move |_| async move {
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                        n.to_string(),
+                    ))))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        addr
+    }
+
+    async fn connection_of(client: &Http2Upstream<HttpConnector, Full<Bytes>>, to: &str) -> String {
+        let request = Request::get(format!("http://{to}/"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = client.request(request).await.unwrap();
+        let body = http_body_util::BodyExt::collect(answer.into_body()).await;
+        String::from_utf8(body.unwrap().to_bytes().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_share_one_connection_until_it_sits_idle_too_long() {
+        let addr = numbering_server().await;
+        let target: Uri = format!("http://{addr}/").parse().unwrap();
+        let client = Http2Upstream::new(target, HttpConnector::new(), Duration::from_millis(300));
+        // Whatever authority a request names, it goes on the one connection to the upstream.
+        assert_eq!(connection_of(&client, &addr.to_string()).await, "1");
+        assert_eq!(connection_of(&client, "records.example").await, "1");
+        let shared = futures::future::join_all((0..8).map(|_| connection_of(&client, "a.example")));
+        assert!(shared.await.iter().all(|n| n == "1"));
+        // Idle past its time, the connection is not used again.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(connection_of(&client, "records.example").await, "2");
+        assert_eq!(connection_of(&client, "records.example").await, "2");
+    }
+
+    #[tokio::test]
+    async fn requests_that_waited_for_a_failed_attempt_share_its_failure() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let target: Uri = format!("http://{addr}/").parse().unwrap();
+        let client: Http2Upstream<HttpConnector, Full<Bytes>> =
+            Http2Upstream::new(target, HttpConnector::new(), Duration::from_secs(90));
+        let tries = (0..6).map(|_| {
+            client.request(
+                Request::get(format!("http://{addr}/"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+        });
+        let failed = futures::future::join_all(tries).await;
+        assert!(failed.iter().all(|f| matches!(f, Err(e) if e.is_connect())));
+        // The first tried and the others waited for it: one attempt in all, or a few if
+        // some came after it ended; never one each.
+        let attempts = client.attempts.load(Ordering::SeqCst);
+        assert!(attempts < 6, "{attempts} attempts for 6 requests");
     }
 }
