@@ -59,7 +59,9 @@ impl FleetHealth {
 
 /// Turns successive [`RedisFleet::health`] readings into lines for an operator: when a budget
 /// loses Redis (and what its calls do then), every `repeat` while it stays lost, when Redis is
-/// back, and when Redis lost the budget's state. Call [`HealthLog::lines`] every second or so.
+/// back, and when Redis lost the budget's state. An outage that began and ended between two
+/// readings is said too, if calls went to the fail policy meanwhile (how many). Call
+/// [`HealthLog::lines`] every second or so.
 ///
 /// ```
 /// use std::time::Duration;
@@ -107,6 +109,8 @@ impl HealthLog {
                 None => (None, now),
             };
             let was_down = was.as_ref().is_some_and(|w| w.redis_down);
+            let (was_fallbacks, was_refused) =
+                was.as_ref().map_or((0, 0), |w| (w.fallbacks, w.refused));
             let was_learning = was.as_ref().is_some_and(|w| w.learning);
             let mut say = said;
             if h.redis_down && !was_down {
@@ -129,6 +133,22 @@ impl HealthLog {
                     h.budget
                 ));
                 say = now;
+            } else if !h.redis_down
+                && !was_down
+                && (h.fallbacks > was_fallbacks || h.refused > was_refused)
+            {
+                // Lost and back between two readings: said by what it did to calls.
+                let meanwhile = match h.fail {
+                    Fail::Local(_) => format!(
+                        "{} calls admitted on the local fallback meanwhile",
+                        h.fallbacks - was_fallbacks
+                    ),
+                    _ => format!("{} calls refused meanwhile", h.refused - was_refused),
+                };
+                lines.push(format!(
+                    "fleet budget {}: redis at {address} could not be reached for a moment and is back: {meanwhile}",
+                    h.budget
+                ));
             } else if !h.redis_down && was_down {
                 lines.push(format!(
                     "fleet budget {}: redis at {address} is back{}",

@@ -792,6 +792,59 @@ async fn a_budget_on_its_fallback_is_said_when_it_starts_while_it_lasts_and_when
     drop(back);
 }
 
+/// An outage that begins and ends between two readings of the log (a failover, a restart under
+/// a second) is said too, with what it did to calls: nothing was said of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_lost_redis_between_two_readings_is_said_with_the_calls_it_refused() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let fleet = fleet(&server, ms(1000));
+    let store = fleet.store(2, Fail::Closed);
+    let records = budget("records", 2, ms(300), &store);
+    drop(records.acquire().await.unwrap());
+    let mut log = inflight_redis::HealthLog::new(Duration::from_secs(10));
+    assert!(log.lines(&fleet).is_empty());
+    server.stop();
+    let mut refused = 0;
+    for _ in 0..3 {
+        if records.acquire().await.is_err() {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "no call was refused while redis was down");
+    server.restart();
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "redis answered again"
+        );
+        if let Ok(permit) = records.acquire().await {
+            drop(permit);
+            break;
+        }
+        refused += 1;
+        tokio::time::sleep(ms(50)).await;
+    }
+    let lines = log.lines(&fleet);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    // As many as the budget counts refused for redis (the acquires that failed after the
+    // restart may have waited out their deadline instead).
+    let unavailable = records.snapshot().unavailable;
+    assert!(
+        unavailable > 0 && unavailable <= refused,
+        "{unavailable} of {refused}"
+    );
+    assert!(
+        lines[0].starts_with("fleet budget records: redis at redis://127.0.0.1:")
+            && lines[0].ends_with(&format!(
+                " could not be reached for a moment and is back: {unavailable} calls refused meanwhile"
+            )),
+        "{lines:?}"
+    );
+}
+
 /// `status` names the node that holds the budget as `host:port`: on one server, the address
 /// this process reached it at (the server's script knows only its port).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
