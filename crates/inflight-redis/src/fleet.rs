@@ -280,8 +280,8 @@ impl RedisFleet {
     pub async fn status(&self, budget: &str) -> Result<crate::FleetStatus, FleetError> {
         let unreachable = |reason: String| {
             FleetError::Unreachable(format!(
-                "fleet budget {budget:?}: redis at {} cannot be reached: {reason}",
-                self.address()
+                "fleet budget {budget:?}: {} cannot be reached: {reason}",
+                self.place_of(budget)
             ))
         };
         match tokio::time::timeout(self.op_timeout, self.server.status(budget)).await {
@@ -338,6 +338,20 @@ impl RedisFleet {
     /// The Redis address, as errors and logs show it: the URL without its password.
     pub fn address(&self) -> &str {
         self.server.address()
+    }
+
+    /// Where budget `budget` lives, as messages say it: `redis at URL`, or on a cluster the
+    /// node of the budget's slot (the URL names the node the cluster was reached through,
+    /// which may not be the one that failed).
+    pub(crate) fn place_of(&self, budget: &str) -> String {
+        match self.topology() {
+            Some("cluster") => format!(
+                "the redis cluster node of slot {} (the cluster reached through {})",
+                crate::scripts::cluster_slot(budget),
+                self.address()
+            ),
+            _ => format!("redis at {}", self.address()),
+        }
     }
 
     /// What the fleet's connection found at its address: `"standalone"`, `"cluster"` or

@@ -93,7 +93,8 @@ impl HealthLog {
         let now = Instant::now();
         let mut lines = Vec::new();
         for h in fleet.health() {
-            let address = fleet.address();
+            // On a cluster, the node that holds the budget, not the one the URL names.
+            let address = fleet.place_of(&h.budget);
             let policy = match h.fail {
                 Fail::Local(n) => {
                     let lease = fleet.lease();
@@ -115,7 +116,7 @@ impl HealthLog {
             let mut say = said;
             if h.redis_down && !was_down {
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} cannot be reached: {}; {policy}",
+                    "fleet budget {}: {address} cannot be reached: {}; {policy}",
                     h.budget,
                     h.error.as_deref().unwrap_or("no answer")
                 ));
@@ -129,7 +130,7 @@ impl HealthLog {
                     _ => format!("{} calls refused so far", h.refused),
                 };
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} still cannot be reached: {so_far}",
+                    "fleet budget {}: {address} still cannot be reached: {so_far}",
                     h.budget
                 ));
                 say = now;
@@ -146,12 +147,12 @@ impl HealthLog {
                     _ => format!("{} calls refused meanwhile", h.refused - was_refused),
                 };
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} could not be reached for a moment and is back: {meanwhile}",
+                    "fleet budget {}: {address} could not be reached for a moment and is back: {meanwhile}",
                     h.budget
                 ));
             } else if !h.redis_down && was_down {
                 lines.push(format!(
-                    "fleet budget {}: redis at {address} is back{}",
+                    "fleet budget {}: {address} is back{}",
                     h.budget,
                     if h.local_held > 0 {
                         format!(

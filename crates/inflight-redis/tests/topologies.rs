@@ -428,5 +428,34 @@ async fn a_hung_primary_leaves_the_budgets_of_the_others_reachable_to_a_new_proc
         assert!(took.lease().is_some(), "a fleet lease");
         assert!(fleet.status(name).await.is_ok(), "{name}");
     }
+    // The hung node's budget: what is said of it names its slot's node, not the seed the URL
+    // names (which answers; messages blamed it).
+    let (on_hung, _) = names
+        .iter()
+        .zip(&masters)
+        .find(|(_, owner)| **owner == hung)
+        .unwrap();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("inflight:{{{on_hung}}}:holders"))
+        .query(&mut cluster.conn_to(masters.iter().copied().find(|p| *p != hung).unwrap()))
+        .unwrap();
+    let place = format!("the redis cluster node of slot {slot} (the cluster reached through ");
+    let status = fleet.status(on_hung).await.unwrap_err().to_string();
+    assert!(status.contains(&place), "{status}");
+    let mut log = inflight_redis::HealthLog::new(Duration::from_secs(10));
+    log.lines(&fleet);
+    let records = budget(on_hung, 2, &store);
+    assert!(records.acquire().await.is_err(), "refused, its node hung");
+    let lines = log.lines(&fleet);
+    let said = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("fleet budget {on_hung}: ")))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        said.contains(&place) && said.contains("cannot be reached"),
+        "{said}"
+    );
+    assert!(!said.contains("redis at"), "{said}");
     cluster.node(hung).pause(false);
 }

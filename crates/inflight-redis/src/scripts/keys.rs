@@ -61,6 +61,36 @@ pub(crate) fn lease_keys(budget: &str) -> [String; 5] {
     ]
 }
 
+/// The Redis Cluster hash slot of every key of budget `budget` (its hash tag is the name):
+/// CRC16 (XMODEM) of the tag, modulo 16,384, as the cluster specification computes it.
+pub(crate) fn cluster_slot(budget: &str) -> u16 {
+    // The tag is what lies between the key's first `{` and the first `}` after it.
+    let tag = match budget.find('}') {
+        // `inflight:{na}me:...`: the tag ends at the name's own `}`; an empty tag (a name
+        // that starts with `}`) hashes the whole key.
+        Some(0) => return slot_of(holders_key(budget).as_bytes()),
+        Some(end) => &budget[..end],
+        None => budget,
+    };
+    slot_of(tag.as_bytes())
+}
+
+/// CRC16 (XMODEM: polynomial 0x1021, initial value 0) of `bytes`, modulo 16,384.
+fn slot_of(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
 /// How many characters of a lease id name the process that asked for it.
 pub(crate) const PROCESS_TOKEN_LEN: usize = 16;
 
@@ -92,4 +122,21 @@ pub fn budget_keys(budget: &str) -> Vec<String> {
 /// The key of a fleet rate limit's theoretical arrival time.
 pub(crate) fn rate_key(name: &str) -> String {
     format!("inflight:{{{name}}}:rate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_hash_to_their_cluster_slots() {
+        // As Redis's `CLUSTER KEYSLOT` says (its documentation's examples).
+        assert_eq!(slot_of(b"somekey"), 11_058);
+        assert_eq!(slot_of(b"hash_tag"), 2_515);
+        // Measured on a real cluster: `records` lives in slot 15,835.
+        assert_eq!(cluster_slot("records"), 15_835);
+        assert_eq!(cluster_slot("hash_tag"), 2_515);
+        // A name with a `}` ends the tag there.
+        assert_eq!(cluster_slot("hash_tag}x"), 2_515);
+    }
 }

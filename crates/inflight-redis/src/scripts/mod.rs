@@ -54,8 +54,8 @@ mod sources;
 
 pub use keys::budget_keys;
 pub(crate) use keys::{
-    epoch_key, grants_channel, lease_keys, rate_key, sharded_grants_channel, share_keys,
-    shares_key, PROCESS_TOKEN_LEN,
+    cluster_slot, epoch_key, grants_channel, lease_keys, rate_key, sharded_grants_channel,
+    share_keys, shares_key, PROCESS_TOKEN_LEN,
 };
 use sources::{
     ACQUIRE, FENCE, GCRA_SOURCE, PRELUDE, RELEASE, RENEW, SHARES, TELL_PLAIN, TELL_SHARDED,
