@@ -731,6 +731,15 @@ impl Link {
                         addr(sentinel)
                     )));
                 }
+                // A data node (or a cluster node) given as a sentinel refuses the command.
+                Err(e) if e.code() == Some("ERR") && e.to_string().contains("SENTINEL") => {
+                    last = Some(odd(format!(
+                        "{} is not a sentinel (it does not know the SENTINEL command): \
+                         name the sentinels in redis+sentinel://, or the primary itself in \
+                         redis://",
+                        addr(sentinel)
+                    )));
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -917,6 +926,12 @@ async fn watch(link: Weak<Link>) {
 /// naming the node, when its port is not a number from 1 to 65535 (the URL parser takes 0, and
 /// says of a port it cannot read only that the URL did not parse).
 fn node_info(url: &str, host: &str) -> Result<redis::ConnectionInfo, BadUrl> {
+    if host.is_empty() || host.starts_with(':') {
+        // Not the URL itself: it may hold a password (the caller shows it without).
+        return Err(BadUrl(
+            "no host: expected redis://HOST:PORT (for example redis://127.0.0.1:6379)".to_string(),
+        ));
+    }
     let port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').and_then(|(_, p)| p.strip_prefix(':')),
         None => host.rsplit_once(':').map(|(_, p)| p),
@@ -926,13 +941,49 @@ fn node_info(url: &str, host: &str) -> Result<redis::ConnectionInfo, BadUrl> {
             "{host}: the port {port:?} is not a number from 1 to 65535"
         )));
     }
-    url.into_connection_info()
-        .map_err(|e| BadUrl(format!("{host}: {e}")))
+    let info = url.into_connection_info().map_err(|e| {
+        // The client's own words, without the name of its error kind.
+        let text = e.to_string();
+        let text = text.strip_suffix(" - InvalidClientConfig").unwrap_or(&text);
+        BadUrl(format!("{host}: {text}"))
+    })?;
+    if info.redis_settings().db() < 0 {
+        return Err(BadUrl(format!(
+            "{host}: database {} is not a database number (0, 1, ... up to the server's \
+             `databases` setting less one)",
+            info.redis_settings().db()
+        )));
+    }
+    Ok(info)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_without_a_host_or_with_a_negative_database_are_refused_in_plain_words() {
+        for url in [
+            "redis://",
+            "redis://:6379",
+            "redis://app:s3cret@",
+            "rediss://:pw@:6380",
+        ] {
+            let BadUrl(why) = Topology::parse(url).unwrap_err();
+            assert!(
+                why.starts_with("no host: expected redis://HOST:PORT"),
+                "{url}: {why}"
+            );
+            assert!(!why.contains("s3cret") && !why.contains("pw"), "{why}");
+        }
+        let BadUrl(why) = Topology::parse("redis://127.0.0.1/-1").unwrap_err();
+        assert!(
+            why.contains("database -1 is not a database number"),
+            "{why}"
+        );
+        let BadUrl(why) = Topology::parse("redis://127.0.0.1/abc").unwrap_err();
+        assert_eq!(why, "127.0.0.1: Invalid database number");
+    }
 
     #[test]
     fn urls_name_their_topology_and_never_show_a_password() {

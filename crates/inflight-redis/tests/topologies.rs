@@ -363,9 +363,15 @@ async fn a_url_naming_a_replica_or_a_sentinel_is_refused_saying_what_it_names() 
         .iter()
         .find(|n| n.port != primary)
         .expect("a replica");
+    // And the other way round: a data node named as a sentinel.
+    let as_sentinel = format!("redis+sentinel://127.0.0.1:{primary}/mymaster");
     for (url, says) in [
         (replica.url(), "is a read-only replica"),
         (sentinels.sentinels[0].url(), "runs no scripts: a sentinel?"),
+        (
+            as_sentinel,
+            "is not a sentinel (it does not know the SENTINEL command)",
+        ),
     ] {
         let fleet = fleet(&url, ms(2000), None);
         let store = fleet.store(2, Fail::Closed);

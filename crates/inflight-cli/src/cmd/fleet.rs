@@ -37,7 +37,8 @@ Cluster is followed from any node's address, a primary found through its sentine
             a failover that lost writes); while the budget learns, nothing new is granted
 When Redis cannot be reached, the budget shows its fail policy instead: the processes refuse
 (fail = \"closed\") or run on their local limit (fail = \"local\").
-Nothing is changed. The URL is shown without its password.
+Nothing is changed. The URL is shown without its password. With --json every budget has every
+key (null for what an unreached Redis did not say), and a refused file gives {\"file\", \"error\"}.
 Exit status: 0 when every budget was read, 1 when Redis could not be reached for one, 2 when the
 file is invalid or keeps no budget in Redis (no [fleet] table, or no budget with scope = \"fleet\").
 
@@ -69,6 +70,17 @@ struct Row {
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let (json, file) = (args.json, args.config.display().to_string());
+    let shown = status_of(args);
+    if let (true, Err(e)) = (json, &shown) {
+        // A script reading the JSON is told why there is none, as check-config --json does.
+        let doc = json!({ "file": file, "error": e.to_string() });
+        outln!("{}", serde_json::to_string_pretty(&doc)?)?;
+    }
+    shown
+}
+
+fn status_of(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let budgets = inflight::config::BudgetsFile::from_path(&args.config)
         .and_then(super::budgets_file)?
         .into_budgets();
@@ -174,35 +186,30 @@ fn row_json(row: &Row) -> Value {
         "local_limit": match row.fail { FleetFail::Local(n) => Some(n), _ => None },
         "reachable": row.read.is_ok(),
     });
-    match &row.read {
-        Ok((s, took)) => {
-            let extra = json!({
-                "node": s.node,
-                "role": s.role,
-                "holders": s.holders,
-                "local_registered": s.local_registered,
-                "expired": s.expired,
-                "waiters": s.waiters,
-                "epoch": s.epoch,
-                "version": s.version,
-                "learning_ms": s.learning.as_millis() as u64,
-                "share_processes": s.share_processes,
-                "shares_reserved": s.shares_reserved,
-                "shares_wanted": s.shares_wanted,
-                "round_trip_ms": took.as_secs_f64() * 1e3,
-                "error": Value::Null,
-            });
-            if let (Value::Object(doc), Value::Object(extra)) = (&mut doc, extra) {
-                doc.extend(extra);
-            }
-        }
-        Err(e) => {
-            doc["error"] = e.clone().into();
-            doc["fallback"] = match row.fail {
-                FleetFail::Local(_) => "local".into(),
-                _ => "refusing".into(),
-            };
-        }
+    // Every key in every row: what Redis did not say is null.
+    let read = row.read.as_ref().ok();
+    let extra = json!({
+        "node": read.map(|(s, _)| &s.node),
+        "role": read.map(|(s, _)| &s.role),
+        "holders": read.map(|(s, _)| s.holders),
+        "local_registered": read.map(|(s, _)| s.local_registered),
+        "expired": read.map(|(s, _)| s.expired),
+        "waiters": read.map(|(s, _)| s.waiters),
+        "epoch": read.map(|(s, _)| s.epoch),
+        "version": read.map(|(s, _)| s.version),
+        "learning_ms": read.map(|(s, _)| s.learning.as_millis() as u64),
+        "share_processes": read.map(|(s, _)| s.share_processes),
+        "shares_reserved": read.map(|(s, _)| s.shares_reserved),
+        "shares_wanted": read.map(|(s, _)| s.shares_wanted),
+        "round_trip_ms": read.map(|(_, took)| took.as_secs_f64() * 1e3),
+        "error": row.read.as_ref().err(),
+        "fallback": row.read.is_err().then_some(match row.fail {
+            FleetFail::Local(_) => "local",
+            _ => "refusing",
+        }),
+    });
+    if let (Value::Object(doc), Value::Object(extra)) = (&mut doc, extra) {
+        doc.extend(extra);
     }
     doc
 }

@@ -327,3 +327,54 @@ fn fleet_status_whose_readers_have_gone_ends_with_its_code_not_a_panic() {
     // 1: Redis could not be reached (as with readers); a panic is 101.
     assert_eq!(status.code(), Some(1), "{status:?}");
 }
+
+#[test]
+fn fleet_status_json_has_every_key_for_a_budget_not_reached_and_says_why_a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n\
+         [budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
+    )
+    .unwrap();
+    let out = inflight()
+        .args(["fleet", "status", "--json", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &doc["budgets"][0];
+    assert_eq!(row["reachable"], false);
+    assert_eq!(row["fallback"], "refusing");
+    assert!(
+        row["error"].as_str().unwrap().contains("cannot be reached"),
+        "{row}"
+    );
+    for key in [
+        "node",
+        "role",
+        "holders",
+        "waiters",
+        "epoch",
+        "learning_ms",
+        "round_trip_ms",
+    ] {
+        assert!(row[key].is_null(), "{key}: {row}");
+    }
+    // A file that is refused: JSON that says why, and exit 2.
+    std::fs::write(&path, "[budgets.records]\nmax_concurrent = 4\n").unwrap();
+    let out = inflight()
+        .args(["fleet", "status", "--json", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["error"].as_str().unwrap().contains("no [fleet] table"),
+        "{doc}"
+    );
+    assert_eq!(doc["file"], path.display().to_string());
+}
