@@ -118,7 +118,8 @@ impl HealthLog {
                 lines.push(format!(
                     "fleet budget {}: {address} cannot be reached: {}; {policy}",
                     h.budget,
-                    h.error.as_deref().unwrap_or("no answer")
+                    // Without the error's own full stop: the line goes on after it.
+                    h.error.as_deref().unwrap_or("no answer").trim_end_matches('.')
                 ));
                 say = now;
             } else if h.redis_down && now >= said + self.repeat {

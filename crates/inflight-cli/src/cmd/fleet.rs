@@ -262,11 +262,18 @@ fn render(row: &Row) -> String {
                     )
                 )
             };
-            let _ = writeln!(
-                out,
-                "  epoch           {} (version {}), learning: {learning}",
-                s.epoch, s.version
-            );
+            let _ = if s.epoch == 0 {
+                writeln!(
+                    out,
+                    "  epoch           none yet (no process has met the budget in this redis), learning: {learning}"
+                )
+            } else {
+                writeln!(
+                    out,
+                    "  epoch           {} (version {}), learning: {learning}",
+                    s.epoch, s.version
+                )
+            };
             let _ = writeln!(
                 out,
                 "  fail            {}; redis answered in {:.1} ms",

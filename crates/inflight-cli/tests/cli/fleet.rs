@@ -378,3 +378,31 @@ fn fleet_status_json_has_every_key_for_a_budget_not_reached_and_says_why_a_file_
     );
     assert_eq!(doc["file"], path.display().to_string());
 }
+
+#[test]
+fn fleet_status_on_a_redis_no_process_has_used_says_there_is_no_epoch_yet() {
+    let Some(redis) = crate::proxy_fleet::Redis::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[fleet]\nurl = \"{}\"\n[budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let out = inflight()
+        .args(["fleet", "status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("  epoch           none yet (no process has met the budget in this redis), learning: no\n"),
+        "{text}"
+    );
+}

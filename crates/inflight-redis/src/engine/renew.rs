@@ -40,8 +40,9 @@ impl Engine {
         locals: Vec<Arc<str>>,
     ) -> Option<(Renewed, Instant)> {
         let asked = Instant::now();
+        let within = self.settings.op_timeout.min(self.settings.lease / 3);
         let answer = tokio::time::timeout(
-            self.settings.op_timeout.min(self.settings.lease / 3),
+            within,
             self.server
                 .renew(budget, ids, locals, self.terms(), self.seen(budget)),
         )
@@ -54,9 +55,11 @@ impl Engine {
                 return None;
             }
             Err(_) => {
+                // Also the look of a process that holds nothing, while Redis was down: said
+                // without naming a renewal.
                 let error: ServerError = Arc::new(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "a renewal had no answer within its round-trip timeout",
+                    format!("no answer within {within:?}"),
                 ));
                 self.mark_down(budget, &error);
                 return None;
