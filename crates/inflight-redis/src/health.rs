@@ -119,7 +119,10 @@ impl HealthLog {
                     "fleet budget {}: {address} cannot be reached: {}; {policy}",
                     h.budget,
                     // Without the error's own full stop: the line goes on after it.
-                    h.error.as_deref().unwrap_or("no answer").trim_end_matches('.')
+                    h.error
+                        .as_deref()
+                        .unwrap_or("no answer")
+                        .trim_end_matches('.')
                 ));
                 say = now;
             } else if h.redis_down && now >= said + self.repeat {

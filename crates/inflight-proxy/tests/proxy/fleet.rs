@@ -341,7 +341,7 @@ async fn down_at_start_is_said_at_once(mode: &str) {
     drop(closed);
     let text = |url: &str| {
         format!(
-            "[fleet]\nurl = \"{url}\"\n\n[budgets.records]\nmax_concurrent = 2\nscope = \"fleet\"\n{mode}upstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
+            "[proxy]\nadmin = \"127.0.0.1:0\"\n[fleet]\nurl = \"{url}\"\n\n[budgets.records]\nmax_concurrent = 2\nscope = \"fleet\"\n{mode}upstream = \"{}\"\nlisten = \"127.0.0.1:0\"\n",
             upstream.url()
         )
     };
@@ -356,6 +356,15 @@ async fn down_at_start_is_said_at_once(mode: &str) {
         metrics(&down).get("inflight_fleet_redis_down{budget=records}"),
         Some(&1.0),
         "the metric says so too, before any request"
+    );
+    // Ready all the same: readiness is whether the proxy takes requests, not Redis (every
+    // replica would go out of its load balancer at once).
+    let admin = down.admin_addr().unwrap();
+    assert_eq!(
+        crate::support::get(&crate::support::client(), admin, "/readyz")
+            .await
+            .0,
+        200
     );
     let Some(server) = RedisServer::start() else {
         return;
