@@ -360,12 +360,7 @@ async fn down_at_start_is_said_at_once(mode: &str) {
     // Ready all the same: readiness is whether the proxy takes requests, not Redis (every
     // replica would go out of its load balancer at once).
     let admin = down.admin_addr().unwrap();
-    assert_eq!(
-        crate::support::get(&crate::support::client(), admin, "/readyz")
-            .await
-            .0,
-        200
-    );
+    assert_eq!(get(&client(), admin, "/readyz").await.0, 200);
     let Some(server) = RedisServer::start() else {
         return;
     };
