@@ -900,7 +900,20 @@ fn timed_out(slot: &CallSlot) -> Reason {
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
     match e.downcast_ref::<UpstreamError>() {
         Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) => return true,
-        Some(UpstreamError::Http2(e)) if e.is_user() => return true,
+        // The proxy's HTTP/2 client: the client's body failed if hyper says so of the body
+        // (its own "user" errors include a request that never reached the connection).
+        Some(UpstreamError::Http2(e)) => {
+            let mut source = e.source();
+            while let Some(s) = source {
+                if let Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) =
+                    s.downcast_ref::<UpstreamError>()
+                {
+                    return true;
+                }
+                source = s.source();
+            }
+            return false;
+        }
         _ => {}
     }
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{Builder, SendRequest};
 use hyper::{Request, Response, Uri};
@@ -20,6 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::replay::Replayable;
 use super::{UpstreamError, WatchedBody};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -31,9 +33,8 @@ pub(crate) struct Http2Upstream<C, B = WatchedBody> {
     target: Uri,
     connector: C,
     builder: Builder<TokioExecutor>,
-    /// The connection's sender, once made and until it closes, and when a request last took
-    /// it.
-    current: Mutex<Option<(SendRequest<B>, Instant)>>,
+    /// The connection, once made and until it closes or is forgotten.
+    current: Mutex<Option<Open<B>>>,
     /// A connection no request took for this long is not used again (a middlebox may have
     /// dropped it without a word); it closes once the requests still on it end.
     idle: Duration,
@@ -45,14 +46,43 @@ pub(crate) struct Http2Upstream<C, B = WatchedBody> {
     attempts: AtomicU64,
 }
 
+/// The connection requests go on.
+struct Open<B> {
+    sender: SendRequest<Replayable<B>>,
+    /// When a request last took it.
+    used: Instant,
+    /// Which connection attempt made it.
+    number: u64,
+}
+
+/// How many times a request goes to the upstream at most (see [`Http2Upstream::request`]).
+const MAX_SENDS: usize = 10;
+
+/// Whether the upstream did not process the request that failed with `e`: its stream was
+/// refused (`REFUSED_STREAM`) or above the last stream of the upstream's GOAWAY (RFC 9113,
+/// 8.7), or it never reached the connection's task (hyper's "dispatch gone", a user error
+/// without a body's failure in it).
+fn unprocessed(e: &hyper::Error) -> bool {
+    let mut source = e.source();
+    let mut from_body = false;
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+        }
+        from_body |= s.is::<UpstreamError>();
+        source = s.source();
+    }
+    (e.is_user() && !from_body) || e.is_canceled()
+}
+
 impl<C, B> Http2Upstream<C, B>
 where
     C: Service<Uri> + Clone + Send + Sync + 'static,
     C::Response: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     C::Future: Send,
     C::Error: Into<BoxError>,
-    B: hyper::body::Body + Unpin + Send + 'static,
-    B::Data: Send,
+    B: hyper::body::Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<BoxError>,
 {
     /// A client of the upstream at `target` (`scheme://authority`), connected by `connector`,
@@ -72,37 +102,61 @@ where
     }
 
     /// Sends `request` (an absolute URI: its authority is the request's `:authority`) on the
-    /// connection, made first if there is none. A request the connection closed on before it
-    /// was sent goes once more, on a new connection.
+    /// connection, made first if there is none. A request the upstream did not process goes
+    /// again on a new connection, up to [`MAX_SENDS`] times in all: one the closed connection
+    /// did not take, and one whose stream the upstream refused (`REFUSED_STREAM`, or above
+    /// the last stream of its GOAWAY: RFC 9113, 8.7), its body sent again from what was kept
+    /// of it ([`Replayable`]; a body past [`REPLAY_LIMIT`](super::replay::REPLAY_LIMIT) gets
+    /// the upstream's refusal).
     pub(crate) async fn request(
         &self,
-        mut request: Request<B>,
+        request: Request<B>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut again = true;
+        let (head, body) = request.into_parts();
+        let mut body = Replayable::new(body);
+        let mut sends = 0;
         loop {
-            let mut sender = self.sender().await?;
-            match sender.try_send_request(request).await {
+            sends += 1;
+            let replay = body.replay();
+            let mut request = Request::new(body);
+            *request.method_mut() = head.method.clone();
+            *request.uri_mut() = head.uri.clone();
+            *request.version_mut() = head.version;
+            *request.headers_mut() = head.headers.clone();
+            let (mut sender, connection) = self.sender().await?;
+            let failed = match sender.try_send_request(request).await {
                 Ok(response) => return Ok(response),
                 Err(mut failed) => match failed.take_message() {
-                    Some(unsent) if again => {
-                        again = false;
-                        self.forget(&sender);
-                        request = unsent;
+                    Some(unsent) if sends < MAX_SENDS => {
+                        // The connection would not take it: it closed meanwhile.
+                        self.forget(connection);
+                        body = unsent.into_body();
+                        continue;
                     }
-                    _ => return Err(UpstreamError::Http2(failed.into_error())),
+                    _ => failed.into_error(),
                 },
+            };
+            if sends >= MAX_SENDS || !unprocessed(&failed) {
+                return Err(UpstreamError::Http2(failed));
+            }
+            // Not processed: the connection goes (it is closing), the request again.
+            self.forget(connection);
+            match replay.take().await {
+                Some(again) => body = again,
+                None => return Err(UpstreamError::Http2(failed)),
             }
         }
     }
 
-    /// The open connection's sender, if there is one that was not left idle too long.
-    fn open(&self) -> Option<SendRequest<B>> {
+    /// The open connection's sender and number, if there is one that was not left idle too
+    /// long.
+    fn open(&self) -> Option<(SendRequest<Replayable<B>>, u64)> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         match current.as_mut() {
-            Some((sender, used)) if !sender.is_closed() && now - *used <= self.idle => {
-                *used = now;
-                Some(sender.clone())
+            Some(open) if !open.sender.is_closed() && now - open.used <= self.idle => {
+                open.used = now;
+                Some((open.sender.clone(), open.number))
             }
             Some(_) => {
                 *current = None;
@@ -112,26 +166,24 @@ where
         }
     }
 
-    /// Forgets the connection of `sender`, which would not take a request.
-    fn forget(&self, sender: &SendRequest<B>) {
+    /// Forgets connection `number`, which would not take a request or refused one: the next
+    /// request makes a new one.
+    fn forget(&self, number: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current
-            .as_ref()
-            .is_some_and(|(c, _)| c.is_closed() || sender.is_closed())
-        {
+        if current.as_ref().is_some_and(|open| open.number == number) {
             *current = None;
         }
     }
 
-    /// The connection's sender: the open one, or a new connection's.
-    async fn sender(&self) -> Result<SendRequest<B>, UpstreamError> {
-        if let Some(sender) = self.open() {
-            return Ok(sender);
+    /// The connection's sender and number: the open one, or a new connection's.
+    async fn sender(&self) -> Result<(SendRequest<Replayable<B>>, u64), UpstreamError> {
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let seen = self.attempts.load(Ordering::Acquire);
         let mut failed = self.connecting.lock().await;
-        if let Some(sender) = self.open() {
-            return Ok(sender);
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         if let Some(error) = failed.as_ref() {
             if self.attempts.load(Ordering::Acquire) != seen {
@@ -140,13 +192,16 @@ where
             }
         }
         let connected = self.connect().await;
-        self.attempts.fetch_add(1, Ordering::AcqRel);
+        let number = self.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match connected {
             Ok(sender) => {
                 *failed = None;
-                *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some((sender.clone(), Instant::now()));
-                Ok(sender)
+                *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Open {
+                    sender: sender.clone(),
+                    used: Instant::now(),
+                    number,
+                });
+                Ok((sender, number))
             }
             Err(error) => {
                 let error = Arc::new(error);
@@ -158,7 +213,7 @@ where
 
     /// A new connection: the connector's, then the HTTP/2 handshake; its task runs on the
     /// runtime until the connection ends.
-    async fn connect(&self) -> Result<SendRequest<B>, BoxError> {
+    async fn connect(&self) -> Result<SendRequest<Replayable<B>>, BoxError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await

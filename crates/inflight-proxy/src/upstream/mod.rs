@@ -6,6 +6,7 @@
 
 pub(crate) mod answer;
 mod http2;
+mod replay;
 mod watched;
 mod wire;
 

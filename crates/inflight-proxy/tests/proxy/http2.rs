@@ -120,6 +120,11 @@ struct Nginx {
 
 impl Nginx {
     fn start() -> Option<Nginx> {
+        Nginx::start_with("")
+    }
+
+    /// With `server` added to its server block.
+    fn start_with(server: &str) -> Option<Nginx> {
         if std::process::Command::new("nginx")
             .arg("-v")
             .output()
@@ -140,7 +145,7 @@ impl Nginx {
              http {{\n  access_log off;\n  client_body_temp_path {p}/body;\n\
              proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi;\n\
              uwsgi_temp_path {p}/uwsgi;\n  scgi_temp_path {p}/scgi;\n\
-             server {{\n    listen 127.0.0.1:{port} http2;\n\
+             server {{\n    listen 127.0.0.1:{port} http2;\n    {server}\n\
              location / {{ return 200 \"nginx $server_protocol $request_uri $host\"; }}\n  }}\n}}\n"
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
@@ -339,4 +344,64 @@ async fn an_http2_upstream_that_refuses_connections_gets_502_until_it_listens() 
     one_request_a_connection(listener);
     let (status, _, body) = get(&client(), addr, "/").await;
     assert_eq!((status, body.as_str()), (200, "conn 1"));
+}
+
+/// An HTTP/2 upstream that closes its connections after a few requests (nginx's
+/// `keepalive_requests`, 1,000 by default) refuses the streams opened on one past that (those
+/// above its GOAWAY's last stream, RFC 9113 section 8.7: not processed): the proxy sends them
+/// again on a new connection, with their bodies, and every request is answered. (A fifth of
+/// them failed, 502 or 400, before.)
+#[tokio::test]
+async fn requests_an_http2_upstream_refused_as_it_closed_its_connection_go_again() {
+    let Some(nginx) =
+        Nginx::start_with("keepalive_requests 10;\n    http2_max_concurrent_streams 4;")
+    else {
+        return;
+    };
+    let (proxy, lines) = proxy(&budget(
+        "records",
+        &format!("http://{}", nginx.addr),
+        "max_concurrent = 16\nmax_queued = 1000\nupstream_http2 = true",
+    ))
+    .await;
+    let addr = proxy.local_addr("records").unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            tokio::spawn(async move {
+                let client = if t % 2 == 0 { client() } else { h2_client() };
+                let mut failed = Vec::new();
+                for i in 0..12 {
+                    let request = if i % 3 == 0 {
+                        hyper::Request::post(format!("http://{addr}/r/{t}/{i}"))
+                            .body(http_body_util::Full::new(bytes::Bytes::from(
+                                "a small body".repeat(100),
+                            )))
+                            .unwrap()
+                    } else {
+                        hyper::Request::get(format!("http://{addr}/r/{t}/{i}"))
+                            .body(http_body_util::Full::new(bytes::Bytes::new()))
+                            .unwrap()
+                    };
+                    let answer = crate::support::within(client.request(request))
+                        .await
+                        .unwrap();
+                    if answer.status() != 200 {
+                        failed.push(format!("{} {:?}", answer.status(), answer.headers()));
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        failed.extend(t.await.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{:?} {} of 192 failed: {:?}",
+        lines.lock().unwrap(),
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
 }
