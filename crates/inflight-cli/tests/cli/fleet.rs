@@ -300,18 +300,25 @@ fn fleet_status_refuses_a_file_whose_fleet_keeps_no_budget_and_says_a_bad_url_in
     assert!(err.contains("unknown scheme"), "{err}");
 }
 
+/// A budgets file in `dir` whose one budget, `records` (4), is kept in the Redis at `url`.
+fn fleet_file(dir: &tempfile::TempDir, url: &str) -> std::path::PathBuf {
+    let path = dir.path().join("budgets.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[fleet]\nurl = \"{url}\"\n[budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
 #[test]
 fn fleet_status_whose_readers_have_gone_ends_with_its_code_not_a_panic() {
     // As `inflight fleet status ... | head -1` once head has its line: stdout, and here stderr
     // too, are pipes whose reading end is closed before the command writes.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("budgets.toml");
-    std::fs::write(
-        &path,
-        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n\
-         [budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
-    )
-    .unwrap();
+    let path = fleet_file(&dir, "redis://127.0.0.1:1");
     let gone = || {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
@@ -331,13 +338,7 @@ fn fleet_status_whose_readers_have_gone_ends_with_its_code_not_a_panic() {
 #[test]
 fn fleet_status_json_has_every_key_for_a_budget_not_reached_and_says_why_a_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("budgets.toml");
-    std::fs::write(
-        &path,
-        "[fleet]\nurl = \"redis://127.0.0.1:1\"\n\
-         [budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
-    )
-    .unwrap();
+    let path = fleet_file(&dir, "redis://127.0.0.1:1");
     let out = inflight()
         .args(["fleet", "status", "--json", "--config"])
         .arg(&path)
@@ -385,15 +386,7 @@ fn fleet_status_on_a_redis_no_process_has_used_says_there_is_no_epoch_yet() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("budgets.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[fleet]\nurl = \"{}\"\n[budgets.records]\nmax_concurrent = 4\nscope = \"fleet\"\n",
-            redis.url()
-        ),
-    )
-    .unwrap();
+    let path = fleet_file(&dir, &redis.url());
     let out = inflight()
         .args(["fleet", "status", "--config"])
         .arg(&path)
