@@ -13,18 +13,33 @@ use std::sync::Arc;
 pub struct FleetUnavailable {
     budget: String,
     address: String,
+    /// On a cluster, the budget's slot.
+    slot: Option<u16>,
     reason: Arc<dyn std::error::Error + Send + Sync>,
 }
 
+/// Where a budget lives, as messages say it: `redis at URL`, or on a cluster (`slot`) the node
+/// of the budget's slot, reached through the URL (which may name another node).
+pub(crate) fn place(address: &str, slot: Option<u16>) -> String {
+    match slot {
+        Some(slot) => {
+            format!("the redis cluster node of slot {slot} (the cluster reached through {address})")
+        }
+        None => format!("redis at {address}"),
+    }
+}
+
 impl FleetUnavailable {
+    /// `slot`: the budget's, on a cluster.
     pub(crate) fn new(
         budget: &str,
-        address: &str,
+        (address, slot): (&str, Option<u16>),
         reason: Arc<dyn std::error::Error + Send + Sync>,
     ) -> FleetUnavailable {
         FleetUnavailable {
             budget: budget.to_string(),
             address: address.to_string(),
+            slot,
             reason,
         }
     }
@@ -44,8 +59,10 @@ impl fmt::Display for FleetUnavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "fleet budget {:?}: redis at {} cannot be reached: {}",
-            self.budget, self.address, self.reason
+            "fleet budget {:?}: {} cannot be reached: {}",
+            self.budget,
+            place(&self.address, self.slot),
+            self.reason
         )
     }
 }

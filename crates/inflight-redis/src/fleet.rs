@@ -344,14 +344,7 @@ impl RedisFleet {
     /// node of the budget's slot (the URL names the node the cluster was reached through,
     /// which may not be the one that failed).
     pub(crate) fn place_of(&self, budget: &str) -> String {
-        match self.topology() {
-            Some("cluster") => format!(
-                "the redis cluster node of slot {} (the cluster reached through {})",
-                crate::scripts::cluster_slot(budget),
-                self.address()
-            ),
-            _ => format!("redis at {}", self.address()),
-        }
+        crate::error::place(self.address(), self.server.slot_of(budget))
     }
 
     /// What the fleet's connection found at its address: `"standalone"`, `"cluster"` or

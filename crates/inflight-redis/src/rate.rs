@@ -94,7 +94,7 @@ impl FleetRate {
         let unavailable = |reason| {
             RateError::Unavailable(FleetUnavailable::new(
                 &self.name,
-                self.server.address(),
+                (self.server.address(), self.server.slot_of(&self.name)),
                 reason,
             ))
         };
@@ -239,7 +239,7 @@ impl RateGate {
             }
             Fail::Closed => Err(StoreError::unavailable(FleetUnavailable::new(
                 budget,
-                engine.address(),
+                (engine.address(), engine.server().slot_of(budget)),
                 reason,
             ))),
         }

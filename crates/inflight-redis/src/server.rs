@@ -226,6 +226,12 @@ pub(crate) trait Server: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// On a cluster, the slot of `budget`'s keys: where errors say the budget lives (the node
+    /// the URL names may not be the one that failed).
+    fn slot_of(&self, budget: &str) -> Option<u16> {
+        (self.topology() == Some("cluster")).then(|| scripts::cluster_slot(budget))
+    }
+
     /// What the server holds of `budget` now, read without changing it.
     fn status(&self, budget: &str) -> BoxFuture<'static, Result<FleetStatus, ServerError>> {
         let _ = budget;

@@ -542,7 +542,7 @@ impl Engine {
                 self.counters.unavailable.fetch_add(1, Relaxed);
                 Err(StoreError::unavailable(FleetUnavailable::new(
                     budget,
-                    self.server.address(),
+                    (self.server.address(), self.server.slot_of(budget)),
                     outage.reason,
                 )))
             }

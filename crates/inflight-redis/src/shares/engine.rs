@@ -417,7 +417,7 @@ impl ShareEngine {
                 self.counters.unavailable.fetch_add(1, Relaxed);
                 Err(StoreError::unavailable(FleetUnavailable::new(
                     budget,
-                    self.server.address(),
+                    (self.server.address(), self.server.slot_of(budget)),
                     reason,
                 )))
             }
