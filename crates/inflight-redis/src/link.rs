@@ -937,8 +937,17 @@ fn node_info(url: &str, host: &str) -> Result<redis::ConnectionInfo, BadUrl> {
         None => host.rsplit_once(':').map(|(_, p)| p),
     };
     if let Some(port) = port.filter(|p| !matches!(p.parse::<u16>(), Ok(1..))) {
+        // Digits are shown; anything else may be a password whose '@' was left out.
+        let digits = port.strip_prefix('-').unwrap_or(port);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(BadUrl(format!(
+                "{host}: the port {port:?} is not a number from 1 to 65535"
+            )));
+        }
+        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
         return Err(BadUrl(format!(
-            "{host}: the port {port:?} is not a number from 1 to 65535"
+            "{host}: what follows its ':' is not a port (a number from 1 to 65535); a password \
+             goes before an '@': redis://user:password@host:port"
         )));
     }
     let info = url.into_connection_info().map_err(|e| {
@@ -976,6 +985,14 @@ mod tests {
             );
             assert!(!why.contains("s3cret") && !why.contains("pw"), "{why}");
         }
+        // A password without its '@' reads as a port: it is not shown.
+        let BadUrl(why) = Topology::parse("redis://app:s3cret").unwrap_err();
+        assert!(
+            !why.contains("s3cret") && why.contains("is not a port"),
+            "{why}"
+        );
+        let BadUrl(why) = Topology::parse("redis://127.0.0.1:99999").unwrap_err();
+        assert!(why.contains("the port \"99999\" is not a number"), "{why}");
         let BadUrl(why) = Topology::parse("redis://127.0.0.1/-1").unwrap_err();
         assert!(
             why.contains("database -1 is not a database number"),
@@ -1043,7 +1060,7 @@ mod tests {
             ),
             (
                 "redis+cluster://127.0.0.1:7000,127.0.0.1:x",
-                "the port \"x\"",
+                "127.0.0.1: what follows its ':' is not a port",
             ),
             ("redis+sentinel://127.0.0.1:-1/m", "the port \"-1\""),
             (

@@ -58,11 +58,13 @@ struct Open<B> {
 /// How many times a request goes to the upstream at most (see [`Http2Upstream::request`]).
 const MAX_SENDS: usize = 10;
 
-/// Whether the upstream did not process the request that failed with `e`: its stream was
-/// refused (`REFUSED_STREAM`) or above the last stream of the upstream's GOAWAY (RFC 9113,
-/// 8.7), or it never reached the connection's task (hyper's "dispatch gone", a user error
-/// without a body's failure in it).
-fn unprocessed(e: &hyper::Error) -> bool {
+/// Whether a request that failed with `e` may go again: the upstream did not process it (its
+/// stream was refused, `REFUSED_STREAM`, or above the last stream of the upstream's GOAWAY:
+/// RFC 9113, 8.7), or, for an `idempotent` method (RFC 9110, 9.2.2), the connection's task
+/// ended holding it (hyper's "dispatch gone", a user error without the body's failure in
+/// it): its stream may have been opened, so the upstream may have it, and only a request
+/// that may be repeated goes again then. (A request hyper never took is given back instead.)
+fn may_go_again(e: &hyper::Error, idempotent: bool) -> bool {
     let mut source = e.source();
     let mut from_body = false;
     while let Some(s) = source {
@@ -73,7 +75,7 @@ fn unprocessed(e: &hyper::Error) -> bool {
         from_body |= s.is::<UpstreamError>();
         source = s.source();
     }
-    (e.is_user() && !from_body) || e.is_canceled()
+    idempotent && e.is_user() && !from_body
 }
 
 impl<C, B> Http2Upstream<C, B>
@@ -104,10 +106,11 @@ where
     /// Sends `request` (an absolute URI: its authority is the request's `:authority`) on the
     /// connection, made first if there is none. A request the upstream did not process goes
     /// again on a new connection, up to [`MAX_SENDS`] times in all: one the closed connection
-    /// did not take, and one whose stream the upstream refused (`REFUSED_STREAM`, or above
-    /// the last stream of its GOAWAY: RFC 9113, 8.7), its body sent again from what was kept
-    /// of it ([`Replayable`]; a body past [`REPLAY_LIMIT`](super::replay::REPLAY_LIMIT) gets
-    /// the upstream's refusal).
+    /// did not take, one whose stream the upstream refused (`REFUSED_STREAM`, or above the
+    /// last stream of its GOAWAY: RFC 9113, 8.7), and one of an idempotent method that the
+    /// connection's task ended holding ([`may_go_again`]), its body sent again from what was
+    /// kept of it ([`Replayable`]; a body past [`REPLAY_LIMIT`](super::replay::REPLAY_LIMIT)
+    /// gets the upstream's refusal).
     pub(crate) async fn request(
         &self,
         request: Request<B>,
@@ -125,7 +128,11 @@ where
             *request.headers_mut() = head.headers.clone();
             let (mut sender, connection) = self.sender().await?;
             let failed = match sender.try_send_request(request).await {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    // Answered: what is kept of the body will not be sent again.
+                    replay.answered();
+                    return Ok(response);
+                }
                 Err(mut failed) => match failed.take_message() {
                     Some(unsent) if sends < MAX_SENDS => {
                         // The connection would not take it: it closed meanwhile.
@@ -136,7 +143,7 @@ where
                     _ => failed.into_error(),
                 },
             };
-            if sends >= MAX_SENDS || !unprocessed(&failed) {
+            if sends >= MAX_SENDS || !may_go_again(&failed, head.method.is_idempotent()) {
                 return Err(UpstreamError::Http2(failed));
             }
             // Not processed: the connection goes (it is closing), the request again.

@@ -4,12 +4,13 @@
 //! many requests sends).
 //!
 //! The frames already sent are kept (as `Bytes`, counted references, not copies) up to
-//! [`REPLAY_LIMIT`]; when hyper drops the body (the stream ended, or was reset), what is left
+//! [`REPLAY_LIMIT`] and 32 frames, until the upstream answers; when hyper drops the body (the stream ended, or was reset), what is left
 //! of it goes back to the request ([`Replay::take`]): the frames sent, to send again first,
 //! and the client's body still to read. A body past the limit cannot go again.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,6 +21,9 @@ use tokio::sync::Notify;
 
 /// How much of a body is kept to send again.
 pub(crate) const REPLAY_LIMIT: usize = 64 * 1024;
+
+/// How many frames of it at most: each kept frame holds the whole buffer it was read into.
+const REPLAY_FRAMES: usize = 32;
 
 /// How long a request waits for hyper to give its body back after its stream was refused
 /// (the body's task ends as it sees the reset).
@@ -41,6 +45,9 @@ pub(crate) struct Replayable<B> {
 pub(crate) struct Replay<B> {
     left: Mutex<Option<Left<B>>>,
     given: Notify,
+    /// Set once the upstream answered: the body will not go again, so nothing more is kept
+    /// (and what was is let go at the next frame).
+    answered: AtomicBool,
 }
 
 /// What a dropped body leaves: the frames it gave (`None` past the limit), and the rest.
@@ -54,7 +61,13 @@ impl<B> Replay<B> {
         Arc::new(Replay {
             left: Mutex::new(None),
             given: Notify::new(),
+            answered: AtomicBool::new(false),
         })
+    }
+
+    /// The upstream answered: the body will not be sent again.
+    pub(crate) fn answered(&self) {
+        self.answered.store(true, Ordering::Relaxed);
     }
 
     /// The body to send again, once hyper gave the last one back: its frames first, then the
@@ -107,6 +120,9 @@ impl<B> Replayable<B> {
 
     /// Keeps a copy of `frame` (a counted reference to its bytes), while they fit.
     fn keep(&mut self, frame: &Frame<Bytes>) {
+        if self.back.answered.load(Ordering::Relaxed) {
+            self.kept = None;
+        }
         let Some(kept) = &mut self.kept else {
             return;
         };
@@ -118,7 +134,7 @@ impl<B> Replayable<B> {
         } else {
             return;
         };
-        if self.kept_bytes > REPLAY_LIMIT {
+        if self.kept_bytes > REPLAY_LIMIT || kept.len() == REPLAY_FRAMES {
             self.kept = None;
         } else {
             kept.push(copy);
@@ -222,6 +238,23 @@ mod tests {
         // And could go a third time: the body was consumed, but it is all kept.
         let third = replay.take().await.expect("given back");
         assert_eq!(third.collect().await.unwrap().to_bytes(), "one two three");
+    }
+
+    #[tokio::test]
+    async fn a_body_of_many_frames_or_one_answered_cannot_go_again() {
+        let frames = (0..=REPLAY_FRAMES)
+            .map(|_| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"x"))));
+        let mut many = Replayable::new(StreamBody::new(futures::stream::iter(frames)));
+        let replay = many.replay();
+        while many.frame().await.is_some() {}
+        drop(many);
+        assert!(replay.take().await.is_none(), "more frames than kept");
+        let mut answered = Replayable::new(Full::new(Bytes::from_static(b"small")));
+        let replay = answered.replay();
+        replay.answered();
+        answered.frame().await.unwrap().unwrap();
+        drop(answered);
+        assert!(replay.take().await.is_none(), "nothing kept once answered");
     }
 
     #[tokio::test]
