@@ -254,7 +254,7 @@ impl Shared {
         self.registry.render(
             states
                 .iter()
-                .map(|s| (&s.budget, s.replaced_counts(), s.in_flight())),
+                .map(|s| (&s.budget, s.snapshot(), s.in_flight())),
         )
     }
 

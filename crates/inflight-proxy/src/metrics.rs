@@ -159,21 +159,17 @@ impl Registry {
         self.handle.run_upkeep();
     }
 
-    /// The Prometheus text now, `budgets` published first, each with the counts of the
-    /// budgets reloads replaced under its name added (if any did: its counters go on from
-    /// theirs) and the calls it has at its upstream (more than its own in flight while a
-    /// reload's hand-over runs).
+    /// The Prometheus text now, `budgets` published first, each with its snapshot (the counts
+    /// of the budgets reloads replaced under its name added: its counters go on from theirs)
+    /// and the calls it has at its upstream (more than its own in flight while a reload's
+    /// hand-over runs).
     pub(crate) fn render<'a>(
         &self,
-        budgets: impl IntoIterator<Item = (&'a Budget, Option<BudgetSnapshot>, usize)>,
+        budgets: impl IntoIterator<Item = (&'a Budget, BudgetSnapshot, usize)>,
     ) -> String {
         self.within(|| {
-            for (budget, counts, in_flight) in budgets {
-                inflight::metrics::publish(budget);
-                // Published as absolute values, the larger counts win.
-                if let Some(counts) = counts {
-                    inflight::metrics::publish_snapshot(&counts);
-                }
+            for (budget, snapshot, in_flight) in budgets {
+                inflight::metrics::publish_with(budget, &snapshot);
                 gauge!(inflight::metrics::IN_FLIGHT, "budget" => budget.name().to_string())
                     .set(in_flight as f64);
             }

@@ -236,12 +236,6 @@ impl RouteState {
         snapshot
     }
 
-    /// [`snapshot`](Self::snapshot) if a reload has replaced the route's budget: the
-    /// budget's own counts are the route's otherwise.
-    pub(crate) fn replaced_counts(&self) -> Option<BudgetSnapshot> {
-        self.replaced.any().then(|| self.snapshot())
-    }
-
     /// The calls at the upstream now: the budget's in flight, with those still running under
     /// the budgets it replaced in place of the permits held for them (there may be more of
     /// them than the new limit). Never fewer than the budget's own: a permit held for a call
@@ -894,32 +888,21 @@ fn timed_out(slot: &CallSlot) -> Reason {
     }
 }
 
-/// Whether the request failed because its body, read from the client, did (hyper's "user body"
-/// error somewhere in the chain, or it stopped coming), rather than the upstream or the way to
-/// it.
+/// Whether the request failed because its body, read from the client, did (it stopped coming
+/// or failed: the proxy's own error for it, or hyper's "user body" error, somewhere in the
+/// chain), rather than the upstream or the way to it. The hyper error of the proxy's HTTP/2
+/// client is not looked at itself (`UpstreamError::Http2`'s sources are its sources): its
+/// "user" errors include a request that never reached the connection.
 fn from_client_body(e: &(dyn StdError + 'static)) -> bool {
-    match e.downcast_ref::<UpstreamError>() {
-        Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) => return true,
-        // The proxy's HTTP/2 client: the client's body failed if hyper says so of the body
-        // (its own "user" errors include a request that never reached the connection).
-        Some(UpstreamError::Http2(e)) => {
-            let mut source = e.source();
-            while let Some(s) = source {
-                if let Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_)) =
-                    s.downcast_ref::<UpstreamError>()
-                {
-                    return true;
-                }
-                source = s.source();
-            }
-            return false;
-        }
-        _ => {}
-    }
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(s) = source {
-        if s.downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_user)
+        let ours = matches!(
+            s.downcast_ref::<UpstreamError>(),
+            Some(UpstreamError::ClientBody(_) | UpstreamError::ClientBodyStalled(_))
+        );
+        if ours
+            || s.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_user)
         {
             return true;
         }

@@ -159,22 +159,27 @@ pub fn describe() {
 
 /// Publishes `budget`'s gauges and counters, and the zero waits since the last publish.
 pub fn publish(budget: &Budget) {
-    publish_snapshot(&budget.snapshot());
+    publish_with(budget, &budget.snapshot());
+}
+
+/// Publishes `snapshot` as `budget`'s gauges and counters, and the budget's zero waits since
+/// the last publish: [`publish`] with a snapshot of the caller's.
+///
+/// For a budget that replaced another of the same name (a reloaded configuration), give its
+/// snapshot with the replaced budget's counts added
+/// ([`BudgetSnapshot::add_counts`](crate::BudgetSnapshot::add_counts)): the counters are
+/// published as absolute values and never go down, so the new budget's own counts would
+/// leave them where the old one stopped until it passed them.
+pub fn publish_with(budget: &Budget, snapshot: &crate::BudgetSnapshot) {
+    publish_snapshot(snapshot);
     budget.engine().stats.publish_zero_waits();
     for class in budget.engine().stats.classes() {
         class.publish_zero_waits();
     }
 }
 
-/// Publishes the gauges and counters of `s` under its budget's name, as [`publish`] does for
-/// a budget (without the zero waits, which only the budget has).
-///
-/// For a budget that replaced another of the same name (a reloaded configuration), publish
-/// its snapshot with the replaced budget's counts added
-/// ([`BudgetSnapshot::add_counts`](crate::BudgetSnapshot::add_counts)): the counters are
-/// published as absolute values and never go down, so the new budget's own counts would
-/// leave them where the old one stopped until it passed them.
-pub fn publish_snapshot(s: &crate::BudgetSnapshot) {
+/// The gauges and counters of `s`, under its budget's name.
+fn publish_snapshot(s: &crate::BudgetSnapshot) {
     let name = s.name.clone();
     gauge!(IN_FLIGHT, "budget" => name.clone()).set(s.in_flight as f64);
     gauge!(PEAK_IN_FLIGHT, "budget" => name.clone()).set(s.peak_in_flight as f64);
