@@ -262,18 +262,12 @@ fn render(row: &Row) -> String {
                     )
                 )
             };
-            let _ = if s.epoch == 0 {
-                writeln!(
-                    out,
-                    "  epoch           none yet (no process has met the budget in this redis), learning: {learning}"
-                )
+            let epoch = if s.epoch == 0 {
+                "none yet (no process has met the budget in this redis)".to_string()
             } else {
-                writeln!(
-                    out,
-                    "  epoch           {} (version {}), learning: {learning}",
-                    s.epoch, s.version
-                )
+                format!("{} (version {})", s.epoch, s.version)
             };
+            let _ = writeln!(out, "  epoch           {epoch}, learning: {learning}");
             let _ = writeln!(
                 out,
                 "  fail            {}; redis answered in {:.1} ms",

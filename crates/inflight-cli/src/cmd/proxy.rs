@@ -8,7 +8,7 @@ use anyhow::Context;
 use inflight_proxy::Proxy;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::output::{self, log_line};
+use crate::output::{self, note};
 
 /// Forward each request to its dependency only once it holds a permit of that dependency's budget.
 #[derive(Debug, clap::Args)]
@@ -144,11 +144,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
     let shown = args.config.display().to_string();
     let proxy = Proxy::builder()
-        .log(|line| log_line(format_args!("inflight proxy: {line}")))
+        .log(|line| note!("inflight proxy: {line}"))
         .start_path(&args.config)
         .await
         .with_context(|| format!("cannot start the proxy for {shown}"))?;
-    log_line(format_args!("inflight proxy: {open_files}"));
+    note!("inflight proxy: {open_files}");
     // Signals are set up before "ready", so a signal sent after it is never missed.
     let mut hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
@@ -193,31 +193,29 @@ async fn serve(args: Args, open_files: &str) -> anyhow::Result<ExitCode> {
     loop {
         tokio::select! {
             _ = hangup.recv() => match proxy.reload_path(&args.config) {
-                Ok(reloaded) => log_line(format_args!(
+                Ok(reloaded) => note!(
                     "inflight proxy: reloaded {shown}: {}",
                     said(&reloaded)
-                )),
-                Err(e) => log_line(format_args!(
+                ),
+                Err(e) => note!(
                     "inflight proxy: reload of {shown} refused, the running config stays: {e}"
-                )),
+                ),
             },
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
             _ = &mut parent_gone => break,
         }
     }
-    log_line(format_args!("inflight proxy: draining"));
+    note!("inflight proxy: draining");
     let drained = proxy.drain().await;
     if drained.in_time {
-        log_line(format_args!("inflight proxy: drained"));
+        note!("inflight proxy: drained");
     } else {
         let cut = match drained.in_flight {
             1 => "1 request in flight; it is cut".to_string(),
             n => format!("{n} requests in flight; they are cut"),
         };
-        log_line(format_args!(
-            "inflight proxy: the drain time passed with {cut}"
-        ));
+        note!("inflight proxy: the drain time passed with {cut}");
     }
     Ok(ExitCode::SUCCESS)
 }
