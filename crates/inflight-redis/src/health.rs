@@ -94,7 +94,7 @@ impl HealthLog {
         let mut lines = Vec::new();
         for h in fleet.health() {
             // On a cluster, the node that holds the budget, not the one the URL names.
-            let address = fleet.place_of(&h.budget);
+            let place = fleet.place_of(&h.budget);
             let policy = match h.fail {
                 Fail::Local(n) => {
                     let lease = fleet.lease();
@@ -116,7 +116,7 @@ impl HealthLog {
             let mut say = said;
             if h.redis_down && !was_down {
                 lines.push(format!(
-                    "fleet budget {}: {address} cannot be reached: {}; {policy}",
+                    "fleet budget {}: {place} cannot be reached: {}; {policy}",
                     h.budget,
                     // Without the error's own full stop: the line goes on after it.
                     h.error
@@ -134,7 +134,7 @@ impl HealthLog {
                     _ => format!("{} calls refused so far", h.refused),
                 };
                 lines.push(format!(
-                    "fleet budget {}: {address} still cannot be reached: {so_far}",
+                    "fleet budget {}: {place} still cannot be reached: {so_far}",
                     h.budget
                 ));
                 say = now;
@@ -151,12 +151,12 @@ impl HealthLog {
                     _ => format!("{} calls refused meanwhile", h.refused - was_refused),
                 };
                 lines.push(format!(
-                    "fleet budget {}: {address} could not be reached for a moment and is back: {meanwhile}",
+                    "fleet budget {}: {place} could not be reached for a moment and is back: {meanwhile}",
                     h.budget
                 ));
             } else if !h.redis_down && was_down {
                 lines.push(format!(
-                    "fleet budget {}: {address} is back{}",
+                    "fleet budget {}: {place} is back{}",
                     h.budget,
                     if h.local_held > 0 {
                         format!(
