@@ -391,12 +391,59 @@ impl Body for ProxyBody {
     }
 }
 
+impl Streamed {
+    /// What is left of a body whose rest went to a task of its own: nothing.
+    fn moved() -> Streamed {
+        Streamed {
+            inner: None,
+            call: None,
+            deadline: None,
+            lease_watch: None,
+            ended: true,
+            grpc: None,
+            tally: None,
+        }
+    }
+
+    /// Whether the body, dropped now with more to come, goes on being read without its client
+    /// (`on_client_gone = "finish"`): its call still holds its permit and ends as it goes.
+    fn outlives_client(&self) -> bool {
+        !self.ended
+            && self
+                .call
+                .as_ref()
+                .is_some_and(|slot| slot.outlives_client() && slot.holds())
+    }
+}
+
+/// Reads what is left of `rest`, a body whose client left, to its end (or its call's deadline,
+/// or a lost lease), and drops it: its call ends as it goes, as if the client had read it all.
+async fn read_without_client(rest: Streamed) {
+    use http_body_util::BodyExt;
+    let mut body = ProxyBody {
+        kind: Kind::Streamed(Box::new(rest)),
+    };
+    while let Some(frame) = body.frame().await {
+        if frame.is_err() {
+            break;
+        }
+    }
+}
+
 impl Drop for Streamed {
     fn drop(&mut self) {
         // A body with nothing left to send (a HEAD response, a 204) may be dropped unpolled;
-        // one dropped with more to come lost its client, and the call counts as cancelled.
+        // one dropped with more to come lost its client, and the call counts as cancelled,
+        // unless it goes on without its client.
         if !self.ended && self.upstream_ended() {
             self.end();
+        }
+        if self.outlives_client() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let rest = std::mem::replace(self, Streamed::moved());
+                runtime.spawn(read_without_client(rest));
+                return;
+            }
         }
         if let Some(slot) = &self.call {
             // Not kept with the slot, which the sweeper may hold a while longer.

@@ -35,6 +35,8 @@ pub(crate) struct CallSlot {
     /// Whether the call timed out while it waited for the client's body: the client's doing,
     /// not the upstream's.
     client_stalled: AtomicBool,
+    /// The call goes on to its end if its client leaves (`on_client_gone = "finish"`).
+    outlives_client: bool,
 }
 
 /// Why a call ends early.
@@ -76,16 +78,19 @@ impl CallSlot {
     /// verdict is given it would end as a failure that teaches the limit nothing.
     #[cfg(test)]
     pub(crate) fn new(call: HeldCall, on_timeout: Outcome) -> Arc<CallSlot> {
-        Self::watching_client(call, on_timeout, None)
+        Self::watching_client(call, on_timeout, None, false)
     }
 
     /// [`CallSlot::new`], for a call whose sender sets `client_sending` while it waits for
     /// more of the client's request body: a call that outlasts its timeout then ends as the
     /// client's doing (teaching the limit nothing), not as the upstream's timeout.
+    /// `outlives_client`: the call goes on to its end if its client leaves (see
+    /// [`CallSlot::outlives_client`]).
     pub(crate) fn watching_client(
         call: HeldCall,
         on_timeout: Outcome,
         client_sending: Option<Arc<ClientBody>>,
+        outlives_client: bool,
     ) -> Arc<CallSlot> {
         Arc::new(CallSlot {
             held: Mutex::new(Some(Held {
@@ -101,6 +106,7 @@ impl CallSlot {
             upstream: Mutex::new(None),
             client_sending,
             client_stalled: AtomicBool::new(false),
+            outlives_client,
         })
     }
 
@@ -240,6 +246,12 @@ impl CallSlot {
     /// Whether the call was dropped for its lost lease.
     pub(crate) fn lease_lost(&self) -> bool {
         self.lease_lost.load(Ordering::Acquire)
+    }
+
+    /// Whether the call goes on to its end, its answer read and dropped, once its client has
+    /// left (`on_client_gone = "finish"`), holding its permit until then (or its deadline).
+    pub(crate) fn outlives_client(&self) -> bool {
+        self.outlives_client
     }
 
     /// Whether the call was dropped because its client took no byte of the answer for the

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use inflight::config::Scope;
 
-use crate::config::{Release, Route};
+use crate::config::{ClientGone, Release, Route};
 use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 use inflight::{AcquireError, Budget, BudgetSnapshot, OwnedPermit, RetryAfter};
@@ -519,6 +519,21 @@ pub(crate) fn forward(
             let grpc = grpc::requested(request.headers(), state.route.protocol());
             let tally = grpc.then(|| state.metrics.grpc_tally(request.uri().path()));
             let response = match call {
+                Ok(call) if state.route.on_client_gone() == ClientGone::Finish => {
+                    // In a task of its own, which goes on if this future is dropped (its
+                    // client left): the call ends as it would have, its answer read and
+                    // dropped (see `Streamed`'s drop), holding its permit until then.
+                    let (on, log, tally) = (Arc::clone(&state), Arc::clone(&log), tally.clone());
+                    let task = tokio::spawn(async move {
+                        forward_call(&on, call, request, peer, &log, tally).await
+                    });
+                    match task.await {
+                        Ok(response) => response,
+                        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                        // Only as the runtime shuts down.
+                        Err(_) => replied(&state, Reason::Unreachable, grpc),
+                    }
+                }
                 Ok(call) => {
                     Box::pin(forward_call(
                         &state,
@@ -653,7 +668,9 @@ fn forward_call<'a>(
         // answers is dropped: `None`.
         let watched = call.cancels_on();
         let deadline = call.deadline();
-        let slot = CallSlot::watching_client(call, timeout_outcome(&state.route), client_sending);
+        let finish = state.route.on_client_gone() == ClientGone::Finish;
+        let slot =
+            CallSlot::watching_client(call, timeout_outcome(&state.route), client_sending, finish);
         // The budget's sweeper ends the call at its deadline, whether the upstream has not
         // answered by then or the answer's body is still streaming.
         let watch = deadline.map(|at| state.sweeper.watch(at, &slot));

@@ -8,8 +8,8 @@ use inflight::config::{BudgetsFile, FleetConfig, FleetFail, LeaseMode, Scope};
 use inflight::sizing::{assess, Assessment};
 use inflight::{BudgetConfig, Classes, OnLost, Rate};
 use inflight_proxy::config::{
-    Listener, Protocol, ProxyConfig, ProxyFile, Release, Route, DEFAULT_OVERLOAD_GRPC_STATUS,
-    DEFAULT_OVERLOAD_STATUS, GRPC_STATUS_NAMES,
+    ClientGone, Listener, Protocol, ProxyConfig, ProxyFile, Release, Route,
+    DEFAULT_OVERLOAD_GRPC_STATUS, DEFAULT_OVERLOAD_STATUS, GRPC_STATUS_NAMES,
 };
 use serde_json::{json, Value};
 
@@ -26,8 +26,8 @@ Little's law: calls in flight = throughput x time per call.
   more than max_concurrent is flagged: lower the target, or raise the budget after measuring.
 
 A budget proxied by inflight proxy also shows its upstream, listen address and release, and
-any of overload_status, preserve_host, upstream_http2, overload_on_timeout, ca_file,
-class_header, protocol and overload_grpc_status that differ from their defaults; the [proxy] table's admin, drain and limits on
+any of overload_status, preserve_host, upstream_http2, overload_on_timeout, on_client_gone,
+ca_file, class_header, protocol and overload_grpc_status that differ from their defaults; the [proxy] table's admin, drain and limits on
 client connections (first_byte_timeout, idle_timeout, http2_keepalive_interval,
 http2_keepalive_timeout, max_connections) follow the budgets.
 
@@ -322,6 +322,10 @@ fn route_json(route: &Route) -> Value {
         "preserve_host": route.preserve_host(),
         "upstream_http2": route.upstream_http2(),
         "overload_on_timeout": route.overload_on_timeout(),
+        "on_client_gone": match route.on_client_gone() {
+            ClientGone::Finish => "finish",
+            _ => "cancel",
+        },
         "ca_file": route.ca_file().map(|ca| ca.path().display().to_string()),
         "ca_certificates": route.ca_file().map(|ca| ca.certificates().len()),
         "class_header": route.class_header(),
@@ -432,6 +436,12 @@ fn render_route(out: &mut String, route: &Route) {
         let _ = writeln!(
             out,
             "  overload_on_timeout false (a call past call_timeout tells the limit nothing)"
+        );
+    }
+    if route.on_client_gone() == ClientGone::Finish {
+        let _ = writeln!(
+            out,
+            "  on_client_gone  finish (a call whose client left goes on, holding its permit, until its answer ends or call_timeout)"
         );
     }
     if let Some(header) = route.class_header() {

@@ -68,6 +68,7 @@ Example budgets file:
   release = \"body\"           # or \"headers\": when the permit goes back
   overload_status = [429, 503] # upstream answers an adaptive limit treats as overload
   overload_on_timeout = true   # false: a call past call_timeout tells the limit nothing
+  on_client_gone = \"cancel\"  # or \"finish\": a call whose client left goes on, holding its permit
   classes = { interactive = 4, batch = 1 }  # who goes first when every permit is held
   class_header = \"x-priority\" # x-priority: interactive; missing or unknown: the default class
 

@@ -705,6 +705,8 @@ overload_status = [503]
 preserve_host = true
 upstream_http2 = true
 overload_on_timeout = false
+call_timeout = "5s"
+on_client_gone = "finish"
 ca_file = "certs/ca.pem"
 
 [budgets.local]
@@ -727,7 +729,7 @@ const PROXIED_TEXT: &str = r#"budgets.toml: valid, 3 budgets, 0 warnings
   max_concurrent  4
   max_queued      unbounded
   permit_timeout  none (wait as long as it takes)
-  call_timeout    none (set one: calls that hang hold their permit forever)
+  call_timeout    5s
   service_time    not given (add it to see the most this budget lets through)
   upstream        https://billing.internal:8443
   listen          127.0.0.1:7003
@@ -736,6 +738,7 @@ const PROXIED_TEXT: &str = r#"budgets.toml: valid, 3 budgets, 0 warnings
   preserve_host   true (the client's Host header is forwarded unchanged)
   upstream_http2  true (HTTP/2 agreed by ALPN)
   overload_on_timeout false (a call past call_timeout tells the limit nothing)
+  on_client_gone  finish (a call whose client left goes on, holding its permit, until its answer ends or call_timeout)
   ca_file         certs/ca.pem (1 certificate)
 
 [local]
@@ -792,6 +795,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "preserve_host": false,
             "upstream_http2": false,
             "overload_on_timeout": true,
+            "on_client_gone": "cancel",
             "ca_file": null,
             "ca_certificates": null,
             "class_header": null,
@@ -809,6 +813,7 @@ fn a_proxied_budget_shows_its_route_and_the_proxy_table_follows() {
             "preserve_host": true,
             "upstream_http2": true,
             "overload_on_timeout": false,
+            "on_client_gone": "finish",
             "ca_file": "certs/ca.pem",
             "ca_certificates": 1,
             "class_header": null,

@@ -15,6 +15,7 @@
 //! preserve_host = false                # true: forward the client's Host header unchanged
 //! upstream_http2 = false               # true: HTTP/2 to the upstream (h2c, or h2 by ALPN); a gRPC budget: true
 //! overload_on_timeout = true           # false: a call past call_timeout tells the limit nothing
+//! on_client_gone = "cancel"            # or "finish" (needs call_timeout): a call whose client left goes on, holding its permit
 //!
 //! [budgets.billing]
 //! max_concurrent = 4
@@ -91,6 +92,7 @@ const ROUTE_FIELDS: &[&str] = &[
     "class_header",
     "protocol",
     "overload_grpc_status",
+    "on_client_gone",
 ];
 
 /// gRPC statuses that mean overload when the file says nothing: `RESOURCE_EXHAUSTED` (8) and
@@ -292,6 +294,25 @@ pub enum Release {
     Headers,
 }
 
+/// What becomes of a proxied call whose client leaves before its answer was sent in full
+/// (`on_client_gone` in a budgets file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClientGone {
+    /// The upstream's request is closed (its connection, or its HTTP/2 stream reset) and the
+    /// permit goes back at once (`on_client_gone = "cancel"`, the default), as behind Envoy,
+    /// HAProxy or Go's reverse proxy: right for an upstream that stops work on a closed
+    /// request.
+    #[default]
+    Cancel,
+    /// The call goes on without its client until its answer ends (read and dropped) or its
+    /// `call_timeout`, which the budget must have, and holds its permit until then
+    /// (`on_client_gone = "finish"`): for an upstream that works on whatever its client does
+    /// (a threaded server that never reads its socket again), so that clients that give up
+    /// early cannot put more than the limit at it.
+    Finish,
+}
+
 /// An `http://` or `https://` upstream, as a budgets file names it: scheme, host and port, no
 /// path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,6 +375,7 @@ pub struct Route {
     class_header: Option<String>,
     protocol: Protocol,
     overload_grpc_status: Vec<u32>,
+    on_client_gone: ClientGone,
 }
 
 /// The certificates an `https://` upstream's certificate is checked against instead of the
@@ -465,6 +487,26 @@ impl Route {
     /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`).
     pub fn overload_grpc_status(&self) -> &[u32] {
         &self.overload_grpc_status
+    }
+
+    /// What becomes of a call whose client leaves before its answer was sent in full
+    /// (`on_client_gone`; by default [`ClientGone::Cancel`]).
+    ///
+    /// ```
+    /// use inflight_proxy::config::{ClientGone, ProxyFile};
+    ///
+    /// let file = ProxyFile::from_toml_str(r#"
+    ///     [budgets.records]
+    ///     max_concurrent = 6
+    ///     call_timeout = "10s"
+    ///     upstream = "http://127.0.0.1:7070"
+    ///     listen = "127.0.0.1:7002"
+    ///     on_client_gone = "finish"
+    /// "#).unwrap();
+    /// assert_eq!(file.route("records").unwrap().on_client_gone(), ClientGone::Finish);
+    /// ```
+    pub fn on_client_gone(&self) -> ClientGone {
+        self.on_client_gone
     }
 }
 

@@ -11,7 +11,7 @@ use rustls_pki_types::CertificateDer;
 
 use super::routes;
 use super::{
-    CaFile, Listener, Protocol, ProxyConfig, Release, Route, Upstream,
+    CaFile, ClientGone, Listener, Protocol, ProxyConfig, Release, Route, Upstream,
     DEFAULT_OVERLOAD_GRPC_STATUS, DEFAULT_OVERLOAD_STATUS, GRPC_STATUS_NAMES, MAX_CLASS_HEADER,
     PROXY_FIELDS, ROUTE_FIELDS,
 };
@@ -265,6 +265,27 @@ fn route(
             Release::Body
         }
     };
+    let on_client_gone = match table.get("on_client_gone") {
+        None => ClientGone::Cancel,
+        Some(Value::String(s)) if s == "cancel" => ClientGone::Cancel,
+        Some(Value::String(s)) if s == "finish" => {
+            if !table.contains_key("call_timeout") {
+                errors.push(ConfigError::invalid(
+                    field("on_client_gone"),
+                    "\"finish\" needs the budget's call_timeout (add call_timeout = \"10s\", say): \
+                     it bounds how long a call whose client left may hold its permit",
+                ));
+            }
+            ClientGone::Finish
+        }
+        Some(other) => {
+            errors.push(ConfigError::invalid(
+                field("on_client_gone"),
+                format!("must be \"cancel\" or \"finish\", got {}", shown(other)),
+            ));
+            ClientGone::Cancel
+        }
+    };
     let overload_status = match table.get("overload_status") {
         None => DEFAULT_OVERLOAD_STATUS.to_vec(),
         Some(v) => statuses(&field("overload_status"), v).unwrap_or_else(|e| {
@@ -364,6 +385,7 @@ fn route(
             class_header,
             protocol,
             overload_grpc_status,
+            on_client_gone,
         },
         listens,
     )))

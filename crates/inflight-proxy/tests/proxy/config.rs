@@ -145,6 +145,14 @@ fn each_mistake_names_its_field() {
             "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\nupstream_http2 = 1\n",
             "budgets.r.upstream_http2: must be true or false",
         ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\non_client_gone = \"keep\"\n",
+            "budgets.r.on_client_gone: must be \"cancel\" or \"finish\", got string \"keep\"",
+        ),
+        (
+            "upstream = \"http://x\"\nlisten = \"127.0.0.1:1\"\non_client_gone = \"finish\"\n",
+            "budgets.r.on_client_gone: \"finish\" needs the budget's call_timeout",
+        ),
     ];
     for (extra, expected) in cases {
         let err = refused(&format!("{base}{extra}"));

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use inflight_proxy::Proxy;
 
 use crate::support::{
     assert_client_body, budget, client, get, metrics, proxy, stalled_post, within, TestClient,
@@ -120,10 +121,16 @@ async fn a_body_still_streaming_at_the_call_timeout_is_cut_and_counted() {
     drop(body);
 }
 
-#[tokio::test]
-async fn a_client_that_leaves_mid_body_frees_the_permit() {
+/// A proxy with the budget `downloads` of 1 (and `extra`) in front of a streaming upstream,
+/// whose client left after the answer's first chunk; the sender of the answer's rest.
+async fn left_mid_body(extra: &str) -> (Proxy, tokio::sync::mpsc::Sender<Bytes>) {
     let upstream = Upstream::start().await;
-    let (proxy, _) = proxy(&budget("downloads", &upstream.url(), "max_concurrent = 1")).await;
+    let (proxy, _) = proxy(&budget(
+        "downloads",
+        &upstream.url(),
+        &format!("max_concurrent = 1\n{extra}"),
+    ))
+    .await;
     let addr = proxy.local_addr("downloads").unwrap();
     let body = upstream.next_stream();
     body.send(Bytes::from("first")).await.unwrap();
@@ -131,13 +138,23 @@ async fn a_client_that_leaves_mid_body_frees_the_permit() {
     let (response, _) = first_chunk(&client, addr).await;
     drop(response);
     drop(client);
-    crate::support::until("the permit comes back", || {
-        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"] == 0.0
+    (proxy, body)
+}
+
+/// Waits until the budget `downloads` holds no permit; then its calls that ended `outcome`.
+async fn ended(proxy: &Proxy, what: &str, outcome: &str) -> f64 {
+    crate::support::until(what, || {
+        metrics(proxy)["inflight_budget_in_flight{budget=downloads}"] == 0.0
     })
     .await;
-    let m = metrics(&proxy);
+    metrics(proxy)[&format!("inflight_budget_calls_total{{budget=downloads,outcome={outcome}}}")]
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_body_frees_the_permit() {
+    let (proxy, body) = left_mid_body("").await;
     assert_eq!(
-        m["inflight_budget_calls_total{budget=downloads,outcome=cancelled}"],
+        ended(&proxy, "the permit comes back", "cancelled").await,
         1.0
     );
     drop(body);
@@ -453,6 +470,151 @@ async fn a_call_timeout_while_the_client_owes_its_streamed_body_teaches_an_adapt
     );
     assert_eq!(
         m["inflight_budget_calls_total{budget=streams,outcome=timeout}"],
+        0.0
+    );
+}
+
+/// Two clients ask, and give up once the upstream works on their calls; two more ask then. The
+/// upstream works on every request to its end whatever becomes of its connection (`/work`, as
+/// a threaded server that never reads its socket again does). By default the calls of the
+/// clients that left are cancelled and their permits go back at once: the upstream has 4 at
+/// once under a limit of 2. With `on_client_gone = "finish"` they go on and hold their permits
+/// until the upstream answers: it never has more than 2, and the calls count as they went
+/// (over HTTP/1.1 or HTTP/2, from the client and to the upstream).
+#[tokio::test]
+async fn calls_whose_clients_left_hold_their_permits_until_answered_with_finish() {
+    let cases = [
+        (false, false, false),
+        (false, true, false),
+        (true, true, false),
+        (false, true, true),
+    ];
+    for (http2, finish, upstream_http2) in cases {
+        let upstream = Upstream::start().await;
+        let gone = match (finish, upstream_http2) {
+            (false, _) => "",
+            (true, false) => "on_client_gone = \"finish\"",
+            (true, true) => "on_client_gone = \"finish\"\nupstream_http2 = true",
+        };
+        let (proxy, _) = proxy(&budget(
+            "records",
+            &upstream.url(),
+            &format!(
+                "max_concurrent = 2\nmax_queued = 8\npermit_timeout = \"10s\"\n\
+                 call_timeout = \"10s\"\n{gone}"
+            ),
+        ))
+        .await;
+        let addr = proxy.local_addr("records").unwrap();
+        let leaving = leave_after_asking(&upstream, addr, http2, "/work/1500").await;
+        let client = client();
+        let staying: Vec<_> = (0..2)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { get(&client, addr, "/work/100").await.0 })
+            })
+            .collect();
+        for call in staying {
+            assert_eq!(within(call).await.unwrap(), 200);
+        }
+        drop(leaving);
+        let case = format!("http2 client {http2}, finish {finish}, to http2 {upstream_http2}");
+        if !finish {
+            assert_eq!(
+                upstream.peak(),
+                4,
+                "{case}: the upstream should have had the calls of the clients that left too"
+            );
+            continue;
+        }
+        assert_eq!(
+            upstream.peak(),
+            2,
+            "{case}: more than the limit at the upstream"
+        );
+        crate::support::until("the calls of the clients that left end", || {
+            metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+        })
+        .await;
+        let m = metrics(&proxy);
+        assert_eq!(
+            m["inflight_budget_calls_total{budget=records,outcome=ok}"], 4.0,
+            "{case}: {m:?}"
+        );
+        assert_eq!(
+            m.get("inflight_budget_calls_total{budget=records,outcome=cancelled}"),
+            Some(&0.0),
+            "{case}"
+        );
+    }
+}
+
+/// Sends two requests for `path` to the proxy at `addr` and gives them up (HTTP/1.1: closes
+/// their connections; HTTP/2: resets their streams) once the upstream works on both. Returns
+/// what keeps an HTTP/2 client's connection open.
+async fn leave_after_asking(
+    upstream: &Upstream,
+    addr: SocketAddr,
+    http2: bool,
+    path: &str,
+) -> Option<TestClient> {
+    use tokio::io::AsyncWriteExt;
+
+    let in_service = || {
+        upstream
+            .state
+            .in_service
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    if http2 {
+        let client = crate::support::h2_client();
+        let asks: Vec<_> = (0..2)
+            .map(|_| {
+                let (client, path) = (client.clone(), path.to_string());
+                tokio::spawn(async move { get(&client, addr, &path).await })
+            })
+            .collect();
+        crate::support::until("the upstream works on both", || in_service() == 2).await;
+        for ask in asks {
+            ask.abort();
+        }
+        return Some(client);
+    }
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: proxy\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        sockets.push(socket);
+    }
+    crate::support::until("the upstream works on both", || in_service() == 2).await;
+    drop(sockets);
+    None
+}
+
+/// With `on_client_gone = "finish"`, a client that leaves mid-body leaves its call to go on: the
+/// rest of the answer is read (and dropped) and the permit held until it ends, when the call
+/// counts as it went.
+#[tokio::test]
+async fn with_finish_a_client_that_leaves_mid_body_leaves_its_call_to_end() {
+    let (proxy, body) = left_mid_body("call_timeout = \"10s\"\non_client_gone = \"finish\"").await;
+    // The rest still comes, and is taken: the upstream's stream is not closed.
+    for i in 0..20 {
+        within(body.send(Bytes::from(format!("chunk {i}"))))
+            .await
+            .expect("the upstream's stream was closed for a client that left");
+    }
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_in_flight{budget=downloads}"],
+        1.0
+    );
+    drop(body);
+    let what = "the permit comes back as the answer ends";
+    assert_eq!(ended(&proxy, what, "ok").await, 1.0);
+    assert_eq!(
+        metrics(&proxy)["inflight_budget_calls_total{budget=downloads,outcome=cancelled}"],
         0.0
     );
 }

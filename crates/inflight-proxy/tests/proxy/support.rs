@@ -63,6 +63,7 @@ impl Upstream {
             .route("/stream", any(stream))
             .route("/status/{code}", any(status))
             .route("/sleep/{ms}", any(sleep))
+            .route("/work/{ms}", any(work))
             .fallback(echo)
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -216,6 +217,22 @@ async fn sleep(
     record(&state, request).await;
     tokio::time::sleep(Duration::from_millis(ms)).await;
     "slept\n".into_response()
+}
+
+/// Works `ms` milliseconds on the request whatever becomes of its connection, as a threaded
+/// server that never reads its socket again does: the work is counted in service until it ends.
+async fn work(
+    State(state): State<Arc<UpstreamState>>,
+    Path(ms): Path<u64>,
+    request: Request<Body>,
+) -> Response {
+    record(&state, request).await;
+    let worker = tokio::spawn(async move {
+        let _in = InServiceOwned::enter(state);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    });
+    let _ = worker.await;
+    "worked\n".into_response()
 }
 
 /// An HTTP/1.1 client with its own pool.
