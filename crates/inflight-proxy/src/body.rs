@@ -13,6 +13,7 @@ use inflight::limit::Outcome;
 use tokio::task::JoinHandle;
 
 use crate::call::{CallSlot, Early, Held, Upstream};
+use crate::detached::Detached;
 use crate::grpc::{grpc_ended, GrpcTally};
 use crate::sweep::Watch;
 use crate::upstream::answer::AnswerBody;
@@ -405,14 +406,15 @@ impl Streamed {
         }
     }
 
-    /// Whether the body, dropped now with more to come, goes on being read without its client
-    /// (`on_client_gone = "finish"`): its call still holds its permit and ends as it goes.
-    fn outlives_client(&self) -> bool {
-        !self.ended
-            && self
-                .call
-                .as_ref()
-                .is_some_and(|slot| slot.outlives_client() && slot.holds())
+    /// Where the body, dropped now with more to come, goes on being read without its client
+    /// (`on_client_gone = "finish"`), if it does: its call still holds its permit and ends as
+    /// it goes.
+    fn outlives_client(&self) -> Option<Detached> {
+        let slot = self
+            .call
+            .as_ref()
+            .filter(|slot| !self.ended && slot.holds())?;
+        slot.outlives_client().cloned()
     }
 }
 
@@ -438,10 +440,10 @@ impl Drop for Streamed {
         if !self.ended && self.upstream_ended() {
             self.end();
         }
-        if self.outlives_client() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(detached) = self.outlives_client() {
+            if tokio::runtime::Handle::try_current().is_ok() {
                 let rest = std::mem::replace(self, Streamed::moved());
-                runtime.spawn(read_without_client(rest));
+                detached.spawn(read_without_client(rest));
                 return;
             }
         }

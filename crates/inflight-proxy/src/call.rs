@@ -11,6 +11,7 @@ use inflight::limit::{Outcome, Verdict};
 use inflight::tower::HeldCall;
 
 use crate::client_body::ClientBody;
+use crate::detached::Detached;
 use crate::upstream::answer::AnswerBody;
 use crate::upstream::Socket;
 
@@ -35,8 +36,8 @@ pub(crate) struct CallSlot {
     /// Whether the call timed out while it waited for the client's body: the client's doing,
     /// not the upstream's.
     client_stalled: AtomicBool,
-    /// The call goes on to its end if its client leaves (`on_client_gone = "finish"`).
-    outlives_client: bool,
+    /// Where the call goes on to its end if its client leaves (`on_client_gone = "finish"`).
+    outlives_client: Option<Detached>,
 }
 
 /// Why a call ends early.
@@ -78,19 +79,19 @@ impl CallSlot {
     /// verdict is given it would end as a failure that teaches the limit nothing.
     #[cfg(test)]
     pub(crate) fn new(call: HeldCall, on_timeout: Outcome) -> Arc<CallSlot> {
-        Self::watching_client(call, on_timeout, None, false)
+        Self::watching_client(call, on_timeout, None, None)
     }
 
     /// [`CallSlot::new`], for a call whose sender sets `client_sending` while it waits for
     /// more of the client's request body: a call that outlasts its timeout then ends as the
     /// client's doing (teaching the limit nothing), not as the upstream's timeout.
-    /// `outlives_client`: the call goes on to its end if its client leaves (see
+    /// `outlives_client`: where the call goes on to its end if its client leaves (see
     /// [`CallSlot::outlives_client`]).
     pub(crate) fn watching_client(
         call: HeldCall,
         on_timeout: Outcome,
         client_sending: Option<Arc<ClientBody>>,
-        outlives_client: bool,
+        outlives_client: Option<Detached>,
     ) -> Arc<CallSlot> {
         Arc::new(CallSlot {
             held: Mutex::new(Some(Held {
@@ -248,10 +249,10 @@ impl CallSlot {
         self.lease_lost.load(Ordering::Acquire)
     }
 
-    /// Whether the call goes on to its end, its answer read and dropped, once its client has
+    /// Where the call goes on to its end, its answer read and dropped, once its client has
     /// left (`on_client_gone = "finish"`), holding its permit until then (or its deadline).
-    pub(crate) fn outlives_client(&self) -> bool {
-        self.outlives_client
+    pub(crate) fn outlives_client(&self) -> Option<&Detached> {
+        self.outlives_client.as_ref()
     }
 
     /// Whether the call was dropped because its client took no byte of the answer for the

@@ -127,6 +127,7 @@ mod call;
 mod client_body;
 pub mod config;
 mod conn;
+mod detached;
 mod error;
 mod grpc;
 mod headers;
@@ -687,7 +688,8 @@ impl Proxy {
     /// (response body included), and returns once all have closed or the `drain` time of the
     /// running configuration has passed, whichever is first. `/readyz` answers 503 meanwhile.
     /// Connections still open when the drain time is over are cut (their clients see the
-    /// connection end), and their tasks stop.
+    /// connection end), and their tasks stop. Calls that went on without their client
+    /// (`on_client_gone = "finish"`) are waited for within the same time, and cut with them.
     ///
     /// Then every lease of the fleet budgets goes back to Redis ([`RedisFleet::shutdown`],
     /// at most one round-trip timeout more): requests still running past the drain time see
@@ -700,9 +702,15 @@ impl Proxy {
         let drain: Duration = self.shared.proxy_config().drain();
         let servers = std::mem::take(&mut self.servers);
         let aborts: Vec<_> = servers.iter().map(JoinHandle::abort_handle).collect();
+        // The calls that went on without their client (`on_client_gone = "finish"`) are
+        // waited for too.
+        let routes = self.shared.routes.clone();
         let in_time = tokio::time::timeout(drain, async {
             for server in servers {
                 let _ = server.await;
+            }
+            for route in &routes {
+                route.detached.ended().await;
             }
         })
         .await
@@ -718,6 +726,9 @@ impl Proxy {
         // connections' tasks, and aborting it aborts them.
         for abort in aborts {
             abort.abort();
+        }
+        for route in &routes {
+            route.detached.cut();
         }
         let fleets = std::mem::take(
             &mut *self
@@ -735,6 +746,9 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         for server in &self.servers {
             server.abort();
+        }
+        for route in &self.shared.routes {
+            route.detached.cut();
         }
         if let Some(admin) = &self.admin {
             admin.abort();

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::body::ProxyBody;
 use crate::call::CallSlot;
 use crate::client_body::ClientBody;
+use crate::detached::Detached;
 use crate::grpc;
 use crate::grpc::GrpcTally;
 use crate::headers::{self, Peer};
@@ -406,6 +407,9 @@ pub(crate) struct RouteSlot {
     pub(crate) name: String,
     pub(crate) listen: SocketAddr,
     state: RwLock<Arc<RouteState>>,
+    /// Its calls that go on without their client (`on_client_gone = "finish"`), whatever
+    /// budget of the route they hold a permit of.
+    pub(crate) detached: Detached,
 }
 
 impl RouteSlot {
@@ -414,6 +418,7 @@ impl RouteSlot {
             name: name.to_string(),
             listen: state.route.listen(),
             state: RwLock::new(Arc::new(state)),
+            detached: Detached::default(),
         }
     }
 
@@ -519,31 +524,17 @@ pub(crate) fn forward(
             let grpc = grpc::requested(request.headers(), state.route.protocol());
             let tally = grpc.then(|| state.metrics.grpc_tally(request.uri().path()));
             let response = match call {
-                Ok(call) if state.route.on_client_gone() == ClientGone::Finish => {
-                    // In a task of its own, which goes on if this future is dropped (its
-                    // client left): the call ends as it would have, its answer read and
-                    // dropped (see `Streamed`'s drop), holding its permit until then.
-                    let (on, log, tally) = (Arc::clone(&state), Arc::clone(&log), tally.clone());
-                    let task = tokio::spawn(async move {
-                        forward_call(&on, call, request, peer, &log, tally).await
-                    });
-                    match task.await {
-                        Ok(response) => response,
-                        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                        // Only as the runtime shuts down.
-                        Err(_) => replied(&state, Reason::Unreachable, grpc),
-                    }
-                }
                 Ok(call) => {
-                    Box::pin(forward_call(
-                        &state,
-                        call,
-                        request,
-                        peer,
-                        &log,
-                        tally.clone(),
-                    ))
-                    .await
+                    let forwarded: Forwarded<'_> =
+                        if state.route.on_client_gone() == ClientGone::Finish {
+                            Box::pin(forward_detached(
+                                &slot, &state, call, request, peer, &log, &tally,
+                            ))
+                        } else {
+                            let tally = tally.clone();
+                            Box::pin(forward_call(&state, call, request, peer, &log, tally, None))
+                        };
+                    forwarded.await
                 }
                 Err(e) => {
                     state.metrics.replied(Reason::from(&e));
@@ -569,6 +560,36 @@ pub(crate) fn forward(
             *response.version_mut() = Version::HTTP_10;
         }
         response
+    }
+}
+
+/// A request's call forwarded, boxed: with its client (`forward_call`), or in a task of its own
+/// (`forward_detached`).
+type Forwarded<'a> = Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send + 'a>>;
+
+/// [`forward_call`] in a task of its own, which goes on if the request's future is dropped
+/// (its client left): the call ends as it would have, its answer read and dropped (see
+/// `Streamed`'s drop), holding its permit until then (`on_client_gone = "finish"`).
+async fn forward_detached(
+    slot: &RouteSlot,
+    state: &Arc<RouteState>,
+    call: HeldCall,
+    request: Request<Incoming>,
+    peer: Peer,
+    log: &Log,
+    tally: &Option<GrpcTally>,
+) -> Response<ProxyBody> {
+    let grpc = tally.is_some();
+    let (on, log, tally) = (Arc::clone(state), Arc::clone(log), tally.clone());
+    let detached = slot.detached.clone();
+    let task = slot.detached.spawn(async move {
+        forward_call(&on, call, request, peer, &log, tally, Some(detached)).await
+    });
+    match task.await {
+        Ok(Some(response)) => response,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cut by a drain that ran out, or as the runtime shuts down.
+        Ok(None) | Err(_) => replied(state, Reason::Unreachable, grpc),
     }
 }
 
@@ -606,7 +627,9 @@ async fn acquire(
 
 /// Sends the request of `call` to the upstream and answers with what comes back. The request
 /// is made ready and handed to the client before the future begins, so the future holds it
-/// once, inside the client's.
+/// once, inside the client's. `outlives_client`: where the call goes on if its client leaves
+/// (`on_client_gone = "finish"`).
+#[allow(clippy::too_many_arguments)]
 fn forward_call<'a>(
     state: &'a RouteState,
     call: HeldCall,
@@ -614,6 +637,7 @@ fn forward_call<'a>(
     peer: Peer,
     log: &'a Log,
     tally: Option<GrpcTally>,
+    outlives_client: Option<Detached>,
 ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
     let grpc = tally.is_some();
     // An HTTP/2 client's stream may stop being polled for good (see `ProxyBody::holding`).
@@ -668,9 +692,12 @@ fn forward_call<'a>(
         // answers is dropped: `None`.
         let watched = call.cancels_on();
         let deadline = call.deadline();
-        let finish = state.route.on_client_gone() == ClientGone::Finish;
-        let slot =
-            CallSlot::watching_client(call, timeout_outcome(&state.route), client_sending, finish);
+        let slot = CallSlot::watching_client(
+            call,
+            timeout_outcome(&state.route),
+            client_sending,
+            outlives_client,
+        );
         // The budget's sweeper ends the call at its deadline, whether the upstream has not
         // answered by then or the answer's body is still streaming.
         let watch = deadline.map(|at| state.sweeper.watch(at, &slot));
@@ -965,7 +992,7 @@ mod tests {
             ("forward", returned(|| forward(any(), any(), any(), any()))),
             (
                 "forward_call",
-                returned(|| forward_call(any(), any(), any(), any(), any(), any())),
+                returned(|| forward_call(any(), any(), any(), any(), any(), any(), any())),
             ),
             (
                 "Http1Pool::request",

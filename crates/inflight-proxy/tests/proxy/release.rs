@@ -618,3 +618,29 @@ async fn with_finish_a_client_that_leaves_mid_body_leaves_its_call_to_end() {
         0.0
     );
 }
+
+/// A drain waits for the calls that went on without their client, within its time, and cuts
+/// those still running when its time is over (they count among the permits still held).
+#[tokio::test]
+async fn a_drain_waits_for_calls_whose_clients_left_and_cuts_them_at_its_end() {
+    for (drain, in_time, in_flight) in [("5s", true, 0), ("300ms", false, 2)] {
+        let upstream = Upstream::start().await;
+        let (proxy, _) = proxy(&format!(
+            "[proxy]\ndrain = \"{drain}\"\n{}",
+            budget(
+                "records",
+                &upstream.url(),
+                "max_concurrent = 2\ncall_timeout = \"10s\"\non_client_gone = \"finish\"",
+            )
+        ))
+        .await;
+        let addr = proxy.local_addr("records").unwrap();
+        leave_after_asking(&upstream, addr, false, "/work/1500").await;
+        let drained = within(proxy.drain()).await;
+        assert_eq!(
+            (drained.in_time, drained.in_flight),
+            (in_time, in_flight),
+            "drain {drain}"
+        );
+    }
+}
