@@ -118,7 +118,7 @@
 //! - `sweep`
 //! - `call`
 //! - `upstream`
-//! - `client_body`, `grpc`
+//! - `client_body`, `detached`, `grpc`
 //! - `config`
 
 mod admin;
