@@ -442,6 +442,9 @@ impl Drop for Streamed {
         }
         if let Some(detached) = self.outlives_client() {
             if tokio::runtime::Handle::try_current().is_ok() {
+                if self.call.as_ref().is_some_and(|slot| slot.left_now()) {
+                    detached.client_left();
+                }
                 let rest = std::mem::replace(self, Streamed::moved());
                 detached.spawn(read_without_client(rest));
                 return;

@@ -38,6 +38,8 @@ pub(crate) struct CallSlot {
     client_stalled: AtomicBool,
     /// Where the call goes on to its end if its client leaves (`on_client_gone = "finish"`).
     outlives_client: Option<Detached>,
+    /// Its client left (counted once, by whoever saw it first).
+    left: AtomicBool,
 }
 
 /// Why a call ends early.
@@ -108,6 +110,7 @@ impl CallSlot {
             client_sending,
             client_stalled: AtomicBool::new(false),
             outlives_client,
+            left: AtomicBool::new(false),
         })
     }
 
@@ -253,6 +256,11 @@ impl CallSlot {
     /// left (`on_client_gone = "finish"`), holding its permit until then (or its deadline).
     pub(crate) fn outlives_client(&self) -> Option<&Detached> {
         self.outlives_client.as_ref()
+    }
+
+    /// Its client left: true the first time it is said.
+    pub(crate) fn left_now(&self) -> bool {
+        !self.left.swap(true, Ordering::AcqRel)
     }
 
     /// Whether the call was dropped because its client took no byte of the answer for the

@@ -4,18 +4,35 @@
 
 use std::future::Future;
 
+use metrics::Counter;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// The tasks of one route's calls that may outlive their client. Cloned, it is the same set.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Detached {
     tasks: TaskTracker,
     cut: CancellationToken,
+    /// The calls whose client left, counted as it leaves.
+    without_client: Counter,
 }
 
 impl Detached {
+    /// An empty set, counting in `without_client` the calls whose client leaves.
+    pub(crate) fn new(without_client: Counter) -> Detached {
+        Detached {
+            tasks: TaskTracker::new(),
+            cut: CancellationToken::new(),
+            without_client,
+        }
+    }
+
+    /// A call of the set goes on without its client from now.
+    pub(crate) fn client_left(&self) {
+        self.without_client.increment(1);
+    }
+
     /// Runs `call` in a task of its own until it ends or the set is cut (then `None`, the call
     /// dropped: it counts as cancelled).
     pub(crate) fn spawn<F>(&self, call: F) -> JoinHandle<Option<F::Output>>
@@ -46,7 +63,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_drain_waits_for_the_calls_and_cuts_what_is_left() {
-        let detached = Detached::default();
+        let detached = Detached::new(Counter::noop());
         let quick = detached.spawn(tokio::time::sleep(Duration::from_secs(1)));
         let slow = detached.spawn(tokio::time::sleep(Duration::from_secs(60)));
         let waited = tokio::time::timeout(Duration::from_secs(5), detached.ended()).await;

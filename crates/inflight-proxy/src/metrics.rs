@@ -6,6 +6,7 @@
 //! | `inflight_proxy_requests_total` | counter | budget, status_class | responses sent, by status class (`2xx` ... `5xx`), the proxy's own replies included |
 //! | `inflight_proxy_replies_total` | counter | budget, reason | responses the proxy made itself: `queue_full`, `permit_timeout`, `rate_limited`, `paused`, `evicted`, `unavailable` (503/429), `call_timeout` (504), `upstream_unreachable`, `upstream_tls` (502), `client_body` (400), `lease_lost` (503, `on_lost = "cancel"`) |
 //! | `inflight_proxy_request_duration_seconds` | histogram | budget | from the request's arrival to its response headers, the permit wait included |
+//! | `inflight_proxy_calls_without_client_total` | counter | budget | calls whose client left before their answer was sent in full, and that went on without it (`on_client_gone = "finish"`) |
 //! | `inflight_proxy_grpc_calls_total` | counter | budget, method, grpc_status | gRPC calls that ended, by method (`/package.Service/Method`; the first 100 a budget sees by name, any later or malformed one as `other`) and status (`OK` ... `UNAUTHENTICATED`, the upstream's or the proxy's own; `none` when the answer ended without one) |
 //! | `inflight_proxy_connections` | gauge | listener | client connections open now (`listener`: the budget's name, or `admin`) |
 //! | `inflight_proxy_connections_closed_total` | counter | listener, reason | client connections the proxy closed: `first_byte_timeout`, `idle_timeout`, `keepalive_timeout` (HTTP/2 pings unanswered), `max_connections` (idle longest when the listener was full), `send_timeout` (the client took no byte of an answer for `idle_timeout`; over HTTP/2, only such streams were left) |
@@ -36,6 +37,10 @@ pub const REQUESTS: &str = "inflight_proxy_requests_total";
 pub const REPLIES: &str = "inflight_proxy_replies_total";
 /// From a request's arrival to its response headers (histogram, seconds).
 pub const REQUEST_DURATION: &str = "inflight_proxy_request_duration_seconds";
+
+/// Calls whose client left before their answer was sent in full, and that went on without it
+/// (`on_client_gone = "finish"`), by budget (counter).
+pub const CALLS_WITHOUT_CLIENT: &str = "inflight_proxy_calls_without_client_total";
 
 /// gRPC calls that ended, by budget, method and status (counter).
 pub const GRPC_CALLS: &str = "inflight_proxy_grpc_calls_total";
@@ -111,6 +116,11 @@ impl Registry {
                 )
             );
             describe_counter!(
+                CALLS_WITHOUT_CLIENT,
+                Unit::Count,
+                "Calls whose client left before their answer was sent in full, and that went on without it (on_client_gone = finish)."
+            );
+            describe_counter!(
                 GRPC_CALLS,
                 Unit::Count,
                 "gRPC calls that ended, by method (the first 100 a budget sees, then other) and status (the upstream's or the proxy's own; none when the answer carried none)."
@@ -183,6 +193,8 @@ pub(crate) struct RouteMetrics {
     classes: [Counter; 5],
     replies: [Counter; REASONS.len()],
     duration: Histogram,
+    /// Calls that went on without their client.
+    pub(crate) without_client: Counter,
     log: LogPace,
     grpc: GrpcMethods,
 }
@@ -283,6 +295,7 @@ impl RouteMetrics {
                 replies: REASONS
                     .map(|r| counter!(REPLIES, "budget" => b.clone(), "reason" => r.as_str())),
                 duration: histogram!(REQUEST_DURATION, "budget" => b.clone()),
+                without_client: counter!(CALLS_WITHOUT_CLIENT, "budget" => b.clone()),
                 log: LogPace::new(),
                 grpc: GrpcMethods {
                     recorder: registry.recorder.clone(),

@@ -417,8 +417,8 @@ impl RouteSlot {
         RouteSlot {
             name: name.to_string(),
             listen: state.route.listen(),
+            detached: Detached::new(state.metrics.without_client.clone()),
             state: RwLock::new(Arc::new(state)),
-            detached: Detached::default(),
         }
     }
 
@@ -582,15 +582,30 @@ async fn forward_detached(
     let grpc = tally.is_some();
     let (on, log, tally) = (Arc::clone(state), Arc::clone(log), tally.clone());
     let detached = slot.detached.clone();
-    let task = slot.detached.spawn(async move {
-        forward_call(&on, call, request, peer, &log, tally, Some(detached)).await
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    slot.detached.spawn(async move {
+        let response = forward_call(
+            &on,
+            call,
+            request,
+            peer,
+            &log,
+            tally,
+            Some(detached.clone()),
+        );
+        if let Err(response) = answer.send(response.await) {
+            // Its client left before the answer's head: counted once, here or by the body
+            // (which goes on being read as it drops).
+            let counted = response.body().call().is_some_and(|slot| !slot.left_now());
+            if !counted {
+                detached.client_left();
+            }
+        }
     });
-    match task.await {
-        Ok(Some(response)) => response,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Cut by a drain that ran out, or as the runtime shuts down.
-        Ok(None) | Err(_) => replied(state, Reason::Unreachable, grpc),
-    }
+    // Nothing: cut by a drain that ran out (or as the runtime shuts down), or the task panicked.
+    answered
+        .await
+        .unwrap_or_else(|_| replied(state, Reason::Unreachable, grpc))
 }
 
 /// Waits for a permit of the route's budget, in the class `headers` name (with the route's

@@ -525,6 +525,10 @@ async fn calls_whose_clients_left_hold_their_permits_until_answered_with_finish(
                 4,
                 "{case}: the upstream should have had the calls of the clients that left too"
             );
+            assert_eq!(
+                metrics(&proxy)["inflight_proxy_calls_without_client_total{budget=records}"],
+                0.0
+            );
             continue;
         }
         assert_eq!(
@@ -544,6 +548,10 @@ async fn calls_whose_clients_left_hold_their_permits_until_answered_with_finish(
         assert_eq!(
             m.get("inflight_budget_calls_total{budget=records,outcome=cancelled}"),
             Some(&0.0),
+            "{case}"
+        );
+        assert_eq!(
+            m["inflight_proxy_calls_without_client_total{budget=records}"], 2.0,
             "{case}"
         );
     }
@@ -613,9 +621,14 @@ async fn with_finish_a_client_that_leaves_mid_body_leaves_its_call_to_end() {
     drop(body);
     let what = "the permit comes back as the answer ends";
     assert_eq!(ended(&proxy, what, "ok").await, 1.0);
+    let m = metrics(&proxy);
     assert_eq!(
-        metrics(&proxy)["inflight_budget_calls_total{budget=downloads,outcome=cancelled}"],
+        m["inflight_budget_calls_total{budget=downloads,outcome=cancelled}"],
         0.0
+    );
+    assert_eq!(
+        m["inflight_proxy_calls_without_client_total{budget=downloads}"],
+        1.0
     );
 }
 
