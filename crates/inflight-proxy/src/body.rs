@@ -50,6 +50,9 @@ struct Streamed {
     /// For a gRPC call whose status is still to come: its method's counters, which count it
     /// once, at its trailers or, without them, as it ends.
     tally: Option<GrpcTally>,
+    /// Read without its client already (`read_without_client`): dropped before its end (cut by
+    /// a drain, or as the runtime shuts down), its call is cancelled, not handed on again.
+    without_client: bool,
 }
 
 /// The body was cut because the call held its permit for its whole `call_timeout`.
@@ -115,6 +118,7 @@ impl ProxyBody {
                 ended: false,
                 grpc: None,
                 tally,
+                without_client: false,
             })),
         }
     }
@@ -174,6 +178,7 @@ impl ProxyBody {
                 ended: false,
                 grpc,
                 tally,
+                without_client: false,
             })),
         }
     }
@@ -403,6 +408,7 @@ impl Streamed {
             ended: true,
             grpc: None,
             tally: None,
+            without_client: true,
         }
     }
 
@@ -410,10 +416,10 @@ impl Streamed {
     /// (`on_client_gone = "finish"`), if it does: its call still holds its permit and ends as
     /// it goes.
     fn outlives_client(&self) -> Option<Detached> {
-        let slot = self
-            .call
-            .as_ref()
-            .filter(|slot| !self.ended && slot.holds())?;
+        if self.ended || self.without_client {
+            return None;
+        }
+        let slot = self.call.as_ref().filter(|slot| slot.holds())?;
         slot.outlives_client().cloned()
     }
 }
@@ -445,7 +451,9 @@ impl Drop for Streamed {
                 if self.call.as_ref().is_some_and(|slot| slot.left_now()) {
                     detached.client_left();
                 }
-                let rest = std::mem::replace(self, Streamed::moved());
+                let mut rest = std::mem::replace(self, Streamed::moved());
+                // Said before it goes: a task dropped unpolled drops it as it is.
+                rest.without_client = true;
                 detached.spawn(read_without_client(rest));
                 return;
             }

@@ -583,6 +583,7 @@ async fn forward_detached(
     let (on, log, tally) = (Arc::clone(state), Arc::clone(log), tally.clone());
     let detached = slot.detached.clone();
     let (answer, answered) = tokio::sync::oneshot::channel();
+    let status_tally = tally.clone();
     slot.detached.spawn(async move {
         let response = forward_call(
             &on,
@@ -599,6 +600,10 @@ async fn forward_detached(
             let counted = response.body().call().is_some_and(|slot| !slot.left_now());
             if !counted {
                 detached.client_left();
+            }
+            // A gRPC status in the headers, which `forward` would have counted.
+            if let (Some(tally), Some(status)) = (&status_tally, grpc::status(response.headers())) {
+                grpc::grpc_ended(tally, Some(status));
             }
         }
     });

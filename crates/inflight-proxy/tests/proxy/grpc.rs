@@ -19,7 +19,8 @@ type Frames = futures::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infa
 
 /// A gRPC-like HTTP/2 upstream: `/pkg.S/Busy` refuses trailers-only (`RESOURCE_EXHAUSTED`,
 /// pushback 300 ms); `/pkg.S/Down` answers a message, then `UNAVAILABLE` in its trailers;
-/// `/pkg.S/Hold` waits for a permit of `release`; anything else answers a message and `OK`.
+/// `/pkg.S/Hold` waits for a permit of `release`; `/pkg.S/HoldBusy` waits, then refuses as
+/// `Busy` does; anything else answers a message and `OK`.
 async fn upstream(release: Arc<Semaphore>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -34,11 +35,11 @@ async fn upstream(release: Arc<Semaphore>) -> SocketAddr {
                     let release = release.clone();
                     async move {
                         let path = request.uri().path().to_string();
-                        if path == "/pkg.S/Hold" {
+                        if path == "/pkg.S/Hold" || path == "/pkg.S/HoldBusy" {
                             release.acquire().await.unwrap().forget();
                         }
                         let response: Response<Either<Empty<Bytes>, StreamBody<Frames>>> =
-                            if path == "/pkg.S/Busy" {
+                            if path == "/pkg.S/Busy" || path == "/pkg.S/HoldBusy" {
                                 Response::builder()
                                     .header("content-type", "application/grpc")
                                     .header("grpc-status", "8")
@@ -381,4 +382,44 @@ async fn a_real_grpcio_server_and_client_through_the_proxy() {
     assert_eq!(watch["statuses"]["OK"], 4, "{watch}");
     assert_eq!(watch["streamed"]["3"], 4, "every stream whole: {watch}");
     drop(server.stdin.take());
+}
+
+/// With `on_client_gone = "finish"`, a call whose client left goes on, and the gRPC status of
+/// its trailers-only answer is counted for its method as if the client had stayed.
+#[tokio::test]
+async fn a_trailers_only_status_is_counted_for_a_client_that_left() {
+    let release = Arc::new(Semaphore::new(0));
+    let addr = upstream(release.clone()).await;
+    let (proxy, _) = proxy(&format!(
+        r#"
+        [budgets.records]
+        max_concurrent = 1
+        call_timeout = "10s"
+        on_client_gone = "finish"
+        upstream = "http://{addr}"
+        listen = "127.0.0.1:0"
+        protocol = "grpc"
+        "#
+    ))
+    .await;
+    let records = proxy.local_addr("records").unwrap();
+    let client = h2_client();
+    let asked = tokio::spawn(async move { call(&client, records, "HoldBusy", true).await.status });
+    until("the call holds its permit", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 1.0
+    })
+    .await;
+    asked.abort();
+    // The stream's reset reaches the proxy; were the answer first, it would count it too.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    release.add_permits(1);
+    until("the call ends", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+    })
+    .await;
+    let counted = "inflight_proxy_grpc_calls_total{budget=records,grpc_status=RESOURCE_EXHAUSTED,method=/pkg.S/HoldBusy}";
+    until("the status counted", || {
+        metrics(&proxy).get(counted) == Some(&1.0)
+    })
+    .await;
 }

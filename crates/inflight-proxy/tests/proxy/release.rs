@@ -485,9 +485,11 @@ async fn a_call_timeout_while_the_client_owes_its_streamed_body_teaches_an_adapt
 async fn calls_whose_clients_left_hold_their_permits_until_answered_with_finish() {
     let cases = [
         (false, false, false),
+        (true, false, false),
         (false, true, false),
         (true, true, false),
         (false, true, true),
+        (true, true, true),
     ];
     for (http2, finish, upstream_http2) in cases {
         let upstream = Upstream::start().await;
@@ -656,4 +658,42 @@ async fn a_drain_waits_for_calls_whose_clients_left_and_cuts_them_at_its_end() {
             "drain {drain}"
         );
     }
+}
+
+/// A drain that runs out while the answer of a client that left is still read cuts it: the
+/// upstream's connection closes (it was read on, handed from task to task, before).
+#[tokio::test]
+async fn a_drain_that_runs_out_cuts_the_answer_read_for_a_client_that_left() {
+    let (proxy, body) = left_mid_body(
+        "call_timeout = \"60s\"\non_client_gone = \"finish\"\n[proxy]\ndrain = \"300ms\"",
+    )
+    .await;
+    until_left(&proxy).await;
+    let drained = within(proxy.drain()).await;
+    assert_eq!((drained.in_time, drained.in_flight), (false, 1));
+    within(body.closed()).await;
+}
+
+/// A runtime that shuts down while the answer of a client that left is still read ends: the
+/// task reading it is dropped once (it was handed on to a new task as each was dropped, until
+/// the stack overflowed).
+#[test]
+fn a_runtime_that_shuts_down_while_an_answer_is_read_for_a_client_that_left_ends() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (proxy, body) = runtime.block_on(async {
+        let (proxy, body) =
+            left_mid_body("call_timeout = \"10s\"\non_client_gone = \"finish\"").await;
+        until_left(&proxy).await;
+        (proxy, body)
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+    drop((proxy, body));
+}
+
+/// Waits until the client of `downloads` has left and its call goes on.
+async fn until_left(proxy: &Proxy) {
+    crate::support::until("the call goes on without its client", || {
+        metrics(proxy)["inflight_proxy_calls_without_client_total{budget=downloads}"] == 1.0
+    })
+    .await;
 }
