@@ -595,12 +595,12 @@ async fn forward_detached(
             Some(detached.clone()),
         );
         if let Err(response) = answer.send(response.await) {
-            // Its client left before the answer's head: counted once, here or by the body
-            // (which goes on being read as it drops).
-            let counted = response.body().call().is_some_and(|slot| !slot.left_now());
-            if !counted {
-                detached.client_left();
+            // Its client left before the answer's head: counted here, and the call marked so
+            // that its body, read on as it drops, does not count it again.
+            if let Some(slot) = response.body().call() {
+                slot.left_now();
             }
+            detached.client_left();
             // A gRPC status in the headers, which `forward` would have counted.
             if let (Some(tally), Some(status)) = (&status_tally, grpc::status(response.headers())) {
                 grpc::grpc_ended(tally, Some(status));
