@@ -9,7 +9,7 @@
 //! connects to each request's authority, with a pool for each.
 
 use std::error::Error as StdError;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2::{Builder, SendRequest};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -53,7 +54,44 @@ struct Open<B> {
     used: Instant,
     /// Which connection attempt made it.
     number: u64,
+    /// Told when its task ends.
+    ended: Arc<Ended>,
 }
+
+/// Whether a connection's task has ended, and who waits for it to.
+#[derive(Default)]
+struct Ended {
+    ended: AtomicBool,
+    told: Notify,
+}
+
+impl Ended {
+    fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.told.notify_waiters();
+    }
+
+    /// Returns `LOST_AFTER` after the connection's task ended.
+    async fn lost(&self) {
+        let told = self.told.notified();
+        tokio::pin!(told);
+        told.as_mut().enable();
+        if !self.ended.load(Ordering::Acquire) {
+            told.await;
+        }
+        tokio::time::sleep(LOST_AFTER).await;
+    }
+}
+
+/// How long after its connection's task ended a request hyper's client has not answered is
+/// taken as lost: the task's end tells every request it held at once. One in about 300,000
+/// requests through an upstream that closes its connection every 100 requests was never told
+/// (hyper 1.12, h2 0.4.20: the connection's task ended, its sender closed, the request's
+/// answer never came) and waited for its call timeout.
+const LOST_AFTER: Duration = Duration::from_millis(500);
+
+/// A connection's sender, its number and its end.
+type Sender<B> = (SendRequest<Replayable<B>>, u64, Arc<Ended>);
 
 /// How many times a request goes to the upstream at most (see [`Http2Upstream::request`]).
 const MAX_SENDS: usize = 10;
@@ -116,6 +154,7 @@ where
         request: Request<B>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let (head, body) = request.into_parts();
+        let bodiless = body.is_end_stream();
         let mut body = Replayable::new(body);
         let mut sends = 0;
         loop {
@@ -126,8 +165,28 @@ where
             *request.uri_mut() = head.uri.clone();
             *request.version_mut() = head.version;
             *request.headers_mut() = head.headers.clone();
-            let (mut sender, connection) = self.sender().await?;
-            let failed = match sender.try_send_request(request).await {
+            let (mut sender, connection, ended) = self.sender().await?;
+            let sent = tokio::select! {
+                biased;
+                sent = sender.try_send_request(request) => sent,
+                () = ended.lost() => {
+                    // Never to be answered: hyper's client dropped it unsaid. It may have
+                    // reached the upstream: only a request that may be repeated goes again,
+                    // without a body, or with the body hyper gives back (it may not: it holds
+                    // it where it lost the request).
+                    self.forget(connection);
+                    if sends >= MAX_SENDS || !head.method.is_idempotent() {
+                        return Err(UpstreamError::Http2Lost);
+                    }
+                    body = if bodiless {
+                        Replayable::ended()
+                    } else {
+                        replay.take().await.ok_or(UpstreamError::Http2Lost)?
+                    };
+                    continue;
+                }
+            };
+            let failed = match sent {
                 Ok(response) => {
                     // Answered: what is kept of the body will not be sent again.
                     replay.answered();
@@ -155,15 +214,15 @@ where
         }
     }
 
-    /// The open connection's sender and number, if there is one that was not left idle too
-    /// long.
-    fn open(&self) -> Option<(SendRequest<Replayable<B>>, u64)> {
+    /// The open connection's sender, number and end, if there is one that was not left idle
+    /// too long.
+    fn open(&self) -> Option<Sender<B>> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         match current.as_mut() {
             Some(open) if !open.sender.is_closed() && now - open.used <= self.idle => {
                 open.used = now;
-                Some((open.sender.clone(), open.number))
+                Some((open.sender.clone(), open.number, open.ended.clone()))
             }
             Some(_) => {
                 *current = None;
@@ -182,8 +241,8 @@ where
         }
     }
 
-    /// The connection's sender and number: the open one, or a new connection's.
-    async fn sender(&self) -> Result<(SendRequest<Replayable<B>>, u64), UpstreamError> {
+    /// The connection's sender, number and end: the open one, or a new connection's.
+    async fn sender(&self) -> Result<Sender<B>, UpstreamError> {
         if let Some(open) = self.open() {
             return Ok(open);
         }
@@ -201,14 +260,15 @@ where
         let connected = self.connect().await;
         let number = self.attempts.fetch_add(1, Ordering::AcqRel) + 1;
         match connected {
-            Ok(sender) => {
+            Ok((sender, ended)) => {
                 *failed = None;
                 *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Open {
                     sender: sender.clone(),
                     used: Instant::now(),
                     number,
+                    ended: ended.clone(),
                 });
-                Ok((sender, number))
+                Ok((sender, number, ended))
             }
             Err(error) => {
                 let error = Arc::new(error);
@@ -219,8 +279,8 @@ where
     }
 
     /// A new connection: the connector's, then the HTTP/2 handshake; its task runs on the
-    /// runtime until the connection ends.
-    async fn connect(&self) -> Result<SendRequest<Replayable<B>>, BoxError> {
+    /// runtime until the connection ends, and tells its [`Ended`] then.
+    async fn connect(&self) -> Result<(SendRequest<Replayable<B>>, Arc<Ended>), BoxError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -230,12 +290,15 @@ where
             .await
             .map_err(Into::into)?;
         let (mut sender, connection) = self.builder.handshake(io).await?;
+        let ended = Arc::new(Ended::default());
+        let told = ended.clone();
         tokio::spawn(async move {
             // A connection's failure is the failure of the requests on it, told to them.
             let _ = connection.await;
+            told.end();
         });
         sender.ready().await?;
-        Ok(sender)
+        Ok((sender, ended))
     }
 }
 
@@ -276,6 +339,26 @@ mod tests {
         let answer = client.request(request).await.unwrap();
         let body = http_body_util::BodyExt::collect(answer.into_body()).await;
         String::from_utf8(body.unwrap().to_bytes().to_vec()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_is_lost_only_some_time_after_its_connection_ended() {
+        let ended = Arc::new(Ended::default());
+        let lost = tokio::spawn({
+            let ended = ended.clone();
+            async move { ended.lost().await }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!lost.is_finished(), "lost while its connection was open");
+        ended.end();
+        tokio::time::sleep(LOST_AFTER - Duration::from_millis(1)).await;
+        assert!(!lost.is_finished(), "lost before LOST_AFTER");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(lost.is_finished());
+        // Asked after the end, at once the same.
+        let at = Instant::now();
+        ended.lost().await;
+        assert_eq!(at.elapsed(), LOST_AFTER);
     }
 
     #[tokio::test]

@@ -323,6 +323,9 @@ pub(crate) enum UpstreamError {
     Connecting(Arc<Box<dyn StdError + Send + Sync>>),
     /// From hyper's HTTP/2 client, on the connection.
     Http2(hyper::Error),
+    /// The HTTP/2 connection a request went on closed, and hyper's client never answered the
+    /// request (for a method that may not be repeated).
+    Http2Lost,
 }
 
 impl UpstreamError {
@@ -350,6 +353,9 @@ impl fmt::Display for UpstreamError {
             UpstreamError::Client(e) => e.fmt(f),
             UpstreamError::Connecting(_) => f.write_str("cannot connect"),
             UpstreamError::Http2(e) => e.fmt(f),
+            UpstreamError::Http2Lost => {
+                f.write_str("the connection closed and the request got no answer on it")
+            }
         }
     }
 }
@@ -364,6 +370,7 @@ impl StdError for UpstreamError {
             UpstreamError::Client(e) => e.source(),
             UpstreamError::Connecting(e) => Some(&***e),
             UpstreamError::Http2(e) => e.source(),
+            UpstreamError::Http2Lost => None,
         }
     }
 }

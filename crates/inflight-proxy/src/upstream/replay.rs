@@ -113,6 +113,17 @@ impl<B> Replayable<B> {
         }
     }
 
+    /// A body that has ended (a request without one), as it is sent again.
+    pub(crate) fn ended() -> Replayable<B> {
+        Replayable {
+            again: VecDeque::new(),
+            rest: None,
+            kept: Some(Vec::new()),
+            kept_bytes: 0,
+            back: Replay::new(),
+        }
+    }
+
     /// Where this body goes back once hyper drops it.
     pub(crate) fn replay(&self) -> Arc<Replay<B>> {
         self.back.clone()
