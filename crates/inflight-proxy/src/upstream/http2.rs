@@ -54,11 +54,11 @@ struct Open<B> {
     used: Instant,
     /// Which connection attempt made it.
     number: u64,
-    /// Told when its task ends.
+    /// Told when it has closed.
     ended: Arc<Ended>,
 }
 
-/// Whether a connection's task has ended, and who waits for it to.
+/// Whether a connection has closed (its socket let go), and who waits for it to.
 #[derive(Default)]
 struct Ended {
     ended: AtomicBool,
@@ -71,7 +71,7 @@ impl Ended {
         self.told.notify_waiters();
     }
 
-    /// Returns `LOST_AFTER` after the connection's task ended.
+    /// Returns `LOST_AFTER` after the connection closed.
     async fn lost(&self) {
         let told = self.told.notified();
         tokio::pin!(told);
@@ -83,12 +83,72 @@ impl Ended {
     }
 }
 
-/// How long after its connection's task ended a request hyper's client has not answered is
-/// taken as lost: the task's end tells every request it held at once. One in about 300,000
-/// requests through an upstream that closes its connection every 100 requests was never told
-/// (hyper 1.12, h2 0.4.20: the connection's task ended, its sender closed, the request's
-/// answer never came) and waited for its call timeout.
+/// How long after its connection closed (its socket let go by hyper's client: every stream on
+/// it is over) a request hyper's client has not answered is taken as lost: the close tells
+/// every request it held at once. One in about 300,000 requests through an upstream that
+/// closes its connection every 100 requests was never told (hyper 1.12, h2 0.4.20: the
+/// connection's dispatch task ended, its sender closed, the request's answer never came) and
+/// waited for its call timeout. (The dispatch task's end is not the connection's: at a
+/// graceful GOAWAY it ends while the connection still serves the streams the upstream took.)
 const LOST_AFTER: Duration = Duration::from_millis(500);
+
+/// A connection's socket, which says the connection closed when hyper lets it go.
+struct Closing<T> {
+    io: T,
+    ended: Arc<Ended>,
+}
+
+impl<T> Drop for Closing<T> {
+    fn drop(&mut self) {
+        self.ended.end();
+    }
+}
+
+impl<T: hyper::rt::Read + Unpin> hyper::rt::Read for Closing<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<T: hyper::rt::Write + Unpin> hyper::rt::Write for Closing<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
 
 /// A connection's sender, its number and its end.
 type Sender<B> = (SendRequest<Replayable<B>>, u64, Arc<Ended>);
@@ -279,7 +339,7 @@ where
     }
 
     /// A new connection: the connector's, then the HTTP/2 handshake; its task runs on the
-    /// runtime until the connection ends, and tells its [`Ended`] then.
+    /// runtime until the connection ends. Its [`Ended`] is told when hyper lets its socket go.
     async fn connect(&self) -> Result<(SendRequest<Replayable<B>>, Arc<Ended>), BoxError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
@@ -289,13 +349,15 @@ where
             .call(self.target.clone())
             .await
             .map_err(Into::into)?;
-        let (mut sender, connection) = self.builder.handshake(io).await?;
         let ended = Arc::new(Ended::default());
-        let told = ended.clone();
+        let io = Closing {
+            io,
+            ended: ended.clone(),
+        };
+        let (mut sender, connection) = self.builder.handshake(io).await?;
         tokio::spawn(async move {
             // A connection's failure is the failure of the requests on it, told to them.
             let _ = connection.await;
-            told.end();
         });
         sender.ready().await?;
         Ok((sender, ended))
@@ -375,6 +437,56 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(connection_of(&client, "records.example").await, "2");
         assert_eq!(connection_of(&client, "records.example").await, "2");
+    }
+
+    /// An upstream that closes its connection gracefully (a GOAWAY naming the streams it
+    /// processes) while a slow request is on it answers that request on the closing
+    /// connection: the request is not taken as lost, nor sent again. (hyper's client ends the
+    /// connection's dispatch task at the GOAWAY; the connection itself serves on.)
+    #[tokio::test]
+    async fn a_slow_request_on_a_connection_closing_gracefully_is_answered_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(AtomicUsize::new(0));
+        let counted = served.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                let service = hyper::service::service_fn(move |_| {
+                    let counted = counted.clone();
+                    async move {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(LOST_AFTER * 3).await;
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            "slow",
+                        ))))
+                    }
+                });
+                tokio::spawn(async move {
+                    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    tokio::pin!(connection);
+                    // Closes gracefully once its first request is under way.
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(100), connection.as_mut()).await;
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                });
+            }
+        });
+        let target: Uri = format!("http://{addr}/").parse().unwrap();
+        let client = Http2Upstream::new(target, HttpConnector::new(), Duration::from_secs(90));
+        let to = addr.to_string();
+        let first = connection_of(&client, &to);
+        // Another request after the GOAWAY: it goes on a new connection (and wakes the closing
+        // connection's dispatch task, which ends).
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            connection_of(&client, &to).await
+        };
+        let (first, second) = tokio::join!(first, second);
+        assert_eq!((first.as_str(), second.as_str()), ("slow", "slow"));
+        assert_eq!(served.load(Ordering::SeqCst), 2, "a request was sent again");
     }
 
     #[tokio::test]
