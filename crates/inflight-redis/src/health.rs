@@ -99,7 +99,8 @@ impl HealthLog {
                 Fail::Local(n) => {
                     let lease = fleet.lease();
                     format!(
-                        "each process runs at most {n} calls on its local fallback, once the outage is {:.1} s old (a lease and a third: the leases taken before it have expired by then)",
+                        "each process runs at most {} on its local fallback, once the outage is {:.1} s old (a lease and a third: the leases taken before it have expired by then)",
+                        calls(n as u64),
                         (lease + lease / 3).as_secs_f64()
                     )
                 }
@@ -128,10 +129,10 @@ impl HealthLog {
             } else if h.redis_down && now >= said + self.repeat {
                 let so_far = match h.fail {
                     Fail::Local(_) => format!(
-                        "{} calls admitted on the local fallback so far (calls past its limit wait within their permit deadline)",
-                        h.fallbacks
+                        "{} admitted on the local fallback so far (calls past its limit wait within their permit deadline)",
+                        calls(h.fallbacks)
                     ),
-                    _ => format!("{} calls refused so far", h.refused),
+                    _ => format!("{} refused so far", calls(h.refused)),
                 };
                 lines.push(format!(
                     "fleet budget {}: {place} still cannot be reached: {so_far}",
@@ -145,10 +146,10 @@ impl HealthLog {
                 // Lost and back between two readings: said by what it did to calls.
                 let meanwhile = match h.fail {
                     Fail::Local(_) => format!(
-                        "{} calls admitted on the local fallback meanwhile",
-                        h.fallbacks - was_fallbacks
+                        "{} admitted on the local fallback meanwhile",
+                        calls(h.fallbacks - was_fallbacks)
                     ),
-                    _ => format!("{} calls refused meanwhile", h.refused - was_refused),
+                    _ => format!("{} refused meanwhile", calls(h.refused - was_refused)),
                 };
                 lines.push(format!(
                     "fleet budget {}: {place} could not be reached for a moment and is back: {meanwhile}",
@@ -160,8 +161,8 @@ impl HealthLog {
                     h.budget,
                     if h.local_held > 0 {
                         format!(
-                            "; the {} calls the local fallback still runs count against the fleet's limit until they end",
-                            h.local_held
+                            "; the {} the local fallback still runs count against the fleet's limit until they end",
+                            calls(h.local_held as u64)
                         )
                     } else {
                         String::new()
@@ -177,6 +178,14 @@ impl HealthLog {
             self.last.insert(h.budget.clone(), (h, say));
         }
         lines
+    }
+}
+
+/// `n` calls, as a line says it: "1 call", "3 calls".
+fn calls(n: u64) -> String {
+    match n {
+        1 => "1 call".to_string(),
+        n => format!("{n} calls"),
     }
 }
 

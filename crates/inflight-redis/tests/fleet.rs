@@ -762,7 +762,7 @@ async fn a_budget_on_its_fallback_is_said_when_it_starts_while_it_lasts_and_when
     let why = lines[0]
         .split_once("cannot be reached: ")
         .and_then(|(_, rest)| {
-            rest.split_once("; each process runs at most 1 calls on its local fallback")
+            rest.split_once("; each process runs at most 1 call on its local fallback")
         })
         .map(|(why, _)| why);
     assert!(
@@ -772,7 +772,7 @@ async fn a_budget_on_its_fallback_is_said_when_it_starts_while_it_lasts_and_when
     );
     let again = log.lines(&fleet);
     assert!(
-        again[0].contains("still cannot be reached: 1 calls admitted on the local fallback"),
+        again[0].contains("still cannot be reached: 1 call admitted on the local fallback"),
         "said again while it lasts: {again:?}"
     );
     server.restart();
@@ -842,7 +842,8 @@ async fn a_budget_that_lost_redis_between_two_readings_is_said_with_the_calls_it
     assert!(
         lines[0].starts_with("fleet budget records: redis at redis://127.0.0.1:")
             && lines[0].ends_with(&format!(
-                " could not be reached for a moment and is back: {unavailable} calls refused meanwhile"
+                " could not be reached for a moment and is back: {unavailable} call{} refused meanwhile",
+                if unavailable == 1 { "" } else { "s" }
             )),
         "{lines:?}"
     );

@@ -31,7 +31,9 @@ Cluster is followed from any node's address, a primary found through its sentine
   holders   leases held now across the fleet (calls at the dependency, as Redis knows them),
             how many of them are calls a process admitted on its local fallback, and expired
             leases no acquire has taken back yet
-  waiters   callers queued fleet-wide (lease_mode = \"per_call\")
+  waiters   callers queued in Redis (lease_mode = \"per_call\"): a process brings at most its
+            max_concurrent there, its leases held included; its other callers wait in the
+            process (its /budgets.json waiting)
   shares    processes holding a share, the permits they reserve and what they want
   epoch     moves when Redis loses the budget's state (a restart without persistence, a flush,
             a failover that lost writes); while the budget learns, nothing new is granted
