@@ -627,20 +627,21 @@ async fn acquire(
             .class_header
             .as_ref()
             .and_then(|name| headers::class_of(headers, name));
-        let started = match class {
-            Some(class) => HeldCall::start_in(&state.budget, class).await,
-            None => HeldCall::start(&state.budget).await,
+        let granted = match class {
+            Some(class) => state.budget.acquire_owned_in(class).await,
+            None => state.budget.acquire_owned().await,
         };
-        let call = match started {
-            Ok(call) => call,
+        let permit = match granted {
+            Ok(permit) => permit,
             Err(e) => return (state, Err(e)),
         };
         let now = slot.current();
         if now.generation == state.generation {
             // The same budget, perhaps with other route settings: forward under those.
-            return (now, Ok(call));
+            return (now, Ok(HeldCall::from_permit(permit)));
         }
-        drop(call);
+        // Given back before it was a call: not counted as a cancelled call.
+        drop(permit);
         state = now;
     }
 }

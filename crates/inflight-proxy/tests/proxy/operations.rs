@@ -279,6 +279,21 @@ async fn a_lowered_limit_holds_for_requests_queued_before_the_reload() {
     for r in requests {
         assert_eq!(r.await.unwrap().0, 200);
     }
+    // Each counted once, as it went: a permit the replaced budget granted a request that
+    // then waited again under the new one was not a call, and is not counted cancelled.
+    until("every call ended", || {
+        metrics(&proxy)["inflight_budget_in_flight{budget=records}"] == 0.0
+    })
+    .await;
+    let m = metrics(&proxy);
+    let calls = |outcome: &str| {
+        m.get(&format!(
+            "inflight_budget_calls_total{{budget=records,outcome={outcome}}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+    };
+    assert_eq!((calls("ok"), calls("cancelled")), (9.0, 0.0), "{m:?}");
 }
 
 #[tokio::test]

@@ -73,6 +73,32 @@ impl HeldCall {
         Ok(HeldCall::started(budget, permit))
     }
 
+    /// The call under `permit`, taken with [`Budget::acquire_owned`] (or `_in`): its call
+    /// timeout runs from the grant. For a caller that looks at something else between the
+    /// grant and the call's start: a permit dropped before it became a call is given back
+    /// without being counted as a call (a call dropped unended counts as cancelled).
+    ///
+    /// ```
+    /// use inflight::limit::Outcome;
+    /// use inflight::tower::HeldCall;
+    /// use inflight::{Budget, BudgetConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let budget = Budget::new("records", BudgetConfig::new(1)).unwrap();
+    /// let permit = budget.acquire_owned().await.unwrap();
+    /// drop(permit); // not wanted after all: not a call
+    /// let call = HeldCall::from_permit(budget.acquire_owned().await.unwrap());
+    /// call.finish(true, Outcome::Success);
+    /// let counted = budget.snapshot();
+    /// assert_eq!((counted.calls_ok, counted.calls_cancelled), (1, 0));
+    /// # }
+    /// ```
+    pub fn from_permit(permit: OwnedPermit) -> HeldCall {
+        let budget = permit.budget().clone();
+        HeldCall::started(&budget, permit)
+    }
+
     /// The call under `permit`, just granted.
     fn started(budget: &Budget, permit: OwnedPermit) -> HeldCall {
         let start = permit.granted_at().unwrap_or_else(Instant::now);
