@@ -164,6 +164,12 @@ pub enum Warning {
     },
     /// `target_rate` is above the rate limit: the target cannot be met.
     TargetAboveRateLimit { target_rate: Rate, rate: Rate },
+    /// `call_timeout` or `permit_timeout` (`field`) is under a millisecond: every call would
+    /// time out, or every caller that waits be refused (`"1ns"` written for `"1s"`, say).
+    TimeoutUnderAMillisecond {
+        field: &'static str,
+        timeout: Duration,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -196,6 +202,16 @@ impl fmt::Display for Warning {
             Warning::TargetAboveRateLimit { target_rate, rate } => write!(
                 f,
                 "target_rate {target_rate} is above the rate limit {rate}: the target cannot be met"
+            ),
+            Warning::TimeoutUnderAMillisecond { field, timeout } => write!(
+                f,
+                "{field} {} is under a millisecond: {} (a unit typed wrong, \"1ns\" for \"1s\"?)",
+                humantime::format_duration(*timeout),
+                if *field == "call_timeout" {
+                    "every call would time out"
+                } else {
+                    "every caller that waits would be refused"
+                }
             ),
             Warning::PermitTimeoutWithoutQueue { permit_timeout } => write!(
                 f,
@@ -272,6 +288,14 @@ pub fn assess(config: &BudgetConfig) -> Assessment {
                 call_timeout,
                 service_time,
             });
+        }
+    }
+    for (field, timeout) in [
+        ("call_timeout", config.call_timeout_limit()),
+        ("permit_timeout", config.permit_timeout_limit()),
+    ] {
+        if let Some(timeout) = timeout.filter(|t| *t < Duration::from_millis(1)) {
+            warnings.push(Warning::TimeoutUnderAMillisecond { field, timeout });
         }
     }
     if let (Some(0), Some(permit_timeout)) =
@@ -355,6 +379,25 @@ mod assess_tests {
             assess(&c).warnings[..],
             [Warning::PermitTimeoutWithoutQueue { .. }]
         ));
+    }
+
+    #[test]
+    fn a_timeout_under_a_millisecond_is_a_typo_warned_of() {
+        let c = BudgetConfig::new(2)
+            .call_timeout(Duration::from_nanos(1))
+            .permit_timeout(Duration::from_micros(500));
+        let said: Vec<String> = assess(&c).warnings.iter().map(|w| w.to_string()).collect();
+        assert_eq!(
+            said,
+            [
+                "call_timeout 1ns is under a millisecond: every call would time out (a unit typed wrong, \"1ns\" for \"1s\"?)",
+                "permit_timeout 500us is under a millisecond: every caller that waits would be refused (a unit typed wrong, \"1ns\" for \"1s\"?)",
+            ]
+        );
+        let fine = BudgetConfig::new(2)
+            .call_timeout(ms(1))
+            .permit_timeout(ms(1));
+        assert!(assess(&fine).warnings.is_empty());
     }
 
     #[cfg(feature = "rate")]
