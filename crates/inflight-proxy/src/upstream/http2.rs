@@ -154,7 +154,7 @@ impl<T: hyper::rt::Write + Unpin> hyper::rt::Write for Closing<T> {
 type Sender<B> = (SendRequest<Replayable<B>>, u64, Arc<Ended>);
 
 /// How many times a request goes to the upstream at most (see [`Http2Upstream::request`]).
-const MAX_SENDS: usize = 10;
+const MAX_SENDS: usize = 64;
 
 /// Whether a request that failed with `e` may go again: the upstream did not process it (its
 /// stream was refused, `REFUSED_STREAM`, or above the last stream of the upstream's GOAWAY:
@@ -487,6 +487,43 @@ mod tests {
         let (first, second) = tokio::join!(first, second);
         assert_eq!((first.as_str(), second.as_str()), ("slow", "slow"));
         assert_eq!(served.load(Ordering::SeqCst), 2, "a request was sent again");
+    }
+
+    /// An upstream that refuses a request's stream unprocessed (`REFUSED_STREAM`) twenty times
+    /// in a row, on twenty connections, then answers: the request is answered (it went up to
+    /// ten times before, and got the refusal).
+    #[tokio::test]
+    async fn a_request_refused_twenty_times_unprocessed_is_answered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counted = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let Ok(mut connection) = h2::server::handshake(stream).await else {
+                        return;
+                    };
+                    while let Some(Ok((_, mut respond))) = connection.accept().await {
+                        if counted.fetch_add(1, Ordering::SeqCst) < 20 {
+                            respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        } else {
+                            let _ = respond.send_response(Response::new(()), true);
+                        }
+                    }
+                });
+            }
+        });
+        let target: Uri = format!("http://{addr}/").parse().unwrap();
+        let client: Http2Upstream<HttpConnector, Full<Bytes>> =
+            Http2Upstream::new(target, HttpConnector::new(), Duration::from_secs(90));
+        let request = Request::get(format!("http://{addr}/"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = client.request(request).await.expect("answered in the end");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(seen.load(Ordering::SeqCst), 21);
     }
 
     #[tokio::test]
