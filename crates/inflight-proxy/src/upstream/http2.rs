@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::replay::Replayable;
+use super::replay::{Replay, Replayable};
 use super::{UpstreamError, WatchedBody};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -150,6 +150,16 @@ impl<T: hyper::rt::Write + Unpin> hyper::rt::Write for Closing<T> {
     }
 }
 
+/// The body of a request to send again: none for a request without one (nothing to wait for
+/// from hyper), else what hyper gives back of the last sending ([`Replay::take`]).
+async fn again<B>(bodiless: bool, replay: &Arc<Replay<B>>) -> Option<Replayable<B>> {
+    if bodiless {
+        Some(Replayable::ended())
+    } else {
+        replay.take().await
+    }
+}
+
 /// A connection's sender, its number and its end.
 type Sender<B> = (SendRequest<Replayable<B>>, u64, Arc<Ended>);
 
@@ -238,11 +248,9 @@ where
                     if sends >= MAX_SENDS || !head.method.is_idempotent() {
                         return Err(UpstreamError::Http2Lost);
                     }
-                    body = if bodiless {
-                        Replayable::ended()
-                    } else {
-                        replay.take().await.ok_or(UpstreamError::Http2Lost)?
-                    };
+                    body = again(bodiless, &replay)
+                        .await
+                        .ok_or(UpstreamError::Http2Lost)?;
                     continue;
                 }
             };
@@ -267,7 +275,7 @@ where
             }
             // Not processed: the connection goes (it is closing), the request again.
             self.forget(connection);
-            match replay.take().await {
+            match again(bodiless, &replay).await {
                 Some(again) => body = again,
                 None => return Err(UpstreamError::Http2(failed)),
             }
